@@ -1,0 +1,338 @@
+//! The interface every machine shares: inputs, outputs, ownership of buffers and
+//! counters.
+
+use crate::{Instant, Rng};
+use mcast_wire::{Flags, GroupId, Header, Kind, NodeId, RangeList, Seq};
+
+/// A handle to a payload buffer owned by the driver (a UMEM frame index, a slab
+/// slot in the simulator). The protocol core never sees the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufId(pub u32);
+
+/// Where a frame goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dest {
+    /// To the group's multicast MAC: every member (and the sender) hears it.
+    Group,
+    /// To one node's MAC.
+    Node(NodeId),
+}
+
+/// What follows the header of a frame to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxBody {
+    /// No payload (ACK, ACK_REQ, Pack, Nack, HEARTBEAT).
+    None,
+    /// The payload already sits in this buffer, after room for the headers. The
+    /// machine keeps owning it (it is a retransmission buffer) unless it says
+    /// otherwise with [`Event::Release`].
+    Buf(BufId),
+    /// A NAK's range list, to be written as the payload.
+    Nak(RangeList),
+}
+
+/// A frame the driver must send. `header.payload_len` is already set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    pub dest: Dest,
+    pub header: Header,
+    pub body: TxBody,
+}
+
+/// The payload of a received frame, as handed to a machine.
+#[derive(Debug, Clone, Copy)]
+pub enum RxBody<'a> {
+    /// A control frame without a payload.
+    None,
+    /// A data frame whose payload sits in `buf`. Ownership passes to the machine,
+    /// which returns it exactly once, as [`Event::Deliver`] or [`Event::Release`].
+    Data(BufId),
+    /// A NAK's ranges, parsed by the driver.
+    Nak(&'a RangeList),
+}
+
+/// What a machine tells its driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The next frame of the stream from `stream`, in order, exactly once. The
+    /// buffer now belongs to the application (the driver frees it after use).
+    Deliver {
+        stream: NodeId,
+        seq: Seq,
+        buf: BufId,
+        len: u16,
+        flags: Flags,
+    },
+    /// The machine no longer needs this buffer: the driver may reuse it.
+    Release(BufId),
+}
+
+/// One frame of a message, handed to a sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutFrame {
+    pub buf: BufId,
+    /// Payload bytes in `buf`.
+    pub len: u16,
+    /// Fragment flags: [`Flags::FRAG_FIRST`] / [`Flags::FRAG_LAST`] (both for a whole message).
+    pub frag: Flags,
+    /// True when nothing else is queued behind this frame: the end of a burst
+    /// (MAK flags it LAST and asks for ACKs).
+    pub last: bool,
+}
+
+/// Why a sender refused a frame. The buffer is handed back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendError {
+    /// The window is full: wait for acknowledgments (back-pressure) and retry.
+    WindowFull(BufId),
+    /// The sender has no receivers to send to.
+    NoMembers(BufId),
+}
+
+impl SendError {
+    /// The refused buffer.
+    pub fn buf(self) -> BufId {
+        match self {
+            SendError::WindowFull(b) | SendError::NoMembers(b) => b,
+        }
+    }
+}
+
+/// What identifies one reliable stream, and where it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamConfig {
+    pub group: GroupId,
+    /// This endpoint's node.
+    pub local: NodeId,
+    /// The node whose data this stream carries (equal to `local` at the sender).
+    pub sender: NodeId,
+    /// The sender's session epoch: frames of another epoch are dropped and counted.
+    pub epoch: u32,
+    /// The first sequence number the sender uses.
+    pub initial_seq: Seq,
+    /// Frames in the window: the sender's retransmission buffer and each
+    /// receiver's reorder buffer hold at most this many (seed 000: equal buffers).
+    pub window_frames: u32,
+    /// Seed of the machine's generator (the random timers). Mixed with `local`,
+    /// so receivers configured alike still draw differently.
+    pub seed: u64,
+}
+
+/// The stream a received frame belongs to: the data sender's node id. Data-like
+/// kinds come from the sender; feedback kinds name it in `peer`.
+pub fn stream_of(header: &Header) -> NodeId {
+    match header.kind {
+        Kind::Data | Kind::AckReq | Kind::Heartbeat | Kind::GbnData => header.src,
+        Kind::Nak | Kind::Ack | Kind::Pack | Kind::Nack => header.peer,
+    }
+}
+
+/// Counters kept by every endpoint; fields a machine has no use for stay zero.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Original data frames sent (a frame sent to N receivers one by one counts N).
+    pub data_sent: u64,
+    /// Data frames sent again.
+    pub data_retransmitted: u64,
+    /// Data frames received (including duplicates).
+    pub data_received: u64,
+    /// Frames delivered in order to the application.
+    pub delivered: u64,
+    /// Data frames received that were already held or delivered.
+    pub duplicates_dropped: u64,
+    /// Data frames beyond the receive window, dropped.
+    pub out_of_window_dropped: u64,
+    /// Frames of another session epoch, dropped.
+    pub wrong_epoch_dropped: u64,
+    /// Frames that failed their checksum (counted by the driver: seed 000 treats them as lost).
+    pub checksum_failures: u64,
+    /// NAK frames sent.
+    pub naks_sent: u64,
+    /// NAK timer expiries at which everything missing was already covered, so no NAK went out.
+    pub naks_suppressed: u64,
+    /// Missing sequence numbers dropped from a NAK because another receiver NAKed them or the repair came.
+    pub nak_entries_suppressed: u64,
+    /// NAK frames received (by the sender: addressed to it; by receivers: overheard).
+    pub naks_received: u64,
+    /// NAKed sequence numbers the sender did not resend because it had just repaired them.
+    pub repairs_suppressed: u64,
+    /// NAKed sequence numbers no longer in the sender's buffer.
+    pub naks_unrepairable: u64,
+    /// Repairs delayed because the retransmission budget was spent.
+    pub repairs_deferred: u64,
+    /// ACK frames sent / received.
+    pub acks_sent: u64,
+    pub acks_received: u64,
+    /// ACK requests sent (ACK_REQ frames and data frames flagged ACK_REQ) / received.
+    pub ack_reqs_sent: u64,
+    pub ack_reqs_received: u64,
+    /// Go-Back-N positive and negative acknowledgments.
+    pub packs_sent: u64,
+    pub packs_received: u64,
+    pub nacks_sent: u64,
+    pub nacks_received: u64,
+    /// Entries into the Stall state (GBN sender and receiver) or MAK's WAIT state.
+    pub stalls: u64,
+    /// Retransmission or ACK-wait timer expiries.
+    pub timeouts: u64,
+    /// Sends refused because the window was full.
+    pub window_full: u64,
+    /// Frames from a node that is not a member, or malformed for their kind, dropped.
+    pub rejected: u64,
+}
+
+impl Counters {
+    /// Adds every field of `other` to `self`.
+    pub fn accumulate(&mut self, other: &Counters) {
+        macro_rules! add {
+            ($($f:ident),*) => { $( self.$f += other.$f; )* };
+        }
+        add!(
+            data_sent,
+            data_retransmitted,
+            data_received,
+            delivered,
+            duplicates_dropped,
+            out_of_window_dropped,
+            wrong_epoch_dropped,
+            checksum_failures,
+            naks_sent,
+            naks_suppressed,
+            nak_entries_suppressed,
+            naks_received,
+            repairs_suppressed,
+            naks_unrepairable,
+            repairs_deferred,
+            acks_sent,
+            acks_received,
+            ack_reqs_sent,
+            ack_reqs_received,
+            packs_sent,
+            packs_received,
+            nacks_sent,
+            nacks_received,
+            stalls,
+            timeouts,
+            window_full,
+            rejected
+        );
+    }
+}
+
+/// What every machine does: take frames and timeouts, give frames, events and a
+/// deadline. The driver calls `handle_*`, then drains `poll_transmit` and
+/// `poll_event`, then sleeps until `poll_timeout` or the next frame.
+pub trait Endpoint {
+    /// A frame of this machine's stream arrived (the driver routes by
+    /// [`stream_of`] and has checked the checksum).
+    fn handle_frame(&mut self, now: Instant, header: &Header, body: RxBody<'_>);
+    /// The deadline from [`Endpoint::poll_timeout`] has passed. Calling it early is harmless.
+    fn handle_timeout(&mut self, now: Instant);
+    /// The next frame to send, if any.
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit>;
+    /// The next event, if any.
+    fn poll_event(&mut self) -> Option<Event>;
+    /// When [`Endpoint::handle_timeout`] must next be called.
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// The counters.
+    fn counters(&self) -> &Counters;
+    /// Buffers this machine holds now (for the driver's conservation checks).
+    fn held_buffers(&self) -> usize;
+}
+
+/// The sending side of a reliable stream.
+pub trait Sender: Endpoint {
+    /// Queues one frame for reliable delivery to the current members.
+    fn send(&mut self, now: Instant, frame: OutFrame) -> Result<Seq, SendError>;
+    /// True when [`Sender::send`] would accept a frame now.
+    fn can_send(&self) -> bool;
+    /// True when every frame sent has been acknowledged by every member (for
+    /// algorithms without acknowledgments: when nothing is left to transmit).
+    fn is_idle(&self) -> bool;
+    /// Installs a new view: the receivers whose acknowledgments count from now on.
+    fn set_members(&mut self, now: Instant, members: &[NodeId]);
+}
+
+/// Common per-machine helper: the header of a frame of this stream.
+pub(crate) fn header_for(cfg: &StreamConfig, kind: Kind) -> Header {
+    let mut h = Header::new(kind);
+    h.group = cfg.group;
+    h.src = cfg.local;
+    h.peer = if cfg.local == cfg.sender {
+        0
+    } else {
+        cfg.sender
+    };
+    h.epoch = cfg.epoch;
+    h
+}
+
+/// Seeds a machine's generator from its configuration and identity, so two
+/// receivers with the same seed still draw different timers.
+pub(crate) fn rng_for(cfg: &StreamConfig) -> Rng {
+    Rng::new(
+        cfg.seed
+            ^ (u64::from(cfg.local) << 32)
+            ^ u64::from(cfg.sender).rotate_left(17)
+            ^ u64::from(cfg.group),
+    )
+}
+
+/// Scaffolding while a machine is being written: an Endpoint (and Sender) that
+/// panics. Removed once every machine exists.
+#[allow(unused_macros)]
+macro_rules! unimplemented_endpoint {
+    ($t:ty) => {
+        impl $crate::Endpoint for $t {
+            fn handle_frame(
+                &mut self,
+                _: $crate::Instant,
+                _: &mcast_wire::Header,
+                _: $crate::RxBody<'_>,
+            ) {
+                unimplemented!()
+            }
+            fn handle_timeout(&mut self, _: $crate::Instant) {
+                unimplemented!()
+            }
+            fn poll_transmit(&mut self, _: $crate::Instant) -> Option<$crate::Transmit> {
+                unimplemented!()
+            }
+            fn poll_event(&mut self) -> Option<$crate::Event> {
+                unimplemented!()
+            }
+            fn poll_timeout(&self) -> Option<$crate::Instant> {
+                unimplemented!()
+            }
+            fn counters(&self) -> &$crate::Counters {
+                unimplemented!()
+            }
+            fn held_buffers(&self) -> usize {
+                unimplemented!()
+            }
+        }
+    };
+    ($t:ty, sender) => {
+        $crate::api::unimplemented_endpoint!($t);
+        impl $crate::Sender for $t {
+            fn send(
+                &mut self,
+                _: $crate::Instant,
+                _: $crate::OutFrame,
+            ) -> Result<mcast_wire::Seq, $crate::SendError> {
+                unimplemented!()
+            }
+            fn can_send(&self) -> bool {
+                unimplemented!()
+            }
+            fn is_idle(&self) -> bool {
+                unimplemented!()
+            }
+            fn set_members(&mut self, _: $crate::Instant, _: &[mcast_wire::NodeId]) {
+                unimplemented!()
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use unimplemented_endpoint;
