@@ -26,7 +26,7 @@
 //!
 //! # Receiver
 //!
-//! Frames go through the shared in-order buffer ([`crate::recv`]). Every data
+//! Frames go through the shared in-order buffer (`recv::InOrder`). Every data
 //! frame of the right epoch, new, duplicate or beyond the window, is answered by
 //! one ACK carrying the cumulative next expected sequence number, so a lost ACK
 //! is repaired by the next retransmission. The receiver has no timer.
