@@ -336,6 +336,12 @@ impl AckReceiver {
             counters: Counters::default(),
         }
     }
+
+    /// Shutdown: returns every frame held out of order ([`Event::Release`]).
+    /// They were never delivered; the stream cannot continue after this.
+    pub fn release_all(&mut self) {
+        self.rx.release_all(&mut self.events);
+    }
 }
 
 impl Endpoint for AckReceiver {
@@ -673,5 +679,20 @@ mod tests {
         );
         let c = *r.counters();
         assert_eq!((c.wrong_epoch_dropped, c.rejected), (1, 2));
+    }
+
+    #[test]
+    fn receiver_shutdown_returns_frames_held_out_of_order() {
+        let mut r = AckReceiver::new(stream(2, 4), cfg());
+        r.handle_frame(t(1000), &data(0), RxBody::Data(BufId(5)));
+        r.handle_frame(t(1000), &data(1), RxBody::Data(BufId(6)));
+        assert_eq!(r.held_buffers(), 2);
+        assert_eq!(events(&mut r), vec![]);
+        r.release_all();
+        assert_eq!(
+            events(&mut r),
+            vec![Event::Release(BufId(5)), Event::Release(BufId(6))]
+        );
+        assert_eq!(r.held_buffers(), 0);
     }
 }

@@ -311,6 +311,12 @@ impl NakReceiver {
         self.rx.is_complete()
     }
 
+    /// Shutdown: returns every frame held out of order ([`Event::Release`]).
+    /// They were never delivered; the stream cannot continue after this.
+    pub fn release_all(&mut self) {
+        self.rx.release_all(&mut self.events);
+    }
+
     /// The missing sequence numbers, as many ranges as one NAK carries.
     fn missing_list(&self) -> RangeList {
         let mut list = RangeList::new();
@@ -732,5 +738,15 @@ mod tests {
         );
         let c = *r.counters();
         assert_eq!((c.wrong_epoch_dropped, c.rejected), (1, 1));
+    }
+
+    #[test]
+    fn receiver_shutdown_returns_frames_held_out_of_order() {
+        let mut r = NakReceiver::new(stream(2, 8), cfg());
+        r.handle_frame(t(1000), &data(2), RxBody::Data(BufId(5)));
+        assert_eq!(r.held_buffers(), 1);
+        r.release_all();
+        assert_eq!(events(&mut r), vec![Event::Release(BufId(5))]);
+        assert_eq!(r.held_buffers(), 0);
     }
 }
