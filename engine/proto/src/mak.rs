@@ -866,7 +866,7 @@ impl MakReceiver {
             self.push_tx(Transmit {
                 dest: Dest::Group,
                 header: h,
-                body: TxBody::Nak(list),
+                body: TxBody::Nak(Box::new(list)),
             });
         }
         // Entries beyond one NAK's capacity wait for another draw.
@@ -1038,7 +1038,7 @@ mod tests {
     }
 
     fn nak_ranges(t: &Transmit) -> Vec<(u32, u32)> {
-        match t.body {
+        match &t.body {
             TxBody::Nak(l) => l.iter().map(|r| (r.start.0, r.count)).collect(),
             _ => panic!("not a NAK: {t:?}"),
         }

@@ -412,7 +412,7 @@ impl Endpoint for NakReceiver {
         Some(Transmit {
             dest: Dest::Node(self.stream.sender),
             header,
-            body: TxBody::Nak(list),
+            body: TxBody::Nak(Box::new(list)),
         })
     }
 
@@ -523,7 +523,7 @@ mod tests {
         let TxBody::Nak(list) = tx.body else {
             panic!("a NAK carries a range list: {tx:?}");
         };
-        assert_eq!(list, list_of(missing));
+        assert_eq!(*list, list_of(missing));
         assert_eq!(usize::from(tx.header.payload_len), list.wire_len());
         assert_eq!(r.poll_transmit(now), None);
     }
@@ -664,11 +664,11 @@ mod tests {
             naks.push(r.poll_transmit(t(1010)).expect("each receiver NAKs"));
         }
         for nak in &naks {
-            let TxBody::Nak(list) = nak.body else {
+            let TxBody::Nak(list) = &nak.body else {
                 unreachable!()
             };
-            assert_eq!(list, list_of(&[1]));
-            s.handle_frame(t(1020), &nak.header, RxBody::Nak(&list));
+            assert_eq!(**list, list_of(&[1]));
+            s.handle_frame(t(1020), &nak.header, RxBody::Nak(list));
         }
         assert!(!s.is_idle());
         expect_data(&mut s, t(1020), 1, 1, true);

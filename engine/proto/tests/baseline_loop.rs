@@ -102,7 +102,7 @@ impl Run {
                 );
                 Payload::Data(self.payload_of[&b])
             }
-            TxBody::Nak(l) => Payload::Nak(Box::new(l)),
+            TxBody::Nak(l) => Payload::Nak(l),
             TxBody::None => Payload::None,
         };
         let targets: Vec<usize> = match tx.dest {
