@@ -630,3 +630,521 @@ impl Endpoint for GbnReceiver {
         0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SENDER: NodeId = 1;
+    const RECEIVER: NodeId = 2;
+    const GROUP: u32 = 7;
+    const EPOCH: u32 = 3;
+    const RTO_US: u64 = 500;
+
+    fn t(us: u64) -> Instant {
+        Instant(us * 1_000)
+    }
+
+    fn stream(local: NodeId, initial: u32, window: u32) -> StreamConfig {
+        StreamConfig {
+            group: GROUP,
+            local,
+            sender: SENDER,
+            epoch: EPOCH,
+            initial_seq: Seq(initial),
+            window_frames: window,
+            seed: 1,
+        }
+    }
+
+    fn cfg(ack_policy: AckPolicy) -> GbnConfig {
+        GbnConfig {
+            retransmit_timeout: Duration::from_micros(RTO_US),
+            ack_policy,
+        }
+    }
+
+    fn sender(initial: u32, window: u32) -> GbnSender {
+        GbnSender::new(
+            stream(SENDER, initial, window),
+            RECEIVER,
+            cfg(AckPolicy::Immediate),
+        )
+    }
+
+    fn receiver(initial: u32, policy: AckPolicy) -> GbnReceiver {
+        GbnReceiver::new(stream(RECEIVER, initial, 8), cfg(policy))
+    }
+
+    fn frame(b: u32) -> OutFrame {
+        OutFrame {
+            buf: BufId(b),
+            len: 100 + b as u16,
+            frag: Flags::WHOLE,
+            last: true,
+        }
+    }
+
+    /// A Pack or Nack from the receiver to the sender.
+    fn feedback(kind: Kind, ack: u32) -> Header {
+        let mut h = Header::new(kind);
+        h.group = GROUP;
+        h.src = RECEIVER;
+        h.peer = SENDER;
+        h.epoch = EPOCH;
+        h.ack = Seq(ack);
+        h
+    }
+
+    /// A data frame from the sender to the receiver.
+    fn data(seq: u32) -> Header {
+        let mut h = Header::new(Kind::GbnData);
+        h.group = GROUP;
+        h.src = SENDER;
+        h.peer = RECEIVER;
+        h.epoch = EPOCH;
+        h.seq = Seq(seq);
+        h.flags = Flags::WHOLE;
+        h.payload_len = 10;
+        h
+    }
+
+    /// Expects a data frame `seq` carrying `BufId(buf)`.
+    #[track_caller]
+    fn expect_data(s: &mut GbnSender, now: Instant, seq: u32, buf: u32, retransmit: bool) {
+        let tx = s.poll_transmit(now).expect("a data frame");
+        assert_eq!(tx.dest, Dest::Node(RECEIVER));
+        assert_eq!(tx.header.kind, Kind::GbnData);
+        assert_eq!(
+            (tx.header.src, tx.header.peer, tx.header.epoch),
+            (SENDER, RECEIVER, EPOCH)
+        );
+        assert_eq!(tx.header.seq, Seq(seq));
+        assert_eq!(tx.body, TxBody::Buf(BufId(buf)));
+        assert_eq!(tx.header.payload_len, 100 + buf as u16);
+        assert!(tx.header.flags.contains(Flags::WHOLE));
+        assert_eq!(tx.header.flags.contains(Flags::RETRANSMIT), retransmit);
+    }
+
+    /// Expects a Pack or Nack with `ack`.
+    #[track_caller]
+    fn expect_control(r: &mut GbnReceiver, now: Instant, kind: Kind, ack: u32) {
+        let tx = r.poll_transmit(now).expect("a control frame");
+        assert_eq!(tx.dest, Dest::Node(SENDER));
+        assert_eq!(tx.body, TxBody::None);
+        assert_eq!(
+            (tx.header.kind, tx.header.ack, tx.header.payload_len),
+            (kind, Seq(ack), 0)
+        );
+        assert_eq!(
+            (tx.header.src, tx.header.peer, tx.header.epoch),
+            (RECEIVER, SENDER, EPOCH)
+        );
+        // The driver routes it back to the sender's stream.
+        assert_eq!(crate::stream_of(&tx.header), SENDER);
+    }
+
+    #[track_caller]
+    fn expect_nothing<E: Endpoint>(e: &mut E, now: Instant) {
+        assert_eq!(e.poll_transmit(now), None);
+    }
+
+    fn released<E: Endpoint>(e: &mut E) -> Vec<u32> {
+        core::iter::from_fn(|| e.poll_event())
+            .map(|ev| match ev {
+                Event::Release(b) => b.0,
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    }
+
+    /// `(seq, buf)` of each delivery; panics on a release.
+    fn delivered(r: &mut GbnReceiver) -> Vec<(u32, u32)> {
+        core::iter::from_fn(|| r.poll_event())
+            .map(|ev| match ev {
+                Event::Deliver {
+                    stream, seq, buf, ..
+                } => {
+                    assert_eq!(stream, SENDER);
+                    (seq.0, buf.0)
+                }
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    }
+
+    /// Sends bufs `first..first+n` at `now` and transmits them in order.
+    fn send_and_transmit(s: &mut GbnSender, now: Instant, initial: u32, first: u32, n: u32) {
+        for b in first..first + n {
+            assert_eq!(s.send(now, frame(b)), Ok(Seq(initial.wrapping_add(b))));
+        }
+        for b in first..first + n {
+            expect_data(s, now, initial.wrapping_add(b), b, false);
+        }
+    }
+
+    #[test]
+    fn window_fills_and_refuses() {
+        let mut s = sender(100, 4);
+        assert!(s.is_idle() && s.can_send());
+        send_and_transmit(&mut s, t(1000), 100, 0, 4);
+        assert!(!s.can_send());
+        assert_eq!(
+            s.send(t(1000), frame(4)),
+            Err(SendError::WindowFull(BufId(4)))
+        );
+        expect_nothing(&mut s, t(1000));
+        assert_eq!(s.counters().window_full, 1);
+        assert_eq!(s.counters().data_sent, 4);
+        assert_eq!(s.held_buffers(), 4);
+        assert_eq!(s.poll_timeout(), Some(t(1000 + RTO_US)));
+    }
+
+    #[test]
+    fn pack_slides_the_window_and_releases() {
+        let mut s = sender(100, 4);
+        send_and_transmit(&mut s, t(1000), 100, 0, 4);
+        s.handle_frame(t(1010), &feedback(Kind::Pack, 102), RxBody::None);
+        assert_eq!(released(&mut s), vec![0, 1]);
+        assert_eq!(s.outstanding(), 2);
+        assert!(s.can_send());
+        assert_eq!(s.send(t(1010), frame(4)), Ok(Seq(104)));
+        expect_data(&mut s, t(1010), 104, 4, false);
+        // A stale Pack changes nothing; a Pack beyond what was sent is rejected.
+        s.handle_frame(t(1020), &feedback(Kind::Pack, 101), RxBody::None);
+        s.handle_frame(t(1020), &feedback(Kind::Pack, 110), RxBody::None);
+        assert_eq!(released(&mut s), Vec::<u32>::new());
+        assert_eq!(s.counters().rejected, 1);
+        s.handle_frame(t(1030), &feedback(Kind::Pack, 105), RxBody::None);
+        assert_eq!(released(&mut s), vec![2, 3, 4]);
+        assert!(s.is_idle());
+        assert_eq!(s.poll_timeout(), None);
+        assert_eq!(s.counters().packs_received, 4);
+    }
+
+    #[test]
+    fn nack_goes_back_resends_all_outstanding_and_stalls() {
+        let mut s = sender(100, 8);
+        send_and_transmit(&mut s, t(1000), 100, 0, 4);
+        // The receiver lacks 101: 100 arrived (the Nack is cumulative too).
+        s.handle_frame(t(1020), &feedback(Kind::Nack, 101), RxBody::None);
+        assert_eq!(released(&mut s), vec![0]);
+        assert!(s.is_stalled());
+        expect_data(&mut s, t(1020), 101, 1, true);
+        expect_data(&mut s, t(1020), 102, 2, true);
+        expect_data(&mut s, t(1020), 103, 3, true);
+        expect_nothing(&mut s, t(1020));
+        // In Stall new frames are accepted but nothing new goes out.
+        assert_eq!(s.send(t(1030), frame(4)), Ok(Seq(104)));
+        expect_nothing(&mut s, t(1030));
+        // A Pack that acknowledges nothing new does not end Stall.
+        s.handle_frame(t(1040), &feedback(Kind::Pack, 101), RxBody::None);
+        assert!(s.is_stalled());
+        expect_nothing(&mut s, t(1040));
+        // The first Pack ends it.
+        s.handle_frame(t(1050), &feedback(Kind::Pack, 102), RxBody::None);
+        assert!(!s.is_stalled());
+        assert_eq!(released(&mut s), vec![1]);
+        expect_data(&mut s, t(1050), 104, 4, false);
+        expect_nothing(&mut s, t(1050));
+        let c = s.counters();
+        assert_eq!(
+            (
+                c.stalls,
+                c.nacks_received,
+                c.data_sent,
+                c.data_retransmitted
+            ),
+            (1, 1, 5, 3)
+        );
+    }
+
+    #[test]
+    fn timeout_outside_stall_retransmits_only_that_frame() {
+        let mut s = sender(100, 8);
+        send_and_transmit(&mut s, t(1000), 100, 0, 1);
+        send_and_transmit(&mut s, t(1200), 100, 1, 1);
+        assert_eq!(s.poll_timeout(), Some(t(1500)));
+        s.handle_timeout(t(1499));
+        expect_nothing(&mut s, t(1499));
+        s.handle_timeout(t(1500));
+        expect_data(&mut s, t(1500), 100, 0, true);
+        expect_nothing(&mut s, t(1500));
+        assert!(!s.is_stalled());
+        // Its timer restarted; the second frame's runs on.
+        assert_eq!(s.poll_timeout(), Some(t(1700)));
+        s.handle_timeout(t(1700));
+        expect_data(&mut s, t(1700), 101, 1, true);
+        assert_eq!(s.poll_timeout(), Some(t(2000)));
+        assert_eq!(s.counters().timeouts, 2);
+        assert_eq!(s.counters().stalls, 0);
+    }
+
+    #[test]
+    fn timeout_in_stall_retransmits_and_stays_stalled() {
+        let mut s = sender(100, 8);
+        send_and_transmit(&mut s, t(1000), 100, 0, 3);
+        s.handle_frame(t(1100), &feedback(Kind::Nack, 100), RxBody::None);
+        for b in 0..3 {
+            expect_data(&mut s, t(1100), 100 + b, b, true);
+        }
+        assert_eq!(s.send(t(1100), frame(3)), Ok(Seq(103)));
+        // Every retransmission was lost: the timers go off together.
+        assert_eq!(s.poll_timeout(), Some(t(1600)));
+        s.handle_timeout(t(1600));
+        for b in 0..3 {
+            expect_data(&mut s, t(1600), 100 + b, b, true);
+        }
+        expect_nothing(&mut s, t(1600));
+        assert!(s.is_stalled());
+        assert_eq!(s.poll_timeout(), Some(t(2100)));
+        s.handle_frame(t(1700), &feedback(Kind::Pack, 103), RxBody::None);
+        assert_eq!(released(&mut s), vec![0, 1, 2]);
+        expect_data(&mut s, t(1700), 103, 3, false);
+        let c = s.counters();
+        assert_eq!((c.stalls, c.timeouts, c.data_retransmitted), (1, 3, 6));
+    }
+
+    #[test]
+    fn second_nack_goes_back_again_without_a_second_stall() {
+        let mut s = sender(100, 8);
+        send_and_transmit(&mut s, t(1000), 100, 0, 3);
+        s.handle_frame(t(1100), &feedback(Kind::Nack, 100), RxBody::None);
+        for b in 0..3 {
+            expect_data(&mut s, t(1100), 100 + b, b, true);
+        }
+        s.handle_frame(t(1200), &feedback(Kind::Nack, 101), RxBody::None);
+        assert_eq!(released(&mut s), vec![0]);
+        expect_data(&mut s, t(1200), 101, 1, true);
+        expect_data(&mut s, t(1200), 102, 2, true);
+        // A stale Nack (before the base) is ignored; one naming an unsent frame is rejected.
+        s.handle_frame(t(1300), &feedback(Kind::Nack, 100), RxBody::None);
+        s.handle_frame(t(1300), &feedback(Kind::Nack, 103), RxBody::None);
+        expect_nothing(&mut s, t(1300));
+        assert_eq!((s.counters().stalls, s.counters().rejected), (1, 1));
+    }
+
+    #[test]
+    fn sequence_numbers_wrap() {
+        let initial = u32::MAX - 1;
+        let mut s = sender(initial, 4);
+        let mut r = receiver(initial, AckPolicy::Immediate);
+        send_and_transmit(&mut s, t(1000), initial, 0, 4);
+        for (seq, buf, ack) in [
+            (u32::MAX - 1, 10, u32::MAX),
+            (u32::MAX, 11, 0),
+            (0, 12, 1),
+            (1, 13, 2),
+        ] {
+            r.handle_frame(t(1010), &data(seq), RxBody::Data(BufId(buf)));
+            assert_eq!(delivered(&mut r), vec![(seq, buf)]);
+            expect_control(&mut r, t(1010), Kind::Pack, ack);
+        }
+        s.handle_frame(t(1020), &feedback(Kind::Pack, 2), RxBody::None);
+        assert_eq!(released(&mut s), vec![0, 1, 2, 3]);
+        assert!(s.is_idle());
+        assert_eq!(s.send(t(1020), frame(4)), Ok(Seq(2)));
+    }
+
+    #[test]
+    fn epoch_mismatch_and_strangers_are_dropped() {
+        let mut s = sender(100, 4);
+        send_and_transmit(&mut s, t(1000), 100, 0, 2);
+        let mut old = feedback(Kind::Pack, 102);
+        old.epoch = EPOCH - 1;
+        s.handle_frame(t(1010), &old, RxBody::None);
+        let mut stranger = feedback(Kind::Nack, 100);
+        stranger.src = 9;
+        s.handle_frame(t(1010), &stranger, RxBody::None);
+        s.handle_frame(t(1010), &data(100), RxBody::Data(BufId(50)));
+        assert_eq!(
+            released(&mut s),
+            vec![50],
+            "a data buffer comes straight back"
+        );
+        expect_nothing(&mut s, t(1010));
+        assert!(!s.is_stalled());
+        assert_eq!(s.outstanding(), 2);
+        assert_eq!(
+            (s.counters().wrong_epoch_dropped, s.counters().rejected),
+            (1, 2)
+        );
+
+        let mut r = receiver(100, AckPolicy::Immediate);
+        let mut old = data(100);
+        old.epoch = EPOCH + 1;
+        r.handle_frame(t(1010), &old, RxBody::Data(BufId(1)));
+        let mut stranger = data(100);
+        stranger.src = 9;
+        r.handle_frame(t(1010), &stranger, RxBody::Data(BufId(2)));
+        r.handle_frame(t(1010), &feedback(Kind::Pack, 1), RxBody::None);
+        assert_eq!(released(&mut r), vec![1, 2]);
+        expect_nothing(&mut r, t(1010));
+        assert_eq!(r.next_expected(), Seq(100));
+        assert_eq!(
+            (r.counters().wrong_epoch_dropped, r.counters().rejected),
+            (1, 2)
+        );
+    }
+
+    #[test]
+    fn receiver_nacks_once_stalls_silently_and_resumes_in_order() {
+        let mut r = receiver(100, AckPolicy::Immediate);
+        r.handle_frame(t(1000), &data(100), RxBody::Data(BufId(1)));
+        assert_eq!(delivered(&mut r), vec![(100, 1)]);
+        expect_control(&mut r, t(1000), Kind::Pack, 101);
+        expect_nothing(&mut r, t(1000));
+        // 101 lost: 102 is out of order -> one Nack naming 101, Stall.
+        r.handle_frame(t(1010), &data(102), RxBody::Data(BufId(3)));
+        assert_eq!(released(&mut r), vec![3]);
+        assert!(r.is_stalled());
+        expect_control(&mut r, t(1010), Kind::Nack, 101);
+        expect_nothing(&mut r, t(1010));
+        // More out-of-order frames and duplicates: dropped without a word.
+        r.handle_frame(t(1020), &data(103), RxBody::Data(BufId(4)));
+        r.handle_frame(t(1020), &data(100), RxBody::Data(BufId(5)));
+        assert_eq!(released(&mut r), vec![4, 5]);
+        expect_nothing(&mut r, t(1020));
+        // The go-back's first frame: delivered, acknowledged, Stall over.
+        r.handle_frame(t(1030), &data(101), RxBody::Data(BufId(6)));
+        assert_eq!(delivered(&mut r), vec![(101, 6)]);
+        assert!(!r.is_stalled());
+        expect_control(&mut r, t(1030), Kind::Pack, 102);
+        // Out of Stall a duplicate is re-acknowledged (our Pack may have been lost).
+        r.handle_frame(t(1040), &data(101), RxBody::Data(BufId(7)));
+        assert_eq!(released(&mut r), vec![7]);
+        expect_control(&mut r, t(1040), Kind::Pack, 102);
+        // A new loss is a new Stall with its own Nack.
+        r.handle_frame(t(1050), &data(104), RxBody::Data(BufId(8)));
+        assert_eq!(released(&mut r), vec![8]);
+        expect_control(&mut r, t(1050), Kind::Nack, 102);
+        let c = r.counters();
+        assert_eq!(
+            (c.data_received, c.delivered, c.duplicates_dropped),
+            (7, 2, 2)
+        );
+        assert_eq!((c.out_of_window_dropped, c.stalls), (3, 2));
+        assert_eq!((c.packs_sent, c.nacks_sent), (3, 2));
+        assert_eq!(r.held_buffers(), 0);
+    }
+
+    #[test]
+    fn nack_overtaken_before_the_poll_is_not_sent() {
+        let mut r = receiver(100, AckPolicy::Immediate);
+        r.handle_frame(t(1000), &data(101), RxBody::Data(BufId(1)));
+        r.handle_frame(t(1000), &data(100), RxBody::Data(BufId(2)));
+        expect_control(&mut r, t(1000), Kind::Pack, 101);
+        expect_nothing(&mut r, t(1000));
+        assert_eq!(r.counters().nacks_sent, 0);
+    }
+
+    #[test]
+    fn receiver_delivery_keeps_the_frame_flags() {
+        let mut r = receiver(100, AckPolicy::Immediate);
+        let mut h = data(100);
+        h.flags = Flags::FRAG_FIRST.with(Flags::RETRANSMIT);
+        h.payload_len = 33;
+        r.handle_frame(t(1000), &h, RxBody::Data(BufId(1)));
+        assert_eq!(
+            r.poll_event(),
+            Some(Event::Deliver {
+                stream: SENDER,
+                seq: Seq(100),
+                buf: BufId(1),
+                len: 33,
+                flags: Flags::FRAG_FIRST.with(Flags::RETRANSMIT),
+            })
+        );
+    }
+
+    #[test]
+    fn delayed_ack_every_k_frames_or_after_max_delay() {
+        let policy = AckPolicy::Delayed {
+            every: 3,
+            max_delay: Duration::from_micros(100),
+        };
+        let mut r = receiver(100, policy);
+        r.handle_frame(t(1000), &data(100), RxBody::Data(BufId(1)));
+        expect_nothing(&mut r, t(1000));
+        assert_eq!(r.poll_timeout(), Some(t(1100)));
+        r.handle_frame(t(1010), &data(101), RxBody::Data(BufId(2)));
+        expect_nothing(&mut r, t(1010));
+        assert_eq!(r.poll_timeout(), Some(t(1100)), "timer runs from the first");
+        r.handle_frame(t(1020), &data(102), RxBody::Data(BufId(3)));
+        expect_control(&mut r, t(1020), Kind::Pack, 103);
+        assert_eq!(r.poll_timeout(), None);
+        // One more frame: no k-th frame comes, the timer sends the Pack.
+        r.handle_frame(t(2000), &data(103), RxBody::Data(BufId(4)));
+        expect_nothing(&mut r, t(2000));
+        r.handle_timeout(t(2099));
+        expect_nothing(&mut r, t(2099));
+        r.handle_timeout(t(2100));
+        expect_control(&mut r, t(2100), Kind::Pack, 104);
+        expect_nothing(&mut r, t(2100));
+        assert_eq!(delivered(&mut r).len(), 4);
+        assert_eq!(r.counters().packs_sent, 2);
+    }
+
+    #[test]
+    fn stall_exit_acknowledges_at_once_under_a_delayed_policy() {
+        let policy = AckPolicy::Delayed {
+            every: 8,
+            max_delay: Duration::from_micros(100),
+        };
+        let mut r = receiver(100, policy);
+        r.handle_frame(t(1000), &data(101), RxBody::Data(BufId(1)));
+        expect_control(&mut r, t(1000), Kind::Nack, 100);
+        r.handle_frame(t(1010), &data(100), RxBody::Data(BufId(2)));
+        expect_control(&mut r, t(1010), Kind::Pack, 101);
+    }
+
+    #[test]
+    fn piggyback_ack_rides_reverse_traffic_or_goes_alone() {
+        let policy = AckPolicy::Piggyback {
+            max_delay: Duration::from_micros(200),
+        };
+        let mut r = receiver(100, policy);
+        let mut s = sender(100, 4);
+        send_and_transmit(&mut s, t(1000), 100, 0, 2);
+        assert_eq!(r.take_piggyback_ack(), None, "nothing to acknowledge yet");
+        r.handle_frame(t(1010), &data(100), RxBody::Data(BufId(10)));
+        r.handle_frame(t(1010), &data(101), RxBody::Data(BufId(11)));
+        expect_nothing(&mut r, t(1010));
+        assert_eq!(r.poll_timeout(), Some(t(1210)));
+        // Reverse traffic takes the acknowledgment: no standalone Pack.
+        assert_eq!(r.take_piggyback_ack(), Some(Seq(102)));
+        assert_eq!(r.take_piggyback_ack(), None);
+        assert_eq!(r.poll_timeout(), None);
+        r.handle_timeout(t(1210));
+        expect_nothing(&mut r, t(1210));
+        s.handle_piggyback_ack(t(1020), Seq(102));
+        assert_eq!(released(&mut s), vec![0, 1]);
+        assert!(s.is_idle());
+        // No reverse traffic within max_delay: the Pack goes alone.
+        send_and_transmit(&mut s, t(1300), 100, 2, 1);
+        r.handle_frame(t(1310), &data(102), RxBody::Data(BufId(12)));
+        r.handle_timeout(t(1510));
+        expect_control(&mut r, t(1510), Kind::Pack, 103);
+        assert_eq!(r.take_piggyback_ack(), None);
+        assert_eq!(r.counters().packs_sent, 1);
+    }
+
+    #[test]
+    fn every_buffer_comes_back_once() {
+        // Sender: sent, go-back, timeouts, then everything acknowledged.
+        let mut s = sender(u32::MAX - 2, 4);
+        let initial = u32::MAX - 2;
+        let mut back = Vec::new();
+        send_and_transmit(&mut s, t(1000), initial, 0, 4);
+        s.handle_frame(t(1010), &feedback(Kind::Nack, u32::MAX - 1), RxBody::None);
+        back.extend(released(&mut s));
+        while s.poll_transmit(t(1010)).is_some() {}
+        s.handle_timeout(t(1510));
+        while s.poll_transmit(t(1510)).is_some() {}
+        s.handle_frame(t(1600), &feedback(Kind::Pack, 1), RxBody::None);
+        back.extend(released(&mut s));
+        back.sort_unstable();
+        assert_eq!(back, vec![0, 1, 2, 3]);
+        assert_eq!(s.held_buffers(), 0);
+    }
+}
