@@ -38,7 +38,8 @@ use mcast_wire::{Flags, Header, Kind, NodeId, Seq};
 /// "immediate acknowledgment, piggyback acknowledgment, or delay acknowledgment").
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum AckPolicy {
-    /// A Pack for every in-order frame.
+    /// A Pack for every in-order frame. Frames that arrive before the driver
+    /// polls [`Endpoint::poll_transmit`] share one (cumulative) Pack.
     Immediate,
     /// A Pack after every `every` in-order frames, or `max_delay` after the first
     /// unacknowledged one. `every == 0` behaves as 1.
