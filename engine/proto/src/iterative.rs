@@ -39,11 +39,12 @@ pub struct IterativeSender {
     /// The member `poll_transmit` asks first (round-robin).
     turn: usize,
     events: VecDeque<Event>,
-    /// Counters of this layer (refused sends, frames from non-members).
-    own: Counters,
-    /// Counters of members removed from the view, so the sum never goes back.
-    retired: Counters,
-    /// `own + retired + every member's`, kept current after each call.
+    /// This layer's own counts (refused sends, frames from non-members) plus
+    /// the final counts of members removed from the view, so the sum never
+    /// goes back.
+    base: Counters,
+    /// `base + every member's`, kept current after each call (`counters()`
+    /// returns a reference).
     total: Counters,
 }
 
@@ -75,8 +76,7 @@ impl IterativeSender {
             next_msg: stream.initial_seq,
             turn: 0,
             events: VecDeque::with_capacity(stream.window_frames as usize),
-            own: Counters::default(),
-            retired: Counters::default(),
+            base: Counters::default(),
             total: Counters::default(),
         };
         s.set_members(Instant::ZERO, members);
@@ -130,8 +130,7 @@ impl IterativeSender {
     }
 
     fn update_total(&mut self) {
-        let mut t = self.own;
-        t.accumulate(&self.retired);
+        let mut t = self.base;
         for m in &self.members {
             t.accumulate(m.gbn.counters());
         }
@@ -150,7 +149,7 @@ impl Endpoint for IterativeSender {
                 self.drain_member(i);
             }
             None => {
-                self.own.rejected += 1;
+                self.base.rejected += 1;
                 if let RxBody::Data(buf) = body {
                     self.events.push_back(Event::Release(buf));
                 }
@@ -161,8 +160,11 @@ impl Endpoint for IterativeSender {
 
     fn handle_timeout(&mut self, now: Instant) {
         for i in 0..self.members.len() {
-            self.members[i].gbn.handle_timeout(now);
-            self.drain_member(i);
+            // Only members whose timer is due: each check scans a window.
+            if self.members[i].gbn.poll_timeout().is_some_and(|d| d <= now) {
+                self.members[i].gbn.handle_timeout(now);
+                self.drain_member(i);
+            }
         }
         self.update_total();
     }
@@ -211,7 +213,7 @@ impl Sender for IterativeSender {
             return Err(SendError::NoMembers(frame.buf));
         }
         if !self.can_send() {
-            self.own.window_full += 1;
+            self.base.window_full += 1;
             self.update_total();
             return Err(SendError::WindowFull(frame.buf));
         }
@@ -256,7 +258,7 @@ impl Sender for IterativeSender {
             }
             self.drain_member(i);
             let gone = self.members.remove(i);
-            self.retired.accumulate(gone.gbn.counters());
+            self.base.accumulate(gone.gbn.counters());
             let mut msg = gone.unacked_msg;
             while msg.before(self.next_msg) {
                 let buf = self.refs.get(msg).map(|s| s.buf);
