@@ -129,6 +129,11 @@ impl AnonMap {
     pub fn len(&self) -> usize {
         self.len
     }
+
+    /// True for a zero-length mapping (never produced by [`AnonMap::new`] in practice).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 impl Drop for AnonMap {
