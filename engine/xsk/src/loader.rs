@@ -332,13 +332,9 @@ impl XdpSteering {
     /// TESTING KNOB: drop this fraction (0.0..=1.0) of our subscribed frames in
     /// the XDP program before redirect. 0.0 turns it off.
     pub fn set_drop_ratio(&mut self, ratio: f64) -> Result<(), SteeringError> {
-        if !(0.0..=1.0).contains(&ratio) {
-            return Err(SteeringError::InvalidArgument(format!(
-                "drop ratio {ratio} is not in 0.0..=1.0"
-            )));
-        }
-        // bpf_get_prandom_u32() < threshold drops; u32::MAX is as close to 1.0 as it gets.
-        let threshold = (ratio * 4_294_967_296.0).min(f64::from(u32::MAX)) as u32;
+        let threshold = drop_threshold(ratio).ok_or_else(|| {
+            SteeringError::InvalidArgument(format!("drop ratio {ratio} is not in 0.0..=1.0"))
+        })?;
         self.drop_ratio
             .set(0, threshold, 0)
             .map_err(|e| map_err("setting the drop ratio", &e))
@@ -386,6 +382,16 @@ impl XdpSteering {
     pub fn ebpf(&self) -> &Ebpf {
         &self.ebpf
     }
+}
+
+/// The program's threshold for a drop ratio: a frame is dropped when
+/// `bpf_get_prandom_u32() < threshold`, so the ratio is threshold / 2^32
+/// (1.0 maps to u32::MAX, as close as a u32 gets). None if out of range.
+fn drop_threshold(ratio: f64) -> Option<u32> {
+    if !(0.0..=1.0).contains(&ratio) {
+        return None; // also rejects NaN
+    }
+    Some((ratio * 4_294_967_296.0).min(f64::from(u32::MAX)) as u32)
 }
 
 fn mac_key(mac: MacAddr) -> [u8; 8] {
@@ -519,4 +525,35 @@ fn errno_of(e: &(dyn StdError + 'static)) -> Option<i32> {
         cur = err.source();
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drop_threshold_maps_ratio_to_u32_fraction() {
+        assert_eq!(drop_threshold(0.0), Some(0));
+        assert_eq!(drop_threshold(0.5), Some(1 << 31));
+        assert_eq!(drop_threshold(1.0), Some(u32::MAX));
+        assert_eq!(drop_threshold(-0.1), None);
+        assert_eq!(drop_threshold(1.01), None);
+        assert_eq!(drop_threshold(f64::NAN), None);
+    }
+
+    #[test]
+    fn mac_key_pads_to_eight_bytes() {
+        let k = mac_key(mcast_wire::group_mac(0x0102_0304));
+        assert_eq!(k, [0x03, 0x00, 0x01, 0x02, 0x03, 0x04, 0, 0]);
+    }
+
+    #[test]
+    fn object_has_the_program_and_maps_the_loader_expects() {
+        // Parsing only (no kernel): names in steer.bpf.c and here agree.
+        let obj = aya_obj::Object::parse(STEER_OBJECT).expect("parse");
+        assert!(obj.programs.contains_key(PROGRAM_NAME));
+        for m in ["config", "groups", "xsks", "counters", "drop_ratio"] {
+            assert!(obj.maps.contains_key(m), "map {m} missing");
+        }
+    }
 }

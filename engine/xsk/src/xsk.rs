@@ -428,7 +428,7 @@ impl XskSocket {
     /// Moves frames from the free list to the fill ring, as many as the ring
     /// accepts now (the kernel publishes its consumer index lazily, so this may
     /// be fewer than were just received; the rest wait on the free list).
-    /// Returns how many were given. Keeps `ring_size / 4` frames back for TX.
+    /// Returns how many were given. Keeps `frame_count / 8` frames back for TX.
     pub fn refill(&mut self) -> u32 {
         let reserve_for_tx = (self.config.frame_count / 8) as usize;
         let avail = self.free.len().saturating_sub(reserve_for_tx) as u32;
@@ -769,5 +769,36 @@ fn validate(c: &XskConfig) -> Result<(), XskError> {
 impl AsRawFd for XskSocket {
     fn as_raw_fd(&self) -> RawFd {
         self.fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_validation_names_the_bad_field() {
+        assert!(validate(&XskConfig::default()).is_ok());
+        let bad = |c: XskConfig| match validate(&c) {
+            Err(XskError::InvalidConfig(s)) => s,
+            other => panic!("{other:?}"),
+        };
+        let d = XskConfig::default;
+        assert!(bad(XskConfig {
+            frame_size: 1500,
+            ..d()
+        })
+        .contains("frame_size"));
+        assert!(bad(XskConfig {
+            ring_size: 1000,
+            ..d()
+        })
+        .contains("ring_size"));
+        assert!(bad(XskConfig {
+            frame_count: 2048,
+            ..d()
+        })
+        .contains("stash"));
+        assert!(bad(XskConfig { batch: 16, ..d() }).contains("batch"));
     }
 }

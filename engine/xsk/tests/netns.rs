@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use common::{icmp_ping, test_frame, Netns, RawSender, Topology, IFNAME};
 use mcast_wire::{group_mac, MacAddr, ETHERTYPE_DEFAULT};
 use mcast_xsk::{
-    AttachMode, AttachedMode, BindMode, SteeringError, TxFrame, XdpSteering, XskConfig, XskSocket,
+    AttachMode, AttachedMode, BindMode, SteeringError, TxFrame, XdpSteering, XskConfig, XskError,
+    XskSocket, ZeroCopy,
 };
 
 const ETHERTYPE: u16 = ETHERTYPE_DEFAULT;
@@ -401,5 +402,109 @@ fn e_umem_frames_are_conserved_over_thousands_of_frames() {
     assert_eq!(c_rx.tx, 0, "all echo TX frames completed");
     assert_eq!(c_tx.held + c_rx.held, 0);
     assert_eq!(c_tx.free + c_tx.fill, c_tx.total);
-    let _ = MacAddr::BROADCAST;
+}
+
+#[test]
+fn f_errors_say_what_to_do() {
+    let Some(topo) = Topology::new("f_errors_say_what_to_do") else {
+        return;
+    };
+    // ENOSPC: native XDP on a veth with fewer RX queues than its peer's TX
+    // queues. Both ends live in the bridge namespace.
+    let out = topo.bridge.exec(&[
+        "ip",
+        "link",
+        "add",
+        "qa",
+        "numtxqueues",
+        "4",
+        "numrxqueues",
+        "4",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "qb",
+        "numtxqueues",
+        "1",
+        "numrxqueues",
+        "1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mac = MacAddr([0x02, 0, 0, 0, 0, 0x0b]);
+    let r = topo
+        .bridge
+        .run(|| XdpSteering::attach("qb", ETHERTYPE, mac, AttachMode::Native));
+    match r {
+        Err(e @ SteeringError::NativeQueueMismatch { .. }) => eprintln!("{e}"),
+        other => panic!("expected NativeQueueMismatch, got {other:?}"),
+    }
+    // Auto falls back to SKB there, and says why.
+    let auto = topo
+        .bridge
+        .run(|| XdpSteering::attach("qb", ETHERTYPE, mac, AttachMode::Auto));
+    let auto = auto.expect("Auto falls back to SKB");
+    assert_eq!(auto.mode(), AttachedMode::Skb);
+    assert!(auto.fallback_reason().is_some_and(|r| r.contains("ENOSPC")));
+    drop(auto);
+
+    // Zero-copy: required fails on veth, preferred falls back and reports it.
+    let r1 = &topo.receivers[0];
+    let zc = |zero_copy| {
+        r1.run(move || {
+            XskSocket::open(
+                IFNAME,
+                0,
+                XskConfig {
+                    zero_copy,
+                    ..XskConfig::default()
+                },
+            )
+        })
+    };
+    match zc(ZeroCopy::Required) {
+        Err(e @ XskError::ZeroCopyUnsupported(_)) => eprintln!("{e}"),
+        other => panic!("expected ZeroCopyUnsupported, got {other:?}"),
+    }
+    let s = zc(ZeroCopy::Preferred).expect("preferred zero-copy falls back");
+    assert_eq!(s.mode(), BindMode::Copy);
+    eprintln!("zero-copy preferred: {:?}", s.zero_copy_refused());
+    assert!(s.zero_copy_refused().is_some());
+    drop(s);
+
+    // Capabilities: a thread that dropped its effective set is told which it lacks.
+    let r2 = &topo.receivers[1];
+    let (steer, sock) = r2.run(|| {
+        common::drop_effective_caps().expect("capset");
+        (
+            XdpSteering::attach(IFNAME, ETHERTYPE, r2.mac, AttachMode::Auto),
+            XskSocket::open(IFNAME, 0, XskConfig::default()),
+        )
+    });
+    let steer = steer.expect_err("attach without capabilities");
+    let msg = steer.to_string();
+    assert!(
+        msg.contains("CAP_BPF") && msg.contains("CAP_NET_ADMIN"),
+        "{msg}"
+    );
+    let sock = sock.expect_err("socket without capabilities");
+    assert!(sock.to_string().contains("CAP_NET_RAW"), "{sock}");
+    eprintln!("{msg}\n{sock}");
+
+    // Bad configuration is refused before any syscall.
+    let bad = r1.run(|| {
+        XskSocket::open(
+            IFNAME,
+            0,
+            XskConfig {
+                frame_size: 3000,
+                ..XskConfig::default()
+            },
+        )
+    });
+    assert!(matches!(bad, Err(XskError::InvalidConfig(_))), "{bad:?}");
 }

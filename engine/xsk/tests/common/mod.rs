@@ -242,6 +242,42 @@ fn enter(path: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Clears the calling thread's effective capability set (permitted stays, so
+/// nothing is lost for good; the thread should end soon after).
+pub fn drop_effective_caps() -> io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut hdr = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget/capset with a v3 header read/write exactly two Data
+    // structs; pid 0 is the calling thread.
+    unsafe {
+        if libc::syscall(libc::SYS_capget, &mut hdr as *mut Header, data.as_mut_ptr()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        data[0].effective = 0;
+        data[1].effective = 0;
+        if libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// An AF_PACKET raw socket bound to one interface, for sending test frames.
 /// Create it inside the namespace (via [`Netns::run`]); use it from anywhere.
 #[derive(Debug)]
