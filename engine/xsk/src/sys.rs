@@ -98,7 +98,8 @@ pub struct AnonMap {
 unsafe impl Send for AnonMap {}
 
 impl AnonMap {
-    /// Maps `len` bytes of zeroed memory.
+    /// Maps `len` bytes of zeroed memory. Pages are not populated here: UMEM
+    /// registration pins (and so faults in) them, after its memlock check.
     pub fn new(len: usize) -> io::Result<AnonMap> {
         // SAFETY: an anonymous private mapping with no address hint has no
         // preconditions; the result is checked against MAP_FAILED.
@@ -107,7 +108,7 @@ impl AnonMap {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )

@@ -508,3 +508,37 @@ fn f_errors_say_what_to_do() {
     });
     assert!(matches!(bad, Err(XskError::InvalidConfig(_))), "{bad:?}");
 }
+
+#[test]
+fn g_memlock_too_low_says_how_to_raise_it() {
+    let Some(topo) = Topology::new("g_memlock_too_low_says_how_to_raise_it") else {
+        return;
+    };
+    let r1 = &topo.receivers[0];
+    // Without CAP_IPC_LOCK (and CAP_SYS_RESOURCE, so the limit cannot be
+    // raised) a UMEM above RLIMIT_MEMLOCK is refused. 128 MiB is above any
+    // limit the other tests raise the (process-wide) limit to.
+    let r = r1.run(|| {
+        common::drop_effective_caps_except(&[12, 13]).expect("capset"); // NET_ADMIN, NET_RAW
+        XskSocket::open(
+            IFNAME,
+            0,
+            XskConfig {
+                frame_count: 32768,
+                frame_size: 4096,
+                ..XskConfig::default()
+            },
+        )
+    });
+    match r {
+        Err(e @ XskError::MemlockTooLow { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("ulimit -l") && msg.contains("CAP_IPC_LOCK"),
+                "{msg}"
+            );
+            eprintln!("{msg}");
+        }
+        other => panic!("expected MemlockTooLow, got {other:?}"),
+    }
+}

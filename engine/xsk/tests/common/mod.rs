@@ -245,6 +245,11 @@ fn enter(path: &str) -> io::Result<()> {
 /// Clears the calling thread's effective capability set (permitted stays, so
 /// nothing is lost for good; the thread should end soon after).
 pub fn drop_effective_caps() -> io::Result<()> {
+    drop_effective_caps_except(&[])
+}
+
+/// Clears the calling thread's effective capabilities except those numbered in `keep`.
+pub fn drop_effective_caps_except(keep: &[u32]) -> io::Result<()> {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -269,8 +274,12 @@ pub fn drop_effective_caps() -> io::Result<()> {
         if libc::syscall(libc::SYS_capget, &mut hdr as *mut Header, data.as_mut_ptr()) != 0 {
             return Err(io::Error::last_os_error());
         }
-        data[0].effective = 0;
-        data[1].effective = 0;
+        let mut mask = [0u32; 2];
+        for &c in keep {
+            mask[(c / 32) as usize] |= 1 << (c % 32);
+        }
+        data[0].effective &= mask[0];
+        data[1].effective &= mask[1];
         if libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr()) != 0 {
             return Err(io::Error::last_os_error());
         }
