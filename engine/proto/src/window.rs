@@ -8,6 +8,11 @@ use mcast_wire::Seq;
 #[derive(Debug, Clone)]
 pub struct SeqWindow<T> {
     base: Seq,
+    /// The slot of `base`. Slots follow the distance from the base, not the
+    /// sequence number itself: `seq % capacity` would jump at the 2^32 wrap
+    /// whenever the capacity does not divide 2^32, and two live sequence
+    /// numbers would share a slot.
+    head: u32,
     slots: Vec<Option<T>>,
     len: usize,
 }
@@ -24,6 +29,7 @@ impl<T> SeqWindow<T> {
         slots.resize_with(capacity as usize, || None);
         SeqWindow {
             base,
+            head: 0,
             slots,
             len: 0,
         }
@@ -58,8 +64,15 @@ impl<T> SeqWindow<T> {
         d >= 0 && (d as u32) < self.capacity()
     }
 
+    /// The slot of `seq`, which must be in range.
     fn index(&self, seq: Seq) -> usize {
-        (seq.0 % self.capacity()) as usize
+        let d = seq.distance(self.base) as u32;
+        let i = self.head + d;
+        (if i >= self.capacity() {
+            i - self.capacity()
+        } else {
+            i
+        }) as usize
     }
 
     pub fn get(&self, seq: Seq) -> Option<&T> {
@@ -114,6 +127,11 @@ impl<T> SeqWindow<T> {
     pub fn pop_front(&mut self) -> Option<T> {
         let v = self.remove(self.base);
         self.base = self.base.next();
+        self.head = if self.head + 1 == self.capacity() {
+            0
+        } else {
+            self.head + 1
+        };
         v
     }
 
@@ -171,6 +189,37 @@ mod tests {
         assert!(w.in_range(Seq(4)) && !w.in_range(Seq(5)));
         assert_eq!(w.pop_front(), Some('d'));
         assert!(w.is_empty());
+    }
+
+    #[test]
+    fn capacities_that_do_not_divide_2_pow_32_survive_the_wrap() {
+        // 51 does not divide 2^32: with slots chosen by `seq % 51`, u32::MAX and
+        // 50 (both live in a window from u32::MAX - 1) would share slot 0.
+        let mut w = SeqWindow::new(Seq(u32::MAX - 100), 51);
+        let mut next = Seq(u32::MAX - 100);
+        let mut expect_front = next;
+        for round in 0..400u32 {
+            while w.in_range(next) {
+                assert!(
+                    w.insert(next, next.0).is_ok(),
+                    "round {round}: slot of {next:?} taken"
+                );
+                next = next.next();
+            }
+            assert_eq!(w.len(), 51);
+            for (i, (s, v)) in w.iter().enumerate() {
+                assert_eq!(s, expect_front.add(i as u32));
+                assert_eq!(*v, s.0, "each slot holds its own sequence number");
+            }
+            for _ in 0..(round % 7 + 1) {
+                assert_eq!(w.pop_front(), Some(expect_front.0));
+                expect_front = expect_front.next();
+            }
+        }
+        assert!(
+            next.before(Seq(u32::MAX - 100)) || next.0 < 10_000,
+            "the run crossed the wrap"
+        );
     }
 
     #[test]
