@@ -1,14 +1,52 @@
-//! The ACK baseline (seed 000 §2 (2)): the sender multicasts each frame and waits
-//! for an ACK from every receiver; frames not acknowledged by all within the
-//! timeout are multicast again. (To be implemented.)
+//! The ACK baseline (seed 000 §2 (2), Figure 3): the sender multicasts each
+//! frame and waits for an ACK from every receiver; a receiver that gets a
+//! multicast frame immediately unicasts an ACK back; frames not acknowledged by
+//! every receiver within the timeout are multicast again.
+//!
+//! The paper's form is stop-and-wait (seed 000 §4 (1): "前两种算法是利用停-等协议
+//! 实现的"). Here the sender keeps up to `StreamConfig::window_frames` frames
+//! unacknowledged; **a window of 1 is exactly the paper's algorithm**, a larger
+//! window is the same rule pipelined.
+//!
+//! # Sender
+//!
+//! One state per frame in the window: *unsent* (queued, not yet on the wire),
+//! *in flight* (sent, not yet acknowledged by every member). A frame is freed
+//! ([`Event::Release`]) once the cumulative ACK of every current member has
+//! passed it. One retransmission timer, `retransmit_timeout`, guards the window
+//! (go-back-N from the oldest unacknowledged frame, seed 000 §2 (2): "发送方重新
+//! 多播前一个数据包"):
+//!
+//! - armed when a frame leaves and the timer is not armed;
+//! - restarted (`now + retransmit_timeout`) whenever the oldest unacknowledged
+//!   frame advances and frames remain; stopped when the window empties;
+//! - on expiry every frame still in the window is multicast again (flagged
+//!   RETRANSMIT), in sequence order, and the timer is re-armed when the first of
+//!   them leaves.
+//!
+//! # Receiver
+//!
+//! Frames go through the shared in-order buffer (`recv::InOrder`). Every data
+//! frame of the right epoch, new, duplicate or beyond the window, is answered by
+//! one ACK carrying the cumulative next expected sequence number, so a lost ACK
+//! is repaired by the next retransmission. The receiver has no timer.
 
-use crate::{Duration, StreamConfig};
-use mcast_wire::NodeId;
+use std::collections::VecDeque;
 
-/// Configuration of the ACK baseline.
+use crate::recv::InOrder;
+use crate::window::SeqWindow;
+use crate::{
+    api::header_for, BufId, Counters, Dest, Duration, Endpoint, Event, Instant, OutFrame, RxBody,
+    SendError, Sender, StreamConfig, Transmit, TxBody,
+};
+use mcast_wire::{Flags, Header, Kind, NodeId, Seq};
+
+/// Configuration of the ACK baseline. The window is the stream's
+/// `window_frames` (1 = the paper's stop-and-wait).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AckConfig {
-    /// How long the sender waits for every ACK before resending.
+    /// How long the sender waits for every ACK of its oldest unacknowledged
+    /// frame before multicasting the window again.
     pub retransmit_timeout: Duration,
 }
 
@@ -20,26 +58,641 @@ impl Default for AckConfig {
     }
 }
 
-/// Sender of the ACK baseline.
+/// Sender of the ACK baseline (seed 000 §2 (2)).
 #[derive(Debug)]
-pub struct AckSender {}
+pub struct AckSender {
+    stream: StreamConfig,
+    cfg: AckConfig,
+    /// Each member and its cumulative ACK (the next sequence it expects).
+    members: Vec<Member>,
+    /// Frames sent or queued and not yet acknowledged by every member:
+    /// `[window.base(), next_seq)`.
+    window: SeqWindow<Entry>,
+    /// The sequence number of the next frame handed to `send`.
+    next_seq: Seq,
+    /// Every entry in `[window.base(), scan)` has nothing to transmit: where
+    /// `poll_transmit` starts looking.
+    scan: Seq,
+    /// The retransmission timer (see the module docs).
+    rto_deadline: Option<Instant>,
+    events: VecDeque<Event>,
+    counters: Counters,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    node: NodeId,
+    acked: Seq,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    buf: BufId,
+    len: u16,
+    frag: Flags,
+    /// Has been on the wire at least once (a further copy is a retransmission).
+    sent: bool,
+    /// Must (again) be put on the wire.
+    pending: bool,
+}
 
 impl AckSender {
-    pub fn new(_stream: StreamConfig, _cfg: AckConfig, _members: &[NodeId]) -> AckSender {
-        unimplemented!()
+    /// A sender for `stream` whose ACKs must come from `members`.
+    pub fn new(stream: StreamConfig, cfg: AckConfig, members: &[NodeId]) -> AckSender {
+        let mut s = AckSender {
+            stream,
+            cfg,
+            members: Vec::with_capacity(members.len()),
+            window: SeqWindow::new(stream.initial_seq, stream.window_frames),
+            next_seq: stream.initial_seq,
+            scan: stream.initial_seq,
+            rto_deadline: None,
+            events: VecDeque::with_capacity(stream.window_frames as usize),
+            counters: Counters::default(),
+        };
+        s.install_members(members);
+        s
+    }
+
+    /// Frames in the window (sent or queued, not acknowledged by every member).
+    fn in_window(&self) -> u32 {
+        self.next_seq.distance(self.window.base()) as u32
+    }
+
+    fn install_members(&mut self, members: &[NodeId]) {
+        let base = self.window.base();
+        let old = core::mem::take(&mut self.members);
+        for &node in members {
+            if node == 0 || node == self.stream.local || self.members.iter().any(|m| m.node == node)
+            {
+                continue;
+            }
+            // A member we already know keeps its progress; a new one must
+            // acknowledge everything still held.
+            let acked = old
+                .iter()
+                .find(|m| m.node == node)
+                .map_or(base, |m| m.acked.max(base));
+            self.members.push(Member { node, acked });
+        }
+    }
+
+    /// Frees every frame acknowledged by all members and restarts the timer on
+    /// progress (seed 000 §2 (2): done when ACKs from every destination came).
+    fn release_acknowledged(&mut self, now: Instant) {
+        let all_acked = self
+            .members
+            .iter()
+            .map(|m| m.acked)
+            .reduce(Seq::min)
+            .unwrap_or(self.next_seq);
+        if !all_acked.after(self.window.base()) {
+            return;
+        }
+        let events = &mut self.events;
+        self.window
+            .advance_to(all_acked, |_, e| events.push_back(Event::Release(e.buf)));
+        self.scan = self.scan.max(self.window.base());
+        self.rto_deadline = if self.window.is_empty() {
+            None
+        } else {
+            Some(now + self.cfg.retransmit_timeout)
+        };
+    }
+
+    fn handle_ack(&mut self, now: Instant, header: &Header) {
+        let Some(i) = self.members.iter().position(|m| m.node == header.src) else {
+            self.counters.rejected += 1;
+            return;
+        };
+        if header.ack.after(self.next_seq) {
+            // Acknowledges frames never sent: hostile or confused.
+            self.counters.rejected += 1;
+            return;
+        }
+        self.counters.acks_received += 1;
+        let m = &mut self.members[i];
+        // An older cumulative ACK (reordered) carries no news.
+        m.acked = m.acked.max(header.ack);
+        self.release_acknowledged(now);
     }
 }
 
-/// Receiver of the ACK baseline.
+impl Endpoint for AckSender {
+    fn handle_frame(&mut self, now: Instant, header: &Header, body: RxBody<'_>) {
+        if let RxBody::Data(buf) = body {
+            // Ours to return whatever it is: a sender takes no data.
+            self.events.push_back(Event::Release(buf));
+            self.counters.rejected += 1;
+            return;
+        }
+        if header.epoch != self.stream.epoch {
+            self.counters.wrong_epoch_dropped += 1;
+            return;
+        }
+        match header.kind {
+            Kind::Ack => self.handle_ack(now, header),
+            _ => self.counters.rejected += 1,
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        match self.rto_deadline {
+            Some(d) if d <= now => {}
+            _ => return,
+        }
+        self.rto_deadline = None;
+        if self.window.is_empty() {
+            return;
+        }
+        // Not every ACK came in time: multicast the window again, oldest first
+        // (seed 000 §2 (2)).
+        self.counters.timeouts += 1;
+        for i in 0..self.in_window() {
+            let seq = self.window.base().add(i);
+            if let Some(e) = self.window.get_mut(seq) {
+                e.pending = true;
+            }
+        }
+        self.scan = self.window.base();
+    }
+
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        while self.scan.before(self.next_seq) {
+            let seq = self.scan;
+            self.scan = seq.next();
+            let Some(e) = self.window.get_mut(seq) else {
+                continue;
+            };
+            if !e.pending {
+                continue;
+            }
+            e.pending = false;
+            let mut flags = e.frag;
+            if e.sent {
+                flags = flags.with(Flags::RETRANSMIT);
+                self.counters.data_retransmitted += 1;
+            } else {
+                e.sent = true;
+                self.counters.data_sent += 1;
+            }
+            let (buf, len) = (e.buf, e.len);
+            if self.rto_deadline.is_none() {
+                self.rto_deadline = Some(now + self.cfg.retransmit_timeout);
+            }
+            let mut header = header_for(&self.stream, Kind::Data);
+            header.seq = seq;
+            header.flags = flags;
+            header.payload_len = len;
+            header.tstamp_us = now.as_micros_u32();
+            header.group_size = u16::try_from(self.members.len()).unwrap_or(u16::MAX);
+            return Some(Transmit {
+                dest: Dest::Group,
+                header,
+                body: TxBody::Buf(buf),
+            });
+        }
+        None
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.rto_deadline
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn held_buffers(&self) -> usize {
+        self.window.len()
+    }
+}
+
+impl Sender for AckSender {
+    fn send(&mut self, _now: Instant, frame: OutFrame) -> Result<Seq, SendError> {
+        if self.members.is_empty() {
+            return Err(SendError::NoMembers(frame.buf));
+        }
+        if self.in_window() >= self.window.capacity() {
+            self.counters.window_full += 1;
+            return Err(SendError::WindowFull(frame.buf));
+        }
+        let seq = self.next_seq;
+        let stored = self.window.insert(
+            seq,
+            Entry {
+                buf: frame.buf,
+                len: frame.len,
+                frag: frame.frag,
+                sent: false,
+                pending: true,
+            },
+        );
+        assert!(stored.is_ok(), "slot {seq:?} of a non-full window is free");
+        self.next_seq = seq.next();
+        Ok(seq)
+    }
+
+    fn can_send(&self) -> bool {
+        !self.members.is_empty() && self.in_window() < self.window.capacity()
+    }
+
+    fn is_idle(&self) -> bool {
+        self.window.is_empty()
+    }
+
+    fn set_members(&mut self, now: Instant, members: &[NodeId]) {
+        self.install_members(members);
+        // A removed member no longer holds frames back.
+        self.release_acknowledged(now);
+    }
+}
+
+/// Receiver of the ACK baseline (seed 000 §2 (2)): delivers in order and ACKs
+/// every data frame it receives.
 #[derive(Debug)]
-pub struct AckReceiver {}
+pub struct AckReceiver {
+    stream: StreamConfig,
+    rx: InOrder,
+    /// ACKs owed, one per data frame received; each goes out carrying the
+    /// cumulative next expected sequence at the time it leaves.
+    acks_owed: u32,
+    events: VecDeque<Event>,
+    counters: Counters,
+}
 
 impl AckReceiver {
-    pub fn new(_stream: StreamConfig, _cfg: AckConfig) -> AckReceiver {
-        unimplemented!()
+    /// A receiver of `stream`'s data. `_cfg` is unused: the receiver has no timer.
+    pub fn new(stream: StreamConfig, _cfg: AckConfig) -> AckReceiver {
+        AckReceiver {
+            stream,
+            rx: InOrder::new(stream.sender, stream.initial_seq, stream.window_frames),
+            acks_owed: 0,
+            events: VecDeque::with_capacity(stream.window_frames as usize),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Shutdown: returns every frame held out of order ([`Event::Release`]).
+    /// They were never delivered; the stream cannot continue after this.
+    pub fn release_all(&mut self) {
+        self.rx.release_all(&mut self.events);
     }
 }
 
-crate::api::unimplemented_endpoint!(AckSender, sender);
+impl Endpoint for AckReceiver {
+    fn handle_frame(&mut self, _now: Instant, header: &Header, body: RxBody<'_>) {
+        let buf = match body {
+            RxBody::Data(buf) => Some(buf),
+            _ => None,
+        };
+        let reject = |events: &mut VecDeque<Event>| {
+            if let Some(b) = buf {
+                events.push_back(Event::Release(b));
+            }
+        };
+        if header.epoch != self.stream.epoch {
+            self.counters.wrong_epoch_dropped += 1;
+            return reject(&mut self.events);
+        }
+        let (Kind::Data, Some(buf)) = (header.kind, buf) else {
+            self.counters.rejected += 1;
+            return reject(&mut self.events);
+        };
+        if header.src != self.stream.sender {
+            self.counters.rejected += 1;
+            return reject(&mut self.events);
+        }
+        let frag = header
+            .flags
+            .without(Flags::RETRANSMIT)
+            .without(Flags::LAST)
+            .without(Flags::ACK_REQ);
+        self.rx.accept(
+            header.seq,
+            buf,
+            header.payload_len,
+            frag,
+            &mut self.counters,
+            &mut self.events,
+        );
+        // Receiver: "收到一个 multicast 包后,立即以点对点的通信方式给发送方返回一个
+        // ack" (seed 000 §2 (2)), duplicates included, so a lost ACK is repaired.
+        self.acks_owed = self.acks_owed.saturating_add(1);
+    }
 
-crate::api::unimplemented_endpoint!(AckReceiver);
+    fn handle_timeout(&mut self, _now: Instant) {}
+
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        if self.acks_owed == 0 {
+            return None;
+        }
+        self.acks_owed -= 1;
+        self.counters.acks_sent += 1;
+        let mut header = header_for(&self.stream, Kind::Ack);
+        header.ack = self.rx.next_expected();
+        header.tstamp_us = now.as_micros_u32();
+        Some(Transmit {
+            dest: Dest::Node(self.stream.sender),
+            header,
+            body: TxBody::None,
+        })
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn held_buffers(&self) -> usize {
+        self.rx.held()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SENDER: NodeId = 1;
+    const EPOCH: u32 = 7;
+    const RTO: Duration = Duration::from_micros(500);
+
+    fn stream(local: NodeId, window: u32) -> StreamConfig {
+        StreamConfig {
+            group: 9,
+            local,
+            sender: SENDER,
+            epoch: EPOCH,
+            // Near the top of the sequence space: every test crosses the wrap.
+            initial_seq: Seq(u32::MAX - 1),
+            window_frames: window,
+            seed: 1,
+        }
+    }
+
+    fn cfg() -> AckConfig {
+        AckConfig {
+            retransmit_timeout: RTO,
+        }
+    }
+
+    fn t(us: u64) -> Instant {
+        Instant(us * 1_000)
+    }
+
+    fn frame(buf: u32) -> OutFrame {
+        OutFrame {
+            buf: BufId(buf),
+            len: 100,
+            frag: Flags::WHOLE,
+            last: false,
+        }
+    }
+
+    fn ack_from(node: NodeId, ack: u32) -> Header {
+        let mut h = Header::new(Kind::Ack);
+        h.src = node;
+        h.peer = SENDER;
+        h.epoch = EPOCH;
+        h.ack = Seq(ack);
+        h
+    }
+
+    fn data(seq: u32) -> Header {
+        let mut h = Header::new(Kind::Data);
+        h.src = SENDER;
+        h.epoch = EPOCH;
+        h.seq = Seq(seq);
+        h.flags = Flags::WHOLE;
+        h.payload_len = 100;
+        h
+    }
+
+    /// Asserts the next transmission is data `seq` from `buf`, flagged `retransmit` or not.
+    fn expect_data(s: &mut AckSender, now: Instant, seq: u32, buf: u32, retransmit: bool) {
+        let tx = s.poll_transmit(now).expect("a data frame");
+        assert_eq!(tx.dest, Dest::Group);
+        assert_eq!(tx.header.kind, Kind::Data);
+        assert_eq!(tx.header.seq, Seq(seq));
+        assert_eq!(tx.header.payload_len, 100);
+        assert_eq!(tx.header.epoch, EPOCH);
+        assert_eq!(tx.header.flags.contains(Flags::RETRANSMIT), retransmit);
+        assert!(tx.header.flags.contains(Flags::WHOLE));
+        assert_eq!(tx.body, TxBody::Buf(BufId(buf)));
+    }
+
+    fn events<E: Endpoint>(e: &mut E) -> Vec<Event> {
+        core::iter::from_fn(|| e.poll_event()).collect()
+    }
+
+    #[test]
+    fn stop_and_wait_across_the_wrap() {
+        // Window 1: the paper's form. Two receivers.
+        let mut s = AckSender::new(stream(SENDER, 1), cfg(), &[2, 3]);
+        assert!(s.is_idle() && s.can_send());
+        assert_eq!(s.send(t(1000), frame(10)), Ok(Seq(u32::MAX - 1)));
+        assert!(!s.can_send());
+        assert_eq!(
+            s.send(t(1000), frame(11)),
+            Err(SendError::WindowFull(BufId(11)))
+        );
+        expect_data(&mut s, t(1000), u32::MAX - 1, 10, false);
+        assert_eq!(s.poll_transmit(t(1000)), None);
+        assert_eq!(s.poll_timeout(), Some(t(1500)));
+
+        s.handle_frame(t(1010), &ack_from(2, u32::MAX), RxBody::None);
+        assert_eq!(events(&mut s), vec![], "receiver 3 has not acked");
+        s.handle_frame(t(1020), &ack_from(3, u32::MAX), RxBody::None);
+        assert_eq!(events(&mut s), vec![Event::Release(BufId(10))]);
+        assert!(s.is_idle() && s.can_send());
+        assert_eq!(s.poll_timeout(), None);
+
+        assert_eq!(s.send(t(1030), frame(11)), Ok(Seq(u32::MAX)));
+        expect_data(&mut s, t(1030), u32::MAX, 11, false);
+        assert_eq!(
+            s.send(t(1030), frame(12)),
+            Err(SendError::WindowFull(BufId(12)))
+        );
+        s.handle_frame(t(1040), &ack_from(2, 0), RxBody::None);
+        s.handle_frame(t(1040), &ack_from(3, 0), RxBody::None);
+        assert_eq!(events(&mut s), vec![Event::Release(BufId(11))]);
+        assert_eq!(s.send(t(1050), frame(12)), Ok(Seq(0)));
+        expect_data(&mut s, t(1050), 0, 12, false);
+        let c = *s.counters();
+        assert_eq!((c.data_sent, c.acks_received, c.window_full), (3, 4, 2));
+    }
+
+    #[test]
+    fn missing_ack_resends_the_window_on_timeout() {
+        let mut s = AckSender::new(stream(SENDER, 4), cfg(), &[2, 3]);
+        for b in 0..3 {
+            s.send(t(1000), frame(b)).unwrap();
+        }
+        for (i, b) in (0..3).enumerate() {
+            expect_data(
+                &mut s,
+                t(1000),
+                (u32::MAX - 1).wrapping_add(i as u32),
+                b,
+                false,
+            );
+        }
+        assert_eq!(s.poll_transmit(t(1000)), None);
+        // Receiver 2 has everything, receiver 3 only the first.
+        s.handle_frame(t(1010), &ack_from(2, 1), RxBody::None);
+        s.handle_frame(t(1010), &ack_from(3, u32::MAX), RxBody::None);
+        assert_eq!(events(&mut s), vec![Event::Release(BufId(0))]);
+        assert_eq!(s.poll_timeout(), Some(t(1510)), "restarted on progress");
+        s.handle_timeout(t(1400));
+        assert_eq!(s.poll_transmit(t(1400)), None, "early call is harmless");
+        s.handle_timeout(t(1510));
+        // Go-back: both unacknowledged frames again, oldest first.
+        expect_data(&mut s, t(1510), u32::MAX, 1, true);
+        expect_data(&mut s, t(1510), 0, 2, true);
+        assert_eq!(s.poll_transmit(t(1510)), None);
+        assert_eq!(s.poll_timeout(), Some(t(2010)));
+        s.handle_frame(t(1520), &ack_from(3, 1), RxBody::None);
+        assert_eq!(
+            events(&mut s),
+            vec![Event::Release(BufId(1)), Event::Release(BufId(2))]
+        );
+        assert!(s.is_idle());
+        assert_eq!(s.poll_timeout(), None);
+        let c = *s.counters();
+        assert_eq!((c.data_sent, c.data_retransmitted, c.timeouts), (3, 2, 1));
+    }
+
+    #[test]
+    fn removing_a_silent_member_releases_what_the_others_acked() {
+        let mut s = AckSender::new(stream(SENDER, 4), cfg(), &[2, 3]);
+        s.send(t(1000), frame(0)).unwrap();
+        s.send(t(1000), frame(1)).unwrap();
+        expect_data(&mut s, t(1000), u32::MAX - 1, 0, false);
+        expect_data(&mut s, t(1000), u32::MAX, 1, false);
+        s.handle_frame(t(1010), &ack_from(2, 0), RxBody::None);
+        assert_eq!(events(&mut s), vec![]);
+        s.set_members(t(1020), &[2]);
+        assert_eq!(
+            events(&mut s),
+            vec![Event::Release(BufId(0)), Event::Release(BufId(1))]
+        );
+        assert!(s.is_idle());
+        // A member added back must acknowledge what is sent from now on.
+        s.set_members(t(1030), &[2, 3]);
+        s.send(t(1030), frame(2)).unwrap();
+        expect_data(&mut s, t(1030), 0, 2, false);
+        s.handle_frame(t(1040), &ack_from(2, 1), RxBody::None);
+        assert_eq!(events(&mut s), vec![]);
+        s.handle_frame(t(1040), &ack_from(3, 1), RxBody::None);
+        assert_eq!(events(&mut s), vec![Event::Release(BufId(2))]);
+        // Everyone gone: nothing can be sent.
+        s.set_members(t(1050), &[]);
+        assert_eq!(
+            s.send(t(1050), frame(3)),
+            Err(SendError::NoMembers(BufId(3)))
+        );
+    }
+
+    #[test]
+    fn hostile_acks_are_counted_and_ignored() {
+        let mut s = AckSender::new(stream(SENDER, 4), cfg(), &[2]);
+        s.send(t(1000), frame(0)).unwrap();
+        expect_data(&mut s, t(1000), u32::MAX - 1, 0, false);
+        s.handle_frame(t(1010), &ack_from(99, u32::MAX), RxBody::None);
+        let mut wrong_epoch = ack_from(2, u32::MAX);
+        wrong_epoch.epoch = EPOCH + 1;
+        s.handle_frame(t(1010), &wrong_epoch, RxBody::None);
+        s.handle_frame(t(1010), &ack_from(2, 5), RxBody::None);
+        s.handle_frame(t(1010), &data(3), RxBody::Data(BufId(77)));
+        assert_eq!(events(&mut s), vec![Event::Release(BufId(77))]);
+        assert_eq!(s.held_buffers(), 1);
+        let c = *s.counters();
+        assert_eq!(
+            (c.rejected, c.wrong_epoch_dropped, c.acks_received),
+            (3, 1, 0)
+        );
+    }
+
+    #[test]
+    fn receiver_acks_every_frame_with_its_next_expected() {
+        let mut r = AckReceiver::new(stream(2, 4), cfg());
+        let expect_ack = |r: &mut AckReceiver, now: Instant, ack: u32| {
+            let tx = r.poll_transmit(now).expect("an ACK");
+            assert_eq!(tx.dest, Dest::Node(SENDER));
+            assert_eq!(tx.header.kind, Kind::Ack);
+            assert_eq!((tx.header.src, tx.header.peer), (2, SENDER));
+            assert_eq!(tx.header.ack, Seq(ack));
+            assert_eq!(tx.body, TxBody::None);
+            assert_eq!(r.poll_transmit(now), None);
+        };
+        r.handle_frame(t(1000), &data(u32::MAX - 1), RxBody::Data(BufId(1)));
+        expect_ack(&mut r, t(1000), u32::MAX);
+        // u32::MAX lost; 0 is held ahead of the gap, the ACK stays put.
+        r.handle_frame(t(1010), &data(0), RxBody::Data(BufId(2)));
+        expect_ack(&mut r, t(1010), u32::MAX);
+        assert_eq!(r.held_buffers(), 1);
+        r.handle_frame(t(1020), &data(u32::MAX), RxBody::Data(BufId(3)));
+        expect_ack(&mut r, t(1020), 1);
+        // A duplicate is acknowledged again (its ACK may have been lost).
+        r.handle_frame(t(1030), &data(0), RxBody::Data(BufId(4)));
+        expect_ack(&mut r, t(1030), 1);
+        let ev = events(&mut r);
+        let delivered: Vec<(u32, u32)> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::Deliver { seq, buf, .. } => Some((seq.0, buf.0)),
+                Event::Release(_) => None,
+            })
+            .collect();
+        assert_eq!(delivered, vec![(u32::MAX - 1, 1), (u32::MAX, 3), (0, 2)]);
+        assert!(ev.contains(&Event::Release(BufId(4))));
+        assert_eq!(r.poll_timeout(), None);
+        let c = *r.counters();
+        assert_eq!((c.acks_sent, c.delivered, c.duplicates_dropped), (4, 3, 1));
+    }
+
+    #[test]
+    fn receiver_drops_foreign_frames_and_returns_their_buffers() {
+        let mut r = AckReceiver::new(stream(2, 4), cfg());
+        let mut wrong_epoch = data(u32::MAX - 1);
+        wrong_epoch.epoch = EPOCH + 1;
+        r.handle_frame(t(1000), &wrong_epoch, RxBody::Data(BufId(1)));
+        let mut stranger = data(u32::MAX - 1);
+        stranger.src = 42;
+        r.handle_frame(t(1000), &stranger, RxBody::Data(BufId(2)));
+        r.handle_frame(t(1000), &ack_from(3, 0), RxBody::None);
+        assert_eq!(r.poll_transmit(t(1000)), None, "no ACK for dropped frames");
+        assert_eq!(
+            events(&mut r),
+            vec![Event::Release(BufId(1)), Event::Release(BufId(2))]
+        );
+        let c = *r.counters();
+        assert_eq!((c.wrong_epoch_dropped, c.rejected), (1, 2));
+    }
+
+    #[test]
+    fn receiver_shutdown_returns_frames_held_out_of_order() {
+        let mut r = AckReceiver::new(stream(2, 4), cfg());
+        r.handle_frame(t(1000), &data(0), RxBody::Data(BufId(5)));
+        r.handle_frame(t(1000), &data(1), RxBody::Data(BufId(6)));
+        assert_eq!(r.held_buffers(), 2);
+        assert_eq!(events(&mut r), vec![]);
+        r.release_all();
+        assert_eq!(
+            events(&mut r),
+            vec![Event::Release(BufId(5)), Event::Release(BufId(6))]
+        );
+        assert_eq!(r.held_buffers(), 0);
+    }
+}

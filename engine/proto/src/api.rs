@@ -19,7 +19,7 @@ pub enum Dest {
 }
 
 /// What follows the header of a frame to send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxBody {
     /// No payload (ACK, ACK_REQ, Pack, Nack, HEARTBEAT).
     None,
@@ -27,12 +27,13 @@ pub enum TxBody {
     /// machine keeps owning it (it is a retransmission buffer) unless it says
     /// otherwise with [`Event::Release`].
     Buf(BufId),
-    /// A NAK's range list, to be written as the payload.
-    Nak(RangeList),
+    /// A NAK's range list, to be written as the payload. Boxed: NAKs are rare,
+    /// and every data frame's `Transmit` stays small on the hot path.
+    Nak(Box<RangeList>),
 }
 
 /// A frame the driver must send. `header.payload_len` is already set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transmit {
     pub dest: Dest,
     pub header: Header,

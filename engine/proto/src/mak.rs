@@ -1,32 +1,1438 @@
-//! MAK reliable multicast (seed 000 §3). (To be implemented.)
+//! MAK reliable multicast (seed 000 §3): the product's protocol.
+//!
+//! The sender multicasts data and keeps every unacknowledged frame by handle.
+//! Receivers detect gaps, wait a random time, and multicast a NAK listing what
+//! is still missing after removing whatever another receiver already NAKed or
+//! the sender already repaired (the paper's nak[2,4,5] becoming nak[1,5]).
+//! ACKs flow only when the sender asks: when its buffer fills (the paper), at a
+//! watermark before that (our extension, so the window keeps sliding), and for
+//! the last frame of a burst.
+//!
+//! Beyond the paper, each configurable and explained in docs/protocol.md:
+//! - ACK requests at a watermark ([`MakConfig::ack_watermark_percent`]);
+//! - NAK timers derived from a measured group round-trip time and the group
+//!   size, with the truncated-exponential backoff of RFC 5740 §5.5 / RFC 5401
+//!   ([`NakTimer::Adaptive`]);
+//! - a retransmission budget ([`MakConfig::retransmit_share`]) so a NAK storm
+//!   cannot take more than a set share of the sender's rate;
+//! - a repair hold-off: NAKs for a frame repaired less than one GRTT ago are
+//!   answered by that repair already ("one repair per NAK round").
 
-use crate::StreamConfig;
-use mcast_wire::NodeId;
+use std::collections::VecDeque;
 
-/// Configuration of MAK.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct MakConfig {}
+use crate::api::{header_for, rng_for};
+use crate::recv::{Accepted, InOrder};
+use crate::time::earliest;
+use crate::window::SeqWindow;
+use crate::{
+    BufId, Counters, Dest, Duration, Endpoint, Event, Instant, OutFrame, Rng, RxBody, SendError,
+    Sender, StreamConfig, Transmit, TxBody,
+};
+use mcast_wire::{Flags, Header, Kind, NodeId, RangeList, Seq, MAX_NAK_RANGES};
+
+/// How a receiver draws its NAK timer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NakTimer {
+    /// Uniform in `[min, max]`: the paper's "random waiting time".
+    Fixed { min: Duration, max: Duration },
+    /// Truncated exponential over `[0, T]` with `T = factor × GRTT` clamped to
+    /// `[min, max]`, skewed by the group size (RFC 5740 §5.5): with many
+    /// receivers most wait close to `T` and a few fire early, so the early NAK
+    /// suppresses the rest.
+    Adaptive {
+        factor: f64,
+        min: Duration,
+        max: Duration,
+    },
+}
+
+/// Configuration of MAK. The window is the stream's `window_frames` (the
+/// paper's equal sender and receiver buffers).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MakConfig {
+    /// Ask for ACKs each time this percentage of the window has been sent since
+    /// the last request. 0 asks only when the buffer is full (the paper).
+    pub ack_watermark_percent: u8,
+    /// The fixed WAIT timer: how long the sender waits for every ACK before it
+    /// resends the last frame and asks again (seed 000 §3.2 sender state (2)).
+    pub ack_wait: Duration,
+    /// How receivers draw the NAK timer.
+    pub nak_timer: NakTimer,
+    /// The group round-trip time assumed until the sender has measured one.
+    pub initial_grtt: Duration,
+    /// Bounds on the measured group round-trip time.
+    pub grtt_min: Duration,
+    pub grtt_max: Duration,
+    /// After NAKing (or hearing a NAK for) a frame, a receiver waits this many
+    /// GRTTs for the repair before it NAKs the frame again.
+    pub repair_wait_grtts: u32,
+    /// The sender answers NAKs for a frame it repaired less than this many
+    /// GRTTs ago with that repair (one repair per NAK round).
+    pub repair_holdoff_grtts: u32,
+    /// Retransmissions may use at most this share of the sender's original
+    /// frames (a token per original frame times the share; 0 disables the budget).
+    pub retransmit_share: f64,
+    /// Tokens the budget can save up (the largest repair burst).
+    pub retransmit_burst: u32,
+    /// Tokens added per second whatever the sending rate, so repairs go out
+    /// when the sender is idle (a lost tail).
+    pub retransmit_floor_per_sec: u32,
+    /// Ranges in one NAK (at most [`MAX_NAK_RANGES`]).
+    pub max_nak_ranges: usize,
+}
+
+impl Default for MakConfig {
+    fn default() -> Self {
+        MakConfig {
+            ack_watermark_percent: 50,
+            ack_wait: Duration::from_micros(500),
+            nak_timer: NakTimer::Adaptive {
+                factor: 2.0,
+                min: Duration::from_micros(2),
+                max: Duration::from_millis(50),
+            },
+            initial_grtt: Duration::from_micros(100),
+            grtt_min: Duration::from_micros(5),
+            grtt_max: Duration::from_millis(100),
+            repair_wait_grtts: 3,
+            repair_holdoff_grtts: 1,
+            retransmit_share: 0.5,
+            retransmit_burst: 128,
+            retransmit_floor_per_sec: 100_000,
+            max_nak_ranges: MAX_NAK_RANGES,
+        }
+    }
+}
+
+/// The sender's states (seed 000 Figure 6). RESEND is passed through, never
+/// rested in: a resend is queued and the sender returns to its previous state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SenderState {
+    /// The buffer has room: new frames go out.
+    Send,
+    /// The buffer is full: waiting for every member's ACK, with the fixed timer running.
+    Wait,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    buf: BufId,
+    len: u16,
+    /// Flags of the original transmission (fragment bits, LAST, ACK_REQ).
+    flags: Flags,
+    /// When this frame was last repaired, for the hold-off.
+    repaired_at: Option<Instant>,
+    /// Queued in `repairs` already.
+    repair_queued: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    node: NodeId,
+    /// Cumulative: the member holds everything before this.
+    acked: Seq,
+}
 
 /// The MAK sender.
 #[derive(Debug)]
-pub struct MakSender {}
+pub struct MakSender {
+    stream: StreamConfig,
+    cfg: MakConfig,
+    /// Unacknowledged frames from the lowest not ACKed by every member.
+    buffer: SeqWindow<Slot>,
+    next_seq: Seq,
+    members: Vec<Member>,
+    /// The highest sequence an ACK was requested for, and whether every member has answered.
+    ack_request: Option<Seq>,
+    last_request_seq: Seq,
+    ack_timer: Option<Instant>,
+    /// New frames not yet transmitted, in order.
+    fresh: VecDeque<Seq>,
+    /// Frames to repair, in the order NAKed.
+    repairs: VecDeque<Seq>,
+    /// A timer resend is due: the last frame again, then an ACK_REQ.
+    resend_due: bool,
+    ack_req_due: bool,
+    tokens: f64,
+    tokens_at: Instant,
+    deferred: bool,
+    grtt: Duration,
+    events: VecDeque<Event>,
+    counters: Counters,
+}
 
 impl MakSender {
-    pub fn new(_stream: StreamConfig, _cfg: MakConfig, _members: &[NodeId]) -> MakSender {
-        unimplemented!()
+    /// A sender for `stream` whose ACK set is `members`.
+    pub fn new(stream: StreamConfig, cfg: MakConfig, members: &[NodeId]) -> MakSender {
+        let w = stream.window_frames;
+        let mut s = MakSender {
+            stream,
+            cfg,
+            buffer: SeqWindow::new(stream.initial_seq, w),
+            next_seq: stream.initial_seq,
+            members: Vec::new(),
+            ack_request: None,
+            last_request_seq: stream.initial_seq.sub(1),
+            ack_timer: None,
+            fresh: VecDeque::with_capacity(w as usize),
+            repairs: VecDeque::with_capacity(w as usize),
+            resend_due: false,
+            ack_req_due: false,
+            tokens: f64::from(cfg.retransmit_burst),
+            tokens_at: Instant::ZERO,
+            deferred: false,
+            grtt: cfg.initial_grtt,
+            events: VecDeque::with_capacity(2 * w as usize),
+            counters: Counters::default(),
+        };
+        s.install_members(members);
+        s
     }
+
+    /// SEND or WAIT (seed 000 Figure 6).
+    pub fn state(&self) -> SenderState {
+        if self.window_full() {
+            SenderState::Wait
+        } else {
+            SenderState::Send
+        }
+    }
+
+    /// The current group round-trip estimate.
+    pub fn grtt(&self) -> Duration {
+        self.grtt
+    }
+
+    /// The current members, in node order.
+    pub fn members(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.members.iter().map(|m| m.node)
+    }
+
+    /// Shutdown: hands back every buffer still held (the stream is abandoned).
+    pub fn release_all(&mut self) {
+        let events = &mut self.events;
+        self.buffer
+            .drain(|_, slot| events.push_back(Event::Release(slot.buf)));
+        self.fresh.clear();
+        self.repairs.clear();
+        self.ack_request = None;
+        self.ack_timer = None;
+    }
+
+    fn window_full(&self) -> bool {
+        self.next_seq.distance(self.buffer.base()) as u32 >= self.buffer.capacity()
+    }
+
+    fn request_interval(&self) -> u32 {
+        let w = self.buffer.capacity();
+        match self.cfg.ack_watermark_percent {
+            0 => w,
+            p => (w * u32::from(p.min(100)) / 100).max(1),
+        }
+    }
+
+    fn install_members(&mut self, members: &[NodeId]) {
+        let mut next: Vec<Member> = members
+            .iter()
+            .filter(|&&n| n != self.stream.local && n != 0)
+            .map(|&node| {
+                // A member that was there keeps its progress; a new one joins
+                // at the current position and owes nothing before it.
+                let acked = self
+                    .members
+                    .iter()
+                    .find(|m| m.node == node)
+                    .map_or(self.next_seq, |m| m.acked);
+                Member { node, acked }
+            })
+            .collect();
+        next.sort_by_key(|m| m.node);
+        next.dedup_by_key(|m| m.node);
+        self.members = next;
+    }
+
+    fn group_size(&self) -> u16 {
+        u16::try_from(self.members.len()).unwrap_or(u16::MAX)
+    }
+
+    /// Frees every frame all members have acknowledged; settles the request.
+    fn release_acknowledged(&mut self) {
+        let floor = self
+            .members
+            .iter()
+            .map(|m| m.acked)
+            .reduce(Seq::min)
+            .unwrap_or(self.next_seq);
+        // No member can have acknowledged past what was sent.
+        let floor = if floor.after(self.next_seq) {
+            self.next_seq
+        } else {
+            floor
+        };
+        let events = &mut self.events;
+        self.buffer
+            .advance_to(floor, |_, slot| events.push_back(Event::Release(slot.buf)));
+        if let Some(r) = self.ack_request {
+            if floor.after(r) {
+                self.ack_request = None;
+                self.ack_timer = None;
+            }
+        }
+        while self.repairs.front().is_some_and(|s| s.before(floor)) {
+            self.repairs.pop_front();
+        }
+    }
+
+    fn refill_tokens(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.tokens_at);
+        self.tokens_at = now;
+        self.tokens = (self.tokens
+            + elapsed.as_secs_f64() * f64::from(self.cfg.retransmit_floor_per_sec))
+        .min(f64::from(self.cfg.retransmit_burst));
+    }
+
+    fn budget_enabled(&self) -> bool {
+        self.cfg.retransmit_share > 0.0
+    }
+
+    fn data_header(&self, now: Instant, seq: Seq, flags: Flags, len: u16) -> Header {
+        let mut h = header_for(&self.stream, Kind::Data);
+        h.seq = seq;
+        h.flags = flags;
+        h.payload_len = len;
+        h.tstamp_us = now.as_micros_u32();
+        h.grtt_ns = u32::try_from(self.grtt.as_nanos()).unwrap_or(u32::MAX);
+        h.group_size = self.group_size();
+        h
+    }
+
+    fn data_transmit(
+        &self,
+        now: Instant,
+        seq: Seq,
+        extra: Flags,
+        strip: Flags,
+    ) -> Option<Transmit> {
+        let slot = self.buffer.get(seq)?;
+        let flags = slot.flags.without(strip).with(extra);
+        Some(Transmit {
+            dest: Dest::Group,
+            header: self.data_header(now, seq, flags, slot.len),
+            body: TxBody::Buf(slot.buf),
+        })
+    }
+
+    fn highest_sent(&self) -> Option<Seq> {
+        (!self.buffer.is_empty()).then(|| self.next_seq.sub(1))
+    }
+
+    fn handle_ack(&mut self, now: Instant, header: &Header) {
+        self.counters.acks_received += 1;
+        let Ok(i) = self.members.binary_search_by_key(&header.src, |m| m.node) else {
+            self.counters.rejected += 1;
+            return;
+        };
+        let ack = header.ack;
+        if ack.after(self.next_seq) {
+            self.counters.rejected += 1;
+            return;
+        }
+        // The ACK echoes the request's timestamp, adjusted by the time the
+        // receiver held it: the difference is the network round trip.
+        let rtt_us = now.as_micros_u32().wrapping_sub(header.tstamp_us);
+        if header.flags.contains(Flags::ACK_VALID) && rtt_us < 10_000_000 {
+            self.sample_rtt(Duration::from_micros(u64::from(rtt_us)));
+        }
+        let m = &mut self.members[i];
+        if ack.after(m.acked) {
+            m.acked = ack;
+            self.release_acknowledged();
+        }
+    }
+
+    /// GRTT tracks the slowest receiver: it rises at once and decays slowly.
+    fn sample_rtt(&mut self, sample: Duration) {
+        let sample = sample.clamp(self.cfg.grtt_min, self.cfg.grtt_max);
+        self.grtt = if sample > self.grtt {
+            sample
+        } else {
+            (self.grtt * 7 + sample) / 8
+        };
+    }
+
+    fn handle_nak(&mut self, now: Instant, ranges: &RangeList) {
+        self.counters.naks_received += 1;
+        let holdoff = self.grtt * self.cfg.repair_holdoff_grtts;
+        for r in ranges.iter() {
+            for i in 0..r.count.min(self.buffer.capacity()) {
+                let seq = r.start.add(i);
+                if !seq.before(self.next_seq) {
+                    self.counters.rejected += 1;
+                    break;
+                }
+                let Some(slot) = self.buffer.get_mut(seq) else {
+                    // Acknowledged by every member already: only a non-member can miss it.
+                    self.counters.naks_unrepairable += 1;
+                    continue;
+                };
+                if slot.repair_queued
+                    || slot
+                        .repaired_at
+                        .is_some_and(|t| now.saturating_duration_since(t) < holdoff)
+                {
+                    self.counters.repairs_suppressed += 1;
+                    continue;
+                }
+                slot.repair_queued = true;
+                self.repairs.push_back(seq);
+            }
+        }
+    }
+}
+
+impl Endpoint for MakSender {
+    fn handle_frame(&mut self, now: Instant, header: &Header, body: RxBody<'_>) {
+        if header.epoch != self.stream.epoch {
+            self.counters.wrong_epoch_dropped += 1;
+            return;
+        }
+        match (header.kind, body) {
+            (Kind::Ack, _) => self.handle_ack(now, header),
+            (Kind::Nak, RxBody::Nak(ranges)) => self.handle_nak(now, ranges),
+            (_, RxBody::Data(buf)) => {
+                self.counters.rejected += 1;
+                self.events.push_back(Event::Release(buf));
+            }
+            _ => self.counters.rejected += 1,
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.ack_timer.is_some_and(|t| t <= now) {
+            // WAIT -> RESEND: the fixed timer expired without every ACK. Resend
+            // the last frame (a receiver that lost the tail now sees the gap)
+            // and ask again (seed 000 §3.1, Figure 6).
+            self.counters.timeouts += 1;
+            if self.highest_sent().is_some() {
+                self.resend_due = true;
+                self.ack_req_due = true;
+            }
+            self.ack_timer = Some(now + self.cfg.ack_wait);
+        }
+    }
+
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        // Repairs first: they unblock receivers. The budget bounds them.
+        if !self.repairs.is_empty() {
+            self.refill_tokens(now);
+            if !self.budget_enabled() || self.tokens >= 1.0 {
+                while let Some(seq) = self.repairs.pop_front() {
+                    let Some(slot) = self.buffer.get_mut(seq) else {
+                        continue;
+                    };
+                    slot.repair_queued = false;
+                    slot.repaired_at = Some(now);
+                    if self.budget_enabled() {
+                        self.tokens -= 1.0;
+                    }
+                    self.deferred = false;
+                    self.counters.data_retransmitted += 1;
+                    return self.data_transmit(now, seq, Flags::RETRANSMIT, Flags::NONE);
+                }
+            } else if !self.deferred {
+                self.deferred = true;
+                self.counters.repairs_deferred += 1;
+            }
+        }
+        if self.resend_due {
+            self.resend_due = false;
+            if let Some(seq) = self.highest_sent() {
+                self.counters.data_retransmitted += 1;
+                return self.data_transmit(now, seq, Flags::RETRANSMIT, Flags::ACK_REQ);
+            }
+        }
+        if self.ack_req_due {
+            self.ack_req_due = false;
+            if let Some(seq) = self.highest_sent() {
+                self.counters.ack_reqs_sent += 1;
+                let mut h = self.data_header(now, seq, Flags::NONE, 0);
+                h.kind = Kind::AckReq;
+                h.ack = seq;
+                return Some(Transmit {
+                    dest: Dest::Group,
+                    header: h,
+                    body: TxBody::None,
+                });
+            }
+        }
+        while let Some(seq) = self.fresh.pop_front() {
+            if let Some(t) = self.data_transmit(now, seq, Flags::NONE, Flags::NONE) {
+                self.counters.data_sent += 1;
+                if t.header.flags.contains(Flags::ACK_REQ) {
+                    self.counters.ack_reqs_sent += 1;
+                }
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        let token_at = (!self.repairs.is_empty() && self.budget_enabled() && self.tokens < 1.0)
+            .then(|| {
+                let per_sec = f64::from(self.cfg.retransmit_floor_per_sec.max(1));
+                self.tokens_at + Duration::from_secs_f64((1.0 - self.tokens) / per_sec)
+            });
+        earliest(self.ack_timer, token_at)
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn held_buffers(&self) -> usize {
+        self.buffer.len()
+    }
+}
+
+impl Sender for MakSender {
+    fn send(&mut self, now: Instant, frame: OutFrame) -> Result<Seq, SendError> {
+        if self.members.is_empty() {
+            return Err(SendError::NoMembers(frame.buf));
+        }
+        if self.window_full() {
+            self.counters.window_full += 1;
+            return Err(SendError::WindowFull(frame.buf));
+        }
+        let seq = self.next_seq;
+        let mut flags = Flags(frame.frag.0 & Flags::WHOLE.0);
+        if frame.last {
+            flags = flags.with(Flags::LAST);
+        }
+        let full_after = seq.next().distance(self.buffer.base()) as u32 >= self.buffer.capacity();
+        let watermark = seq.distance(self.last_request_seq) as u32 >= self.request_interval();
+        if frame.last || full_after || watermark {
+            // SEND -> WAIT when the buffer is now full: the request rides on the frame.
+            flags = flags.with(Flags::ACK_REQ);
+            self.last_request_seq = seq;
+            self.ack_request = Some(seq);
+            self.ack_timer = Some(now + self.cfg.ack_wait);
+            if full_after {
+                self.counters.stalls += 1;
+            }
+        }
+        let slot = Slot {
+            buf: frame.buf,
+            len: frame.len,
+            flags,
+            repaired_at: None,
+            repair_queued: false,
+        };
+        let stored = self.buffer.insert(seq, slot);
+        debug_assert!(stored.is_ok(), "window checked above");
+        self.next_seq = seq.next();
+        self.fresh.push_back(seq);
+        if self.budget_enabled() {
+            self.refill_tokens(now);
+            self.tokens =
+                (self.tokens + self.cfg.retransmit_share).min(f64::from(self.cfg.retransmit_burst));
+        }
+        Ok(seq)
+    }
+
+    fn can_send(&self) -> bool {
+        !self.members.is_empty() && !self.window_full()
+    }
+
+    fn is_idle(&self) -> bool {
+        self.buffer.is_empty() && self.fresh.is_empty()
+    }
+
+    fn set_members(&mut self, _now: Instant, members: &[NodeId]) {
+        self.install_members(members);
+        // A departed member no longer holds frames back.
+        self.release_acknowledged();
+    }
+}
+
+/// The receiver's states (seed 000 Figure 7). NAK, MODIFY-ERROR-TABLE and ACK
+/// are passed through on the way back to RECEIVE or WAIT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiverState {
+    /// Nothing missing.
+    Receive,
+    /// Frames missing: the error table is not empty and a timer runs.
+    Wait,
+}
+
+/// One entry of the error table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Missing {
+    /// Waiting for our own NAK timer.
+    Pending,
+    /// NAKed (by us or overheard from another receiver) at a time: the repair
+    /// is awaited until `until`, then the frame is pending again.
+    Requested { until: Instant },
 }
 
 /// The MAK receiver.
 #[derive(Debug)]
-pub struct MakReceiver {}
+pub struct MakReceiver {
+    stream: StreamConfig,
+    cfg: MakConfig,
+    rng: Rng,
+    inorder: InOrder,
+    /// The error table (seed 000 §3.2 receiver state (4)): one entry per missing frame.
+    errors: SeqWindow<Missing>,
+    pending: usize,
+    /// The highest frame whose gap has been entered in the table.
+    scanned_to: Seq,
+    nak_timer: Option<Instant>,
+    retry_at: Option<Instant>,
+    /// An ACK owed: up to this sequence, answering a request stamped `tstamp_us` received at `at`.
+    ack_owed: Option<(Seq, u32, Instant)>,
+    grtt: Duration,
+    group_size: u16,
+    tx: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+    counters: Counters,
+}
 
 impl MakReceiver {
-    pub fn new(_stream: StreamConfig, _cfg: MakConfig) -> MakReceiver {
-        unimplemented!()
+    /// A receiver of `stream`.
+    pub fn new(stream: StreamConfig, cfg: MakConfig) -> MakReceiver {
+        let w = stream.window_frames;
+        MakReceiver {
+            stream,
+            cfg,
+            rng: rng_for(&stream),
+            inorder: InOrder::new(stream.sender, stream.initial_seq, w),
+            errors: SeqWindow::new(stream.initial_seq, w),
+            pending: 0,
+            scanned_to: stream.initial_seq.sub(1),
+            nak_timer: None,
+            retry_at: None,
+            ack_owed: None,
+            grtt: cfg.initial_grtt,
+            group_size: 1,
+            tx: VecDeque::with_capacity(4),
+            events: VecDeque::with_capacity(2 * w as usize),
+            counters: Counters::default(),
+        }
+    }
+
+    /// RECEIVE or WAIT (seed 000 Figure 7).
+    pub fn state(&self) -> ReceiverState {
+        if self.errors.is_empty() {
+            ReceiverState::Receive
+        } else {
+            ReceiverState::Wait
+        }
+    }
+
+    /// Everything before this has been delivered.
+    pub fn next_expected(&self) -> Seq {
+        self.inorder.next_expected()
+    }
+
+    /// Frames in the error table.
+    pub fn missing_count(&self) -> usize {
+        self.errors.len()
+    }
+
+    /// Shutdown: hands back every frame held out of order.
+    pub fn release_all(&mut self) {
+        self.inorder.release_all(&mut self.events);
+    }
+
+    /// Draws the NAK timer (seed 000 §3.1: "a random waiting time").
+    fn draw_backoff(&mut self) -> Duration {
+        match self.cfg.nak_timer {
+            NakTimer::Fixed { min, max } => {
+                let ns = self.rng.range(min.as_nanos() as u64, max.as_nanos() as u64);
+                Duration::from_nanos(ns)
+            }
+            NakTimer::Adaptive { factor, min, max } => {
+                let t_max = self.grtt.mul_f64(factor).clamp(min, max).as_secs_f64();
+                // Inverse CDF of the truncated exponential of RFC 5740 §5.5:
+                // t = T/λ · ln(1 + u(e^λ − 1)), λ = ln(group size) + 1.
+                let lambda = f64::from(self.group_size.max(1)).ln() + 1.0;
+                let u = self.rng.unit();
+                let t = t_max / lambda * (1.0 + u * (lambda.exp() - 1.0)).ln();
+                Duration::from_secs_f64(t.clamp(0.0, t_max))
+            }
+        }
+    }
+
+    fn repair_wait(&self) -> Duration {
+        self.grtt * self.cfg.repair_wait_grtts.max(1)
+    }
+
+    fn arm_nak_timer(&mut self, now: Instant) {
+        if self.pending > 0 && self.nak_timer.is_none() {
+            self.nak_timer = Some(now + self.draw_backoff());
+        }
+    }
+
+    /// Enters every newly revealed gap up to `upto` (exclusive) in the error table.
+    fn scan_gaps(&mut self, upto: Seq, state: Missing) {
+        let mut seq = self.scanned_to.next().max(self.inorder.next_expected());
+        while seq.before(upto) {
+            if !self.inorder.has(seq)
+                && self.errors.insert(seq, state).is_ok()
+                && state == Missing::Pending
+            {
+                self.pending += 1;
+            }
+            seq = seq.next();
+        }
+        if upto.sub(1).after(self.scanned_to) {
+            self.scanned_to = upto.sub(1);
+        }
+    }
+
+    fn forget(&mut self, seq: Seq) {
+        if let Some(m) = self.errors.remove(seq) {
+            if m == Missing::Pending {
+                self.pending -= 1;
+                // Repaired before our timer fired: one entry fewer in our NAK.
+                self.counters.nak_entries_suppressed += 1;
+            }
+        }
+    }
+
+    fn sync_table_base(&mut self) {
+        let base = self.inorder.next_expected();
+        let mut freed_pending = 0;
+        self.errors.advance_to(base, |_, m| {
+            if m == Missing::Pending {
+                freed_pending += 1;
+            }
+        });
+        self.pending -= freed_pending;
+        if self.pending == 0 {
+            self.nak_timer = None;
+        }
+        if self.errors.is_empty() {
+            self.retry_at = None;
+        }
+    }
+
+    fn note_request(&mut self, now: Instant, upto: Seq, tstamp_us: u32) {
+        self.counters.ack_reqs_received += 1;
+        let newer = self.ack_owed.is_none_or(|(r, _, _)| !r.after(upto));
+        if newer {
+            self.ack_owed = Some((upto, tstamp_us, now));
+        }
+    }
+
+    /// ACK state (seed 000 Figure 7 (5)): everything up to the requested frame is here.
+    fn maybe_ack(&mut self, now: Instant) {
+        let Some((upto, tstamp_us, at)) = self.ack_owed else {
+            return;
+        };
+        if !self.inorder.next_expected().after(upto) {
+            return;
+        }
+        self.ack_owed = None;
+        let mut h = header_for(&self.stream, Kind::Ack);
+        h.ack = self.inorder.next_expected();
+        h.seq = upto;
+        let held_us = now.saturating_duration_since(at).as_micros() as u32;
+        h.tstamp_us = tstamp_us.wrapping_add(held_us);
+        h.flags = Flags::ACK_VALID;
+        self.counters.acks_sent += 1;
+        self.push_tx(Transmit {
+            dest: Dest::Node(self.stream.sender),
+            header: h,
+            body: TxBody::None,
+        });
+    }
+
+    fn push_tx(&mut self, t: Transmit) {
+        // At most one ACK and a few NAKs are ever queued between polls; the
+        // bound keeps a driver that never polls from growing this.
+        if self.tx.len() < 64 {
+            self.tx.push_back(t);
+        }
+    }
+
+    fn on_data(&mut self, now: Instant, header: &Header, buf: BufId) {
+        if header.grtt_ns != 0 {
+            let g = Duration::from_nanos(u64::from(header.grtt_ns));
+            self.grtt = g.clamp(self.cfg.grtt_min, self.cfg.grtt_max);
+        }
+        self.group_size = header.group_size.max(1);
+        let seq = header.seq;
+        let was_missing = self.errors.contains(seq);
+        let accepted = self.inorder.accept(
+            seq,
+            buf,
+            header.payload_len,
+            header.flags,
+            &mut self.counters,
+            &mut self.events,
+        );
+        match accepted {
+            Accepted::Duplicate | Accepted::OutOfWindow => {}
+            Accepted::InOrder | Accepted::Buffered => {
+                if was_missing {
+                    // MODIFY-ERROR-TABLE: the repair came.
+                    self.forget(seq);
+                }
+                self.scan_gaps(seq, Missing::Pending);
+                if header.flags.contains(Flags::ACK_REQ) || header.flags.contains(Flags::LAST) {
+                    self.note_request(now, seq, header.tstamp_us);
+                }
+            }
+        }
+        self.sync_table_base();
+        self.arm_nak_timer(now);
+        self.maybe_ack(now);
+    }
+
+    /// MODIFY-ERROR-TABLE on another receiver's NAK: what it asked for is no
+    /// longer ours to ask for; wait for the repair instead.
+    fn on_overheard_nak(&mut self, now: Instant, ranges: &RangeList) {
+        self.counters.naks_received += 1;
+        let until = now + self.repair_wait();
+        let end = self.inorder.next_expected().add(self.errors.capacity());
+        for r in ranges.iter() {
+            for i in 0..r.count.min(self.errors.capacity()) {
+                let seq = r.start.add(i);
+                if seq.before(self.inorder.next_expected()) {
+                    continue;
+                }
+                if !seq.before(end) {
+                    break;
+                }
+                if seq.after(self.scanned_to) {
+                    // A frame we did not know of yet: everything up to it is missing.
+                    self.inorder.note_exists(seq);
+                    self.scan_gaps(seq.next(), Missing::Requested { until });
+                    continue;
+                }
+                if let Some(m) = self.errors.get_mut(seq) {
+                    if *m == Missing::Pending {
+                        *m = Missing::Requested { until };
+                        self.pending -= 1;
+                        self.counters.nak_entries_suppressed += 1;
+                    }
+                }
+            }
+        }
+        self.retry_at = earliest(self.retry_at, Some(until));
+        if self.pending == 0 {
+            self.nak_timer = None;
+        }
+    }
+
+    /// NAK state: the timer fired; multicast what is still pending.
+    fn fire_nak(&mut self, now: Instant) {
+        self.nak_timer = None;
+        let mut list = RangeList::new();
+        let until = now + self.repair_wait();
+        let limit = self.cfg.max_nak_ranges.clamp(1, MAX_NAK_RANGES);
+        let base = self.errors.base();
+        for i in 0..self.errors.capacity() {
+            let seq = base.add(i);
+            let Some(m) = self.errors.get_mut(seq) else {
+                continue;
+            };
+            if *m != Missing::Pending {
+                continue;
+            }
+            let extends = list.iter().last().is_some_and(|r| r.end() == seq);
+            if !extends && list.len() >= limit {
+                break;
+            }
+            list.push_seq(seq);
+            *m = Missing::Requested { until };
+            self.pending -= 1;
+        }
+        if list.is_empty() {
+            self.counters.naks_suppressed += 1;
+        } else {
+            self.counters.naks_sent += 1;
+            self.retry_at = earliest(self.retry_at, Some(until));
+            let mut h = header_for(&self.stream, Kind::Nak);
+            h.seq = self.inorder.next_expected();
+            h.ack = self.inorder.next_expected();
+            h.payload_len = list.wire_len() as u16;
+            self.push_tx(Transmit {
+                dest: Dest::Group,
+                header: h,
+                body: TxBody::Nak(Box::new(list)),
+            });
+        }
+        // Entries beyond one NAK's capacity wait for another draw.
+        self.arm_nak_timer(now);
+    }
+
+    /// Requested entries whose repair did not come in time are pending again.
+    fn expire_requests(&mut self, now: Instant) {
+        self.retry_at = None;
+        let base = self.errors.base();
+        let mut next: Option<Instant> = None;
+        for i in 0..self.errors.capacity() {
+            let seq = base.add(i);
+            let Some(m) = self.errors.get_mut(seq) else {
+                continue;
+            };
+            if let Missing::Requested { until } = *m {
+                if until <= now {
+                    *m = Missing::Pending;
+                    self.pending += 1;
+                    self.counters.timeouts += 1;
+                } else {
+                    next = earliest(next, Some(until));
+                }
+            }
+        }
+        self.retry_at = next;
+        self.arm_nak_timer(now);
     }
 }
 
-crate::api::unimplemented_endpoint!(MakSender, sender);
+impl Endpoint for MakReceiver {
+    fn handle_frame(&mut self, now: Instant, header: &Header, body: RxBody<'_>) {
+        if header.epoch != self.stream.epoch {
+            self.counters.wrong_epoch_dropped += 1;
+            if let RxBody::Data(buf) = body {
+                self.events.push_back(Event::Release(buf));
+            }
+            return;
+        }
+        match (header.kind, body) {
+            (Kind::Data, RxBody::Data(buf)) if header.src == self.stream.sender => {
+                self.on_data(now, header, buf)
+            }
+            (Kind::Nak, RxBody::Nak(ranges)) if header.src != self.stream.local => {
+                self.on_overheard_nak(now, ranges)
+            }
+            (Kind::AckReq, _) if header.src == self.stream.sender => {
+                // The sender's timer resend: a frame up to `ack` exists.
+                self.inorder.note_exists(header.ack);
+                self.scan_gaps(header.ack.next(), Missing::Pending);
+                self.note_request(now, header.ack, header.tstamp_us);
+                self.arm_nak_timer(now);
+                self.maybe_ack(now);
+            }
+            (_, RxBody::Data(buf)) => {
+                self.counters.rejected += 1;
+                self.events.push_back(Event::Release(buf));
+            }
+            _ => self.counters.rejected += 1,
+        }
+    }
 
-crate::api::unimplemented_endpoint!(MakReceiver);
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.retry_at.is_some_and(|t| t <= now) {
+            self.expire_requests(now);
+        }
+        if self.nak_timer.is_some_and(|t| t <= now) {
+            self.fire_nak(now);
+        }
+    }
+
+    fn poll_transmit(&mut self, _now: Instant) -> Option<Transmit> {
+        self.tx.pop_front()
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        earliest(self.nak_timer, self.retry_at)
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn held_buffers(&self) -> usize {
+        self.inorder.held()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SENDER: NodeId = 1;
+    const W: u32 = 8;
+
+    fn stream(local: NodeId) -> StreamConfig {
+        StreamConfig {
+            group: 7,
+            local,
+            sender: SENDER,
+            epoch: 3,
+            initial_seq: Seq(u32::MAX - 2),
+            window_frames: W,
+            seed: 11,
+        }
+    }
+
+    fn fixed(us: u64) -> MakConfig {
+        let d = Duration::from_micros(us);
+        MakConfig {
+            nak_timer: NakTimer::Fixed { min: d, max: d },
+            ..MakConfig::default()
+        }
+    }
+
+    fn us(n: u64) -> Instant {
+        Instant(n * 1_000)
+    }
+
+    fn out(buf: u32, last: bool) -> OutFrame {
+        OutFrame {
+            buf: BufId(buf),
+            len: 100,
+            frag: Flags::WHOLE,
+            last,
+        }
+    }
+
+    fn drain_tx(e: &mut impl Endpoint, now: Instant) -> Vec<Transmit> {
+        std::iter::from_fn(|| e.poll_transmit(now)).collect()
+    }
+
+    fn drain_events(e: &mut impl Endpoint) -> Vec<Event> {
+        std::iter::from_fn(|| e.poll_event()).collect()
+    }
+
+    /// Hands a transmitted frame to an endpoint the way a driver would.
+    fn deliver(e: &mut impl Endpoint, now: Instant, t: &Transmit, rx_buf: u32) {
+        match t.body {
+            TxBody::Buf(_) => e.handle_frame(now, &t.header, RxBody::Data(BufId(rx_buf))),
+            TxBody::Nak(ref l) => e.handle_frame(now, &t.header, RxBody::Nak(l)),
+            TxBody::None => e.handle_frame(now, &t.header, RxBody::None),
+        }
+    }
+
+    fn delivered_seqs(events: &[Event]) -> Vec<u32> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Deliver { seq, .. } => Some(seq.0),
+                Event::Release(_) => None,
+            })
+            .collect()
+    }
+
+    fn released(events: &[Event]) -> Vec<u32> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Release(b) => Some(b.0),
+                Event::Deliver { .. } => None,
+            })
+            .collect()
+    }
+
+    fn nak_ranges(t: &Transmit) -> Vec<(u32, u32)> {
+        match &t.body {
+            TxBody::Nak(l) => l.iter().map(|r| (r.start.0, r.count)).collect(),
+            _ => panic!("not a NAK: {t:?}"),
+        }
+    }
+
+    #[test]
+    fn lossless_burst_is_acked_at_its_last_frame_and_released() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
+        let mut r2 = MakReceiver::new(stream(2), MakConfig::default());
+        let mut r3 = MakReceiver::new(stream(3), MakConfig::default());
+        for i in 0..3 {
+            s.send(us(1), out(i, i == 2)).unwrap();
+        }
+        let tx = drain_tx(&mut s, us(1));
+        assert_eq!(tx.len(), 3);
+        assert_eq!(
+            tx.iter().map(|t| t.header.seq.0).collect::<Vec<_>>(),
+            vec![u32::MAX - 2, u32::MAX - 1, u32::MAX]
+        );
+        assert!(tx
+            .iter()
+            .all(|t| t.dest == Dest::Group && t.header.kind == Kind::Data && t.header.epoch == 3));
+        assert!(
+            tx[2]
+                .header
+                .flags
+                .contains(Flags::LAST.with(Flags::ACK_REQ)),
+            "the burst's last frame asks for ACKs"
+        );
+        assert!(!tx[0].header.flags.contains(Flags::ACK_REQ));
+        assert_eq!(tx[0].header.group_size, 2);
+        for (i, t) in tx.iter().enumerate() {
+            deliver(&mut r2, us(10), t, 10 + i as u32);
+            deliver(&mut r3, us(10), t, 20 + i as u32);
+        }
+        assert_eq!(
+            delivered_seqs(&drain_events(&mut r2)),
+            vec![u32::MAX - 2, u32::MAX - 1, u32::MAX]
+        );
+        assert_eq!(drain_events(&mut r3).len(), 3);
+        let acks: Vec<_> = drain_tx(&mut r2, us(10))
+            .into_iter()
+            .chain(drain_tx(&mut r3, us(10)))
+            .collect();
+        assert_eq!(acks.len(), 2, "one ACK per receiver, no NAK");
+        assert!(acks
+            .iter()
+            .all(|a| a.header.kind == Kind::Ack && a.dest == Dest::Node(SENDER)));
+        assert_eq!(acks[0].header.ack, Seq(0), "cumulative across the wrap");
+        deliver(&mut s, us(20), &acks[0], 0);
+        assert!(
+            drain_events(&mut s).is_empty(),
+            "one member still owes its ACK"
+        );
+        deliver(&mut s, us(20), &acks[1], 0);
+        assert_eq!(released(&drain_events(&mut s)), vec![0, 1, 2]);
+        assert!(s.is_idle());
+        assert_eq!(
+            s.poll_timeout(),
+            None,
+            "no timer once everything is acknowledged"
+        );
+        // Two samples of 19 us (echoed timestamp to ACK) pull the 100 us initial estimate down slowly.
+        assert_eq!(
+            s.grtt(),
+            Duration::from_nanos(81_015),
+            "measured from the echoed timestamp"
+        );
+    }
+
+    #[test]
+    fn the_papers_nak_example_nak_2_4_5_becomes_nak_1_5() {
+        // Recv-1 misses 4 and 5, Recv-2 misses 4. Recv-2's timer fires first and
+        // it multicasts nak[1,4]; Recv-1 hears it and NAKs only 5 (seed 000 §3.1).
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
+        let mut r1 = MakReceiver::new(stream(2), fixed(50));
+        let mut r2 = MakReceiver::new(stream(3), fixed(20));
+        for i in 0..7 {
+            s.send(us(1), out(i, false)).unwrap();
+        }
+        let tx = drain_tx(&mut s, us(1));
+        for (i, t) in tx.iter().enumerate() {
+            if i != 4 && i != 5 {
+                deliver(&mut r1, us(10), t, i as u32);
+            }
+            if i != 4 {
+                deliver(&mut r2, us(10), t, 100 + i as u32);
+            }
+        }
+        assert_eq!(r1.state(), ReceiverState::Wait);
+        assert_eq!(r1.missing_count(), 2);
+        let early: Vec<_> = drain_tx(&mut r1, us(10))
+            .into_iter()
+            .chain(drain_tx(&mut r2, us(10)))
+            .collect();
+        assert!(
+            early.iter().all(|t| t.header.kind == Kind::Ack),
+            "NAKs wait for their timers: {early:?}"
+        );
+        assert_eq!(r2.poll_timeout(), Some(us(30)));
+        r2.handle_timeout(us(30));
+        let nak2 = drain_tx(&mut r2, us(30));
+        assert_eq!(nak2.len(), 1);
+        assert_eq!(
+            nak2[0].dest,
+            Dest::Group,
+            "MAK NAKs are multicast so others can suppress"
+        );
+        assert_eq!(
+            nak_ranges(&nak2[0]),
+            vec![(s.stream.initial_seq.add(4).0, 1)]
+        );
+        deliver(&mut r1, us(31), &nak2[0], 0);
+        r1.handle_timeout(us(60));
+        let nak1 = drain_tx(&mut r1, us(60));
+        assert_eq!(
+            nak_ranges(&nak1[0]),
+            vec![(s.stream.initial_seq.add(5).0, 1)],
+            "nak[2,4,5] became nak[1,5]"
+        );
+        assert_eq!(r1.counters().nak_entries_suppressed, 1);
+        // The sender repairs both, once each; the receivers complete.
+        deliver(&mut s, us(32), &nak2[0], 0);
+        deliver(&mut s, us(61), &nak1[0], 0);
+        let repairs = drain_tx(&mut s, us(61));
+        assert_eq!(repairs.len(), 2);
+        assert!(repairs
+            .iter()
+            .all(|t| t.header.flags.contains(Flags::RETRANSMIT)));
+        for t in &repairs {
+            deliver(&mut r1, us(70), t, 50 + t.header.seq.0 % 8);
+        }
+        assert_eq!(r1.state(), ReceiverState::Receive);
+        assert_eq!(delivered_seqs(&drain_events(&mut r1)).len(), 7);
+    }
+
+    #[test]
+    fn a_burst_of_identical_naks_yields_one_repair() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3, 4]);
+        for i in 0..4 {
+            s.send(us(1), out(i, false)).unwrap();
+        }
+        drain_tx(&mut s, us(1));
+        let mut list = RangeList::new();
+        list.push_seq(s.stream.initial_seq.add(1));
+        let mut h = header_for(&stream(2), Kind::Nak);
+        for src in [2, 3, 4] {
+            h.src = src;
+            s.handle_frame(us(5), &h, RxBody::Nak(&list));
+        }
+        assert_eq!(drain_tx(&mut s, us(5)).len(), 1);
+        assert_eq!(s.counters().repairs_suppressed, 2);
+        // A NAK inside the hold-off (one GRTT, 100 us before measurement) is answered by that repair.
+        s.handle_frame(us(50), &h, RxBody::Nak(&list));
+        assert!(drain_tx(&mut s, us(50)).is_empty());
+        // After it, the repair must have been lost: resend.
+        s.handle_frame(us(200), &h, RxBody::Nak(&list));
+        assert_eq!(drain_tx(&mut s, us(200)).len(), 1);
+        assert_eq!(s.counters().data_retransmitted, 2);
+    }
+
+    #[test]
+    fn full_buffer_waits_then_resends_the_last_frame_and_asks_again() {
+        let cfg = MakConfig {
+            ack_watermark_percent: 0,
+            ..MakConfig::default()
+        };
+        let mut s = MakSender::new(stream(SENDER), cfg, &[2]);
+        let mut r = MakReceiver::new(stream(2), cfg);
+        for i in 0..W {
+            assert_eq!(s.state(), SenderState::Send);
+            s.send(us(1), out(i, false)).unwrap();
+        }
+        assert_eq!(s.state(), SenderState::Wait);
+        assert_eq!(
+            s.send(us(1), out(99, false)),
+            Err(SendError::WindowFull(BufId(99)))
+        );
+        let tx = drain_tx(&mut s, us(1));
+        let reqs: Vec<_> = tx
+            .iter()
+            .filter(|t| t.header.flags.contains(Flags::ACK_REQ))
+            .collect();
+        assert_eq!(reqs.len(), 1, "the paper asks only when the buffer is full");
+        assert_eq!(reqs[0].header.seq, s.stream.initial_seq.add(W - 1));
+        // The requesting frame is lost: the receiver cannot know it exists.
+        for t in &tx[..W as usize - 1] {
+            deliver(&mut r, us(10), t, t.header.seq.0 % 64);
+        }
+        assert!(drain_tx(&mut r, us(10)).is_empty());
+        assert_eq!(s.poll_timeout(), Some(us(501)));
+        s.handle_timeout(us(501));
+        let resend = drain_tx(&mut s, us(501));
+        assert_eq!(
+            resend.len(),
+            2,
+            "RESEND: the last frame, then an ACK request"
+        );
+        assert!(resend[0].header.flags.contains(Flags::RETRANSMIT));
+        assert_eq!(resend[0].header.seq, s.stream.initial_seq.add(W - 1));
+        assert_eq!(resend[1].header.kind, Kind::AckReq);
+        for t in &resend {
+            deliver(&mut r, us(510), t, 63);
+        }
+        let ack = drain_tx(&mut r, us(510));
+        assert_eq!(ack.len(), 1);
+        deliver(&mut s, us(520), &ack[0], 0);
+        assert_eq!(released(&drain_events(&mut s)).len(), W as usize);
+        assert_eq!(s.state(), SenderState::Send);
+        assert_eq!(s.counters().timeouts, 1);
+    }
+
+    #[test]
+    fn the_watermark_asks_before_the_buffer_fills() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+        for i in 0..W {
+            s.send(us(1), out(i, false)).unwrap();
+        }
+        let flagged: Vec<i32> = drain_tx(&mut s, us(1))
+            .iter()
+            .filter(|t| t.header.flags.contains(Flags::ACK_REQ))
+            .map(|t| t.header.seq.distance(s.stream.initial_seq))
+            .collect();
+        assert_eq!(flagged, vec![3, 7], "every half window");
+    }
+
+    #[test]
+    fn a_lost_last_frame_is_recovered_by_the_sender_timer() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+        let mut r = MakReceiver::new(stream(2), MakConfig::default());
+        s.send(us(0), out(0, false)).unwrap();
+        s.send(us(0), out(1, true)).unwrap();
+        let tx = drain_tx(&mut s, us(0));
+        deliver(&mut r, us(10), &tx[0], 5);
+        assert_eq!(drain_events(&mut r).len(), 1);
+        s.handle_timeout(us(500));
+        for t in drain_tx(&mut s, us(500)) {
+            deliver(&mut r, us(510), &t, 6);
+        }
+        assert_eq!(
+            delivered_seqs(&drain_events(&mut r)),
+            vec![s.stream.initial_seq.add(1).0]
+        );
+        let ack = drain_tx(&mut r, us(510));
+        deliver(&mut s, us(520), &ack[0], 0);
+        assert!(s.is_idle());
+    }
+
+    #[test]
+    fn a_gap_at_the_tail_revealed_by_an_ack_request_is_naked() {
+        let mut r = MakReceiver::new(stream(2), fixed(10));
+        let mut h = header_for(&stream(SENDER), Kind::AckReq);
+        h.ack = stream(2).initial_seq.add(2);
+        r.handle_frame(us(0), &h, RxBody::None);
+        assert_eq!(r.missing_count(), 3);
+        r.handle_timeout(us(10));
+        let nak = drain_tx(&mut r, us(10));
+        assert_eq!(nak_ranges(&nak[0]), vec![(stream(2).initial_seq.0, 3)]);
+    }
+
+    #[test]
+    fn unanswered_naks_are_repeated_after_the_repair_wait() {
+        let mut r = MakReceiver::new(stream(2), fixed(10));
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+        for i in 0..3 {
+            s.send(us(0), out(i, false)).unwrap();
+        }
+        let tx = drain_tx(&mut s, us(0));
+        deliver(&mut r, us(1), &tx[0], 0);
+        deliver(&mut r, us(1), &tx[2], 2);
+        r.handle_timeout(us(11));
+        assert_eq!(drain_tx(&mut r, us(11)).len(), 1);
+        // The repair is lost. After 3 GRTTs (300 us) the frame is pending again.
+        assert_eq!(r.poll_timeout(), Some(us(311)));
+        r.handle_timeout(us(311));
+        assert_eq!(r.poll_timeout(), Some(us(321)));
+        r.handle_timeout(us(321));
+        assert_eq!(
+            nak_ranges(&drain_tx(&mut r, us(321))[0]),
+            vec![(s.stream.initial_seq.add(1).0, 1)]
+        );
+        assert_eq!(r.counters().naks_sent, 2);
+    }
+
+    #[test]
+    fn the_retransmission_budget_defers_a_nak_storm() {
+        let cfg = MakConfig {
+            retransmit_share: 0.1,
+            retransmit_burst: 2,
+            retransmit_floor_per_sec: 1_000,
+            ..MakConfig::default()
+        };
+        let mut s = MakSender::new(stream(SENDER), cfg, &[2]);
+        for i in 0..W {
+            s.send(us(0), out(i, false)).unwrap();
+        }
+        drain_tx(&mut s, us(0));
+        let mut list = RangeList::new();
+        list.push(mcast_wire::SeqRange {
+            start: s.stream.initial_seq,
+            count: W,
+        });
+        s.handle_frame(
+            us(1),
+            &header_for(&stream(2), Kind::Nak),
+            RxBody::Nak(&list),
+        );
+        assert_eq!(drain_tx(&mut s, us(1)).len(), 2, "the burst allowance");
+        assert_eq!(s.counters().repairs_deferred, 1);
+        let next = s.poll_timeout().unwrap();
+        assert!(
+            next > us(1) && next <= us(1001),
+            "one token a millisecond: {next:?}"
+        );
+        assert!(drain_tx(&mut s, us(500)).is_empty());
+        assert_eq!(drain_tx(&mut s, us(1001)).len(), 1);
+    }
+
+    #[test]
+    fn adaptive_backoff_scales_with_grtt_and_skews_with_group_size() {
+        let mean = |grtt_us: u32, group: u16| {
+            let mut r = MakReceiver::new(stream(2), MakConfig::default());
+            r.grtt = Duration::from_micros(u64::from(grtt_us));
+            r.group_size = group;
+            let draws: Vec<Duration> = (0..2000).map(|_| r.draw_backoff()).collect();
+            assert!(draws
+                .iter()
+                .all(|d| *d <= Duration::from_micros(u64::from(grtt_us) * 2)));
+            draws.iter().sum::<Duration>().as_secs_f64() / 2000.0
+        };
+        let small = mean(20, 1);
+        let large = mean(20, 512);
+        assert!(
+            large > small,
+            "with many receivers most wait longer: {small} vs {large}"
+        );
+        assert!(
+            mean(200, 8) > 5.0 * mean(20, 8),
+            "scales with the group round trip"
+        );
+    }
+
+    #[test]
+    fn a_departed_member_no_longer_holds_the_buffer() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
+        s.send(us(0), out(0, true)).unwrap();
+        drain_tx(&mut s, us(0));
+        let mut ack = header_for(&stream(2), Kind::Ack);
+        ack.ack = s.stream.initial_seq.add(1);
+        s.handle_frame(us(5), &ack, RxBody::None);
+        assert!(drain_events(&mut s).is_empty());
+        s.set_members(us(6), &[2]);
+        assert_eq!(released(&drain_events(&mut s)), vec![0]);
+        assert!(s.is_idle());
+    }
+
+    #[test]
+    fn release_all_returns_every_buffer() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+        let mut r = MakReceiver::new(stream(2), MakConfig::default());
+        for i in 0..3 {
+            s.send(us(0), out(i, false)).unwrap();
+        }
+        let tx = drain_tx(&mut s, us(0));
+        deliver(&mut r, us(1), &tx[2], 42);
+        s.release_all();
+        r.release_all();
+        assert_eq!(released(&drain_events(&mut s)), vec![0, 1, 2]);
+        assert_eq!(released(&drain_events(&mut r)), vec![42]);
+        assert_eq!((s.held_buffers(), r.held_buffers()), (0, 0));
+    }
+
+    #[test]
+    fn foreign_epochs_and_strangers_are_dropped_and_counted() {
+        let mut r = MakReceiver::new(stream(2), MakConfig::default());
+        let mut h = header_for(&stream(SENDER), Kind::Data);
+        h.epoch = 4;
+        r.handle_frame(us(0), &h, RxBody::Data(BufId(1)));
+        h.epoch = 3;
+        h.src = 9;
+        r.handle_frame(us(0), &h, RxBody::Data(BufId(2)));
+        assert_eq!(
+            released(&drain_events(&mut r)),
+            vec![1, 2],
+            "buffers come back"
+        );
+        assert_eq!(
+            (r.counters().wrong_epoch_dropped, r.counters().rejected),
+            (1, 1)
+        );
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+        let mut ack = header_for(&stream(9), Kind::Ack);
+        ack.ack = s.stream.initial_seq;
+        s.handle_frame(us(0), &ack, RxBody::None);
+        assert_eq!(s.counters().rejected, 1, "an ACK from a non-member");
+    }
+}

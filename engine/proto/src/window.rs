@@ -17,7 +17,7 @@ impl<T> SeqWindow<T> {
     /// below 2^30 (serial arithmetic needs the window well under 2^31).
     pub fn new(base: Seq, capacity: u32) -> SeqWindow<T> {
         assert!(
-            capacity >= 1 && capacity < 1 << 30,
+            (1..1 << 30).contains(&capacity),
             "window capacity {capacity} out of range"
         );
         let mut slots = Vec::with_capacity(capacity as usize);
