@@ -4,6 +4,7 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::fmt::Write as _;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 
 use mcast_proto::frag::Reassembler;
@@ -20,6 +21,8 @@ use crate::report::{SimFailure, SimReport, StopReason, WireStats};
 
 /// The session epoch every simulated stream uses.
 const EPOCH: u32 = 1;
+/// Timer expiries of one node at one instant before the run fails as a livelock.
+const TIMER_SPIN_LIMIT: u32 = 10_000;
 /// Trace lines kept for a failure's report.
 const TRACE_TAIL: usize = 40;
 
@@ -53,14 +56,44 @@ where
         seed: endpoint_seed,
     };
     let members: Vec<NodeId> = (2..=cfg.receivers + 1).collect();
-    let sender = make_sender(stream(SENDER), &members);
-    let receivers = members.iter().map(|&n| make_receiver(stream(n))).collect();
-    Sim {
+    let built = catch_unwind(AssertUnwindSafe(|| {
+        let sender = make_sender(stream(SENDER), &members);
+        let receivers: Vec<R> = members.iter().map(|&n| make_receiver(stream(n))).collect();
+        (sender, receivers)
+    }));
+    let (sender, receivers) = match built {
+        Ok(built) => built,
+        Err(panic) => {
+            return Err(world.failure(format!(
+                "building the endpoints panicked: {}",
+                panic_message(&*panic)
+            )))
+        }
+    };
+    let mut sim = Sim {
         sender,
         receivers,
         w: world,
+    };
+    // A panic inside a machine (a failed assertion) is a failure like any
+    // other: it gets the seed, the step and the replay command.
+    match catch_unwind(AssertUnwindSafe(|| sim.drive())) {
+        Ok(Ok(stop)) => Ok(sim.report(stop)),
+        Ok(Err(failure)) => Err(failure),
+        Err(panic) => Err(sim
+            .w
+            .failure(format!("panicked: {}", panic_message(&*panic)))),
     }
-    .run()
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(a non-string panic payload)".to_string()
+    }
 }
 
 struct Sim<'c, S, R> {
@@ -102,6 +135,9 @@ struct NodeState {
     nic_free_at: Instant,
     /// The instant of this node's live timer entry in the heap, if any.
     timer_at: Option<Instant>,
+    /// The last instant its timer fired at, and how many times in a row.
+    last_fire: Option<Instant>,
+    fires_at_last: u32,
     checksum_failures: u64,
     max_held: usize,
 }
@@ -165,7 +201,7 @@ impl Ord for Entry {
 }
 
 impl<S: Sender, R: Endpoint> Sim<'_, S, R> {
-    fn run(mut self) -> Result<SimReport, SimFailure> {
+    fn drive(&mut self) -> Result<StopReason, SimFailure> {
         let cfg = self.w.cfg;
         // Time zero: the application offers what it may, every machine says
         // what it wants to send and when it wants to wake.
@@ -216,6 +252,22 @@ impl<S: Sender, R: Endpoint> Sim<'_, S, R> {
                         continue; // stale: the deadline moved since
                     }
                     st.timer_at = None;
+                    // A deadline that handle_timeout never moves past would
+                    // spin here forever without virtual time advancing.
+                    if st.last_fire == Some(e.at) {
+                        st.fires_at_last += 1;
+                        if st.fires_at_last >= TIMER_SPIN_LIMIT {
+                            self.w.step += 1;
+                            return Err(self.w.failure(format!(
+                                "timer livelock: node {node}'s deadline stayed at {:?} through \
+                                 {TIMER_SPIN_LIMIT} calls of handle_timeout",
+                                e.at
+                            )));
+                        }
+                    } else {
+                        st.last_fire = Some(e.at);
+                        st.fires_at_last = 1;
+                    }
                     self.w.step += 1;
                     if node == SENDER {
                         self.sender.handle_timeout(self.w.now);
@@ -250,7 +302,7 @@ impl<S: Sender, R: Endpoint> Sim<'_, S, R> {
                 }
             }
         };
-        Ok(self.report(stop))
+        Ok(stop)
     }
 
     /// One step at the sender: the input (a frame copy, or nothing for a
@@ -475,6 +527,8 @@ impl<'c> World<'c> {
                 pool: Pool::default(),
                 nic_free_at: Instant::ZERO,
                 timer_at: None,
+                last_fire: None,
+                fires_at_last: 0,
                 checksum_failures: 0,
                 max_held: 0,
             })
@@ -572,8 +626,8 @@ impl<'c> World<'c> {
             Dest::Node(n) => node_mac(n),
         };
         let payload_len = usize::from(h.payload_len);
-        let bytes: Rc<[u8]> = match tx.body {
-            TxBody::Buf(buf) => {
+        let bytes: Rc<[u8]> = match &tx.body {
+            &TxBody::Buf(buf) => {
                 let pool = &mut self.nodes[node as usize - 1].pool;
                 let owner = pool.owner(buf);
                 if owner != Owner::Endpoint {
