@@ -1,24 +1,64 @@
-//! Go-Back-N reliable unicast (seed 001 §4.2.1, Figure 4.1). (To be implemented.)
+//! Go-Back-N reliable unicast with window flow control (seed 001 §4.2.1,
+//! Figure 4.1): the building block of the iterative baseline.
+//!
+//! The sender keeps a credit window of W_FC frames (the stream's
+//! `window_frames`) and a static retransmission timeout per outstanding frame.
+//! The receiver accepts in order only: it holds no reorder buffer.
+//!
+//! Sender states (Figure 4.1 (a)):
+//! - **Normal**: new frames go out while the window has credit. A Pack slides
+//!   the window (cumulatively). A timeout retransmits the frame that timed out
+//!   and resets its timer. A Nack backs up to the frame it names, resends every
+//!   outstanding frame from there and enters Stall.
+//! - **Stall**: no new frame goes out (they are accepted into the window but
+//!   held) until the first Pack that acknowledges something new; timeouts
+//!   retransmit the timed-out frames and reset their timers; a further Nack goes
+//!   back again.
+//!
+//! Receiver logic (Figure 4.1 (b)):
+//! - **Receiving**: the expected frame is delivered and acknowledged with a Pack
+//!   (per [`AckPolicy`]); the first out-of-order frame is dropped, produces one
+//!   Nack naming the expected sequence number, and moves the receiver to Stall.
+//! - **Stall**: out-of-order frames are dropped without a Nack; the first
+//!   in-order frame is delivered, acknowledged at once, and ends Stall.
+//!
+//! Performs no I/O and reads no clock: time is an argument.
 
-use crate::{Duration, StreamConfig};
-use mcast_wire::NodeId;
+use std::collections::VecDeque;
 
-/// When the receiver acknowledges: chosen by the layer above (seed 001).
+use crate::api::header_for;
+use crate::window::SeqWindow;
+use crate::{
+    BufId, Counters, Dest, Duration, Endpoint, Event, Instant, OutFrame, RxBody, SendError, Sender,
+    StreamConfig, Transmit, TxBody,
+};
+use mcast_wire::{Flags, Header, Kind, NodeId, Seq};
+
+/// When the receiver acknowledges: chosen by the layer above (seed 001 §4.2.1:
+/// "immediate acknowledgment, piggyback acknowledgment, or delay acknowledgment").
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum AckPolicy {
-    /// A Pack for every in-order frame.
+    /// A Pack for every in-order frame. Frames that arrive before the driver
+    /// polls [`Endpoint::poll_transmit`] share one (cumulative) Pack.
     Immediate,
-    /// A Pack after every `every` in-order frames, or `max_delay` after the first unacknowledged one.
+    /// A Pack after every `every` in-order frames, or `max_delay` after the first
+    /// unacknowledged one. `every == 0` behaves as 1.
     Delayed { every: u32, max_delay: Duration },
-    /// Carried on reverse traffic when there is some within `max_delay`, else sent alone.
+    /// Carried on reverse traffic when there is some within `max_delay`, else sent
+    /// alone. The layer above takes the acknowledgment with
+    /// [`GbnReceiver::take_piggyback_ack`] and hands it to the other side's
+    /// [`GbnSender::handle_piggyback_ack`].
     Piggyback { max_delay: Duration },
 }
 
-/// Configuration of a Go-Back-N endpoint. The credit window W_FC is the stream's `window_frames`.
+/// Configuration of a Go-Back-N endpoint. The credit window W_FC is the stream's
+/// `window_frames`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GbnConfig {
-    /// The static per-frame retransmission timeout.
+    /// The static per-frame retransmission timeout (seed 001: "a static timeout
+    /// value is used"). 500 µs by default: a few LAN round trips.
     pub retransmit_timeout: Duration,
+    /// When the receiver sends Packs.
     pub ack_policy: AckPolicy,
 }
 
@@ -31,25 +71,1081 @@ impl Default for GbnConfig {
     }
 }
 
-/// Go-Back-N sender towards one peer.
+/// One frame in the sender's window.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    buf: BufId,
+    len: u16,
+    frag: Flags,
+    /// When the frame times out; `None` while it waits to be (re)transmitted.
+    deadline: Option<Instant>,
+}
+
+/// Go-Back-N sender towards one peer (seed 001 §4.2.1, Figure 4.1 (a)).
+///
+/// Sequence numbers: `[base, next_new)` have been sent at least once and are
+/// outstanding; `[next_new, next_seq)` are accepted but not yet sent;
+/// `next_seq - base <= W_FC`.
 #[derive(Debug)]
-pub struct GbnSender {}
+pub struct GbnSender {
+    stream: StreamConfig,
+    peer: NodeId,
+    cfg: GbnConfig,
+    /// The retransmission buffer: W_FC slots, base = oldest unacknowledged.
+    window: SeqWindow<Slot>,
+    /// The first sequence number never sent.
+    next_new: Seq,
+    /// The sequence number the next [`Sender::send`] gets.
+    next_seq: Seq,
+    /// Seed 001's Stall state: no new frames until the first Pack.
+    stalled: bool,
+    /// Frames in `[base, next_new)` waiting to be retransmitted, and the lowest
+    /// sequence number that may be one (a scan hint).
+    retx_pending: u32,
+    retx_from: Seq,
+    /// The earliest retransmission deadline (may be early, never late).
+    next_deadline: Option<Instant>,
+    events: VecDeque<Event>,
+    counters: Counters,
+}
 
 impl GbnSender {
-    pub fn new(_stream: StreamConfig, _peer: NodeId, _cfg: GbnConfig) -> GbnSender {
-        unimplemented!()
+    /// A sender of `stream` to `peer`, starting at `stream.initial_seq`, with a
+    /// window of `stream.window_frames` (W_FC) allocated here.
+    pub fn new(stream: StreamConfig, peer: NodeId, cfg: GbnConfig) -> GbnSender {
+        let w = stream.window_frames;
+        GbnSender {
+            stream,
+            peer,
+            cfg,
+            window: SeqWindow::new(stream.initial_seq, w),
+            next_new: stream.initial_seq,
+            next_seq: stream.initial_seq,
+            stalled: false,
+            retx_pending: 0,
+            retx_from: stream.initial_seq,
+            next_deadline: None,
+            events: VecDeque::with_capacity(w as usize),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The receiver this sender sends to.
+    pub fn peer(&self) -> NodeId {
+        self.peer
+    }
+
+    /// True in seed 001's Stall state (after a Nack, until the first Pack).
+    pub fn is_stalled(&self) -> bool {
+        self.stalled
+    }
+
+    /// Frames accepted and not yet acknowledged (sent or waiting to be sent).
+    pub fn outstanding(&self) -> u32 {
+        self.next_seq.distance(self.window.base()) as u32
+    }
+
+    /// An acknowledgment piggy-backed on the peer's reverse traffic (the layer
+    /// above read it from a frame flagged [`Flags::ACK_VALID`]): handled exactly
+    /// as a Pack whose `ack` is `ack`, and counted in `packs_received`.
+    pub fn handle_piggyback_ack(&mut self, now: Instant, ack: Seq) {
+        self.counters.packs_received += 1;
+        self.on_pack(now, ack);
+    }
+
+    /// Pack: `ack` is the next sequence number the receiver expects. A Pack that
+    /// acknowledges something new slides the window and ends Stall (seed 001:
+    /// "until the first Pack reply is returned"). A Pack at the window base (a
+    /// receiver re-acknowledging a duplicate) does not end Stall: it shows the
+    /// receiver still lacks the frame that caused the Nack.
+    fn on_pack(&mut self, _now: Instant, ack: Seq) {
+        if ack.after(self.next_new) {
+            // Acknowledges frames never sent: hostile or corrupt.
+            self.counters.rejected += 1;
+            return;
+        }
+        if !ack.after(self.window.base()) {
+            return; // stale or duplicate
+        }
+        self.slide_to(ack);
+        self.stalled = false;
+        self.recompute_deadline();
+    }
+
+    /// Nack: `ack` is the first frame the receiver lacks. Everything before it
+    /// arrived, so the window slides to it first (a Nack is cumulative too);
+    /// then the sender "backs up to the first error packet ... and resends all
+    /// outstanding packets. Then it transits into the Stall state" (seed 001).
+    fn on_nack(&mut self, _now: Instant, ack: Seq) {
+        if !ack.before(self.next_new) {
+            // Names a frame never sent: hostile or corrupt.
+            self.counters.rejected += 1;
+            return;
+        }
+        if ack.before(self.window.base()) {
+            return; // stale: that frame was acknowledged since
+        }
+        self.slide_to(ack);
+        let mut seq = ack;
+        while seq.before(self.next_new) {
+            self.mark_for_retransmit(seq);
+            seq = seq.next();
+        }
+        if !self.stalled {
+            self.stalled = true;
+            self.counters.stalls += 1;
+        }
+        self.recompute_deadline();
+    }
+
+    /// Acknowledges everything before `ack` (callers check `ack <= next_new`),
+    /// releasing the buffers.
+    fn slide_to(&mut self, ack: Seq) {
+        debug_assert!(!ack.after(self.next_new));
+        let events = &mut self.events;
+        let next_new = self.next_new;
+        let mut was_pending = 0;
+        self.window.advance_to(ack, |seq, slot| {
+            // Sent frames without a deadline are queued retransmissions.
+            if seq.before(next_new) && slot.deadline.is_none() {
+                was_pending += 1;
+            }
+            events.push_back(Event::Release(slot.buf));
+        });
+        self.retx_pending -= was_pending;
+    }
+
+    fn mark_for_retransmit(&mut self, seq: Seq) {
+        if let Some(slot) = self.window.get_mut(seq) {
+            if slot.deadline.take().is_some() {
+                self.retx_pending += 1;
+            }
+            if seq.before(self.retx_from) {
+                self.retx_from = seq;
+            }
+        }
+    }
+
+    fn recompute_deadline(&mut self) {
+        self.next_deadline = self.window.iter().filter_map(|(_, s)| s.deadline).min();
+    }
+
+    /// The next frame to retransmit, lowest sequence number first.
+    fn next_retransmit(&mut self) -> Option<Seq> {
+        if self.retx_pending == 0 {
+            return None;
+        }
+        let base = self.window.base();
+        let mut seq = if self.retx_from.before(base) {
+            base
+        } else {
+            self.retx_from
+        };
+        while seq.before(self.next_new) {
+            if self.window.get(seq).is_some_and(|s| s.deadline.is_none()) {
+                self.retx_from = seq.next();
+                return Some(seq);
+            }
+            seq = seq.next();
+        }
+        debug_assert!(false, "retx_pending {} but none found", self.retx_pending);
+        self.retx_pending = 0;
+        self.retx_from = self.next_new;
+        None
+    }
+
+    fn data_transmit(&mut self, now: Instant, seq: Seq, retransmit: bool) -> Transmit {
+        let deadline = now + self.cfg.retransmit_timeout;
+        let slot = self
+            .window
+            .get_mut(seq)
+            .expect("transmitting a frame outside the window");
+        slot.deadline = Some(deadline);
+        let mut header = header_for(&self.stream, Kind::GbnData);
+        header.peer = self.peer;
+        header.seq = seq;
+        header.flags = slot.frag;
+        if retransmit {
+            header.flags = header.flags.with(Flags::RETRANSMIT);
+        }
+        header.payload_len = slot.len;
+        header.tstamp_us = now.as_micros_u32();
+        let body = TxBody::Buf(slot.buf);
+        self.next_deadline = Some(self.next_deadline.map_or(deadline, |d| d.min(deadline)));
+        Transmit {
+            dest: Dest::Node(self.peer),
+            header,
+            body,
+        }
     }
 }
 
-/// Go-Back-N receiver from one sender.
+impl Endpoint for GbnSender {
+    fn handle_frame(&mut self, now: Instant, header: &Header, body: RxBody<'_>) {
+        if let RxBody::Data(buf) = body {
+            // The sender takes no data; hand the buffer straight back.
+            self.events.push_back(Event::Release(buf));
+            self.counters.rejected += 1;
+            return;
+        }
+        if header.epoch != self.stream.epoch {
+            self.counters.wrong_epoch_dropped += 1;
+            return;
+        }
+        if header.src != self.peer
+            || header.peer != self.stream.local
+            || header.group != self.stream.group
+            || !matches!(body, RxBody::None)
+        {
+            self.counters.rejected += 1;
+            return;
+        }
+        match header.kind {
+            Kind::Pack => {
+                self.counters.packs_received += 1;
+                self.on_pack(now, header.ack);
+            }
+            Kind::Nack => {
+                self.counters.nacks_received += 1;
+                self.on_nack(now, header.ack);
+            }
+            _ => self.counters.rejected += 1,
+        }
+    }
+
+    /// Seed 001: "On receiving a timeout incident, the sender retransmits the
+    /// corresponding packet and reset its timer" — in Normal and in Stall alike;
+    /// the timer restarts when the frame actually goes out.
+    fn handle_timeout(&mut self, now: Instant) {
+        let base = self.window.base();
+        let span = self.next_new.distance(base) as u32;
+        for i in 0..span {
+            let seq = base.add(i);
+            if self
+                .window
+                .get(seq)
+                .and_then(|s| s.deadline)
+                .is_some_and(|d| d <= now)
+            {
+                self.counters.timeouts += 1;
+                self.mark_for_retransmit(seq);
+            }
+        }
+        self.recompute_deadline();
+    }
+
+    /// Retransmissions first (lowest sequence number first), then new frames in
+    /// order, but no new frame in Stall.
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        if let Some(seq) = self.next_retransmit() {
+            self.retx_pending -= 1;
+            self.counters.data_retransmitted += 1;
+            return Some(self.data_transmit(now, seq, true));
+        }
+        if self.stalled || self.next_new == self.next_seq {
+            return None;
+        }
+        let seq = self.next_new;
+        self.next_new = seq.next();
+        self.counters.data_sent += 1;
+        Some(self.data_transmit(now, seq, false))
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.next_deadline
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn held_buffers(&self) -> usize {
+        self.window.len()
+    }
+}
+
+impl Sender for GbnSender {
+    /// Accepts the frame while fewer than W_FC frames are outstanding (seed 001:
+    /// the credit window). In Stall the frame is accepted but held until the
+    /// Stall ends. `frame.last` has no meaning for Go-Back-N and is ignored.
+    fn send(&mut self, _now: Instant, frame: OutFrame) -> Result<Seq, SendError> {
+        if !self.can_send() {
+            self.counters.window_full += 1;
+            return Err(SendError::WindowFull(frame.buf));
+        }
+        let seq = self.next_seq;
+        let slot = Slot {
+            buf: frame.buf,
+            len: frame.len,
+            // Only the fragment bits are the caller's; the rest are ours.
+            frag: Flags(frame.frag.0 & Flags::WHOLE.0),
+            deadline: None,
+        };
+        let stored = self.window.insert(seq, slot);
+        assert!(stored.is_ok(), "window slot {seq:?} checked free");
+        self.next_seq = seq.next();
+        Ok(seq)
+    }
+
+    fn can_send(&self) -> bool {
+        self.outstanding() < self.window.capacity()
+    }
+
+    fn is_idle(&self) -> bool {
+        self.window.is_empty()
+    }
+
+    /// A unicast sender has exactly one receiver, fixed at construction. A
+    /// one-element view equal to the peer is accepted (a no-op); any other view
+    /// is ignored: membership changes are handled a level up (the iterative
+    /// sender adds and drops whole `GbnSender`s).
+    fn set_members(&mut self, _now: Instant, _members: &[NodeId]) {}
+}
+
+/// Go-Back-N receiver from one sender (seed 001 §4.2.1, Figure 4.1 (b)):
+/// in-order accept, no reorder buffer.
 #[derive(Debug)]
-pub struct GbnReceiver {}
+pub struct GbnReceiver {
+    stream: StreamConfig,
+    cfg: GbnConfig,
+    /// Everything before this has been delivered.
+    expected: Seq,
+    /// Seed 001's Stall state for this sender: a Nack went out, out-of-order
+    /// frames are dropped silently until the next in-order frame.
+    stalled: bool,
+    /// A standalone Pack is due; `pack_seq` is the data frame that caused it.
+    pack_due: bool,
+    pack_seq: Seq,
+    /// A Nack is due: `(seq of the out-of-order frame, expected when it came)`.
+    nack_due: Option<(Seq, Seq)>,
+    /// In-order frames not acknowledged yet (delayed and piggy-backed policies).
+    unacked: u32,
+    /// When a standalone Pack must go out for them.
+    ack_deadline: Option<Instant>,
+    events: VecDeque<Event>,
+    counters: Counters,
+}
 
 impl GbnReceiver {
-    pub fn new(_stream: StreamConfig, _cfg: GbnConfig) -> GbnReceiver {
-        unimplemented!()
+    /// A receiver of `stream` (from `stream.sender`), expecting
+    /// `stream.initial_seq` first.
+    pub fn new(stream: StreamConfig, cfg: GbnConfig) -> GbnReceiver {
+        GbnReceiver {
+            stream,
+            cfg,
+            expected: stream.initial_seq,
+            stalled: false,
+            pack_due: false,
+            pack_seq: stream.initial_seq,
+            nack_due: None,
+            unacked: 0,
+            ack_deadline: None,
+            events: VecDeque::with_capacity(stream.window_frames.min(1024) as usize),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The next sequence number the receiver will deliver.
+    pub fn next_expected(&self) -> Seq {
+        self.expected
+    }
+
+    /// True in seed 001's Stall state (after a Nack, until an in-order frame).
+    pub fn is_stalled(&self) -> bool {
+        self.stalled
+    }
+
+    /// The layer above is sending reverse traffic to the data sender: it takes
+    /// the cumulative acknowledgment to carry (set `ack` to it and flag
+    /// [`Flags::ACK_VALID`]). Returns `None` when nothing is waiting to be
+    /// acknowledged. Taking it cancels the pending standalone Pack (seed 001
+    /// piggyback acknowledgment). Works under every [`AckPolicy`].
+    pub fn take_piggyback_ack(&mut self) -> Option<Seq> {
+        if !self.pack_due && self.unacked == 0 {
+            return None;
+        }
+        self.pack_due = false;
+        self.unacked = 0;
+        self.ack_deadline = None;
+        Some(self.expected)
+    }
+
+    fn on_data(&mut self, now: Instant, header: &Header, buf: BufId) {
+        self.counters.data_received += 1;
+        let seq = header.seq;
+        if seq == self.expected {
+            self.counters.delivered += 1;
+            self.events.push_back(Event::Deliver {
+                stream: self.stream.sender,
+                seq,
+                buf,
+                len: header.payload_len,
+                flags: header.flags,
+            });
+            self.expected = seq.next();
+            self.pack_seq = seq;
+            if self.stalled {
+                // "Resumes the acknowledging process" at the first in-order
+                // frame: acknowledge at once whatever the policy, since the
+                // sender sends nothing new until this Pack arrives.
+                self.stalled = false;
+                self.pack_due = true;
+            } else {
+                self.ack_in_order(now);
+            }
+        } else if seq.before(self.expected) {
+            // An old frame: our Pack for it was lost or is late. Re-acknowledge
+            // so the sender does not time out forever on the last frame of a
+            // burst; in Stall stay silent (seed 001 minimises control frames,
+            // and the expected frame's own timeout recovers).
+            self.counters.duplicates_dropped += 1;
+            self.events.push_back(Event::Release(buf));
+            if !self.stalled {
+                self.pack_seq = seq;
+                self.pack_due = true;
+            }
+        } else {
+            // Out of order: in-order accept drops it (GBN's receive window is one
+            // frame, so this counts as out of window).
+            self.counters.out_of_window_dropped += 1;
+            self.events.push_back(Event::Release(buf));
+            if !self.stalled {
+                self.stalled = true;
+                self.counters.stalls += 1;
+                self.nack_due = Some((seq, self.expected));
+            }
+        }
+    }
+
+    /// Applies the [`AckPolicy`] to one in-order frame.
+    fn ack_in_order(&mut self, now: Instant) {
+        match self.cfg.ack_policy {
+            AckPolicy::Immediate => self.pack_due = true,
+            AckPolicy::Delayed { every, max_delay } => {
+                self.unacked += 1;
+                if self.unacked >= every.max(1) {
+                    self.pack_due = true;
+                } else if self.ack_deadline.is_none() {
+                    self.ack_deadline = Some(now + max_delay);
+                }
+            }
+            AckPolicy::Piggyback { max_delay } => {
+                self.unacked += 1;
+                if self.ack_deadline.is_none() {
+                    self.ack_deadline = Some(now + max_delay);
+                }
+            }
+        }
+    }
+
+    fn control(&self, kind: Kind, seq: Seq, ack: Seq) -> Transmit {
+        let mut header = header_for(&self.stream, kind);
+        header.peer = self.stream.sender;
+        header.seq = seq;
+        header.ack = ack;
+        header.payload_len = 0;
+        Transmit {
+            dest: Dest::Node(self.stream.sender),
+            header,
+            body: TxBody::None,
+        }
     }
 }
 
-crate::api::unimplemented_endpoint!(GbnSender, sender);
-crate::api::unimplemented_endpoint!(GbnReceiver);
+impl Endpoint for GbnReceiver {
+    fn handle_frame(&mut self, now: Instant, header: &Header, body: RxBody<'_>) {
+        let buf = match body {
+            RxBody::Data(buf) => Some(buf),
+            _ => None,
+        };
+        let verdict = if header.epoch != self.stream.epoch {
+            Err(&mut self.counters.wrong_epoch_dropped)
+        } else if header.kind != Kind::GbnData
+            || buf.is_none()
+            || header.src != self.stream.sender
+            || header.peer != self.stream.local
+            || header.group != self.stream.group
+        {
+            Err(&mut self.counters.rejected)
+        } else {
+            Ok(())
+        };
+        match (verdict, buf) {
+            (Ok(()), Some(buf)) => self.on_data(now, header, buf),
+            (Err(counter), buf) => {
+                *counter += 1;
+                if let Some(buf) = buf {
+                    self.events.push_back(Event::Release(buf));
+                }
+            }
+            (Ok(()), None) => unreachable!("checked above"),
+        }
+    }
+
+    /// The delayed or piggy-backed acknowledgment is due: send it alone.
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.ack_deadline.is_some_and(|d| d <= now) {
+            self.ack_deadline = None;
+            self.pack_due = true;
+        }
+    }
+
+    /// The Pack first (it carries the newest cumulative state), then the Nack
+    /// if it still names the expected frame; a Nack overtaken by an in-order
+    /// frame before the driver polled is obsolete and dropped.
+    fn poll_transmit(&mut self, _now: Instant) -> Option<Transmit> {
+        if self.pack_due {
+            self.pack_due = false;
+            self.unacked = 0;
+            self.ack_deadline = None;
+            self.counters.packs_sent += 1;
+            return Some(self.control(Kind::Pack, self.pack_seq, self.expected));
+        }
+        if let Some((seq, ack)) = self.nack_due.take() {
+            if ack == self.expected {
+                self.counters.nacks_sent += 1;
+                return Some(self.control(Kind::Nack, seq, ack));
+            }
+        }
+        None
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.ack_deadline
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// In-order accept holds nothing: every frame is delivered or released at once.
+    fn held_buffers(&self) -> usize {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SENDER: NodeId = 1;
+    const RECEIVER: NodeId = 2;
+    const GROUP: u32 = 7;
+    const EPOCH: u32 = 3;
+    const RTO_US: u64 = 500;
+
+    fn t(us: u64) -> Instant {
+        Instant(us * 1_000)
+    }
+
+    fn stream(local: NodeId, initial: u32, window: u32) -> StreamConfig {
+        StreamConfig {
+            group: GROUP,
+            local,
+            sender: SENDER,
+            epoch: EPOCH,
+            initial_seq: Seq(initial),
+            window_frames: window,
+            seed: 1,
+        }
+    }
+
+    fn cfg(ack_policy: AckPolicy) -> GbnConfig {
+        GbnConfig {
+            retransmit_timeout: Duration::from_micros(RTO_US),
+            ack_policy,
+        }
+    }
+
+    fn sender(initial: u32, window: u32) -> GbnSender {
+        GbnSender::new(
+            stream(SENDER, initial, window),
+            RECEIVER,
+            cfg(AckPolicy::Immediate),
+        )
+    }
+
+    fn receiver(initial: u32, policy: AckPolicy) -> GbnReceiver {
+        GbnReceiver::new(stream(RECEIVER, initial, 8), cfg(policy))
+    }
+
+    fn frame(b: u32) -> OutFrame {
+        OutFrame {
+            buf: BufId(b),
+            len: 100 + b as u16,
+            frag: Flags::WHOLE,
+            last: true,
+        }
+    }
+
+    /// A Pack or Nack from the receiver to the sender.
+    fn feedback(kind: Kind, ack: u32) -> Header {
+        let mut h = Header::new(kind);
+        h.group = GROUP;
+        h.src = RECEIVER;
+        h.peer = SENDER;
+        h.epoch = EPOCH;
+        h.ack = Seq(ack);
+        h
+    }
+
+    /// A data frame from the sender to the receiver.
+    fn data(seq: u32) -> Header {
+        let mut h = Header::new(Kind::GbnData);
+        h.group = GROUP;
+        h.src = SENDER;
+        h.peer = RECEIVER;
+        h.epoch = EPOCH;
+        h.seq = Seq(seq);
+        h.flags = Flags::WHOLE;
+        h.payload_len = 10;
+        h
+    }
+
+    /// Expects a data frame `seq` carrying `BufId(buf)`.
+    #[track_caller]
+    fn expect_data(s: &mut GbnSender, now: Instant, seq: u32, buf: u32, retransmit: bool) {
+        let tx = s.poll_transmit(now).expect("a data frame");
+        assert_eq!(tx.dest, Dest::Node(RECEIVER));
+        assert_eq!(tx.header.kind, Kind::GbnData);
+        assert_eq!(
+            (tx.header.src, tx.header.peer, tx.header.epoch),
+            (SENDER, RECEIVER, EPOCH)
+        );
+        assert_eq!(tx.header.seq, Seq(seq));
+        assert_eq!(tx.body, TxBody::Buf(BufId(buf)));
+        assert_eq!(tx.header.payload_len, 100 + buf as u16);
+        assert!(tx.header.flags.contains(Flags::WHOLE));
+        assert_eq!(tx.header.flags.contains(Flags::RETRANSMIT), retransmit);
+    }
+
+    /// Expects a Pack or Nack with `ack`.
+    #[track_caller]
+    fn expect_control(r: &mut GbnReceiver, now: Instant, kind: Kind, ack: u32) {
+        let tx = r.poll_transmit(now).expect("a control frame");
+        assert_eq!(tx.dest, Dest::Node(SENDER));
+        assert_eq!(tx.body, TxBody::None);
+        assert_eq!(
+            (tx.header.kind, tx.header.ack, tx.header.payload_len),
+            (kind, Seq(ack), 0)
+        );
+        assert_eq!(
+            (tx.header.src, tx.header.peer, tx.header.epoch),
+            (RECEIVER, SENDER, EPOCH)
+        );
+        // The driver routes it back to the sender's stream.
+        assert_eq!(crate::stream_of(&tx.header), SENDER);
+    }
+
+    #[track_caller]
+    fn expect_nothing<E: Endpoint>(e: &mut E, now: Instant) {
+        assert_eq!(e.poll_transmit(now), None);
+    }
+
+    fn released<E: Endpoint>(e: &mut E) -> Vec<u32> {
+        core::iter::from_fn(|| e.poll_event())
+            .map(|ev| match ev {
+                Event::Release(b) => b.0,
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    }
+
+    /// `(seq, buf)` of each delivery; panics on a release.
+    fn delivered(r: &mut GbnReceiver) -> Vec<(u32, u32)> {
+        core::iter::from_fn(|| r.poll_event())
+            .map(|ev| match ev {
+                Event::Deliver {
+                    stream, seq, buf, ..
+                } => {
+                    assert_eq!(stream, SENDER);
+                    (seq.0, buf.0)
+                }
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    }
+
+    /// Sends bufs `first..first+n` at `now` and transmits them in order.
+    fn send_and_transmit(s: &mut GbnSender, now: Instant, initial: u32, first: u32, n: u32) {
+        for b in first..first + n {
+            assert_eq!(s.send(now, frame(b)), Ok(Seq(initial.wrapping_add(b))));
+        }
+        for b in first..first + n {
+            expect_data(s, now, initial.wrapping_add(b), b, false);
+        }
+    }
+
+    #[test]
+    fn window_fills_and_refuses() {
+        let mut s = sender(100, 4);
+        assert!(s.is_idle() && s.can_send());
+        send_and_transmit(&mut s, t(1000), 100, 0, 4);
+        assert!(!s.can_send());
+        assert_eq!(
+            s.send(t(1000), frame(4)),
+            Err(SendError::WindowFull(BufId(4)))
+        );
+        expect_nothing(&mut s, t(1000));
+        assert_eq!(s.counters().window_full, 1);
+        assert_eq!(s.counters().data_sent, 4);
+        assert_eq!(s.held_buffers(), 4);
+        assert_eq!(s.poll_timeout(), Some(t(1000 + RTO_US)));
+    }
+
+    #[test]
+    fn pack_slides_the_window_and_releases() {
+        let mut s = sender(100, 4);
+        send_and_transmit(&mut s, t(1000), 100, 0, 4);
+        s.handle_frame(t(1010), &feedback(Kind::Pack, 102), RxBody::None);
+        assert_eq!(released(&mut s), vec![0, 1]);
+        assert_eq!(s.outstanding(), 2);
+        assert!(s.can_send());
+        assert_eq!(s.send(t(1010), frame(4)), Ok(Seq(104)));
+        expect_data(&mut s, t(1010), 104, 4, false);
+        // A stale Pack changes nothing; a Pack beyond what was sent is rejected.
+        s.handle_frame(t(1020), &feedback(Kind::Pack, 101), RxBody::None);
+        s.handle_frame(t(1020), &feedback(Kind::Pack, 110), RxBody::None);
+        assert_eq!(released(&mut s), Vec::<u32>::new());
+        assert_eq!(s.counters().rejected, 1);
+        s.handle_frame(t(1030), &feedback(Kind::Pack, 105), RxBody::None);
+        assert_eq!(released(&mut s), vec![2, 3, 4]);
+        assert!(s.is_idle());
+        assert_eq!(s.poll_timeout(), None);
+        assert_eq!(s.counters().packs_received, 4);
+    }
+
+    #[test]
+    fn nack_goes_back_resends_all_outstanding_and_stalls() {
+        let mut s = sender(100, 8);
+        send_and_transmit(&mut s, t(1000), 100, 0, 4);
+        // The receiver lacks 101: 100 arrived (the Nack is cumulative too).
+        s.handle_frame(t(1020), &feedback(Kind::Nack, 101), RxBody::None);
+        assert_eq!(released(&mut s), vec![0]);
+        assert!(s.is_stalled());
+        expect_data(&mut s, t(1020), 101, 1, true);
+        expect_data(&mut s, t(1020), 102, 2, true);
+        expect_data(&mut s, t(1020), 103, 3, true);
+        expect_nothing(&mut s, t(1020));
+        // In Stall new frames are accepted but nothing new goes out.
+        assert_eq!(s.send(t(1030), frame(4)), Ok(Seq(104)));
+        expect_nothing(&mut s, t(1030));
+        // A Pack that acknowledges nothing new does not end Stall.
+        s.handle_frame(t(1040), &feedback(Kind::Pack, 101), RxBody::None);
+        assert!(s.is_stalled());
+        expect_nothing(&mut s, t(1040));
+        // The first Pack ends it.
+        s.handle_frame(t(1050), &feedback(Kind::Pack, 102), RxBody::None);
+        assert!(!s.is_stalled());
+        assert_eq!(released(&mut s), vec![1]);
+        expect_data(&mut s, t(1050), 104, 4, false);
+        expect_nothing(&mut s, t(1050));
+        let c = s.counters();
+        assert_eq!(
+            (
+                c.stalls,
+                c.nacks_received,
+                c.data_sent,
+                c.data_retransmitted
+            ),
+            (1, 1, 5, 3)
+        );
+    }
+
+    #[test]
+    fn timeout_outside_stall_retransmits_only_that_frame() {
+        let mut s = sender(100, 8);
+        send_and_transmit(&mut s, t(1000), 100, 0, 1);
+        send_and_transmit(&mut s, t(1200), 100, 1, 1);
+        assert_eq!(s.poll_timeout(), Some(t(1500)));
+        s.handle_timeout(t(1499));
+        expect_nothing(&mut s, t(1499));
+        s.handle_timeout(t(1500));
+        expect_data(&mut s, t(1500), 100, 0, true);
+        expect_nothing(&mut s, t(1500));
+        assert!(!s.is_stalled());
+        // Its timer restarted; the second frame's runs on.
+        assert_eq!(s.poll_timeout(), Some(t(1700)));
+        s.handle_timeout(t(1700));
+        expect_data(&mut s, t(1700), 101, 1, true);
+        assert_eq!(s.poll_timeout(), Some(t(2000)));
+        assert_eq!(s.counters().timeouts, 2);
+        assert_eq!(s.counters().stalls, 0);
+    }
+
+    #[test]
+    fn timeout_in_stall_retransmits_and_stays_stalled() {
+        let mut s = sender(100, 8);
+        send_and_transmit(&mut s, t(1000), 100, 0, 3);
+        s.handle_frame(t(1100), &feedback(Kind::Nack, 100), RxBody::None);
+        for b in 0..3 {
+            expect_data(&mut s, t(1100), 100 + b, b, true);
+        }
+        assert_eq!(s.send(t(1100), frame(3)), Ok(Seq(103)));
+        // Every retransmission was lost: the timers go off together.
+        assert_eq!(s.poll_timeout(), Some(t(1600)));
+        s.handle_timeout(t(1600));
+        for b in 0..3 {
+            expect_data(&mut s, t(1600), 100 + b, b, true);
+        }
+        expect_nothing(&mut s, t(1600));
+        assert!(s.is_stalled());
+        assert_eq!(s.poll_timeout(), Some(t(2100)));
+        s.handle_frame(t(1700), &feedback(Kind::Pack, 103), RxBody::None);
+        assert_eq!(released(&mut s), vec![0, 1, 2]);
+        expect_data(&mut s, t(1700), 103, 3, false);
+        let c = s.counters();
+        assert_eq!((c.stalls, c.timeouts, c.data_retransmitted), (1, 3, 6));
+    }
+
+    #[test]
+    fn second_nack_goes_back_again_without_a_second_stall() {
+        let mut s = sender(100, 8);
+        send_and_transmit(&mut s, t(1000), 100, 0, 3);
+        s.handle_frame(t(1100), &feedback(Kind::Nack, 100), RxBody::None);
+        for b in 0..3 {
+            expect_data(&mut s, t(1100), 100 + b, b, true);
+        }
+        s.handle_frame(t(1200), &feedback(Kind::Nack, 101), RxBody::None);
+        assert_eq!(released(&mut s), vec![0]);
+        expect_data(&mut s, t(1200), 101, 1, true);
+        expect_data(&mut s, t(1200), 102, 2, true);
+        // A stale Nack (before the base) is ignored; one naming an unsent frame is rejected.
+        s.handle_frame(t(1300), &feedback(Kind::Nack, 100), RxBody::None);
+        s.handle_frame(t(1300), &feedback(Kind::Nack, 103), RxBody::None);
+        expect_nothing(&mut s, t(1300));
+        assert_eq!((s.counters().stalls, s.counters().rejected), (1, 1));
+    }
+
+    #[test]
+    fn sequence_numbers_wrap() {
+        let initial = u32::MAX - 1;
+        let mut s = sender(initial, 4);
+        let mut r = receiver(initial, AckPolicy::Immediate);
+        send_and_transmit(&mut s, t(1000), initial, 0, 4);
+        for (seq, buf, ack) in [
+            (u32::MAX - 1, 10, u32::MAX),
+            (u32::MAX, 11, 0),
+            (0, 12, 1),
+            (1, 13, 2),
+        ] {
+            r.handle_frame(t(1010), &data(seq), RxBody::Data(BufId(buf)));
+            assert_eq!(delivered(&mut r), vec![(seq, buf)]);
+            expect_control(&mut r, t(1010), Kind::Pack, ack);
+        }
+        s.handle_frame(t(1020), &feedback(Kind::Pack, 2), RxBody::None);
+        assert_eq!(released(&mut s), vec![0, 1, 2, 3]);
+        assert!(s.is_idle());
+        assert_eq!(s.send(t(1020), frame(4)), Ok(Seq(2)));
+    }
+
+    #[test]
+    fn epoch_mismatch_and_strangers_are_dropped() {
+        let mut s = sender(100, 4);
+        send_and_transmit(&mut s, t(1000), 100, 0, 2);
+        let mut old = feedback(Kind::Pack, 102);
+        old.epoch = EPOCH - 1;
+        s.handle_frame(t(1010), &old, RxBody::None);
+        let mut stranger = feedback(Kind::Nack, 100);
+        stranger.src = 9;
+        s.handle_frame(t(1010), &stranger, RxBody::None);
+        s.handle_frame(t(1010), &data(100), RxBody::Data(BufId(50)));
+        assert_eq!(
+            released(&mut s),
+            vec![50],
+            "a data buffer comes straight back"
+        );
+        expect_nothing(&mut s, t(1010));
+        assert!(!s.is_stalled());
+        assert_eq!(s.outstanding(), 2);
+        assert_eq!(
+            (s.counters().wrong_epoch_dropped, s.counters().rejected),
+            (1, 2)
+        );
+
+        let mut r = receiver(100, AckPolicy::Immediate);
+        let mut old = data(100);
+        old.epoch = EPOCH + 1;
+        r.handle_frame(t(1010), &old, RxBody::Data(BufId(1)));
+        let mut stranger = data(100);
+        stranger.src = 9;
+        r.handle_frame(t(1010), &stranger, RxBody::Data(BufId(2)));
+        r.handle_frame(t(1010), &feedback(Kind::Pack, 1), RxBody::None);
+        assert_eq!(released(&mut r), vec![1, 2]);
+        expect_nothing(&mut r, t(1010));
+        assert_eq!(r.next_expected(), Seq(100));
+        assert_eq!(
+            (r.counters().wrong_epoch_dropped, r.counters().rejected),
+            (1, 2)
+        );
+    }
+
+    #[test]
+    fn receiver_nacks_once_stalls_silently_and_resumes_in_order() {
+        let mut r = receiver(100, AckPolicy::Immediate);
+        r.handle_frame(t(1000), &data(100), RxBody::Data(BufId(1)));
+        assert_eq!(delivered(&mut r), vec![(100, 1)]);
+        expect_control(&mut r, t(1000), Kind::Pack, 101);
+        expect_nothing(&mut r, t(1000));
+        // 101 lost: 102 is out of order -> one Nack naming 101, Stall.
+        r.handle_frame(t(1010), &data(102), RxBody::Data(BufId(3)));
+        assert_eq!(released(&mut r), vec![3]);
+        assert!(r.is_stalled());
+        expect_control(&mut r, t(1010), Kind::Nack, 101);
+        expect_nothing(&mut r, t(1010));
+        // More out-of-order frames and duplicates: dropped without a word.
+        r.handle_frame(t(1020), &data(103), RxBody::Data(BufId(4)));
+        r.handle_frame(t(1020), &data(100), RxBody::Data(BufId(5)));
+        assert_eq!(released(&mut r), vec![4, 5]);
+        expect_nothing(&mut r, t(1020));
+        // The go-back's first frame: delivered, acknowledged, Stall over.
+        r.handle_frame(t(1030), &data(101), RxBody::Data(BufId(6)));
+        assert_eq!(delivered(&mut r), vec![(101, 6)]);
+        assert!(!r.is_stalled());
+        expect_control(&mut r, t(1030), Kind::Pack, 102);
+        // Out of Stall a duplicate is re-acknowledged (our Pack may have been lost).
+        r.handle_frame(t(1040), &data(101), RxBody::Data(BufId(7)));
+        assert_eq!(released(&mut r), vec![7]);
+        expect_control(&mut r, t(1040), Kind::Pack, 102);
+        // A new loss is a new Stall with its own Nack.
+        r.handle_frame(t(1050), &data(104), RxBody::Data(BufId(8)));
+        assert_eq!(released(&mut r), vec![8]);
+        expect_control(&mut r, t(1050), Kind::Nack, 102);
+        let c = r.counters();
+        assert_eq!(
+            (c.data_received, c.delivered, c.duplicates_dropped),
+            (7, 2, 2)
+        );
+        assert_eq!((c.out_of_window_dropped, c.stalls), (3, 2));
+        assert_eq!((c.packs_sent, c.nacks_sent), (3, 2));
+        assert_eq!(r.held_buffers(), 0);
+    }
+
+    #[test]
+    fn nack_overtaken_before_the_poll_is_not_sent() {
+        let mut r = receiver(100, AckPolicy::Immediate);
+        r.handle_frame(t(1000), &data(101), RxBody::Data(BufId(1)));
+        r.handle_frame(t(1000), &data(100), RxBody::Data(BufId(2)));
+        expect_control(&mut r, t(1000), Kind::Pack, 101);
+        expect_nothing(&mut r, t(1000));
+        assert_eq!(r.counters().nacks_sent, 0);
+    }
+
+    #[test]
+    fn receiver_delivery_keeps_the_frame_flags() {
+        let mut r = receiver(100, AckPolicy::Immediate);
+        let mut h = data(100);
+        h.flags = Flags::FRAG_FIRST.with(Flags::RETRANSMIT);
+        h.payload_len = 33;
+        r.handle_frame(t(1000), &h, RxBody::Data(BufId(1)));
+        assert_eq!(
+            r.poll_event(),
+            Some(Event::Deliver {
+                stream: SENDER,
+                seq: Seq(100),
+                buf: BufId(1),
+                len: 33,
+                flags: Flags::FRAG_FIRST.with(Flags::RETRANSMIT),
+            })
+        );
+    }
+
+    #[test]
+    fn delayed_ack_every_k_frames_or_after_max_delay() {
+        let policy = AckPolicy::Delayed {
+            every: 3,
+            max_delay: Duration::from_micros(100),
+        };
+        let mut r = receiver(100, policy);
+        r.handle_frame(t(1000), &data(100), RxBody::Data(BufId(1)));
+        expect_nothing(&mut r, t(1000));
+        assert_eq!(r.poll_timeout(), Some(t(1100)));
+        r.handle_frame(t(1010), &data(101), RxBody::Data(BufId(2)));
+        expect_nothing(&mut r, t(1010));
+        assert_eq!(r.poll_timeout(), Some(t(1100)), "timer runs from the first");
+        r.handle_frame(t(1020), &data(102), RxBody::Data(BufId(3)));
+        expect_control(&mut r, t(1020), Kind::Pack, 103);
+        assert_eq!(r.poll_timeout(), None);
+        // One more frame: no k-th frame comes, the timer sends the Pack.
+        r.handle_frame(t(2000), &data(103), RxBody::Data(BufId(4)));
+        expect_nothing(&mut r, t(2000));
+        r.handle_timeout(t(2099));
+        expect_nothing(&mut r, t(2099));
+        r.handle_timeout(t(2100));
+        expect_control(&mut r, t(2100), Kind::Pack, 104);
+        expect_nothing(&mut r, t(2100));
+        assert_eq!(delivered(&mut r).len(), 4);
+        assert_eq!(r.counters().packs_sent, 2);
+    }
+
+    #[test]
+    fn stall_exit_acknowledges_at_once_under_a_delayed_policy() {
+        let policy = AckPolicy::Delayed {
+            every: 8,
+            max_delay: Duration::from_micros(100),
+        };
+        let mut r = receiver(100, policy);
+        r.handle_frame(t(1000), &data(101), RxBody::Data(BufId(1)));
+        expect_control(&mut r, t(1000), Kind::Nack, 100);
+        r.handle_frame(t(1010), &data(100), RxBody::Data(BufId(2)));
+        expect_control(&mut r, t(1010), Kind::Pack, 101);
+    }
+
+    #[test]
+    fn piggyback_ack_rides_reverse_traffic_or_goes_alone() {
+        let policy = AckPolicy::Piggyback {
+            max_delay: Duration::from_micros(200),
+        };
+        let mut r = receiver(100, policy);
+        let mut s = sender(100, 4);
+        send_and_transmit(&mut s, t(1000), 100, 0, 2);
+        assert_eq!(r.take_piggyback_ack(), None, "nothing to acknowledge yet");
+        r.handle_frame(t(1010), &data(100), RxBody::Data(BufId(10)));
+        r.handle_frame(t(1010), &data(101), RxBody::Data(BufId(11)));
+        expect_nothing(&mut r, t(1010));
+        assert_eq!(r.poll_timeout(), Some(t(1210)));
+        // Reverse traffic takes the acknowledgment: no standalone Pack.
+        assert_eq!(r.take_piggyback_ack(), Some(Seq(102)));
+        assert_eq!(r.take_piggyback_ack(), None);
+        assert_eq!(r.poll_timeout(), None);
+        r.handle_timeout(t(1210));
+        expect_nothing(&mut r, t(1210));
+        s.handle_piggyback_ack(t(1020), Seq(102));
+        assert_eq!(released(&mut s), vec![0, 1]);
+        assert!(s.is_idle());
+        // No reverse traffic within max_delay: the Pack goes alone.
+        send_and_transmit(&mut s, t(1300), 100, 2, 1);
+        r.handle_frame(t(1310), &data(102), RxBody::Data(BufId(12)));
+        r.handle_timeout(t(1510));
+        expect_control(&mut r, t(1510), Kind::Pack, 103);
+        assert_eq!(r.take_piggyback_ack(), None);
+        assert_eq!(r.counters().packs_sent, 1);
+    }
+
+    #[test]
+    fn every_buffer_comes_back_once() {
+        // Sender: sent, go-back, timeouts, then everything acknowledged.
+        let mut s = sender(u32::MAX - 2, 4);
+        let initial = u32::MAX - 2;
+        let mut back = Vec::new();
+        send_and_transmit(&mut s, t(1000), initial, 0, 4);
+        s.handle_frame(t(1010), &feedback(Kind::Nack, u32::MAX - 1), RxBody::None);
+        back.extend(released(&mut s));
+        while s.poll_transmit(t(1010)).is_some() {}
+        s.handle_timeout(t(1510));
+        while s.poll_transmit(t(1510)).is_some() {}
+        s.handle_frame(t(1600), &feedback(Kind::Pack, 1), RxBody::None);
+        back.extend(released(&mut s));
+        back.sort_unstable();
+        assert_eq!(back, vec![0, 1, 2, 3]);
+        assert_eq!(s.held_buffers(), 0);
+    }
+}
