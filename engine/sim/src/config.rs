@@ -21,6 +21,8 @@ pub struct LinkConfig {
     pub latency: Duration,
     /// Each copy is further delayed by a uniform random amount in `[0, jitter]`;
     /// copies of the same frame (and successive frames) may then be reordered.
+    /// Jitter stops at [`Faults::faults_until`] like the faults: a healed
+    /// segment delivers each node's frames in order.
     pub jitter: Duration,
 }
 
@@ -56,8 +58,8 @@ pub struct Faults {
     pub corrupt: f64,
     /// Intervals during which one node hears nothing and is heard by no one.
     pub partitions: Vec<Partition>,
-    /// From this instant on no loss, duplication, corruption or partition happens:
-    /// the liveness phase. `None`: faults last for the whole run.
+    /// From this instant on no loss, duplication, corruption, partition or
+    /// jitter happens: the liveness phase. `None`: faults last for the whole run.
     pub faults_until: Option<Instant>,
 }
 
