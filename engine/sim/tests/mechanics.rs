@@ -379,3 +379,41 @@ fn back_pressure_and_fragments_check_out() {
     assert_eq!(r.wire.data_original, cfg.total_frames());
     assert_eq!(r.max_sender_buffers, 4);
 }
+
+#[test]
+fn a_timer_that_never_moves_is_a_livelock_failure() {
+    let spin = SenderOpts {
+        never_idle: true,
+        tick: Some(Duration::ZERO),
+        ..SenderOpts::default()
+    };
+    let cfg = SimConfig {
+        seed: 9,
+        ..SimConfig::default()
+    };
+    let f = run_perfect(&cfg, spin, ReceiverOpts::default()).unwrap_err();
+    assert!(f.reason.starts_with("timer livelock: node 1"), "{f}");
+    assert_eq!(f.time, Instant::ZERO);
+}
+
+#[test]
+fn a_panicking_machine_is_a_failure_with_its_seed() {
+    let cfg = SimConfig {
+        seed: 11,
+        receivers: 2,
+        ..SimConfig::default()
+    };
+    let f = mcast_sim::run_with(
+        &cfg,
+        |stream, _| common::PerfectSender::new(stream, SenderOpts::default()),
+        |stream| {
+            let mut r = common::PerfectReceiver::new(stream, ReceiverOpts::default());
+            r.panic_on_data = true;
+            r
+        },
+    )
+    .unwrap_err();
+    assert!(f.reason.contains("panicked: the receiver broke"), "{f}");
+    assert!(f.to_string().contains("seed: 11"));
+    assert!(f.step > 0);
+}

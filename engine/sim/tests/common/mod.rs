@@ -183,6 +183,8 @@ pub struct PerfectReceiver {
     events: VecDeque<Event>,
     held: usize,
     counters: Counters,
+    /// Panics on the first data frame (a failed assertion inside a machine).
+    pub panic_on_data: bool,
 }
 
 impl PerfectReceiver {
@@ -196,6 +198,7 @@ impl PerfectReceiver {
             events: VecDeque::new(),
             held: 0,
             counters: Counters::default(),
+            panic_on_data: false,
         }
     }
 
@@ -222,6 +225,7 @@ impl Endpoint for PerfectReceiver {
                 return;
             }
         };
+        assert!(!self.panic_on_data, "the receiver broke");
         self.counters.data_received += 1;
         self.held += 1;
         let bug = self.opts.bug;
