@@ -484,8 +484,12 @@ impl Endpoint for MakSender {
     fn poll_timeout(&self) -> Option<Instant> {
         let token_at = (!self.repairs.is_empty() && self.budget_enabled() && self.tokens < 1.0)
             .then(|| {
+                // Rounded up, plus a nanosecond: at that instant the refill
+                // must reach a whole token, or a driver would be woken again
+                // and again at the same time with nothing to send.
                 let per_sec = f64::from(self.cfg.retransmit_floor_per_sec.max(1));
-                self.tokens_at + Duration::from_secs_f64((1.0 - self.tokens) / per_sec)
+                let wait_ns = ((1.0 - self.tokens) / per_sec * 1e9).ceil() as u64 + 1;
+                self.tokens_at + Duration::from_nanos(wait_ns)
             });
         earliest(self.ack_timer, token_at)
     }
@@ -1355,6 +1359,56 @@ mod tests {
         );
         assert!(drain_tx(&mut s, us(500)).is_empty());
         assert_eq!(drain_tx(&mut s, us(1001)).len(), 1);
+    }
+
+    #[test]
+    fn the_budget_deadline_always_finds_a_token() {
+        // Awkward rates whose token time is not a whole number of nanoseconds.
+        for floor in [7u32, 999_983, 333_333, 1_000_003] {
+            let cfg = MakConfig {
+                retransmit_share: 0.01,
+                retransmit_burst: 1,
+                retransmit_floor_per_sec: floor,
+                ..MakConfig::default()
+            };
+            let mut s = MakSender::new(stream(SENDER), cfg, &[2]);
+            for i in 0..W {
+                s.send(us(0), out(i, false)).unwrap();
+            }
+            drain_tx(&mut s, us(0));
+            let mut list = RangeList::new();
+            list.push(mcast_wire::SeqRange {
+                start: s.stream.initial_seq,
+                count: W,
+            });
+            s.handle_frame(
+                us(1),
+                &header_for(&stream(2), Kind::Nak),
+                RxBody::Nak(&list),
+            );
+            let mut now = us(1);
+            let mut repaired = std::collections::HashSet::new();
+            let note = |repaired: &mut std::collections::HashSet<u32>, tx: Vec<Transmit>| {
+                for t in tx {
+                    if t.header.kind == Kind::Data {
+                        repaired.insert(t.header.seq.0);
+                    }
+                }
+            };
+            note(&mut repaired, drain_tx(&mut s, now));
+            for _ in 0..100_000 {
+                let Some(next) = s.poll_timeout() else { break };
+                assert!(next > now, "floor {floor}: the deadline moves forward");
+                now = next;
+                s.handle_timeout(now);
+                note(&mut repaired, drain_tx(&mut s, now));
+                if repaired.len() == W as usize {
+                    break;
+                }
+            }
+            let sent = repaired.len();
+            assert_eq!(sent, W as usize, "floor {floor}: every repair went out");
+        }
     }
 
     #[test]
