@@ -11,7 +11,7 @@ fn main() {
         .unwrap_or_else(|e| panic!("{e}"));
     let receivers = args.next().map_or(512, |a| a.parse().expect("receivers"));
     let messages = args.next().map_or(10_000, |a| a.parse().expect("messages"));
-    let mut cfg = SimConfig {
+    let cfg = SimConfig {
         algorithm: algo,
         receivers,
         messages,
@@ -26,9 +26,6 @@ fn main() {
         seed: 512,
         ..SimConfig::default()
     };
-    // MAK's retransmission budget can livelock its timer (a proto bug the
-    // sweeps found); off here so the timing measures the simulator.
-    cfg.protocol.mak.retransmit_share = 0.0;
     // Wall time of the whole run, read by this harness only: the simulation
     // itself never looks at a clock.
     #[allow(clippy::disallowed_methods)]

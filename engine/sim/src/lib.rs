@@ -28,6 +28,7 @@ mod content;
 mod pool;
 mod report;
 mod sim;
+pub mod sweep;
 
 pub use config::{guarantees_completion, Faults, LinkConfig, Partition, SimConfig, SENDER};
 pub use content::{fill_message, message, message_len};
