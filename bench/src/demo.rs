@@ -3,7 +3,13 @@
 
 use mcast_sim::{Algorithm, Faults, SimConfig};
 
-pub(crate) fn run(receivers: u32, loss: f64, messages: u64, trace: usize, seed: u64) -> Result<(), String> {
+pub(crate) fn run(
+    receivers: u32,
+    loss: f64,
+    messages: u64,
+    trace: usize,
+    seed: u64,
+) -> Result<(), String> {
     let cfg = SimConfig {
         algorithm: Algorithm::Mak,
         receivers,
@@ -11,7 +17,10 @@ pub(crate) fn run(receivers: u32, loss: f64, messages: u64, trace: usize, seed: 
         min_size: 64,
         max_size: 4096,
         seed,
-        faults: Faults { loss, ..Faults::default() },
+        faults: Faults {
+            loss,
+            ..Faults::default()
+        },
         trace_lines: trace,
         ..SimConfig::default()
     };
@@ -45,7 +54,10 @@ pub(crate) fn run(receivers: u32, loss: f64, messages: u64, trace: usize, seed: 
     let mut nak = crate::table::cell_config(Algorithm::Nak, receivers, loss, messages, seed);
     nak.min_size = cfg.min_size;
     nak.max_size = cfg.max_size;
-    let mak_row = crate::table::measure(&SimConfig { trace_lines: 0, ..cfg })?;
+    let mak_row = crate::table::measure(&SimConfig {
+        trace_lines: 0,
+        ..cfg
+    })?;
     let nak_row = crate::table::measure(&nak)?;
     println!("\nThe same traffic over the paper's plain NAK algorithm (unicast NAKs, no suppression, no ACKs):");
     println!("{}", crate::table::header());

@@ -61,7 +61,11 @@ enum Command {
     #[command(after_help = SIM_FLAGS)]
     Run {
         /// Simulator flags (see below), each followed by its value.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "FLAG VALUE")]
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "FLAG VALUE"
+        )]
         args: Vec<String>,
     },
     /// Many seeds, every algorithm, random faults (loss, duplication, reordering, corruption, partitions).
@@ -111,6 +115,7 @@ const SIM_FLAGS: &str = "Simulator flags (defaults in brackets):
   --rate N                       offered messages per second [saturation]
   --bandwidth-bps N              each NIC's rate [10 Gbit/s]
   --latency-ns N / --jitter-ns N one-way latency and its random extra (reorders) [10 us / 0]
+  --tx-queue-ns N                the most send time a NIC queue holds; beyond it frames wait in the machine [50 us]
   --loss P                       loss probability per frame copy, both directions [0]
   --loss-at NODE=P               a receiver's own loss probability (repeatable)
   --duplicate P / --corrupt P    duplication and corruption probabilities [0 / 0]
@@ -122,12 +127,27 @@ const SIM_FLAGS: &str = "Simulator flags (defaults in brackets):
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo { receivers, loss, messages, trace, seed } => demo::run(receivers, loss, messages, trace, seed),
+        Command::Demo {
+            receivers,
+            loss,
+            messages,
+            trace,
+            seed,
+        } => demo::run(receivers, loss, messages, trace, seed),
         Command::Run { args } => run_one(&args),
-        Command::Sweep { seeds, start, algo, jobs } => sweep::run(start, seeds, algo, jobs),
-        Command::Table { receivers, loss, messages, algos, seed } => {
-            table::run(&receivers, &loss, messages, &algos, seed)
-        }
+        Command::Sweep {
+            seeds,
+            start,
+            algo,
+            jobs,
+        } => sweep::run(start, seeds, algo, jobs),
+        Command::Table {
+            receivers,
+            loss,
+            messages,
+            algos,
+            seed,
+        } => table::run(&receivers, &loss, messages, &algos, seed),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -139,7 +159,8 @@ fn main() -> ExitCode {
 }
 
 fn run_one(args: &[String]) -> Result<(), String> {
-    let cfg = SimConfig::parse_args(args).map_err(|e| format!("{e}\n\nSee: mcast-bench run --help"))?;
+    let cfg =
+        SimConfig::parse_args(args).map_err(|e| format!("{e}\n\nSee: mcast-bench run --help"))?;
     let (result, wall) = timed(|| mcast_sim::run(&cfg));
     let report = result.map_err(|f| f.to_string())?;
     for line in &report.trace {

@@ -3,7 +3,12 @@
 use mcast_sim::sweep::{sweep, SweepPlan};
 use mcast_sim::Algorithm;
 
-pub(crate) fn run(start: u64, seeds: u64, algo: Option<Algorithm>, jobs: Option<usize>) -> Result<(), String> {
+pub(crate) fn run(
+    start: u64,
+    seeds: u64,
+    algo: Option<Algorithm>,
+    jobs: Option<usize>,
+) -> Result<(), String> {
     let plan = SweepPlan {
         seeds: start..start.saturating_add(seeds),
         algorithms: algo.map_or_else(|| Algorithm::ALL.to_vec(), |a| vec![a]),
@@ -25,6 +30,10 @@ pub(crate) fn run(start: u64, seeds: u64, algo: Option<Algorithm>, jobs: Option<
         for f in outcome.failures.iter().take(5) {
             eprintln!("{f}\n");
         }
-        Err(format!("{} of {} runs failed", outcome.failures.len(), outcome.runs))
+        Err(format!(
+            "{} of {} runs failed",
+            outcome.failures.len(),
+            outcome.runs
+        ))
     }
 }

@@ -42,7 +42,13 @@ fn ratio(a: u64, b: u64) -> Option<f64> {
 
 /// The configuration of one table cell: 64-byte messages in saturation, on the
 /// simulator's default 10 Gbit/s, 10 µs segment.
-pub(crate) fn cell_config(algo: Algorithm, receivers: u32, loss: f64, messages: u64, seed: u64) -> SimConfig {
+pub(crate) fn cell_config(
+    algo: Algorithm,
+    receivers: u32,
+    loss: f64,
+    messages: u64,
+    seed: u64,
+) -> SimConfig {
     let mut cfg = SimConfig {
         algorithm: algo,
         receivers,
@@ -50,13 +56,18 @@ pub(crate) fn cell_config(algo: Algorithm, receivers: u32, loss: f64, messages: 
         min_size: 64,
         max_size: 64,
         seed,
-        faults: Faults { loss, ..Faults::default() },
+        faults: Faults {
+            loss,
+            ..Faults::default()
+        },
         ..SimConfig::default()
     };
     if algo == Algorithm::Nak {
         // Plain NAK can never free its buffer (seed 000 §3.1): give it room for
         // the whole run, or it would stop at the first full window.
-        cfg.window_frames = cfg.window_frames.max(u32::try_from(messages).unwrap_or(u32::MAX));
+        cfg.window_frames = cfg
+            .window_frames
+            .max(u32::try_from(messages).unwrap_or(u32::MAX));
         // It also never detects a lost last frame: stop one liveness bound
         // after the last activity rather than run to the time limit.
         cfg.faults.faults_until = None;
@@ -82,12 +93,20 @@ fn row_of(cfg: &SimConfig, r: &SimReport, wall: Duration) -> Row {
         retransmissions: r.wire.data_retransmit,
         naks: r.wire.nak,
         acks: r.wire.ack,
-        completion: r.completion_time.map(|t| Duration::from_nanos(t.as_nanos())),
+        completion: r
+            .completion_time
+            .map(|t| Duration::from_nanos(t.as_nanos())),
         wall,
     }
 }
 
-pub(crate) fn run(receivers: &[u32], losses: &[f64], messages: u64, algos: &[Algorithm], seed: u64) -> Result<(), String> {
+pub(crate) fn run(
+    receivers: &[u32],
+    losses: &[f64],
+    messages: u64,
+    algos: &[Algorithm],
+    seed: u64,
+) -> Result<(), String> {
     println!(
         "{messages} messages of 64 B, 1 sender, simulated 10 Gbit/s segment with 10 us latency, seed {seed}, independent loss per frame copy"
     );
@@ -107,13 +126,25 @@ pub(crate) fn run(receivers: &[u32], losses: &[f64], messages: u64, algos: &[Alg
 pub(crate) fn header() -> String {
     format!(
         "{:<9} {:>5} {:>5} {:>13} {:>9} {:>9} {:>9} {:>10} {:>12} {:>8}",
-        "algo", "rcvrs", "loss", "delivered", "lost", "retx/lost", "NAK/lost", "ACK/1000", "virtual", "wall"
+        "algo",
+        "rcvrs",
+        "loss",
+        "delivered",
+        "lost",
+        "retx/lost",
+        "NAK/lost",
+        "ACK/1000",
+        "virtual",
+        "wall"
     )
 }
 
 pub(crate) fn format_row(r: &Row) -> String {
     let opt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.3}"));
-    let completion = r.completion.map_or_else(|| "never".to_string(), |d| format!("{:.3} ms", d.as_secs_f64() * 1e3));
+    let completion = r.completion.map_or_else(
+        || "never".to_string(),
+        |d| format!("{:.3} ms", d.as_secs_f64() * 1e3),
+    );
     format!(
         "{:<9} {:>5} {:>4}% {:>13} {:>9} {:>9} {:>9} {:>10.1} {:>12} {:>7.2}s",
         r.algo.name(),
@@ -159,5 +190,8 @@ pub(crate) fn print_report(cfg: &SimConfig, r: &SimReport, wall: Duration) {
         r.wire.copies_corrupted,
         r.wire.copies_duplicated
     );
-    println!("buffers: sender held at most {}, a receiver at most {}", r.max_sender_buffers, r.max_receiver_buffers);
+    println!(
+        "buffers: sender held at most {}, a receiver at most {}",
+        r.max_sender_buffers, r.max_receiver_buffers
+    );
 }

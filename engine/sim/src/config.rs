@@ -24,6 +24,13 @@ pub struct LinkConfig {
     /// Jitter stops at [`Faults::faults_until`] like the faults: a healed
     /// segment delivers each node's frames in order.
     pub jitter: Duration,
+    /// The most transmission time a NIC's queue may hold: while its backlog is
+    /// longer, the driver stops taking frames from the machine (as an engine
+    /// stops draining `poll_transmit` when the AF_XDP TX ring is full) and the
+    /// frames wait inside the machine. A real NIC's ring is finite; without
+    /// this bound a sender whose timers fire faster than its link drains
+    /// queues without end (congestion collapse in the simulator alone).
+    pub tx_queue: Duration,
 }
 
 impl Default for LinkConfig {
@@ -32,6 +39,7 @@ impl Default for LinkConfig {
             bandwidth_bps: 10_000_000_000,
             latency: Duration::from_micros(10),
             jitter: Duration::ZERO,
+            tx_queue: Duration::from_micros(50),
         }
     }
 }
@@ -306,6 +314,11 @@ impl SimConfig {
             nanos(d.link.latency)
         );
         opt!("jitter-ns", nanos(self.link.jitter), nanos(d.link.jitter));
+        opt!(
+            "tx-queue-ns",
+            nanos(self.link.tx_queue),
+            nanos(d.link.tx_queue)
+        );
         opt!("loss", self.faults.loss, d.faults.loss);
         for (node, p) in &self.faults.per_receiver_loss {
             let _ = write!(s, " --loss-at {node}={p}");
@@ -389,6 +402,7 @@ impl SimConfig {
                 "--bandwidth-bps" => cfg.link.bandwidth_bps = num(flag, v)?,
                 "--latency-ns" => cfg.link.latency = ns(v)?,
                 "--jitter-ns" => cfg.link.jitter = ns(v)?,
+                "--tx-queue-ns" => cfg.link.tx_queue = ns(v)?,
                 "--loss" => cfg.faults.loss = num(flag, v)?,
                 "--loss-at" => {
                     let (n, p) = v

@@ -136,6 +136,8 @@ struct NodeState {
     pool: Pool,
     /// When this node's NIC finishes sending what it has queued.
     nic_free_at: Instant,
+    /// The instant of this node's live "NIC has room" entry, if any.
+    nic_wake_at: Option<Instant>,
     /// The instant of this node's live timer entry in the heap, if any.
     timer_at: Option<Instant>,
     /// The last instant its timer fired at, and how many times in a row.
@@ -185,6 +187,8 @@ enum What {
     Batch(Box<Batch>),
     /// `node`'s timer, if `at` is still its deadline.
     Timer { node: NodeId },
+    /// `node`'s NIC queue has room again: take more frames from its machine.
+    NicReady { node: NodeId },
     /// The next message becomes available to the sender's application.
     AppWake,
 }
@@ -305,6 +309,21 @@ impl<S: Sender, R: Endpoint> Sim<'_, S, R> {
                         let ep = &mut self.receivers[node as usize - 2];
                         ep.handle_timeout(self.w.now);
                         self.w.trace_line(|| format!("{node} timeout"));
+                        drain(ep, &mut self.w, node)?;
+                        self.w.check_node(ep, node)?;
+                    }
+                }
+                What::NicReady { node } => {
+                    let st = &mut self.w.nodes[node as usize - 1];
+                    if st.nic_wake_at != Some(e.at) {
+                        continue;
+                    }
+                    st.nic_wake_at = None;
+                    self.w.step += 1;
+                    if node == SENDER {
+                        self.sender_step(None)?;
+                    } else {
+                        let ep = &mut self.receivers[node as usize - 2];
                         drain(ep, &mut self.w, node)?;
                         self.w.check_node(ep, node)?;
                     }
@@ -530,7 +549,10 @@ fn drain<E: Endpoint>(ep: &mut E, w: &mut World<'_>, node: NodeId) -> Result<(),
     let now = w.now;
     loop {
         let mut progressed = false;
-        while let Some(tx) = ep.poll_transmit(now) {
+        while w.nic_has_room(node) {
+            let Some(tx) = ep.poll_transmit(now) else {
+                break;
+            };
             w.transmit(node, &tx)?;
             progressed = true;
         }
@@ -559,6 +581,7 @@ impl<'c> World<'c> {
             .map(|_| NodeState {
                 pool: Pool::default(),
                 nic_free_at: Instant::ZERO,
+                nic_wake_at: None,
                 timer_at: None,
                 last_fire: None,
                 fires_at_last: 0,
@@ -638,6 +661,22 @@ impl<'c> World<'c> {
             self.trace_tail.pop_front();
         }
         self.trace_tail.push_back(line);
+    }
+
+    /// True when `node`'s NIC backlog is within [`LinkConfig::tx_queue`];
+    /// otherwise schedules a wake-up for when it will be, and says no.
+    fn nic_has_room(&mut self, node: NodeId) -> bool {
+        let limit = nanos(self.cfg.link.tx_queue);
+        let st = &mut self.nodes[node as usize - 1];
+        let room_at = Instant(st.nic_free_at.0.saturating_sub(limit));
+        if room_at <= self.now {
+            return true;
+        }
+        if st.nic_wake_at != Some(room_at) {
+            st.nic_wake_at = Some(room_at);
+            self.push(room_at, What::NicReady { node });
+        }
+        false
     }
 
     /// Puts a frame on the segment: its bytes are built once, the NIC
