@@ -22,6 +22,7 @@ pub(crate) fn run(
             ..Faults::default()
         },
         trace_lines: trace,
+        window_frames: crate::table::TABLE_WINDOW,
         ..SimConfig::default()
     };
     cfg.validate()?;

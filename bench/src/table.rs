@@ -40,6 +40,11 @@ fn ratio(a: u64, b: u64) -> Option<f64> {
     (b > 0).then(|| a as f64 / b as f64)
 }
 
+/// The window of the table's runs: at 10 Gbit/s a 64-byte frame takes about
+/// 0.1 µs, so 1,024 frames cover the round trip plus a NAK backoff and a repair
+/// (about 100 µs): the sender keeps sending while losses are repaired.
+pub(crate) const TABLE_WINDOW: u32 = 1024;
+
 /// The configuration of one table cell: 64-byte messages in saturation, on the
 /// simulator's default 10 Gbit/s, 10 µs segment.
 pub(crate) fn cell_config(
@@ -60,6 +65,7 @@ pub(crate) fn cell_config(
             loss,
             ..Faults::default()
         },
+        window_frames: TABLE_WINDOW,
         ..SimConfig::default()
     };
     if algo == Algorithm::Nak {

@@ -69,10 +69,15 @@ pub struct MakConfig {
     /// The sender answers NAKs for a frame it repaired less than this many
     /// GRTTs ago with that repair (one repair per NAK round).
     pub repair_holdoff_grtts: u32,
-    /// Retransmissions may use at most this share of the sender's original
-    /// frames (a token per original frame times the share; 0 disables the budget).
+    /// Retransmissions may be at most this share of the frames the sender puts
+    /// on the wire: each original frame earns `share / (1 - share)` tokens (1
+    /// at the default 0.5) and a repair costs one. 0 (or 1 and more) disables
+    /// the budget.
     pub retransmit_share: f64,
-    /// Tokens the budget can save up (the largest repair burst).
+    /// Tokens the budget can save up from the floor rate while the sender is
+    /// idle (the largest repair burst after a pause). Tokens earned by original
+    /// frames are kept up to a whole window, since the repairs of a window's
+    /// losses are due while that window is outstanding.
     pub retransmit_burst: u32,
     /// Tokens added per second whatever the sending rate, so repairs go out
     /// when the sender is idle (a lost tail).
@@ -98,7 +103,7 @@ impl Default for MakConfig {
             repair_holdoff_grtts: 1,
             retransmit_share: 0.5,
             retransmit_burst: 128,
-            retransmit_floor_per_sec: 100_000,
+            retransmit_floor_per_sec: 200_000,
             max_nak_ranges: MAX_NAK_RANGES,
         }
     }
@@ -157,6 +162,7 @@ pub struct MakSender {
     tokens_at: Instant,
     deferred: bool,
     grtt: Duration,
+    grtt_measured: bool,
     events: VecDeque<Event>,
     counters: Counters,
 }
@@ -178,10 +184,11 @@ impl MakSender {
             repairs: VecDeque::with_capacity(w as usize),
             resend_due: false,
             ack_req_due: false,
-            tokens: f64::from(cfg.retransmit_burst),
+            tokens: f64::from(cfg.retransmit_burst.min(w)),
             tokens_at: Instant::ZERO,
             deferred: false,
             grtt: cfg.initial_grtt,
+            grtt_measured: false,
             events: VecDeque::with_capacity(2 * w as usize),
             counters: Counters::default(),
         };
@@ -288,11 +295,22 @@ impl MakSender {
         self.tokens_at = now;
         self.tokens = (self.tokens
             + elapsed.as_secs_f64() * f64::from(self.cfg.retransmit_floor_per_sec))
-        .min(f64::from(self.cfg.retransmit_burst));
+        .min(f64::from(self.cfg.retransmit_burst).max(self.tokens));
     }
 
     fn budget_enabled(&self) -> bool {
-        self.cfg.retransmit_share > 0.0
+        self.cfg.retransmit_share > 0.0 && self.cfg.retransmit_share < 1.0
+    }
+
+    /// The most tokens originals can bank: the larger of the burst and the window.
+    fn token_cap(&self) -> f64 {
+        f64::from(self.cfg.retransmit_burst.max(self.buffer.capacity()))
+    }
+
+    /// Tokens an original frame earns: repairs / (repairs + originals) <= share.
+    fn tokens_per_original(&self) -> f64 {
+        let share = self.cfg.retransmit_share;
+        share / (1.0 - share)
     }
 
     fn data_header(&self, now: Instant, seq: Seq, flags: Flags, len: u16) -> Header {
@@ -351,13 +369,15 @@ impl MakSender {
     }
 
     /// GRTT tracks the slowest receiver: it rises at once and decays slowly.
+    /// The first sample replaces the configured guess outright.
     fn sample_rtt(&mut self, sample: Duration) {
         let sample = sample.clamp(self.cfg.grtt_min, self.cfg.grtt_max);
-        self.grtt = if sample > self.grtt {
+        self.grtt = if !self.grtt_measured || sample > self.grtt {
             sample
         } else {
             (self.grtt * 7 + sample) / 8
         };
+        self.grtt_measured = true;
     }
 
     fn handle_nak(&mut self, now: Instant, ranges: &RangeList) {
@@ -408,6 +428,12 @@ impl Endpoint for MakSender {
     }
 
     fn handle_timeout(&mut self, now: Instant) {
+        // The budget's deadline: bank the tokens now, so that the next deadline
+        // is in the future even if the driver cannot take frames yet (its TX
+        // ring is full) and does not call poll_transmit.
+        if !self.repairs.is_empty() && self.budget_enabled() {
+            self.refill_tokens(now);
+        }
         if self.ack_timer.is_some_and(|t| t <= now) {
             // WAIT -> RESEND: the fixed timer expired without every ACK. Resend
             // the last frame (a receiver that lost the tail now sees the gap)
@@ -542,8 +568,7 @@ impl Sender for MakSender {
         self.fresh.push_back(seq);
         if self.budget_enabled() {
             self.refill_tokens(now);
-            self.tokens =
-                (self.tokens + self.cfg.retransmit_share).min(f64::from(self.cfg.retransmit_burst));
+            self.tokens = (self.tokens + self.tokens_per_original()).min(self.token_cap());
         }
         Ok(seq)
     }
@@ -576,11 +601,19 @@ pub enum ReceiverState {
 /// One entry of the error table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Missing {
-    /// Waiting for our own NAK timer.
-    Pending,
+    /// Waiting for our own NAK timer; `tries` NAKs of ours asked for it already.
+    Pending { tries: u8 },
     /// NAKed (by us or overheard from another receiver) at a time: the repair
     /// is awaited until `until`, then the frame is pending again.
-    Requested { until: Instant },
+    Requested { until: Instant, tries: u8 },
+}
+
+impl Missing {
+    const NEW: Missing = Missing::Pending { tries: 0 };
+
+    fn is_pending(self) -> bool {
+        matches!(self, Missing::Pending { .. })
+    }
 }
 
 /// The MAK receiver.
@@ -688,7 +721,7 @@ impl MakReceiver {
         while seq.before(upto) {
             if !self.inorder.has(seq)
                 && self.errors.insert(seq, state).is_ok()
-                && state == Missing::Pending
+                && state.is_pending()
             {
                 self.pending += 1;
             }
@@ -701,7 +734,7 @@ impl MakReceiver {
 
     fn forget(&mut self, seq: Seq) {
         if let Some(m) = self.errors.remove(seq) {
-            if m == Missing::Pending {
+            if m.is_pending() {
                 self.pending -= 1;
                 // Repaired before our timer fired: one entry fewer in our NAK.
                 self.counters.nak_entries_suppressed += 1;
@@ -713,7 +746,7 @@ impl MakReceiver {
         let base = self.inorder.next_expected();
         let mut freed_pending = 0;
         self.errors.advance_to(base, |_, m| {
-            if m == Missing::Pending {
+            if m.is_pending() {
                 freed_pending += 1;
             }
         });
@@ -788,7 +821,7 @@ impl MakReceiver {
                     // MODIFY-ERROR-TABLE: the repair came.
                     self.forget(seq);
                 }
-                self.scan_gaps(seq, Missing::Pending);
+                self.scan_gaps(seq, Missing::NEW);
                 if header.flags.contains(Flags::ACK_REQ) || header.flags.contains(Flags::LAST) {
                     self.note_request(now, seq, header.tstamp_us);
                 }
@@ -817,12 +850,12 @@ impl MakReceiver {
                 if seq.after(self.scanned_to) {
                     // A frame we did not know of yet: everything up to it is missing.
                     self.inorder.note_exists(seq);
-                    self.scan_gaps(seq.next(), Missing::Requested { until });
+                    self.scan_gaps(seq.next(), Missing::Requested { until, tries: 0 });
                     continue;
                 }
                 if let Some(m) = self.errors.get_mut(seq) {
-                    if *m == Missing::Pending {
-                        *m = Missing::Requested { until };
+                    if let Missing::Pending { tries } = *m {
+                        *m = Missing::Requested { until, tries };
                         self.pending -= 1;
                         self.counters.nak_entries_suppressed += 1;
                     }
@@ -839,7 +872,8 @@ impl MakReceiver {
     fn fire_nak(&mut self, now: Instant) {
         self.nak_timer = None;
         let mut list = RangeList::new();
-        let until = now + self.repair_wait();
+        let wait = self.repair_wait();
+        let mut retry_at = None;
         let limit = self.cfg.max_nak_ranges.clamp(1, MAX_NAK_RANGES);
         let base = self.errors.base();
         for i in 0..self.errors.capacity() {
@@ -847,22 +881,29 @@ impl MakReceiver {
             let Some(m) = self.errors.get_mut(seq) else {
                 continue;
             };
-            if *m != Missing::Pending {
+            let Missing::Pending { tries } = *m else {
                 continue;
-            }
+            };
             let extends = list.iter().last().is_some_and(|r| r.end() == seq);
             if !extends && list.len() >= limit {
                 break;
             }
             list.push_seq(seq);
-            *m = Missing::Requested { until };
+            // Each unanswered NAK of ours doubles the wait for its repair (up to
+            // 16 times): a sender short of repair budget is not met by a storm.
+            let until = now + wait * (1u32 << tries.min(4));
+            *m = Missing::Requested {
+                until,
+                tries: tries.saturating_add(1),
+            };
+            retry_at = earliest(retry_at, Some(until));
             self.pending -= 1;
         }
         if list.is_empty() {
             self.counters.naks_suppressed += 1;
         } else {
             self.counters.naks_sent += 1;
-            self.retry_at = earliest(self.retry_at, Some(until));
+            self.retry_at = earliest(self.retry_at, retry_at);
             let mut h = header_for(&self.stream, Kind::Nak);
             h.seq = self.inorder.next_expected();
             h.ack = self.inorder.next_expected();
@@ -887,9 +928,9 @@ impl MakReceiver {
             let Some(m) = self.errors.get_mut(seq) else {
                 continue;
             };
-            if let Missing::Requested { until } = *m {
+            if let Missing::Requested { until, tries } = *m {
                 if until <= now {
-                    *m = Missing::Pending;
+                    *m = Missing::Pending { tries };
                     self.pending += 1;
                     self.counters.timeouts += 1;
                 } else {
@@ -921,7 +962,7 @@ impl Endpoint for MakReceiver {
             (Kind::AckReq, _) if header.src == self.stream.sender => {
                 // The sender's timer resend: a frame up to `ack` exists.
                 self.inorder.note_exists(header.ack);
-                self.scan_gaps(header.ack.next(), Missing::Pending);
+                self.scan_gaps(header.ack.next(), Missing::NEW);
                 self.note_request(now, header.ack, header.tstamp_us);
                 self.arm_nak_timer(now);
                 self.maybe_ack(now);
@@ -1105,10 +1146,10 @@ mod tests {
             None,
             "no timer once everything is acknowledged"
         );
-        // Two samples of 19 us (echoed timestamp to ACK) pull the 100 us initial estimate down slowly.
+        // The first sample (19 us, echoed stamp to ACK) replaces the 100 us guess.
         assert_eq!(
             s.grtt(),
-            Duration::from_nanos(81_015),
+            Duration::from_micros(19),
             "measured from the echoed timestamp"
         );
     }
@@ -1325,12 +1366,19 @@ mod tests {
             vec![(s.stream.initial_seq.add(1).0, 1)]
         );
         assert_eq!(r.counters().naks_sent, 2);
+        // The second NAK is not answered either: the wait doubles (600 us).
+        assert_eq!(r.poll_timeout(), Some(us(921)));
+        r.handle_timeout(us(921));
+        assert_eq!(r.poll_timeout(), Some(us(931)));
+        r.handle_timeout(us(931));
+        assert_eq!(drain_tx(&mut r, us(931)).len(), 1);
+        assert_eq!(r.poll_timeout(), Some(us(931 + 1200)), "and doubles again");
     }
 
     #[test]
     fn the_retransmission_budget_defers_a_nak_storm() {
         let cfg = MakConfig {
-            retransmit_share: 0.1,
+            retransmit_share: 0.01,
             retransmit_burst: 2,
             retransmit_floor_per_sec: 1_000,
             ..MakConfig::default()
@@ -1409,6 +1457,37 @@ mod tests {
             let sent = repaired.len();
             assert_eq!(sent, W as usize, "floor {floor}: every repair went out");
         }
+    }
+
+    #[test]
+    fn a_driver_that_cannot_transmit_is_not_woken_again_and_again() {
+        let cfg = MakConfig {
+            retransmit_share: 0.01,
+            retransmit_burst: 1,
+            ..MakConfig::default()
+        };
+        let mut s = MakSender::new(stream(SENDER), cfg, &[2]);
+        for i in 0..W {
+            s.send(us(0), out(i, false)).unwrap();
+        }
+        drain_tx(&mut s, us(0));
+        let mut list = RangeList::new();
+        list.push(mcast_wire::SeqRange {
+            start: s.stream.initial_seq,
+            count: W,
+        });
+        s.handle_frame(
+            us(1),
+            &header_for(&stream(2), Kind::Nak),
+            RxBody::Nak(&list),
+        );
+        assert!(s.poll_transmit(us(1)).is_some());
+        assert!(s.poll_transmit(us(1)).is_none(), "the budget is spent");
+        // The driver's TX ring is full: it handles the deadline but takes no frame.
+        let t = s.poll_timeout().unwrap();
+        s.handle_timeout(t);
+        let next = s.poll_timeout().unwrap();
+        assert!(next > t, "the next deadline is later: {next:?} after {t:?}");
     }
 
     #[test]
