@@ -73,7 +73,7 @@ pub(crate) fn cell_config(
         // the whole run, or it would stop at the first full window.
         cfg.window_frames = cfg
             .window_frames
-            .max(u32::try_from(messages).unwrap_or(u32::MAX));
+            .max(u32::try_from(cfg.total_frames()).unwrap_or(u32::MAX));
         // It also never detects a lost last frame: stop one liveness bound
         // after the last activity rather than run to the time limit.
         cfg.faults.faults_until = None;

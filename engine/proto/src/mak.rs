@@ -340,8 +340,18 @@ impl MakSender {
         })
     }
 
+    /// The first frame accepted by `send` but not yet on the wire: frames wait
+    /// in `fresh` while the driver cannot take them (its TX ring is full).
+    fn first_unsent(&self) -> Seq {
+        self.fresh.front().copied().unwrap_or(self.next_seq)
+    }
+
+    /// The highest frame actually transmitted and still held. Only it may be
+    /// resent or named in an ACK_REQ: naming a frame still queued here would
+    /// make every receiver NAK frames that are merely not sent yet.
     fn highest_sent(&self) -> Option<Seq> {
-        (!self.buffer.is_empty()).then(|| self.next_seq.sub(1))
+        let limit = self.first_unsent();
+        limit.after(self.buffer.base()).then(|| limit.sub(1))
     }
 
     fn handle_ack(&mut self, now: Instant, header: &Header) {
@@ -386,7 +396,7 @@ impl MakSender {
         for r in ranges.iter() {
             for i in 0..r.count.min(self.buffer.capacity()) {
                 let seq = r.start.add(i);
-                if !seq.before(self.next_seq) {
+                if !seq.before(self.first_unsent()) {
                     self.counters.rejected += 1;
                     break;
                 }
@@ -474,6 +484,10 @@ impl Endpoint for MakSender {
             self.resend_due = false;
             if let Some(seq) = self.highest_sent() {
                 self.counters.data_retransmitted += 1;
+                if let Some(slot) = self.buffer.get_mut(seq) {
+                    // A resend is a repair too: NAKs in flight for it are answered.
+                    slot.repaired_at = Some(now);
+                }
                 return self.data_transmit(now, seq, Flags::RETRANSMIT, Flags::ACK_REQ);
             }
         }
@@ -1488,6 +1502,51 @@ mod tests {
         s.handle_timeout(t);
         let next = s.poll_timeout().unwrap();
         assert!(next > t, "the next deadline is later: {next:?} after {t:?}");
+    }
+
+    #[test]
+    fn frames_not_yet_on_the_wire_are_never_named_or_repaired() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+        for i in 0..W {
+            s.send(us(0), out(i, false)).unwrap();
+        }
+        // The driver's TX ring takes only two frames.
+        let first = s.poll_transmit(us(0)).unwrap();
+        let second = s.poll_transmit(us(0)).unwrap();
+        s.handle_timeout(us(500));
+        let resend = s.poll_transmit(us(500)).unwrap();
+        assert_eq!(
+            resend.header.seq, second.header.seq,
+            "the last frame sent, not the last queued"
+        );
+        let req = s.poll_transmit(us(500)).unwrap();
+        assert_eq!(req.header.kind, Kind::AckReq);
+        assert_eq!(req.header.ack, second.header.seq);
+        // A NAK naming a queued frame is not a repair request.
+        let mut list = RangeList::new();
+        list.push(mcast_wire::SeqRange {
+            start: first.header.seq,
+            count: 4,
+        });
+        s.handle_frame(
+            us(501),
+            &header_for(&stream(2), Kind::Nak),
+            RxBody::Nak(&list),
+        );
+        let next: Vec<_> = drain_tx(&mut s, us(501));
+        let repairs = next
+            .iter()
+            .filter(|t| t.header.flags.contains(Flags::RETRANSMIT))
+            .count();
+        assert_eq!(
+            repairs, 1,
+            "only the transmitted, not-just-repaired frame #0 is repaired"
+        );
+        assert_eq!(
+            next.len(),
+            1 + W as usize - 2,
+            "then the queued frames, once each"
+        );
     }
 
     #[test]
