@@ -21,7 +21,7 @@ pub(crate) fn run(
             loss,
             ..Faults::default()
         },
-        trace_lines: trace,
+        trace_lines: 20_000,
         window_frames: crate::table::TABLE_WINDOW,
         ..SimConfig::default()
     };
@@ -37,8 +37,28 @@ pub(crate) fn run(
     );
     let (result, wall) = crate::timed(|| mcast_sim::run(&cfg));
     let report = result.map_err(|f| f.to_string())?;
-    println!("The first {} events:", report.trace.len());
-    for line in &report.trace {
+    // The trace holds every frame; show the ones where reliability happens.
+    let mut losses_shown = 0;
+    let interesting: Vec<&String> = report
+        .trace
+        .iter()
+        .filter(|l| {
+            let plain_data = l.contains(" DATA ") && !l.contains("rexmit");
+            if plain_data && l.contains("lost") {
+                losses_shown += 1;
+                return losses_shown <= 6;
+            }
+            !plain_data
+        })
+        .take(trace)
+        .collect();
+    println!(
+        "The first {} events of the recovery (a loss, the NAK after a random wait listing what is missing, \
+         the one repair, the ACKs the sender asks for); #N is a sequence number, the stream starts just \
+         below 2^32 and wraps:",
+        interesting.len()
+    );
+    for line in interesting {
         println!("  {line}");
     }
     crate::table::print_report(&cfg, &report, wall);

@@ -852,6 +852,16 @@ impl<'c> World<'c> {
                 Dest::Node(n) => n.to_string(),
             };
             let mut line = format!("{node}->{dest} {}", describe(h));
+            if let TxBody::Nak(list) = &tx.body {
+                let ranges: Vec<String> = list
+                    .iter()
+                    .map(|r| match r.count {
+                        1 => format!("{}", r.start.0),
+                        n => format!("{}+{}", r.start.0, n),
+                    })
+                    .collect();
+                let _ = write!(line, " missing [{}]", ranges.join(" "));
+            }
             for (what, at) in [
                 ("lost", &lost_at),
                 ("dup", &dup_at),
