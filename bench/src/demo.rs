@@ -72,9 +72,19 @@ pub(crate) fn run(
         return Err("the demo run did not complete".into());
     }
 
-    let mut nak = crate::table::cell_config(Algorithm::Nak, receivers, loss, messages, seed);
+    let mut nak = crate::table::cell_config(
+        Algorithm::Nak,
+        receivers,
+        loss,
+        messages,
+        seed,
+        crate::table::TABLE_WINDOW,
+    );
     nak.min_size = cfg.min_size;
     nak.max_size = cfg.max_size;
+    nak.window_frames = nak
+        .window_frames
+        .max(u32::try_from(nak.total_frames()).unwrap_or(u32::MAX));
     let mak_row = crate::table::measure(&SimConfig {
         trace_lines: 0,
         ..cfg

@@ -100,6 +100,9 @@ enum Command {
         /// The seed of every run.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// The window (frames) of the MAK runs; plain NAK always gets the whole run, since it never frees.
+        #[arg(long, default_value_t = table::TABLE_WINDOW)]
+        window_frames: u32,
     },
 }
 
@@ -147,7 +150,8 @@ fn main() -> ExitCode {
             messages,
             algos,
             seed,
-        } => table::run(&receivers, &loss, messages, &algos, seed),
+            window_frames,
+        } => table::run(&receivers, &loss, messages, &algos, seed, window_frames),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

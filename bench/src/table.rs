@@ -53,6 +53,7 @@ pub(crate) fn cell_config(
     loss: f64,
     messages: u64,
     seed: u64,
+    window_frames: u32,
 ) -> SimConfig {
     let mut cfg = SimConfig {
         algorithm: algo,
@@ -65,7 +66,7 @@ pub(crate) fn cell_config(
             loss,
             ..Faults::default()
         },
-        window_frames: TABLE_WINDOW,
+        window_frames,
         ..SimConfig::default()
     };
     if algo == Algorithm::Nak {
@@ -112,16 +113,17 @@ pub(crate) fn run(
     messages: u64,
     algos: &[Algorithm],
     seed: u64,
+    window_frames: u32,
 ) -> Result<(), String> {
     println!(
-        "{messages} messages of 64 B, 1 sender, simulated 10 Gbit/s segment with 10 us latency, seed {seed}, independent loss per frame copy"
+        "{messages} messages of 64 B, 1 sender, simulated 10 Gbit/s segment with 10 us latency, seed {seed}, independent loss per frame copy, MAK window {window_frames} frames"
     );
     println!("retx/lost: retransmitted frames per frame that some receiver lost; NAK/lost: NAK frames per such frame\n");
     println!("{}", header());
     for &n in receivers {
         for &loss in losses {
             for &algo in algos {
-                let row = measure(&cell_config(algo, n, loss, messages, seed))?;
+                let row = measure(&cell_config(algo, n, loss, messages, seed, window_frames))?;
                 println!("{}", format_row(&row));
             }
         }
