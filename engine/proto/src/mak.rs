@@ -3,7 +3,7 @@
 //! The sender multicasts data and keeps every unacknowledged frame by handle.
 //! Receivers detect gaps, wait a random time, and multicast a NAK listing what
 //! is still missing after removing whatever another receiver already NAKed or
-//! the sender already repaired (the paper's nak[2,4,5] becoming nak[1,5]).
+//! the sender already repaired (the paper's `nak[2,4,5]` becoming `nak[1,5]`).
 //! ACKs flow only when the sender asks: when its buffer fills (the paper), at a
 //! watermark before that (our extension, so the window keeps sliding), and for
 //! the last frame of a burst.
