@@ -121,6 +121,7 @@ const SIM_FLAGS: &str = "Simulator flags (defaults in brackets):
   --tx-queue-ns N                the most send time a NIC queue holds; beyond it frames wait in the machine [50 us]
   --loss P                       loss probability per frame copy, both directions [0]
   --loss-at NODE=P               a receiver's own loss probability (repeatable)
+  --latency-at NODE=NS           a far receiver: extra one-way latency on its link (repeatable)
   --duplicate P / --corrupt P    duplication and corruption probabilities [0 / 0]
   --partition NODE:FROM_NS:UNTIL_NS   cut a node off for a while (repeatable)
   --faults-until-ns T            faults stop at T; the run must then complete in the liveness bound

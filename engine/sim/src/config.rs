@@ -161,6 +161,9 @@ pub struct SimConfig {
     pub max_steps: u64,
     /// Keep the first this-many trace lines in the report (0: no trace).
     pub trace_lines: usize,
+    /// Receivers farther away: extra one-way latency on every copy to or from
+    /// them (a property of their link, so it stays after the faults stop).
+    pub receiver_latency: Vec<(NodeId, Duration)>,
 }
 
 impl Default for SimConfig {
@@ -184,6 +187,7 @@ impl Default for SimConfig {
             max_virtual_time: Duration::from_secs(60),
             max_steps: 200_000_000,
             trace_lines: 0,
+            receiver_latency: Vec::new(),
         }
     }
 }
@@ -221,6 +225,13 @@ impl SimConfig {
             ..LinkConfig::default()
         };
         let messages_per_sec = rng.chance(0.3).then(|| rng.range(10_000, 2_000_000));
+        // Sometimes one receiver sits far away: the group round trip is its.
+        let receiver_latency = if rng.chance(0.3) {
+            let node = rng.range(2, u64::from(receivers) + 1) as NodeId;
+            vec![(node, Duration::from_nanos(rng.range(1_000, 200_000)))]
+        } else {
+            Vec::new()
+        };
         let faults = Faults::random(&mut rng, receivers);
         let initial_seq = u32::MAX - rng.range(0, 300) as u32;
         let mut cfg = SimConfig {
@@ -236,6 +247,7 @@ impl SimConfig {
             faults,
             messages_per_sec,
             seed,
+            receiver_latency,
             ..SimConfig::default()
         };
         if !guarantees_completion(algorithm) {
@@ -346,6 +358,9 @@ impl SimConfig {
         );
         opt!("max-steps", self.max_steps, d.max_steps);
         opt!("trace-lines", self.trace_lines, d.trace_lines);
+        for (node, extra) in &self.receiver_latency {
+            let _ = write!(s, " --latency-at {node}={}", nanos(*extra));
+        }
         if self.protocol != d.protocol {
             // The protocol's tuning has no flags (yet): say so rather than
             // print a command that silently replays something else.
@@ -431,6 +446,13 @@ impl SimConfig {
                 "--max-virtual-time-ns" => cfg.max_virtual_time = ns(v)?,
                 "--max-steps" => cfg.max_steps = num(flag, v)?,
                 "--trace-lines" => cfg.trace_lines = num(flag, v)?,
+                "--latency-at" => {
+                    let (n, ns) = v
+                        .split_once('=')
+                        .ok_or_else(|| format!("{flag}: expected NODE=NANOSECONDS, got {v:?}"))?;
+                    cfg.receiver_latency
+                        .push((num(flag, n)?, Duration::from_nanos(num(flag, ns)?)));
+                }
                 other => return Err(format!("unknown simulator flag {other:?}")),
             }
         }
@@ -471,6 +493,13 @@ impl SimConfig {
         prob("loss", self.faults.loss)?;
         prob("duplicate", self.faults.duplicate)?;
         prob("corrupt", self.faults.corrupt)?;
+        for &(node, _) in &self.receiver_latency {
+            if !(2..=self.receivers + 1).contains(&node) {
+                return Err(format!(
+                    "latency given for node {node}, which is not a receiver"
+                ));
+            }
+        }
         for &(node, p) in &self.faults.per_receiver_loss {
             prob("per-receiver loss", p)?;
             if !(2..=self.receivers + 1).contains(&node) {

@@ -122,6 +122,8 @@ struct World<'c> {
     app: App,
     /// Loss probability of copies to or from each node, index `id - 1`.
     loss: Vec<f64>,
+    /// Extra one-way latency of each node's link, index `id - 1`.
+    extra_latency_ns: Vec<u64>,
     scratch: Vec<u8>,
     wire: WireStats,
     needing_repair: HashSet<u32>,
@@ -599,6 +601,15 @@ impl<'c> World<'c> {
             .collect();
         let mut loss = vec![0.0];
         loss.extend((2..=cfg.receivers + 1).map(|n| cfg.faults.loss_of(n)));
+        let extra_latency_ns = (1..=cfg.receivers + 1)
+            .map(|n| {
+                cfg.receiver_latency
+                    .iter()
+                    .filter(|(node, _)| *node == n)
+                    .map(|(_, d)| nanos(*d))
+                    .sum()
+            })
+            .collect();
         World {
             cfg,
             now: Instant::ZERO,
@@ -612,6 +623,7 @@ impl<'c> World<'c> {
             done_receivers: if cfg.messages == 0 { cfg.receivers } else { 0 },
             app: App::default(),
             loss,
+            extra_latency_ns,
             scratch: Vec::new(),
             wire: WireStats::default(),
             needing_repair: HashSet::new(),
@@ -799,6 +811,10 @@ impl<'c> World<'c> {
                 } else {
                     self.net_rng.range(0, nanos(cfg.link.jitter))
                 };
+                // A far receiver's extra latency, either end of the copy.
+                let delay = jitter
+                    + self.extra_latency_ns[node as usize - 1]
+                    + self.extra_latency_ns[to as usize - 1];
                 let copy = if faults && self.net_rng.chance(cfg.faults.corrupt) {
                     self.wire.copies_corrupted += 1;
                     if tracing {
@@ -807,14 +823,14 @@ impl<'c> World<'c> {
                     self.corrupted(&bytes)
                 } else {
                     intact = true;
-                    if jitter == 0 {
+                    if delay == 0 {
                         together.push(to);
                         continue;
                     }
                     bytes.clone()
                 };
                 self.push(
-                    Instant(arrive.0 + jitter),
+                    Instant(arrive.0 + delay),
                     What::Copy {
                         from: node,
                         to,

@@ -40,6 +40,28 @@ fn a_frame_arrives_after_serialization_and_latency() {
 }
 
 #[test]
+fn a_far_receiver_hears_later_by_its_extra_latency() {
+    let cfg = SimConfig {
+        receivers: 2,
+        messages: 1,
+        receiver_latency: vec![(3, Duration::from_micros(40))],
+        ..SimConfig::default()
+    };
+    let r = run_perfect(&cfg, SenderOpts::default(), ReceiverOpts::default()).unwrap();
+    assert!(r.completed, "{r:?}");
+    // Node 2 completes at 98 ns + 10 us; node 3 at 98 ns + 10 us + 40 us.
+    assert_eq!(r.completion_time, Some(Instant(98 + 10_000 + 40_000)));
+    let replay = cfg.replay_args();
+    assert!(replay.contains("--latency-at 3=40000"), "{replay}");
+    let args: Vec<&str> = replay.split(' ').collect();
+    assert_eq!(
+        SimConfig::parse_args(&args).unwrap(),
+        cfg,
+        "the replay rebuilds the config"
+    );
+}
+
+#[test]
 fn the_nic_serializes_back_to_back_frames() {
     let cfg = SimConfig {
         receivers: 1,
