@@ -99,6 +99,13 @@ impl Netns {
         })
     }
 
+    /// Moves the calling thread into this namespace (use on a dedicated
+    /// thread: it stays there until it ends).
+    pub fn enter(&self) {
+        let path = format!("/run/netns/{}", self.name);
+        enter(&path).unwrap_or_else(|e| panic!("setns into {path}: {e}"));
+    }
+
     /// Runs a command inside the namespace (`ip netns exec`).
     pub fn exec(&self, args: &[&str]) -> std::process::Output {
         let out = Command::new("ip")
