@@ -66,6 +66,7 @@ fn spec(algorithm: Algorithm, messages: usize, loss: f64) -> Spec {
         receivers: receivers(3),
         window_frames: 512,
         fence: false,
+        fixed_len: None,
         deadline: Duration::from_secs(60),
     }
 }

@@ -18,15 +18,13 @@
 #[allow(dead_code)]
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::netns::{Netns, Topology, IFNAME};
-use common::scenario::{self, Control, Spec, SENDER};
-use mcast_engine::{
-    Algorithm, Engine, PacketConfig, PacketTransport, Transport, XdpConfig, XdpTransport,
-};
+use common::runs::{run, xdp};
+use common::scenario::{self, Spec};
+use mcast_engine::{Algorithm, PacketConfig, PacketTransport, Transport, XdpConfig, XdpTransport};
 use mcast_wire::ETHERTYPE_DEFAULT;
-use mcast_xsk::{AttachMode, XskConfig};
 
 /// Messages per run: 100,000 with MCAST_FULL=1, else `default`.
 fn messages(default: usize) -> usize {
@@ -52,65 +50,8 @@ fn spec(topo: &Topology, algorithm: Algorithm, messages: usize, loss: f64) -> Sp
             .collect(),
         window_frames: 512,
         fence: false,
+        fixed_len: None,
         deadline: Duration::from_secs(if messages > 20_000 { 900 } else { 120 }),
-    }
-}
-
-/// Runs `spec` on the topology, building each node's transport inside its
-/// namespace with `open`.
-fn run<T: Transport>(name: &str, topo: &Topology, spec: Spec, open: impl Fn(&Netns) -> T + Sync) {
-    let ctl = Control::new(&spec);
-    let started = Instant::now();
-    let nodes: Vec<(u32, &Netns)> = spec
-        .receivers
-        .iter()
-        .zip(&topo.receivers)
-        .map(|(r, ns)| (r.0, ns))
-        .collect();
-    let (s, r) = std::thread::scope(|sc| {
-        let hs: Vec<_> = nodes
-            .iter()
-            .map(|&(node, ns)| {
-                let (spec, ctl, open) = (&spec, &ctl, &open);
-                sc.spawn(move || {
-                    ns.enter();
-                    let e = Engine::new(open(ns), scenario::config(spec, node))
-                        .unwrap_or_else(|e| panic!("engine on {}: {e}", ns.name));
-                    scenario::run_receiver(e, node, spec, ctl)
-                })
-            })
-            .collect();
-        let s = sc
-            .spawn(|| {
-                topo.sender.enter();
-                let e = Engine::new(open(&topo.sender), scenario::config(&spec, SENDER))
-                    .unwrap_or_else(|e| panic!("engine on {}: {e}", topo.sender.name));
-                scenario::run_sender(e, &spec, &ctl)
-            })
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        let r: Vec<_> = hs
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect();
-        (s, r)
-    });
-    scenario::report(name, &spec, &s, &r);
-    eprintln!("{name}: wall time {:.2} s", started.elapsed().as_secs_f64());
-}
-
-fn xdp(frame_count: u32) -> impl Fn(&Netns) -> XdpTransport + Sync {
-    move |ns: &Netns| {
-        let cfg = XdpConfig {
-            queue: 0,
-            attach: AttachMode::Skb,
-            xsk: XskConfig {
-                frame_count,
-                ..XskConfig::default()
-            },
-        };
-        XdpTransport::open(IFNAME, ETHERTYPE_DEFAULT, cfg)
-            .unwrap_or_else(|e| panic!("AF_XDP on {}: {e}", ns.name))
     }
 }
 

@@ -53,6 +53,11 @@ pub struct XdpTransport {
     mac: MacAddr,
     rx: Vec<RxFrame>,
     tx: Vec<TxFrame>,
+    /// Kept frames whose completion the socket has reaped (it does so inside
+    /// every transmit) but that the engine has not collected with `reap` yet.
+    /// The socket counts them `Held`; to the engine they are still in the
+    /// completion stage, and [`Transport::counts`] reports them as `tx`.
+    completed: Vec<u32>,
 }
 
 impl XdpTransport {
@@ -90,6 +95,7 @@ impl XdpTransport {
             mac,
             rx: Vec::with_capacity(batch),
             tx: Vec::with_capacity(batch),
+            completed: Vec::new(),
         })
     }
 
@@ -176,12 +182,14 @@ impl Transport for XdpTransport {
         } else {
             self.xsk.transmit(&self.tx)?
         };
+        self.xsk.take_returned(&mut self.completed);
         Ok(n)
     }
 
     fn reap(&mut self, kept: &mut Vec<u32>) -> Result<(), EngineError> {
         self.xsk.reap_completions()?;
-        self.xsk.take_returned(kept);
+        self.xsk.take_returned(&mut self.completed);
+        kept.append(&mut self.completed);
         Ok(())
     }
 
@@ -198,12 +206,13 @@ impl Transport for XdpTransport {
 
     fn counts(&self) -> TransportCounts {
         let c = self.xsk.counts();
+        let completed = self.completed.len() as u32;
         TransportCounts {
             total: c.total,
             free: c.free,
             fill: c.fill,
-            held: c.held,
-            tx: c.tx,
+            held: c.held - completed,
+            tx: c.tx + completed,
         }
     }
 

@@ -30,6 +30,25 @@ pub struct Spec {
     pub fence: bool,
     /// Give up after this long.
     pub deadline: Duration,
+    /// Every message this long instead of the mixed sizes.
+    pub fixed_len: Option<usize>,
+}
+
+impl Spec {
+    /// The length of message `i` in this run.
+    pub fn len_of(&self, i: usize) -> usize {
+        if self.fence && i == self.messages {
+            return 64;
+        }
+        self.fixed_len.unwrap_or_else(|| message_len(i))
+    }
+
+    /// Data frames of the run (without the fence).
+    pub fn frames(&self) -> usize {
+        (0..self.messages)
+            .map(|i| self.len_of(i).div_ceil(1456).max(1))
+            .sum()
+    }
 }
 
 /// Shared between the threads of one run.
@@ -150,8 +169,21 @@ pub fn messages_fitting(want: usize, frames: usize) -> usize {
     want
 }
 
+/// Sets `abort` when its thread panics, so the other nodes stop at once
+/// instead of waiting for the deadline.
+struct AbortOnPanic<'a>(&'a Control);
+
+impl Drop for AbortOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.abort.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
 /// The sender's thread body.
 pub fn run_sender<T: Transport>(mut engine: Engine<T>, spec: &Spec, ctl: &Control) -> NodeResult {
+    let _guard = AbortOnPanic(ctl);
     let members: Vec<NodeId> = spec.receivers.iter().map(|r| r.0).collect();
     engine.open_sender(&members).expect("open sender");
     let mut errors = Vec::new();
@@ -180,11 +212,7 @@ pub fn run_sender<T: Transport>(mut engine: Engine<T>, spec: &Spec, ctl: &Contro
                 engine.run_once().expect("engine");
             }
         }
-        if i == spec.messages {
-            fill_message_len(i, 64, &mut msg);
-        } else {
-            fill_message(i, &mut msg);
-        }
+        fill_message_len(i, spec.len_of(i), &mut msg);
         match engine.publish(&msg) {
             Ok(()) => {
                 bytes += msg.len() as u64;
@@ -196,7 +224,7 @@ pub fn run_sender<T: Transport>(mut engine: Engine<T>, spec: &Spec, ctl: &Contro
             Err(e) => panic!("publish: {e}"),
         }
         polls += 1;
-        if polls % 50_000 == 0 {
+        if polls % 2_000 == 0 {
             engine
                 .check_conservation()
                 .unwrap_or_else(|e| panic!("sender conservation mid-run: {e}"));
@@ -252,6 +280,7 @@ pub fn run_receiver<T: Transport>(
     spec: &Spec,
     ctl: &Control,
 ) -> NodeResult {
+    let _guard = AbortOnPanic(ctl);
     engine.open_receiver(SENDER).expect("open receiver");
     let mut loss_gen = ctl.loss_gen.load(Ordering::SeqCst);
     engine
@@ -279,11 +308,7 @@ pub fn run_receiver<T: Transport>(
         }
         engine.run_once().expect("engine");
         while let Some(m) = engine.recv_message() {
-            if next == spec.messages {
-                fill_message_len(next, 64, &mut expected);
-            } else {
-                fill_message(next, &mut expected);
-            }
+            fill_message_len(next, spec.len_of(next), &mut expected);
             if m.stream != SENDER || m.data != expected {
                 let got_index = m
                     .data
@@ -305,7 +330,7 @@ pub fn run_receiver<T: Transport>(
             }
         }
         polls += 1;
-        if polls % 50_000 == 0 {
+        if polls % 2_000 == 0 {
             engine
                 .check_conservation()
                 .unwrap_or_else(|e| panic!("node {node} conservation mid-run: {e}"));
@@ -347,7 +372,7 @@ pub fn run_receiver<T: Transport>(
 
 /// Prints a run's figures and asserts it succeeded.
 pub fn report(name: &str, spec: &Spec, sender: &NodeResult, receivers: &[NodeResult]) {
-    let frames: usize = (0..spec.messages).map(frames_of).sum();
+    let frames = spec.frames();
     let secs = sender.elapsed.as_secs_f64();
     let s = sender.stats.sender.unwrap_or_default();
     eprintln!(
