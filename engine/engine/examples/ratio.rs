@@ -37,6 +37,8 @@ const LEN: usize = 1024;
 struct Figures {
     mbps: f64,
     frames_per_sec: f64,
+    /// Blast only: the fraction of sent frames the slowest receiver got.
+    delivered: f64,
 }
 
 fn blast(topo: &Topology, frames: usize, loss: f64) -> Figures {
@@ -129,9 +131,11 @@ fn blast(topo: &Topology, frames: usize, loss: f64) -> Figures {
             .iter()
             .map(|&(n, secs)| n as f64 / secs)
             .fold(f64::INFINITY, f64::min);
+        let fewest = results.iter().map(|&(n, _)| n).min().unwrap_or(0);
         Figures {
             mbps: worst * LEN as f64 * 8.0 / 1e6,
             frames_per_sec: worst,
+            delivered: fewest as f64 / frames as f64,
         }
     })
 }
@@ -167,6 +171,7 @@ fn protocol(topo: &Topology, algorithm: Algorithm, messages: usize, loss: f64) -
     Figures {
         mbps: (messages * LEN) as f64 * 8.0 / secs / 1e6,
         frames_per_sec: messages as f64 / secs,
+        delivered: 1.0,
     }
 }
 
@@ -189,15 +194,16 @@ fn main() {
         "1 sender -> 3 receivers, AF_XDP SKB/copy mode on veth+bridge, {LEN}-byte messages, {messages} per run"
     );
     println!(
-        "{:>5} | {:>22} | {:>30} | {:>30}",
-        "loss", "raw blast (ceiling)", "MAK", "GBN to each in turn (iterative)"
+        "{:>5} | {:>36} | {:>30} | {:>30}",
+        "loss", "raw blast (ceiling), got/sent", "MAK, ratio", "GBN to each in turn, ratio"
     );
     for (loss, c, m, g) in rows {
         println!(
-            "{:>4}% | {:>7.1} Mb/s {:>7.0} f/s | {:>7.1} Mb/s {:>7.0} f/s {:>5.1}% | {:>7.1} Mb/s {:>7.0} f/s {:>5.1}%",
+            "{:>4}% | {:>7.1} Mb/s {:>7.0} f/s {:>5.1}% got | {:>7.1} Mb/s {:>7.0} f/s {:>5.1}% | {:>7.1} Mb/s {:>7.0} f/s {:>5.1}%",
             loss * 100.0,
             c.mbps,
             c.frames_per_sec,
+            100.0 * c.delivered,
             m.mbps,
             m.frames_per_sec,
             100.0 * m.mbps / c.mbps,

@@ -6,9 +6,12 @@
 //! creates and removes its own namespaces. They need root: without it they
 //! skip with a message, and with `CI=true` a skip fails.
 //!
-//! Message counts: `MCAST_MESSAGES=N` sets them; `MCAST_FULL=1` runs the
-//! 100,000-message variant the issue asks for (minutes per test on 2 vCPUs);
-//! the default keeps the whole suite within a few minutes.
+//! Message counts: 100,000 per run, the issue's figure (the whole file takes
+//! about 90 s on 2 vCPUs), except NAK, which runs what fits its window (it
+//! never frees it: 1,213 mixed-size messages in 4,096 frames).
+//! `MCAST_MESSAGES=N` sets every count (e.g. 2000 for a quick look). The tests
+//! take a lock so that one topology runs at a time: four engines already share
+//! the two vCPUs.
 
 #![allow(
     clippy::disallowed_methods,
@@ -26,15 +29,12 @@ use common::scenario::{self, Spec};
 use mcast_engine::{Algorithm, PacketConfig, PacketTransport, Transport, XdpConfig, XdpTransport};
 use mcast_wire::ETHERTYPE_DEFAULT;
 
-/// Messages per run: 100,000 with MCAST_FULL=1, else `default`.
+/// Messages per run: `MCAST_MESSAGES` if set, else `default`.
 fn messages(default: usize) -> usize {
-    if let Ok(n) = std::env::var("MCAST_MESSAGES") {
-        return n.parse().expect("MCAST_MESSAGES is a number");
+    match std::env::var("MCAST_MESSAGES") {
+        Ok(n) => n.parse().expect("MCAST_MESSAGES is a number"),
+        Err(_) => default,
     }
-    if std::env::var("MCAST_FULL").as_deref() == Ok("1") {
-        return 100_000;
-    }
-    default
 }
 
 fn spec(topo: &Topology, algorithm: Algorithm, messages: usize, loss: f64) -> Spec {
@@ -60,59 +60,60 @@ fn packet(ns: &Netns) -> PacketTransport {
         .unwrap_or_else(|e| panic!("AF_PACKET on {}: {e}", ns.name))
 }
 
+/// One topology at a time (see the module doc).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 macro_rules! topology {
-    ($name:expr) => {
+    ($name:expr) => {{
+        let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         match Topology::new($name) {
-            Some(t) => t,
+            Some(t) => (guard, t),
             None => return,
         }
-    };
+    }};
 }
 
 #[test]
 fn xdp_mak_mixed_sizes_0_and_2_percent_loss() {
-    let topo = topology!("xdp_mak_mixed_sizes_0_and_2_percent_loss");
-    let n = messages(10_000);
-    run(
-        "af_xdp mak 0%",
-        &topo,
-        spec(&topo, Algorithm::Mak, n, 0.0),
-        xdp(4096),
-    );
-    run(
-        "af_xdp mak 2%",
-        &topo,
-        spec(&topo, Algorithm::Mak, n, 0.02),
-        xdp(4096),
-    );
+    let (_one, topo) = topology!("xdp_mak_mixed_sizes_0_and_2_percent_loss");
+    let n = messages(100_000);
+    for loss in [0.0, 0.02] {
+        let s = spec(&topo, Algorithm::Mak, n, loss);
+        run(
+            &format!("af_xdp mak {}%", loss * 100.0),
+            &topo,
+            s,
+            xdp(4096),
+        );
+    }
 }
 
 #[test]
 fn xdp_ack_mixed_sizes_0_and_2_percent_loss() {
-    let topo = topology!("xdp_ack_mixed_sizes_0_and_2_percent_loss");
-    let n = messages(3_000);
-    run(
-        "af_xdp ack 0%",
-        &topo,
-        spec(&topo, Algorithm::Ack, n, 0.0),
-        xdp(4096),
-    );
-    run(
-        "af_xdp ack 2%",
-        &topo,
-        spec(&topo, Algorithm::Ack, n, 0.02),
-        xdp(4096),
-    );
+    let (_one, topo) = topology!("xdp_ack_mixed_sizes_0_and_2_percent_loss");
+    // ACK resends its whole window at every timeout: a window of 128 keeps a
+    // 2 %-loss run of 100,000 messages near 25 s (512: two minutes).
+    let n = messages(100_000);
+    for loss in [0.0, 0.02] {
+        let mut s = spec(&topo, Algorithm::Ack, n, loss);
+        s.window_frames = 128;
+        run(
+            &format!("af_xdp ack {}%", loss * 100.0),
+            &topo,
+            s,
+            xdp(4096),
+        );
+    }
 }
 
 #[test]
 fn xdp_nak_whole_run_in_the_window_with_a_fence() {
-    let topo = topology!("xdp_nak_whole_run_in_the_window_with_a_fence");
+    let (_one, topo) = topology!("xdp_nak_whole_run_in_the_window_with_a_fence");
     // Plain NAK never frees its window: the whole run must fit in it (a
     // power of two, see tests/memory.rs), and the last frame is protected by
     // a 64-byte fence message sent after loss is turned off.
     let window = 4096u32;
-    let n = scenario::messages_fitting(messages(10_000), window as usize - 64);
+    let n = scenario::messages_fitting(messages(100_000), window as usize - 64);
     for loss in [0.0, 0.02] {
         let mut s = spec(&topo, Algorithm::Nak, n, loss);
         s.window_frames = window;
@@ -128,8 +129,8 @@ fn xdp_nak_whole_run_in_the_window_with_a_fence() {
 
 #[test]
 fn xdp_iterative_mixed_sizes_0_and_2_percent_loss() {
-    let topo = topology!("xdp_iterative_mixed_sizes_0_and_2_percent_loss");
-    let n = messages(3_000);
+    let (_one, topo) = topology!("xdp_iterative_mixed_sizes_0_and_2_percent_loss");
+    let n = messages(100_000);
     for loss in [0.0, 0.02] {
         let mut s = spec(&topo, Algorithm::Iterative, n, loss);
         s.window_frames = 128;
@@ -144,8 +145,8 @@ fn xdp_iterative_mixed_sizes_0_and_2_percent_loss() {
 
 #[test]
 fn xdp_gbn_unicast_0_and_2_percent_loss() {
-    let topo = topology!("xdp_gbn_unicast_0_and_2_percent_loss");
-    let n = messages(5_000);
+    let (_one, topo) = topology!("xdp_gbn_unicast_0_and_2_percent_loss");
+    let n = messages(100_000);
     for loss in [0.0, 0.02] {
         let mut s = spec(&topo, Algorithm::Iterative, n, loss);
         s.receivers.truncate(1);
@@ -161,25 +162,22 @@ fn xdp_gbn_unicast_0_and_2_percent_loss() {
 
 #[test]
 fn packet_mak_mixed_sizes_0_and_2_percent_loss() {
-    let topo = topology!("packet_mak_mixed_sizes_0_and_2_percent_loss");
-    let n = messages(10_000);
-    run(
-        "af_packet mak 0%",
-        &topo,
-        spec(&topo, Algorithm::Mak, n, 0.0),
-        packet,
-    );
-    run(
-        "af_packet mak 2%",
-        &topo,
-        spec(&topo, Algorithm::Mak, n, 0.02),
-        packet,
-    );
+    let (_one, topo) = topology!("packet_mak_mixed_sizes_0_and_2_percent_loss");
+    let n = messages(100_000);
+    for loss in [0.0, 0.02] {
+        let s = spec(&topo, Algorithm::Mak, n, loss);
+        run(
+            &format!("af_packet mak {}%", loss * 100.0),
+            &topo,
+            s,
+            packet,
+        );
+    }
 }
 
 #[test]
 fn errors_name_the_interface_and_the_fix() {
-    let topo = topology!("errors_name_the_interface_and_the_fix");
+    let (_one, topo) = topology!("errors_name_the_interface_and_the_fix");
     let r = &topo.receivers[0];
     r.run(|| {
         let e = XdpTransport::open("nosuch0", ETHERTYPE_DEFAULT, XdpConfig::default()).unwrap_err();
