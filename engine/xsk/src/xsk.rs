@@ -12,6 +12,9 @@
 //! (given to the kernel for RX, possibly already in the RX ring), `Held` (owned
 //! by the caller after [`XskSocket::recv`] or [`XskSocket::alloc`]), or `Tx`
 //! (given to the kernel for TX, possibly already in the completion ring).
+//! A frame sent with [`XskSocket::transmit_keep`] goes `Tx` -> `Held` on
+//! completion (listed by [`XskSocket::take_returned`]) instead of `Free`: the
+//! engine's retransmission buffers leave and come back without being freed.
 //! Each transition checks the frame's previous state, so a frame the kernel
 //! returns twice or a caller releases twice is caught, and
 //! [`XskSocket::check_conservation`] checks the totals.
