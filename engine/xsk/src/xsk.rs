@@ -12,6 +12,9 @@
 //! (given to the kernel for RX, possibly already in the RX ring), `Held` (owned
 //! by the caller after [`XskSocket::recv`] or [`XskSocket::alloc`]), or `Tx`
 //! (given to the kernel for TX, possibly already in the completion ring).
+//! A frame sent with [`XskSocket::transmit_keep`] goes `Tx` -> `Held` on
+//! completion (listed by [`XskSocket::take_returned`]) instead of `Free`: the
+//! engine's retransmission buffers leave and come back without being freed.
 //! Each transition checks the frame's previous state, so a frame the kernel
 //! returns twice or a caller releases twice is caught, and
 //! [`XskSocket::check_conservation`] checks the totals.
@@ -229,6 +232,11 @@ pub struct XskSocket {
     mode: BindMode,
     zero_copy_refused: Option<String>,
     state: Vec<FrameState>,
+    /// Per frame: return it to the caller (`Held`) instead of the free list
+    /// when its transmission completes ([`XskSocket::transmit_keep`]).
+    keep: Vec<bool>,
+    /// Kept frames whose transmission completed, not yet taken by the caller.
+    returned: Vec<u32>,
     free: Vec<u32>,
     counts: FrameCounts,
 }
@@ -387,6 +395,8 @@ impl XskSocket {
             mode,
             zero_copy_refused: None,
             state: vec![FrameState::Free; total as usize],
+            keep: vec![false; total as usize],
+            returned: Vec::new(),
             // Popped from the back: hand out low indices first.
             free: (0..total).rev().collect(),
             counts: FrameCounts {
@@ -552,7 +562,26 @@ impl XskSocket {
 
     /// Puts `Held` frames on the TX ring, as many as fit, and kicks the kernel.
     /// Returns how many were queued; the rest stay `Held`. Also reaps completions.
+    /// Completed frames go back to the free list.
     pub fn transmit(&mut self, batch: &[TxFrame]) -> Result<usize, XskError> {
+        self.transmit_inner(batch, false)
+    }
+
+    /// Like [`XskSocket::transmit`], but each frame comes back to the caller
+    /// (`Held` again) when its transmission completes, instead of going to the
+    /// free list: a retransmission buffer is sent without giving it up. Take
+    /// the completed frames with [`XskSocket::take_returned`].
+    pub fn transmit_keep(&mut self, batch: &[TxFrame]) -> Result<usize, XskError> {
+        self.transmit_inner(batch, true)
+    }
+
+    /// Appends to `out` the frames sent with [`XskSocket::transmit_keep`]
+    /// whose transmission has completed since the last call (they are `Held`).
+    pub fn take_returned(&mut self, out: &mut Vec<u32>) {
+        out.append(&mut self.returned);
+    }
+
+    fn transmit_inner(&mut self, batch: &[TxFrame], keep: bool) -> Result<usize, XskError> {
         self.reap_completions()?;
         for t in batch {
             let ok = t
@@ -586,6 +615,7 @@ impl XskSocket {
         drop(writer);
         for t in &batch[..n] {
             self.state[t.frame as usize] = FrameState::Tx;
+            self.keep[t.frame as usize] = keep;
         }
         self.counts.held -= n as u32;
         self.counts.tx += n as u32;
@@ -607,15 +637,24 @@ impl XskSocket {
         })
     }
 
-    /// Moves completed TX frames back to the free list. Returns how many.
+    /// Moves completed TX frames back to the free list (or to the caller, for
+    /// frames sent with [`XskSocket::transmit_keep`]). Returns how many.
     pub fn reap_completions(&mut self) -> Result<usize, XskError> {
         let frame_size = u64::from(self.config.frame_size);
         let mut reader = self.device.complete(self.config.ring_size);
         let mut n = 0;
+        let mut kept = 0;
         let mut bad = None;
         while let Some(addr) = reader.read() {
             let frame = (addr / frame_size) as u32;
             match self.state.get_mut(frame as usize) {
+                Some(st @ FrameState::Tx) if self.keep[frame as usize] => {
+                    *st = FrameState::Held;
+                    self.keep[frame as usize] = false;
+                    self.returned.push(frame);
+                    kept += 1;
+                    continue;
+                }
                 Some(st @ FrameState::Tx) => *st = FrameState::Free,
                 other => {
                     bad.get_or_insert(XskError::BadFrame {
@@ -631,11 +670,12 @@ impl XskSocket {
         }
         reader.release();
         drop(reader);
-        self.counts.tx -= n as u32;
+        self.counts.tx -= (n + kept) as u32;
         self.counts.free += n as u32;
+        self.counts.held += kept as u32;
         match bad {
             Some(e) => Err(e),
-            None => Ok(n),
+            None => Ok(n + kept),
         }
     }
 

@@ -1,0 +1,35 @@
+//! The polling engine of the reliable-multicast stack: the loop that carries
+//! the sans-IO protocol machines of `mcast-proto` over real frames.
+//!
+//! - [`engine`] holds [`Engine`], one per interface queue and owned by one thread:
+//!   RX batches, checksum checks, routing by stream, timers, TX batches,
+//!   adaptive waiting, the application API (publish / receive whole messages),
+//!   counters, frame conservation and clean shutdown.
+//! - [`transport`] holds the [`Transport`] trait and its three implementations:
+//!   AF_XDP (the main one), AF_PACKET (fallback and comparison) and an
+//!   in-memory segment (tests without privileges).
+//! - [`sys`] is the only module with `unsafe`: clock, ppoll, CPU pinning,
+//!   interface lookups, AF_PACKET syscalls.
+//!
+//! What it never does: it never copies an outgoing payload after the
+//! application's one write into a frame (except the iterative baseline, which
+//! needs a header per receiver), never rewrites a frame in flight, never puts
+//! a clock read or I/O inside the protocol core, and never falls back to a
+//! slower mode (SKB XDP, copy mode) unless configured to, and then says so.
+#![deny(unsafe_code)]
+
+pub mod engine;
+mod error;
+pub mod sys;
+pub mod transport;
+
+pub use engine::{
+    Engine, EngineConfig, EngineCounters, EngineStats, FrameLedger, Message, ShutdownReport,
+};
+pub use error::{EngineError, PublishError};
+pub use transport::memory::{MemorySegment, MemoryTransport};
+pub use transport::packet::{PacketConfig, PacketTransport};
+pub use transport::xdp::{XdpConfig, XdpTransport};
+pub use transport::{RxDesc, Transport, TransportCounts, TransportInfo, TxDesc};
+
+pub use mcast_proto::any::{Algorithm, ProtocolConfig};

@@ -1,0 +1,449 @@
+//! Namespace test harness: a private L2 network of one "sender" and three
+//! "receiver" network namespaces joined by veth pairs to a Linux bridge that
+//! lives in a fifth namespace.
+//!
+//! What it does: creates uniquely named namespaces (prefix `mx<pid>-<n>`),
+//! the bridge, the veth pairs (created inside the bridge namespace, so no
+//! interface ever appears in the root namespace), sets fixed locally
+//! administered MACs, brings links up and assigns addresses from
+//! 198.18.0.0/15 (RFC 2544 benchmarking range, test-only) inside the
+//! namespaces only. Everything is removed in `Drop`, which also runs when a
+//! test panics. [`Netns::run`] executes a closure on a dedicated thread that
+//! has entered the namespace with `setns`, so the test's other threads stay
+//! in the root namespace.
+//!
+//! What it never does: it never creates, modifies or sends on an interface of
+//! the root namespace, and never attaches XDP there.
+#![allow(unsafe_code, dead_code)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "real-kernel tests wait on wall-clock deadlines and measure rates; no protocol state reads this clock"
+)]
+
+use std::ffi::CString;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use mcast_wire::MacAddr;
+
+/// Interface name of every endpoint (sender or receiver) inside its namespace.
+pub const IFNAME: &str = "eth0";
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// Returns false (after printing why) if the test must be skipped; panics
+/// instead of skipping when `CI=true`.
+pub fn privileged_or_skip(test: &str) -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    let need = [
+        (12, "CAP_NET_ADMIN"),
+        (13, "CAP_NET_RAW"),
+        (21, "CAP_SYS_ADMIN"),
+    ];
+    let missing: Vec<&str> = need
+        .iter()
+        .filter(|(b, _)| caps & (1u64 << b) == 0)
+        .map(|(_, n)| *n)
+        .collect();
+    let has_ip = Command::new("ip")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if missing.is_empty() && has_ip {
+        return true;
+    }
+    let why = if has_ip {
+        format!("missing {}", missing.join(", "))
+    } else {
+        "the `ip` tool (iproute2) is not installed".to_owned()
+    };
+    let msg = format!("SKIPPED {test}: namespace tests need root ({why}); run as root: sudo -E cargo test -p mcast-engine");
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{msg} -- and CI=true, where a skip is a failure");
+    }
+    eprintln!("{msg}");
+    false
+}
+
+/// One network namespace of the topology.
+#[derive(Debug, Clone)]
+pub struct Netns {
+    /// Name under /run/netns.
+    pub name: String,
+    /// The endpoint's MAC (on `eth0`); unused for the bridge namespace.
+    pub mac: MacAddr,
+    /// The endpoint's IPv4 address.
+    pub ip: Ipv4Addr,
+}
+
+impl Netns {
+    /// Runs `f` on a new thread that has entered this namespace; returns its result.
+    pub fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        let path = format!("/run/netns/{}", self.name);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                enter(&path).unwrap_or_else(|e| panic!("setns into {path}: {e}"));
+                f()
+            })
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    }
+
+    /// Moves the calling thread into this namespace (use on a dedicated
+    /// thread: it stays there until it ends).
+    pub fn enter(&self) {
+        let path = format!("/run/netns/{}", self.name);
+        enter(&path).unwrap_or_else(|e| panic!("setns into {path}: {e}"));
+    }
+
+    /// Runs a command inside the namespace (`ip netns exec`).
+    pub fn exec(&self, args: &[&str]) -> std::process::Output {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(args)
+            .output()
+            .expect("run ip netns exec");
+        out
+    }
+}
+
+/// Sender, bridge and three receivers; removed on drop.
+#[derive(Debug)]
+pub struct Topology {
+    /// Holds the bridge `br0` and the bridge-side veth ends.
+    pub bridge: Netns,
+    /// The sender endpoint.
+    pub sender: Netns,
+    /// Three receiver endpoints.
+    pub receivers: Vec<Netns>,
+    created: Vec<String>,
+}
+
+impl Topology {
+    /// Builds the topology, or returns None when the test must be skipped.
+    pub fn new(test: &str) -> Option<Topology> {
+        if !privileged_or_skip(test) {
+            return None;
+        }
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let prefix = format!("me{}-{n}", std::process::id());
+        let subnet = (n % 250) as u8; // 198.18.<subnet>.0/24, namespaces are isolated anyway
+        let endpoint = |role: &str, host: u8| Netns {
+            name: format!("{prefix}-{role}"),
+            mac: MacAddr([0x02, 0x58, 0x53, 0x4b, subnet, host]),
+            ip: Ipv4Addr::new(198, 18, subnet, host),
+        };
+        let mut topo = Topology {
+            bridge: endpoint("br", 254),
+            sender: endpoint("s", 1),
+            receivers: vec![endpoint("r1", 11), endpoint("r2", 12), endpoint("r3", 13)],
+            created: Vec::new(),
+        };
+        // From here on, Drop cleans up whatever was created, even on panic.
+        let br = topo.bridge.name.clone();
+        ip(&["netns", "add", &br]);
+        topo.created.push(br.clone());
+        ipn(&br, &["link", "add", "br0", "type", "bridge"]);
+        ipn(&br, &["link", "set", "br0", "up"]);
+        ipn(&br, &["link", "set", "lo", "up"]);
+        let endpoints: Vec<Netns> = std::iter::once(topo.sender.clone())
+            .chain(topo.receivers.clone())
+            .collect();
+        for (i, ep) in endpoints.iter().enumerate() {
+            ip(&["netns", "add", &ep.name]);
+            topo.created.push(ep.name.clone());
+            let port = format!("p{i}");
+            // Created inside the bridge namespace, the far end moved straight
+            // into the endpoint: nothing ever exists in the root namespace.
+            ipn(
+                &br,
+                &[
+                    "link", "add", &port, "type", "veth", "peer", "name", IFNAME, "netns", &ep.name,
+                ],
+            );
+            ipn(&br, &["link", "set", &port, "master", "br0"]);
+            ipn(&br, &["link", "set", &port, "up"]);
+            ipn(
+                &ep.name,
+                &["link", "set", IFNAME, "address", &ep.mac.to_string()],
+            );
+            ipn(
+                &ep.name,
+                &["addr", "add", &format!("{}/24", ep.ip), "dev", IFNAME],
+            );
+            ipn(&ep.name, &["link", "set", IFNAME, "up"]);
+            ipn(&ep.name, &["link", "set", "lo", "up"]);
+        }
+        topo.wait_carrier();
+        Some(topo)
+    }
+
+    fn wait_carrier(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for ep in std::iter::once(&self.sender).chain(&self.receivers) {
+            loop {
+                let out = Command::new("ip")
+                    .args(["-n", &ep.name, "-br", "link", "show", IFNAME])
+                    .output()
+                    .expect("ip link show");
+                if String::from_utf8_lossy(&out.stdout).contains("UP") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{} {IFNAME} never came up",
+                    ep.name
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        // Bridge ports start forwarding at once (STP off) but give the
+        // kernel a moment to finish bringing the ports up.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        // Deleting a namespace destroys its veth ends, and with them the peers.
+        for name in self.created.iter().rev() {
+            let _ = Command::new("ip").args(["netns", "del", name]).output();
+        }
+    }
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("run ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn ipn(ns: &str, args: &[&str]) {
+    let mut all = vec!["-n", ns];
+    all.extend_from_slice(args);
+    ip(&all);
+}
+
+fn enter(path: &str) -> io::Result<()> {
+    let file = std::fs::File::open(path)?;
+    // SAFETY: setns on a valid namespace fd affects only the calling thread
+    // (a dedicated one, see `Netns::run`); CLONE_NEWNET checks the fd's type.
+    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Clears the calling thread's effective capability set (permitted stays, so
+/// nothing is lost for good; the thread should end soon after).
+pub fn drop_effective_caps() -> io::Result<()> {
+    drop_effective_caps_except(&[])
+}
+
+/// Clears the calling thread's effective capabilities except those numbered in `keep`.
+pub fn drop_effective_caps_except(keep: &[u32]) -> io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut hdr = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget/capset with a v3 header read/write exactly two Data
+    // structs; pid 0 is the calling thread.
+    unsafe {
+        if libc::syscall(libc::SYS_capget, &mut hdr as *mut Header, data.as_mut_ptr()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut mask = [0u32; 2];
+        for &c in keep {
+            mask[(c / 32) as usize] |= 1 << (c % 32);
+        }
+        data[0].effective &= mask[0];
+        data[1].effective &= mask[1];
+        if libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// An AF_PACKET raw socket bound to one interface, for sending test frames.
+/// Create it inside the namespace (via [`Netns::run`]); use it from anywhere.
+#[derive(Debug)]
+pub struct RawSender {
+    fd: OwnedFd,
+}
+
+impl RawSender {
+    /// Opens a send-only packet socket on `ifname` in the current thread's namespace.
+    pub fn open(ifname: &str) -> io::Result<RawSender> {
+        let c = CString::new(ifname).expect("no NUL");
+        // SAFETY: plain syscalls with valid arguments; results are checked.
+        unsafe {
+            let ifindex = libc::if_nametoindex(c.as_ptr());
+            if ifindex == 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // Protocol 0: this socket receives nothing.
+            let raw = libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0);
+            if raw < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let fd = OwnedFd::from_raw_fd(raw);
+            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_ifindex = ifindex as i32;
+            let rc = libc::bind(
+                fd.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            );
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(RawSender { fd })
+        }
+    }
+
+    /// Sends one complete Ethernet frame.
+    pub fn send(&self, frame: &[u8]) -> io::Result<()> {
+        loop {
+            // SAFETY: `frame` is valid for reads of its length during the call.
+            let rc =
+                unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+            if rc >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENOBUFS) {
+                std::thread::sleep(Duration::from_micros(200));
+                continue;
+            }
+            return Err(e);
+        }
+    }
+}
+
+/// Builds a test frame: Ethernet header with `ethertype`, then a 4-byte
+/// big-endian sequence number and a pattern derived from it, `len` bytes total.
+pub fn test_frame(dst: MacAddr, src: MacAddr, ethertype: u16, seq: u32, len: usize) -> Vec<u8> {
+    assert!(len >= 18);
+    let mut f = Vec::with_capacity(len);
+    f.extend_from_slice(&dst.0);
+    f.extend_from_slice(&src.0);
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(&seq.to_be_bytes());
+    for i in 0..len - 18 {
+        f.push((seq as usize).wrapping_mul(31).wrapping_add(i) as u8);
+    }
+    f
+}
+
+/// Sends one ICMP echo request to `dst` from the current thread's namespace
+/// through a raw socket and waits for the reply: a `ping` that needs no
+/// binary (the `ping` tool is not installed on this machine).
+pub fn icmp_ping(dst: Ipv4Addr, ident: u16, seq: u16, timeout: Duration) -> io::Result<Duration> {
+    let mut req = vec![8u8, 0, 0, 0];
+    req.extend_from_slice(&ident.to_be_bytes());
+    req.extend_from_slice(&seq.to_be_bytes());
+    req.extend_from_slice(b"mcast-xsk ping payload");
+    let sum = checksum(&req);
+    req[2..4].copy_from_slice(&sum.to_be_bytes());
+    let start = Instant::now();
+    // SAFETY: plain socket syscalls with valid buffers; results are checked.
+    unsafe {
+        let raw = libc::socket(
+            libc::AF_INET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_ICMP,
+        );
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = OwnedFd::from_raw_fd(raw);
+        let tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 100_000,
+        };
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as u32,
+        );
+        let mut sin: libc::sockaddr_in = std::mem::zeroed();
+        sin.sin_family = libc::AF_INET as u16;
+        sin.sin_addr.s_addr = u32::from_ne_bytes(dst.octets());
+        let rc = libc::sendto(
+            fd.as_raw_fd(),
+            req.as_ptr().cast(),
+            req.len(),
+            0,
+            (&sin as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as u32,
+        );
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut buf = [0u8; 1500];
+        while start.elapsed() < timeout {
+            let n = libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0);
+            if n < 0 {
+                continue; // timeout slice elapsed: look again
+            }
+            let n = n as usize;
+            let ihl = usize::from(buf[0] & 0x0f) * 4;
+            if n >= ihl + 8
+                && buf[ihl] == 0
+                && buf[ihl + 4..ihl + 6] == ident.to_be_bytes()
+                && buf[ihl + 6..ihl + 8] == seq.to_be_bytes()
+            {
+                return Ok(start.elapsed());
+            }
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("no ICMP echo reply from {dst}"),
+    ))
+}
+
+fn checksum(data: &[u8]) -> u16 {
+    let mut sum = 0u32;
+    for chunk in data.chunks(2) {
+        let word = u16::from_be_bytes([chunk[0], *chunk.get(1).unwrap_or(&0)]);
+        sum += u32::from(word);
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}

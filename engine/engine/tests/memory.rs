@@ -1,0 +1,243 @@
+//! The engine over the in-memory segment: every algorithm end to end with
+//! four engines on four threads, with and without loss, plus the error and
+//! back-pressure paths. No privileges needed.
+
+#[allow(dead_code)]
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::scenario::{self, Control, Spec, GROUP, SENDER};
+use mcast_engine::{
+    Algorithm, Engine, EngineConfig, MemorySegment, MemoryTransport, PublishError, Transport,
+    TxDesc,
+};
+use mcast_wire::{group_mac, node_mac, Flags, Frame, Header, Kind, NodeId, Seq, ETHERTYPE_DEFAULT};
+
+const FRAMES: u32 = 4096;
+
+fn receivers(n: u32) -> Vec<(NodeId, mcast_wire::MacAddr)> {
+    (0..n).map(|i| (11 + i, node_mac(11 + i))).collect()
+}
+
+fn port(seg: &Arc<MemorySegment>, node: NodeId) -> MemoryTransport {
+    seg.port(node_mac(node), FRAMES, 2048, 8192)
+}
+
+fn run(name: &str, spec: Spec) {
+    let seg = MemorySegment::new();
+    let ctl = Control::new(&spec);
+    let sender =
+        Engine::new(port(&seg, SENDER), scenario::config(&spec, SENDER)).expect("sender engine");
+    let rx: Vec<_> = spec
+        .receivers
+        .iter()
+        .map(|&(n, _)| {
+            (
+                n,
+                Engine::new(port(&seg, n), scenario::config(&spec, n)).expect("receiver engine"),
+            )
+        })
+        .collect();
+    let (s, r) = std::thread::scope(|sc| {
+        let hs: Vec<_> = rx
+            .into_iter()
+            .map(|(n, e)| {
+                let (spec, ctl) = (&spec, &ctl);
+                sc.spawn(move || scenario::run_receiver(e, n, spec, ctl))
+            })
+            .collect();
+        let s = scenario::run_sender(sender, &spec, &ctl);
+        let r: Vec<_> = hs
+            .into_iter()
+            .map(|h| h.join().expect("receiver thread"))
+            .collect();
+        (s, r)
+    });
+    scenario::report(name, &spec, &s, &r);
+}
+
+fn spec(algorithm: Algorithm, messages: usize, loss: f64) -> Spec {
+    Spec {
+        algorithm,
+        messages,
+        loss,
+        receivers: receivers(3),
+        window_frames: 512,
+        fence: false,
+        fixed_len: None,
+        deadline: Duration::from_secs(60),
+    }
+}
+
+#[test]
+fn memory_mak_0_and_2_percent_loss() {
+    run("memory mak 0%", spec(Algorithm::Mak, 1500, 0.0));
+    run("memory mak 2%", spec(Algorithm::Mak, 1500, 0.02));
+}
+
+#[test]
+fn memory_ack_0_and_2_percent_loss() {
+    run("memory ack 0%", spec(Algorithm::Ack, 800, 0.0));
+    run("memory ack 2%", spec(Algorithm::Ack, 800, 0.02));
+}
+
+#[test]
+fn memory_iterative_0_and_2_percent_loss() {
+    let mut s = spec(Algorithm::Iterative, 500, 0.0);
+    s.window_frames = 128;
+    run("memory iterative 0%", s.clone());
+    s.loss = 0.02;
+    run("memory iterative 2%", s);
+}
+
+#[test]
+fn memory_gbn_unicast_0_and_2_percent_loss() {
+    let mut s = spec(Algorithm::Iterative, 800, 0.0);
+    s.receivers = receivers(1);
+    s.window_frames = 128;
+    run("memory gbn 0%", s.clone());
+    s.loss = 0.02;
+    run("memory gbn 2%", s);
+}
+
+#[test]
+fn memory_nak_with_a_fence_message() {
+    // Plain NAK never frees its window: the run must fit in it. A power of
+    // two: `SeqWindow` indexes by `seq % capacity`, which breaks across the
+    // 2^32 wrap for other capacities (reported to mcast-proto).
+    let window = 2048;
+    let mut s = spec(
+        Algorithm::Nak,
+        scenario::messages_fitting(1000, window as usize - 10),
+        0.0,
+    );
+    s.window_frames = window;
+    s.fence = true;
+    run("memory nak 0%", s.clone());
+    s.loss = 0.02;
+    run("memory nak 2%", s);
+}
+
+fn lone_engine(algorithm: Algorithm) -> (Engine<MemoryTransport>, Arc<MemorySegment>) {
+    let seg = MemorySegment::new();
+    let mut cfg = EngineConfig::new(SENDER, GROUP, algorithm);
+    cfg.window_frames = 64;
+    cfg.max_queued_frames = 64;
+    let e = Engine::new(seg.port(node_mac(SENDER), 256, 2048, 1024), cfg).expect("engine");
+    (e, seg)
+}
+
+#[test]
+fn publish_reports_back_pressure_and_limits() {
+    let (mut e, _seg) = lone_engine(Algorithm::Mak);
+    assert!(matches!(e.publish(b"x"), Err(PublishError::NoSendStream)));
+    e.open_sender(&[11]).expect("sender");
+    assert!(matches!(
+        e.publish(&vec![0u8; (1 << 20) + 1]),
+        Err(PublishError::TooLarge { limit }) if limit == 1 << 20
+    ));
+    // Nobody acknowledges: the window (64) and the queue ahead of it (64) fill up.
+    let mut accepted = 0;
+    for _ in 0..1000 {
+        match e.publish(&[7u8; 1000]) {
+            Ok(()) => accepted += 1,
+            Err(PublishError::WouldBlock) => {
+                e.poll().expect("poll");
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
+    assert!(
+        (64..=64 + 64 + 1).contains(&accepted),
+        "accepted {accepted}"
+    );
+    assert!(matches!(
+        e.publish_blocking(&[1u8; 10], Duration::from_millis(20)),
+        Err(PublishError::TimedOut)
+    ));
+    e.check_conservation()
+        .expect("conservation with a full window");
+    let (report, _) = e.shutdown().expect("shutdown");
+    assert_eq!(report.ledger.transport.held, 0);
+    assert!(report.stats.engine.publish_would_block > 0);
+}
+
+#[test]
+fn corrupted_and_foreign_frames_are_counted_and_dropped() {
+    let seg = MemorySegment::new();
+    let mut cfg = EngineConfig::new(11, GROUP, Algorithm::Mak);
+    cfg.window_frames = 64;
+    let mut rx = Engine::new(seg.port(node_mac(11), 256, 2048, 1024), cfg).expect("engine");
+    rx.open_receiver(SENDER).expect("receiver");
+    let mut raw = seg.port(node_mac(SENDER), 64, 2048, 64);
+
+    let mut send = |mutate: &dyn Fn(&mut [u8]), group: u32| {
+        let f = raw.alloc().expect("frame");
+        let buf = raw.frame_mut(f);
+        let mut h = Header::new(Kind::Data);
+        h.flags = Flags::WHOLE;
+        h.group = group;
+        h.src = SENDER;
+        h.epoch = 1;
+        h.seq = Seq(0);
+        h.payload_len = 3;
+        buf[58..61].copy_from_slice(b"abc");
+        let (_, len) = Frame::emit(
+            &mut buf[..],
+            group_mac(GROUP),
+            node_mac(SENDER),
+            ETHERTYPE_DEFAULT,
+            &h,
+        )
+        .unwrap();
+        mutate(&mut buf[..len]);
+        raw.transmit(
+            &[TxDesc {
+                frame: f,
+                len: len as u32,
+            }],
+            false,
+        )
+        .unwrap();
+        let mut kept = Vec::new();
+        raw.reap(&mut kept).unwrap();
+    };
+    send(&|b| b[60] ^= 0x01, GROUP); // payload bit flip: CRC fails
+    send(&|b| b[14] = 9, GROUP); // unknown version
+    send(&|_| {}, GROUP + 1); // another group (same MAC in this test)
+    for _ in 0..10 {
+        rx.poll().expect("poll");
+    }
+    let c = rx.stats().engine;
+    assert_eq!(c.rx_checksum_failures, 1, "{c:?}");
+    assert_eq!(c.rx_malformed, 1, "{c:?}");
+    assert_eq!(c.rx_other_group, 1, "{c:?}");
+    assert!(rx.recv_message().is_none(), "a bad frame is a lost frame");
+    send(&|_| {}, GROUP);
+    let m = rx
+        .recv_message_blocking(Duration::from_secs(1))
+        .expect("engine")
+        .expect("message");
+    assert_eq!(m.data, b"abc");
+    let (report, _) = rx.shutdown().expect("shutdown");
+    assert_eq!(report.ledger.transport.held, 0);
+}
+
+#[test]
+fn configuration_errors_say_what_is_wrong() {
+    let seg = MemorySegment::new();
+    let mut cfg = EngineConfig::new(1, GROUP, Algorithm::Mak);
+    cfg.batch = 16;
+    let e = Engine::new(seg.port(node_mac(1), 256, 2048, 64), cfg.clone()).unwrap_err();
+    assert!(e.to_string().contains("batch 16"), "{e}");
+    cfg.batch = 64;
+    cfg.mtu = 9000;
+    let e = Engine::new(seg.port(node_mac(2), 256, 2048, 64), cfg.clone()).unwrap_err();
+    assert!(e.to_string().contains("MTU 9000"), "{e}");
+    cfg.mtu = 1500;
+    cfg.window_frames = 256;
+    let e = Engine::new(seg.port(node_mac(3), 256, 2048, 64), cfg).unwrap_err();
+    assert!(e.to_string().contains("window"), "{e}");
+}
