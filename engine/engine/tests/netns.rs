@@ -109,8 +109,8 @@ fn xdp_ack_mixed_sizes_0_and_2_percent_loss() {
 #[test]
 fn xdp_nak_whole_run_in_the_window_with_a_fence() {
     let (_one, topo) = topology!("xdp_nak_whole_run_in_the_window_with_a_fence");
-    // Plain NAK never frees its window: the whole run must fit in it (a
-    // power of two, see tests/memory.rs), and the last frame is protected by
+    // Plain NAK never frees its window: the whole run must fit in it, and
+    // the last frame is protected by
     // a 64-byte fence message sent after loss is turned off.
     let window = 4096u32;
     let n = scenario::messages_fitting(messages(100_000), window as usize - 64);
