@@ -8,7 +8,7 @@
 //! - [`transport`] holds the [`Transport`] trait and its three implementations:
 //!   AF_XDP (the main one), AF_PACKET (fallback and comparison) and an
 //!   in-memory segment (tests without privileges).
-//! - [`sys`] is the only module with `unsafe`: clock, ppoll, CPU pinning,
+//! - [`sys`] is the only engine module with `unsafe`: clock, ppoll, CPU pinning,
 //!   interface lookups, AF_PACKET syscalls.
 //!
 //! What it never does: it never copies an outgoing payload after the
@@ -18,8 +18,10 @@
 //! slower mode (SKB XDP, copy mode) unless configured to, and then says so.
 #![deny(unsafe_code)]
 
+
 pub mod engine;
 mod error;
+pub mod harness;
 pub mod sys;
 pub mod transport;
 
