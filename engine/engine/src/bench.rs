@@ -54,7 +54,7 @@ pub struct XdpBenchConfig {
 impl Default for XdpBenchConfig {
     fn default() -> Self {
         XdpBenchConfig {
-            messages: 50_000,
+            messages: 200_000,
             message_len: 1024,
             latency_messages: 20_000,
         }
@@ -293,8 +293,10 @@ fn blast(
                     t.set_drop_ratio(loss).expect("drop ratio");
                     let info = t.info();
                     let modes = (
-                        format!("{:?}", info.attach_mode),
-                        format!("{:?}", info.bind_mode),
+                        info.attach_mode
+                            .map_or_else(|| "none".to_owned(), |m| format!("{m:?}").to_lowercase()),
+                        info.bind_mode
+                            .map_or_else(|| "none".to_owned(), |m| format!("{m:?}").to_lowercase()),
                     );
                     start.wait();
                     let (mut n, mut first, mut last) = (0usize, None, Instant::now());
