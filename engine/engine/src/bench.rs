@@ -40,6 +40,10 @@ use crate::{Algorithm, Engine, PublishError, Transport, TxDesc};
 /// UMEM frames per socket (a stash of spares about twice the ring slots).
 const FRAME_COUNT: u32 = 4096;
 
+/// The blast receivers' busy-poll before sleeping: the engine's `spin` in
+/// the throughput runs (`harness::scenario::config`).
+const BLAST_SPIN: Duration = Duration::from_micros(10);
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct XdpBenchConfig {
@@ -306,12 +310,16 @@ fn blast(
                         batch.clear();
                         t.recv(&mut batch).expect("recv");
                         if batch.is_empty() {
-                            if done.load(Ordering::SeqCst)
-                                && quiet.elapsed() > Duration::from_millis(200)
-                            {
+                            let idle = quiet.elapsed();
+                            if done.load(Ordering::SeqCst) && idle > Duration::from_millis(200) {
                                 break;
                             }
-                            t.wait(Duration::from_millis(1)).expect("wait");
+                            // Busy-poll as long as the engine does (its `spin`)
+                            // before sleeping, so the ceiling is not lowered
+                            // by wake-ups the engine runs would not pay.
+                            if idle > BLAST_SPIN {
+                                t.wait(Duration::from_millis(1)).expect("wait");
+                            }
                             continue;
                         }
                         let now = Instant::now();
