@@ -16,17 +16,13 @@
     reason = "a benchmark measures wall time; no protocol state reads this clock"
 )]
 
-#[allow(dead_code)]
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use common::netns::Topology;
-use common::runs::{run_nodes, xdp};
-use common::scenario::{self, Spec, GROUP, SENDER};
+use mcast_engine::harness::netns::Topology;
+use mcast_engine::harness::runs::{run_nodes, xdp};
+use mcast_engine::harness::scenario::{self, Spec, GROUP, SENDER};
 use mcast_engine::{Algorithm, Transport, TxDesc};
 use mcast_wire::{group_mac, Flags, Frame, Header, Kind, Seq, ETHERTYPE_DEFAULT, FRAME_OVERHEAD};
 

@@ -8,8 +8,14 @@
 //! - [`transport`] holds the [`Transport`] trait and its three implementations:
 //!   AF_XDP (the main one), AF_PACKET (fallback and comparison) and an
 //!   in-memory segment (tests without privileges).
-//! - [`sys`] is the only module with `unsafe`: clock, ppoll, CPU pinning,
+//! - [`sys`] is the only engine module with `unsafe`: clock, ppoll, CPU pinning,
 //!   interface lookups, AF_PACKET syscalls.
+//! - [`harness`] builds the real-kernel namespace topology (1 sender, 3
+//!   receivers on a bridge) and runs the checked scenario on it (its `netns`
+//!   module has the harness's own `unsafe`: setns, capset); shared by
+//!   the namespace tests, the examples and `mcast-bench` (needs root).
+//! - [`bench`](mod@bench) is the AF_XDP benchmark scenario on that topology: blasts,
+//!   MAK and GBN throughput, one-way latency samples.
 //!
 //! What it never does: it never copies an outgoing payload after the
 //! application's one write into a frame (except the iterative baseline, which
@@ -18,8 +24,10 @@
 //! slower mode (SKB XDP, copy mode) unless configured to, and then says so.
 #![deny(unsafe_code)]
 
+pub mod bench;
 pub mod engine;
 mod error;
+pub mod harness;
 pub mod sys;
 pub mod transport;
 

@@ -217,3 +217,44 @@ fn errors_name_the_interface_and_the_fix() {
         });
     });
 }
+
+/// `mcast-bench xdp` at a tiny size, so that CI exercises the benchmark
+/// scenario (it builds its own topology; the lock keeps it alone).
+#[test]
+fn bench_xdp_scenario_at_a_tiny_size() {
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !common::netns::privileged_or_skip("bench_xdp_scenario_at_a_tiny_size") {
+        return;
+    }
+    let cfg = mcast_engine::bench::XdpBenchConfig {
+        messages: messages(2_000),
+        latency_messages: 500,
+        ..Default::default()
+    };
+    let r = mcast_engine::bench::run_xdp(&cfg, |l| eprintln!("{l}")).expect("scenario");
+    let e = &r.environment;
+    assert!(!e.kernel.is_empty() && e.kernel != "unknown", "{e:?}");
+    assert_eq!((e.xdp_mode.as_str(), e.bind_mode.as_str()), ("skb", "copy"));
+    assert_eq!(r.throughput.len(), 8, "4 runs at each of 2 loss rates");
+    for name in ["blast", "mak", "unicast-blast", "gbn"] {
+        for loss in [0.0, 0.01] {
+            let t = r.get(name, loss).unwrap_or_else(|| panic!("{name} {loss}"));
+            assert!(t.mbps > 0.0 && t.frames_per_sec > 0.0, "{t:?}");
+            if name == "mak" || name == "gbn" {
+                assert_eq!(t.delivered, 1.0, "reliable: {t:?}");
+            } else {
+                assert!(t.delivered > 0.5, "most of a blast arrives: {t:?}");
+            }
+        }
+    }
+    assert_eq!(r.latency.len(), 3);
+    for l in &r.latency {
+        assert_eq!(l.delivered_min, l.messages, "{}", l.name);
+        assert_eq!(l.samples_ns.len(), 3 * l.messages, "{}", l.name);
+        assert!(
+            l.samples_ns.iter().all(|&s| s < 10_000_000_000),
+            "{}",
+            l.name
+        );
+    }
+}

@@ -35,9 +35,9 @@ pub const IFNAME: &str = "eth0";
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-/// Returns false (after printing why) if the test must be skipped; panics
-/// instead of skipping when `CI=true`.
-pub fn privileged_or_skip(test: &str) -> bool {
+/// Why this process cannot build the topology (missing capabilities or no
+/// `ip` tool), or None when it can.
+pub fn missing_privileges() -> Option<String> {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let caps = status
         .lines()
@@ -58,13 +58,20 @@ pub fn privileged_or_skip(test: &str) -> bool {
         .arg("-V")
         .output()
         .is_ok_and(|o| o.status.success());
-    if missing.is_empty() && has_ip {
-        return true;
+    if !has_ip {
+        return Some("the `ip` tool (iproute2) is not installed".to_owned());
     }
-    let why = if has_ip {
-        format!("missing {}", missing.join(", "))
-    } else {
-        "the `ip` tool (iproute2) is not installed".to_owned()
+    if !missing.is_empty() {
+        return Some(format!("missing {}", missing.join(", ")));
+    }
+    None
+}
+
+/// Returns false (after printing why) if the test must be skipped; panics
+/// instead of skipping when `CI=true`.
+pub fn privileged_or_skip(test: &str) -> bool {
+    let Some(why) = missing_privileges() else {
+        return true;
     };
     let msg = format!("SKIPPED {test}: namespace tests need root ({why}); run as root: sudo -E cargo test -p mcast-engine");
     if std::env::var("CI").as_deref() == Ok("true") {

@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use mcast_engine::{Engine, Transport, XdpConfig, XdpTransport};
+use crate::{Engine, Transport, XdpConfig, XdpTransport};
 use mcast_wire::ETHERTYPE_DEFAULT;
 use mcast_xsk::{AttachMode, XskConfig};
 

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::Duration;
 
-use mcast_engine::sys::monotonic_ns;
-use mcast_engine::{Algorithm, Engine, EngineConfig, EngineStats, ShutdownReport, Transport};
+use crate::sys::monotonic_ns;
+use crate::{Algorithm, Engine, EngineConfig, EngineStats, ShutdownReport, Transport};
 use mcast_wire::{MacAddr, NodeId};
 
 pub const GROUP: u32 = 7;
@@ -218,7 +218,7 @@ pub fn run_sender<T: Transport>(mut engine: Engine<T>, spec: &Spec, ctl: &Contro
                 bytes += msg.len() as u64;
                 i += 1;
             }
-            Err(mcast_engine::PublishError::WouldBlock) => {
+            Err(crate::PublishError::WouldBlock) => {
                 engine.run_once().expect("engine");
             }
             Err(e) => panic!("publish: {e}"),

@@ -1,0 +1,601 @@
+//! The AF_XDP benchmark scenario: on ONE namespace topology in ONE run,
+//! 1 sender and 3 receivers on a bridge (see [`crate::harness::netns`]),
+//! AF_XDP in SKB mode (copy mode on veth), loss injected at every receiver by
+//! the XDP drop-ratio knob.
+//!
+//! - Throughput, 1 KiB messages, at 0 % and 1 % loss: a raw unreliable
+//!   multicast blast (no protocol: the ceiling of this kernel path), MAK
+//!   through the engine, a raw unicast blast to one receiver, and Go-Back-N
+//!   (the iterative algorithm with one receiver) through the engine.
+//!   Performance is read as ratios against the blasts of the same run
+//!   (shared/PLATFORM.md: the machine is noisy, absolute figures drift).
+//! - One-way latency per message at a fixed offered rate: every namespace
+//!   shares CLOCK_MONOTONIC, so the sender writes the message's scheduled
+//!   send time into its payload and each receiver subtracts it from its clock
+//!   at delivery. Stamping the *scheduled* time (not the time `publish`
+//!   returned) counts a late sender against latency instead of hiding it
+//!   (coordinated omission).
+//!
+//! It returns raw figures and latency samples in nanoseconds; the caller
+//! (`mcast-bench xdp`) builds histograms and prints. It needs root.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a benchmark measures wall time; no protocol state reads this clock"
+)]
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use mcast_wire::{
+    group_mac, Flags, Frame, Header, Kind, MacAddr, NodeId, Seq, ETHERTYPE_DEFAULT, FRAME_OVERHEAD,
+};
+
+use crate::harness::netns::{Netns, Topology};
+use crate::harness::runs::{run_nodes, xdp};
+use crate::harness::scenario::{self, Spec, GROUP, SENDER};
+use crate::sys::monotonic_ns;
+use crate::{Algorithm, Engine, PublishError, Transport, TxDesc};
+
+/// UMEM frames per socket (a stash of spares about twice the ring slots).
+const FRAME_COUNT: u32 = 4096;
+
+/// The blast receivers' busy-poll before sleeping: the engine's `spin` in
+/// the throughput runs (`harness::scenario::config`).
+const BLAST_SPIN: Duration = Duration::from_micros(10);
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct XdpBenchConfig {
+    /// Messages per throughput run.
+    pub messages: usize,
+    /// Message length of the throughput runs, bytes.
+    pub message_len: usize,
+    /// Messages per latency run.
+    pub latency_messages: usize,
+}
+
+impl Default for XdpBenchConfig {
+    fn default() -> Self {
+        XdpBenchConfig {
+            messages: 200_000,
+            message_len: 1024,
+            latency_messages: 20_000,
+        }
+    }
+}
+
+/// Where and how the figures were measured.
+#[derive(Debug, Clone)]
+pub struct Environment {
+    /// `uname -r`.
+    pub kernel: String,
+    /// The mode the XDP steering program was attached in.
+    pub xdp_mode: String,
+    /// AF_XDP copy or zero-copy.
+    pub bind_mode: String,
+    /// Queues per interface used (one socket on queue 0).
+    pub queues: u32,
+    /// CPUs available to this process.
+    pub cpus: usize,
+    /// "release" or "debug" (of this library).
+    pub build_profile: &'static str,
+    /// Receivers of the multicast runs.
+    pub receivers: usize,
+}
+
+/// One throughput figure.
+#[derive(Debug, Clone)]
+pub struct Throughput {
+    /// "blast", "mak", "unicast-blast" or "gbn".
+    pub name: &'static str,
+    /// Receivers of this run.
+    pub receivers: usize,
+    /// Injected loss at each receiver (0.01 = 1 %).
+    pub loss: f64,
+    /// Messages (= frames: every message fits one frame) sent.
+    pub messages: usize,
+    /// Bytes per message.
+    pub message_len: usize,
+    /// Goodput: payload Mbit/s delivered to the slowest receiver.
+    pub mbps: f64,
+    /// Messages (one frame each) per second at the slowest receiver.
+    pub frames_per_sec: f64,
+    /// Fraction of the messages the receiver that got fewest delivered
+    /// (1.0 for the reliable protocols; a blast loses what the kernel drops).
+    pub delivered: f64,
+}
+
+/// One latency run: one-way latency samples of every message at every receiver.
+#[derive(Debug, Clone)]
+pub struct Latency {
+    /// A short label ("mak-1k-10000/s-1%", ...).
+    pub name: String,
+    pub algorithm: Algorithm,
+    /// Injected loss at each receiver.
+    pub loss: f64,
+    /// Offered load, messages per second.
+    pub rate_per_sec: u32,
+    /// Bytes per message.
+    pub message_len: usize,
+    /// The engine's busy-poll time before sleeping (`EngineConfig::spin`).
+    pub spin: Duration,
+    /// True when the engine busy-polls throughout.
+    pub busy_poll: bool,
+    /// Messages sent.
+    pub messages: usize,
+    /// Messages delivered at the receiver that got fewest.
+    pub delivered_min: usize,
+    /// One-way latency of each delivered message at each receiver, ns.
+    pub samples_ns: Vec<u64>,
+}
+
+/// Everything one `run_xdp` measured.
+#[derive(Debug, Clone)]
+pub struct XdpReport {
+    pub environment: Environment,
+    pub message_len: usize,
+    pub throughput: Vec<Throughput>,
+    pub latency: Vec<Latency>,
+}
+
+impl XdpReport {
+    /// The throughput figure named `name` at `loss`.
+    pub fn get(&self, name: &str, loss: f64) -> Option<&Throughput> {
+        self.throughput
+            .iter()
+            .find(|t| t.name == name && (t.loss - loss).abs() < 1e-9)
+    }
+}
+
+/// Why privileges are missing, or None when the scenario can run.
+pub fn missing_privileges() -> Option<String> {
+    crate::harness::netns::missing_privileges()
+}
+
+/// Builds the topology, runs every measurement on it, removes it. `progress`
+/// receives a line per finished step.
+pub fn run_xdp(cfg: &XdpBenchConfig, mut progress: impl FnMut(&str)) -> Result<XdpReport, String> {
+    if let Some(why) = missing_privileges() {
+        return Err(format!("needs root ({why})"));
+    }
+    let topo = Topology::new("mcast-bench xdp").ok_or("could not build the topology")?;
+    let len = cfg.message_len;
+    let n = cfg.messages;
+    let mut throughput = Vec::new();
+    let mut info = None;
+    let all: Vec<&Netns> = topo.receivers.iter().collect();
+    let one = &topo.receivers[..1];
+    for loss in [0.0, 0.01] {
+        let (b, i) = blast(&topo, &all, group_mac(GROUP), n, len, loss);
+        info.get_or_insert(i);
+        progress(&line("blast", &b));
+        throughput.push(b);
+        let m = protocol(&topo, Algorithm::Mak, 3, n, len, loss);
+        progress(&line("mak", &m));
+        throughput.push(m);
+        let (u, _) = blast(&topo, &[&one[0]], one[0].mac, n, len, loss);
+        progress(&line("unicast-blast", &u));
+        throughput.push(u);
+        let g = protocol(&topo, Algorithm::Iterative, 1, n, len, loss);
+        progress(&line("gbn", &g));
+        throughput.push(g);
+    }
+    let mut latency = Vec::new();
+    let runs = [
+        (
+            Algorithm::Mak,
+            10_000,
+            1024,
+            0.01,
+            Duration::from_micros(10),
+            "mak-1k-10000/s-1%",
+        ),
+        // 64-byte messages: busy polling throughout, then sleeping at once.
+        (
+            Algorithm::Mak,
+            5_000,
+            64,
+            0.0,
+            Duration::from_secs(3600),
+            "mak-64b-5000/s-busy",
+        ),
+        (
+            Algorithm::Mak,
+            5_000,
+            64,
+            0.0,
+            Duration::ZERO,
+            "mak-64b-5000/s-sleep",
+        ),
+    ];
+    for (algorithm, rate, len, loss, spin, name) in runs {
+        let l = latency_run(
+            &topo,
+            algorithm,
+            rate,
+            len,
+            loss,
+            spin,
+            cfg.latency_messages,
+        );
+        let l = Latency {
+            name: name.to_owned(),
+            ..l
+        };
+        progress(&format!(
+            "{}: {} samples, {} of {} delivered at the slowest receiver",
+            l.name,
+            l.samples_ns.len(),
+            l.delivered_min,
+            l.messages
+        ));
+        latency.push(l);
+    }
+    let info = info.unwrap_or_default();
+    Ok(XdpReport {
+        environment: Environment {
+            kernel: kernel_release(),
+            xdp_mode: info.0,
+            bind_mode: info.1,
+            queues: 1,
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            build_profile: if cfg!(debug_assertions) {
+                "debug"
+            } else {
+                "release"
+            },
+            receivers: topo.receivers.len(),
+        },
+        message_len: cfg.message_len,
+        throughput,
+        latency,
+    })
+}
+
+fn line(name: &str, t: &Throughput) -> String {
+    format!(
+        "{name} {}% loss, {} receiver(s): {:.1} Mbit/s, {:.0} frames/s, {:.1}% delivered",
+        t.loss * 100.0,
+        t.receivers,
+        t.mbps,
+        t.frames_per_sec,
+        t.delivered * 100.0
+    )
+}
+
+/// `uname -r`, read from procfs.
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+/// A raw unreliable blast of `frames` frames of `len` payload bytes to `dst`
+/// (the group MAC, or one receiver's MAC), received at `receivers`. Returns
+/// the figures at the slowest receiver and the (XDP mode, bind mode) seen.
+fn blast(
+    topo: &Topology,
+    receivers: &[&Netns],
+    dst: MacAddr,
+    frames: usize,
+    len: usize,
+    loss: f64,
+) -> (Throughput, (String, String)) {
+    let start = Barrier::new(receivers.len() + 1);
+    let done = AtomicBool::new(false);
+    let open = xdp(FRAME_COUNT);
+    std::thread::scope(|sc| {
+        let rx: Vec<_> = receivers
+            .iter()
+            .map(|&ns| {
+                let (start, done, open) = (&start, &done, &open);
+                sc.spawn(move || {
+                    ns.enter();
+                    let mut t = open(ns);
+                    t.subscribe(group_mac(GROUP)).expect("subscribe");
+                    t.set_drop_ratio(loss).expect("drop ratio");
+                    let info = t.info();
+                    let modes = (
+                        info.attach_mode
+                            .map_or_else(|| "none".to_owned(), |m| format!("{m:?}").to_lowercase()),
+                        info.bind_mode
+                            .map_or_else(|| "none".to_owned(), |m| format!("{m:?}").to_lowercase()),
+                    );
+                    start.wait();
+                    let (mut n, mut first, mut last) = (0usize, None, Instant::now());
+                    let mut batch = Vec::new();
+                    let mut quiet = Instant::now();
+                    loop {
+                        batch.clear();
+                        t.recv(&mut batch).expect("recv");
+                        if batch.is_empty() {
+                            let idle = quiet.elapsed();
+                            if done.load(Ordering::SeqCst) && idle > Duration::from_millis(200) {
+                                break;
+                            }
+                            // Busy-poll as long as the engine does (its `spin`)
+                            // before sleeping, so the ceiling is not lowered
+                            // by wake-ups the engine runs would not pay.
+                            if idle > BLAST_SPIN {
+                                t.wait(Duration::from_millis(1)).expect("wait");
+                            }
+                            continue;
+                        }
+                        let now = Instant::now();
+                        first.get_or_insert(now);
+                        last = now;
+                        quiet = now;
+                        n += batch.len();
+                        for d in &batch {
+                            t.release(d.frame);
+                        }
+                    }
+                    let secs = (last - first.unwrap_or(last)).as_secs_f64().max(1e-9);
+                    (n, secs, modes)
+                })
+            })
+            .collect();
+        sc.spawn(|| {
+            topo.sender.enter();
+            let mut t = open(&topo.sender);
+            let src = t.mac();
+            start.wait();
+            let mut sent = 0usize;
+            let mut batch = Vec::with_capacity(64);
+            let mut kept = Vec::new();
+            while sent < frames {
+                t.reap(&mut kept).expect("reap");
+                batch.clear();
+                while batch.len() < 64 && sent + batch.len() < frames {
+                    let Some(f) = t.alloc() else { break };
+                    let buf = t.frame_mut(f);
+                    let mut h = Header::new(Kind::Data);
+                    h.flags = Flags::WHOLE;
+                    h.group = GROUP;
+                    h.src = SENDER;
+                    h.seq = Seq((sent + batch.len()) as u32);
+                    h.payload_len = len as u16;
+                    buf[FRAME_OVERHEAD..FRAME_OVERHEAD + len].fill(0x5a);
+                    let (_, flen) =
+                        Frame::emit(&mut buf[..], dst, src, ETHERTYPE_DEFAULT, &h).expect("emit");
+                    batch.push(TxDesc {
+                        frame: f,
+                        len: flen as u32,
+                    });
+                }
+                let n = t.transmit(&batch, false).expect("transmit");
+                for d in &batch[n..] {
+                    t.release(d.frame);
+                }
+                sent += n;
+            }
+            done.store(true, Ordering::SeqCst);
+        });
+        let results: Vec<(usize, f64, (String, String))> = rx
+            .into_iter()
+            .map(|h| h.join().expect("receiver"))
+            .collect();
+        let worst = results
+            .iter()
+            .map(|(n, secs, _)| *n as f64 / secs)
+            .fold(f64::INFINITY, f64::min);
+        let fewest = results.iter().map(|r| r.0).min().unwrap_or(0);
+        let modes = results.first().map(|r| r.2.clone()).unwrap_or_default();
+        let name = if receivers.len() == 1 && dst != group_mac(GROUP) {
+            "unicast-blast"
+        } else {
+            "blast"
+        };
+        (
+            Throughput {
+                name,
+                receivers: receivers.len(),
+                loss,
+                messages: frames,
+                message_len: len,
+                mbps: worst * len as f64 * 8.0 / 1e6,
+                frames_per_sec: worst,
+                delivered: fewest as f64 / frames as f64,
+            },
+            modes,
+        )
+    })
+}
+
+fn spec(
+    topo: &Topology,
+    algorithm: Algorithm,
+    receivers: usize,
+    messages: usize,
+    len: usize,
+    loss: f64,
+) -> Spec {
+    Spec {
+        algorithm,
+        messages,
+        loss,
+        receivers: topo
+            .receivers
+            .iter()
+            .take(receivers)
+            .enumerate()
+            .map(|(i, r)| (11 + i as NodeId, r.mac))
+            .collect(),
+        window_frames: if algorithm == Algorithm::Iterative {
+            128
+        } else {
+            512
+        },
+        fence: false,
+        deadline: Duration::from_secs(300),
+        fixed_len: Some(len),
+    }
+}
+
+/// A reliable run through the engine (every message checked at every receiver).
+fn protocol(
+    topo: &Topology,
+    algorithm: Algorithm,
+    receivers: usize,
+    messages: usize,
+    len: usize,
+    loss: f64,
+) -> Throughput {
+    let spec = spec(topo, algorithm, receivers, messages, len, loss);
+    let name = format!("{algorithm} {}%", loss * 100.0);
+    let (s, r) = run_nodes(&name, topo, spec.clone(), xdp(FRAME_COUNT));
+    scenario::report(&name, &spec, &s, &r);
+    let secs = r
+        .iter()
+        .map(|n| n.elapsed.as_secs_f64())
+        .fold(0.0, f64::max)
+        .max(1e-9);
+    Throughput {
+        name: if algorithm == Algorithm::Mak {
+            "mak"
+        } else {
+            "gbn"
+        },
+        receivers,
+        loss,
+        messages,
+        message_len: len,
+        mbps: (messages * len) as f64 * 8.0 / secs / 1e6,
+        frames_per_sec: messages as f64 / secs,
+        delivered: r.iter().map(|n| n.delivered).min().unwrap_or(0) as f64 / messages as f64,
+    }
+}
+
+/// Bytes 0..8 of a latency message: its index; 8..16: its scheduled send
+/// time (CLOCK_MONOTONIC ns). Needs 16 bytes at least.
+const STAMP_LEN: usize = 16;
+
+/// Shared between the threads of one latency run.
+#[derive(Debug)]
+struct LatencyControl {
+    start: Barrier,
+    receivers_done: AtomicUsize,
+    sender_done: AtomicBool,
+}
+
+/// Publishes `messages` messages of `len` bytes at `rate` per second and
+/// records each one's one-way latency at every receiver.
+fn latency_run(
+    topo: &Topology,
+    algorithm: Algorithm,
+    rate: u32,
+    len: usize,
+    loss: f64,
+    spin: Duration,
+    messages: usize,
+) -> Latency {
+    let len = len.max(STAMP_LEN);
+    let spec = spec(topo, algorithm, topo.receivers.len(), messages, len, loss);
+    let ctl = LatencyControl {
+        start: Barrier::new(topo.receivers.len() + 1),
+        receivers_done: AtomicUsize::new(0),
+        sender_done: AtomicBool::new(false),
+    };
+    let open = xdp(FRAME_COUNT);
+    let gap_ns = 1_000_000_000 / u64::from(rate.max(1));
+    let config = |node: NodeId| {
+        let mut c = scenario::config(&spec, node);
+        c.spin = spin;
+        // Never oversleep a send slot, nor a delivery by much.
+        c.max_sleep = c.max_sleep.min(Duration::from_nanos(gap_ns));
+        c
+    };
+    let deadline_ns = Duration::from_secs(60 + (messages as u64 / u64::from(rate.max(1))) * 2);
+    let results: Vec<(usize, Vec<u64>)> = std::thread::scope(|sc| {
+        let hs: Vec<_> = spec
+            .receivers
+            .iter()
+            .zip(&topo.receivers)
+            .map(|(&(node, _), ns)| {
+                let (ctl, open, config) = (&ctl, &open, &config);
+                sc.spawn(move || {
+                    ns.enter();
+                    let mut e = Engine::new(open(ns), config(node))
+                        .unwrap_or_else(|e| panic!("engine on {}: {e}", ns.name));
+                    e.open_receiver(SENDER).expect("open receiver");
+                    e.transport_mut().set_drop_ratio(loss).expect("drop ratio");
+                    let mut samples = Vec::with_capacity(messages);
+                    ctl.start.wait();
+                    let deadline = monotonic_ns() + deadline_ns.as_nanos() as u64;
+                    let mut got = 0usize;
+                    while !ctl.sender_done.load(Ordering::SeqCst) && monotonic_ns() < deadline {
+                        e.run_once().expect("engine");
+                        while let Some(m) = e.recv_message() {
+                            let now = monotonic_ns();
+                            if let Some(b) = m.data.get(8..16) {
+                                let sent = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+                                samples.push(now.saturating_sub(sent));
+                            }
+                            got += 1;
+                            if got == messages {
+                                ctl.receivers_done.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                    }
+                    let _ = e.shutdown();
+                    (got, samples)
+                })
+            })
+            .collect();
+        sc.spawn(|| {
+            topo.sender.enter();
+            let mut e = Engine::new(open(&topo.sender), config(SENDER))
+                .unwrap_or_else(|e| panic!("engine on {}: {e}", topo.sender.name));
+            let members: Vec<NodeId> = spec.receivers.iter().map(|r| r.0).collect();
+            e.open_sender(&members).expect("open sender");
+            let mut msg = vec![0u8; len];
+            ctl.start.wait();
+            let t0 = monotonic_ns();
+            let deadline = t0 + deadline_ns.as_nanos() as u64;
+            for i in 0..messages {
+                let at = t0 + i as u64 * gap_ns;
+                while monotonic_ns() < at {
+                    e.run_once().expect("engine");
+                }
+                msg[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                msg[8..16].copy_from_slice(&at.to_le_bytes());
+                loop {
+                    match e.publish(&msg) {
+                        Ok(()) => break,
+                        Err(PublishError::WouldBlock) => {
+                            e.run_once().expect("engine");
+                        }
+                        Err(err) => panic!("publish: {err}"),
+                    }
+                }
+            }
+            while ctl.receivers_done.load(Ordering::SeqCst) < members.len()
+                && monotonic_ns() < deadline
+            {
+                e.run_once().expect("engine");
+            }
+            let _ = e.flush(Duration::from_secs(2));
+            ctl.sender_done.store(true, Ordering::SeqCst);
+            let _ = e.shutdown();
+        })
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    let delivered_min = results.iter().map(|r| r.0).min().unwrap_or(0);
+    Latency {
+        name: String::new(),
+        algorithm,
+        loss,
+        rate_per_sec: rate,
+        message_len: len,
+        spin,
+        busy_poll: spin >= Duration::from_secs(1),
+        messages,
+        delivered_min,
+        samples_ns: results.into_iter().flat_map(|r| r.1).collect(),
+    }
+}
