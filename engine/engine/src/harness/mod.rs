@@ -1,5 +1,5 @@
-//! The real-kernel harness, shared by the namespace tests, the `ratio`
-//! example and `mcast-bench xdp`: the namespace topology ([`netns`]), the
+//! The real-kernel harness, shared by the namespace tests and
+//! `mcast-bench xdp`: the namespace topology ([`netns`]), the
 //! run scenario generic over the transport ([`scenario`]) and running it on
 //! the topology ([`runs`]).
 //!
@@ -7,6 +7,6 @@
 //! build the same topology and run the same scenario the tests check. It
 //! creates network namespaces only and never touches an interface of the root
 //! namespace.
-pub mod netns;
+pub use mcast_netns as netns;
 pub mod runs;
 pub mod scenario;

@@ -2,7 +2,7 @@
 //! "receiver" network namespaces joined by veth pairs to a Linux bridge that
 //! lives in a fifth namespace.
 //!
-//! What it does: creates uniquely named namespaces (prefix `mx<pid>-<n>`),
+//! What it does: creates uniquely named namespaces (prefix `mc<pid>-<n>`),
 //! the bridge, the veth pairs (created inside the bridge namespace, so no
 //! interface ever appears in the root namespace), sets fixed locally
 //! administered MACs, brings links up and assigns addresses from
@@ -14,7 +14,10 @@
 //!
 //! What it never does: it never creates, modifies or sends on an interface of
 //! the root namespace, and never attaches XDP there.
-#![allow(unsafe_code, dead_code)]
+//!
+//! Shared by `mcast-xsk`'s tests and `mcast-engine` (its tests and
+//! `mcast-bench xdp`). `unsafe` is confined to `setns` and raw sockets here.
+#![allow(unsafe_code)]
 #![allow(
     clippy::disallowed_methods,
     reason = "real-kernel tests wait on wall-clock deadlines and measure rates; no protocol state reads this clock"
@@ -143,7 +146,7 @@ impl Topology {
             return None;
         }
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let prefix = format!("me{}-{n}", std::process::id());
+        let prefix = format!("mc{}-{n}", std::process::id());
         let subnet = (n % 250) as u8; // 198.18.<subnet>.0/24, namespaces are isolated anyway
         let endpoint = |role: &str, host: u8| Netns {
             name: format!("{prefix}-{role}"),
