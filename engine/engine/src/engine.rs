@@ -180,9 +180,6 @@ pub struct FrameLedger {
 #[derive(Debug, Clone)]
 pub struct ShutdownReport {
     pub stats: EngineStats,
-    /// Frames still held by machines without `release_all` (ACK sender,
-    /// iterative sender, Go-Back-N) that the engine took back itself.
-    pub reclaimed: u32,
     /// The ledger after every frame came back.
     pub ledger: FrameLedger,
 }
@@ -636,9 +633,9 @@ impl<T: Transport> Engine<T> {
         Ok(l)
     }
 
-    /// Stops: waits (briefly) for frames in flight, returns every buffer
-    /// (`release_all` where a machine has it, the engine's ledger otherwise),
-    /// and checks that every frame is back with the transport.
+    /// Stops: waits (briefly) for frames in flight, has every machine hand
+    /// back its buffers (`release_all`), and checks that every frame is back
+    /// with the transport.
     pub fn shutdown(mut self) -> Result<(ShutdownReport, T), EngineError> {
         let _ = self.flush_batches();
         let deadline = sys::monotonic_ns() + 200_000_000;
@@ -674,31 +671,23 @@ impl<T: Transport> Engine<T> {
         }
         self.deferred.clear();
         let mut stats = self.stats();
-        match self.sender.as_mut() {
-            Some(AnySender::Mak(m)) => m.release_all(),
-            Some(AnySender::Nak(m)) => m.release_all(),
-            _ => {}
+        if let Some(sender) = self.sender.as_mut() {
+            sender.release_all();
         }
         for r in &mut self.receivers {
-            match &mut r.machine {
-                AnyReceiver::Mak(m) => m.release_all(),
-                AnyReceiver::Ack(m) => m.release_all(),
-                AnyReceiver::Nak(m) => m.release_all(),
-                AnyReceiver::Iterative(_) => {}
-            }
+            r.machine.release_all();
         }
         self.drain_events()?;
-        // Machines without release_all (ACK and iterative senders, Go-Back-N):
-        // they are dropped here, so their frames come back through the ledger.
         self.sender = None;
         self.receivers.clear();
-        let mut reclaimed = 0;
         for f in 0..self.place.len() as u32 {
             match self.place[f as usize] {
-                Place::Machine | Place::Staged { .. } => {
-                    reclaimed += 1;
-                    self.free(f);
+                Place::Machine => {
+                    return Err(EngineError::Accounting(format!(
+                        "frame {f} still held by a machine after release_all"
+                    )))
                 }
+                Place::Staged { .. } => self.free(f),
                 Place::InTx { .. } => {
                     return Err(EngineError::Accounting(format!(
                         "frame {f} never completed its transmission"
@@ -716,14 +705,7 @@ impl<T: Transport> Engine<T> {
             )));
         }
         stats.frames = ledger.transport;
-        Ok((
-            ShutdownReport {
-                stats,
-                reclaimed,
-                ledger,
-            },
-            self.transport,
-        ))
+        Ok((ShutdownReport { stats, ledger }, self.transport))
     }
 
     // ---- helpers -------------------------------------------------------

@@ -270,6 +270,15 @@ impl Endpoint for AckSender {
     fn held_buffers(&self) -> usize {
         self.window.len()
     }
+
+    fn release_all(&mut self) {
+        let events = &mut self.events;
+        self.window.advance_to(self.next_seq, |_, e| {
+            events.push_back(Event::Release(e.buf))
+        });
+        self.scan = self.next_seq;
+        self.rto_deadline = None;
+    }
 }
 
 impl Sender for AckSender {
@@ -335,12 +344,6 @@ impl AckReceiver {
             events: VecDeque::with_capacity(stream.window_frames as usize),
             counters: Counters::default(),
         }
-    }
-
-    /// Shutdown: returns every frame held out of order ([`Event::Release`]).
-    /// They were never delivered; the stream cannot continue after this.
-    pub fn release_all(&mut self) {
-        self.rx.release_all(&mut self.events);
     }
 }
 
@@ -417,6 +420,10 @@ impl Endpoint for AckReceiver {
 
     fn held_buffers(&self) -> usize {
         self.rx.held()
+    }
+
+    fn release_all(&mut self) {
+        self.rx.release_all(&mut self.events);
     }
 }
 

@@ -239,6 +239,9 @@ pub trait Endpoint {
     fn counters(&self) -> &Counters;
     /// Buffers this machine holds now (for the driver's conservation checks).
     fn held_buffers(&self) -> usize;
+    /// Shutdown: hands back every buffer the machine still holds, as
+    /// [`Event::Release`] (each exactly once), and forgets the stream's state.
+    fn release_all(&mut self);
 }
 
 /// The sending side of a reliable stream.

@@ -366,6 +366,18 @@ impl Endpoint for GbnSender {
     fn held_buffers(&self) -> usize {
         self.window.len()
     }
+
+    fn release_all(&mut self) {
+        let events = &mut self.events;
+        self.window.advance_to(self.next_seq, |_, slot| {
+            events.push_back(Event::Release(slot.buf))
+        });
+        self.next_new = self.next_seq;
+        self.retx_pending = 0;
+        self.retx_from = self.next_seq;
+        self.next_deadline = None;
+        self.stalled = false;
+    }
 }
 
 impl Sender for GbnSender {
@@ -629,6 +641,14 @@ impl Endpoint for GbnReceiver {
     /// In-order accept holds nothing: every frame is delivered or released at once.
     fn held_buffers(&self) -> usize {
         0
+    }
+
+    fn release_all(&mut self) {
+        // In-order accept holds nothing: every frame is delivered or released
+        // as it arrives. Only pending acknowledgments are forgotten.
+        self.pack_due = false;
+        self.nack_due = None;
+        self.ack_deadline = None;
     }
 }
 

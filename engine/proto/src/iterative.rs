@@ -203,6 +203,22 @@ impl Endpoint for IterativeSender {
     fn held_buffers(&self) -> usize {
         self.refs.len()
     }
+
+    fn release_all(&mut self) {
+        // The members' senders hold the same buffers by reference: drop their
+        // state without their releases, and release each buffer once here.
+        for m in &mut self.members {
+            m.gbn.release_all();
+            while m.gbn.poll_event().is_some() {}
+        }
+        let events = &mut self.events;
+        self.refs.advance_to(self.next_msg, |_, shared| {
+            events.push_back(Event::Release(shared.buf))
+        });
+        for m in &mut self.members {
+            m.unacked_msg = self.next_msg;
+        }
+    }
 }
 
 impl Sender for IterativeSender {

@@ -215,17 +215,6 @@ impl MakSender {
         self.members.iter().map(|m| m.node)
     }
 
-    /// Shutdown: hands back every buffer still held (the stream is abandoned).
-    pub fn release_all(&mut self) {
-        let events = &mut self.events;
-        self.buffer
-            .drain(|_, slot| events.push_back(Event::Release(slot.buf)));
-        self.fresh.clear();
-        self.repairs.clear();
-        self.ack_request = None;
-        self.ack_timer = None;
-    }
-
     fn window_full(&self) -> bool {
         self.next_seq.distance(self.buffer.base()) as u32 >= self.buffer.capacity()
     }
@@ -541,6 +530,16 @@ impl Endpoint for MakSender {
     fn held_buffers(&self) -> usize {
         self.buffer.len()
     }
+
+    fn release_all(&mut self) {
+        let events = &mut self.events;
+        self.buffer
+            .drain(|_, slot| events.push_back(Event::Release(slot.buf)));
+        self.fresh.clear();
+        self.repairs.clear();
+        self.ack_request = None;
+        self.ack_timer = None;
+    }
 }
 
 impl Sender for MakSender {
@@ -693,11 +692,6 @@ impl MakReceiver {
     /// Frames in the error table.
     pub fn missing_count(&self) -> usize {
         self.errors.len()
-    }
-
-    /// Shutdown: hands back every frame held out of order.
-    pub fn release_all(&mut self) {
-        self.inorder.release_all(&mut self.events);
     }
 
     /// Draws the NAK timer (seed 000 §3.1: "a random waiting time").
@@ -1016,6 +1010,10 @@ impl Endpoint for MakReceiver {
 
     fn held_buffers(&self) -> usize {
         self.inorder.held()
+    }
+
+    fn release_all(&mut self) {
+        self.inorder.release_all(&mut self.events);
     }
 }
 

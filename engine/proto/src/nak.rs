@@ -111,18 +111,6 @@ impl NakSender {
         s
     }
 
-    /// Returns every held buffer ([`Event::Release`]) and empties the window, so
-    /// sending may resume. The protocol never frees a frame by itself (seed 000
-    /// §3.1 weakness 1): this is the application's shutdown (or flush). A later
-    /// NAK for a released frame is counted `naks_unrepairable`.
-    pub fn release_all(&mut self) {
-        let events = &mut self.events;
-        self.window.advance_to(self.next_seq, |_, e| {
-            events.push_back(Event::Release(e.buf))
-        });
-        self.scan = self.next_seq;
-    }
-
     fn in_window(&self) -> u32 {
         self.next_seq.distance(self.window.base()) as u32
     }
@@ -227,6 +215,14 @@ impl Endpoint for NakSender {
     fn held_buffers(&self) -> usize {
         self.window.len()
     }
+
+    fn release_all(&mut self) {
+        let events = &mut self.events;
+        self.window.advance_to(self.next_seq, |_, e| {
+            events.push_back(Event::Release(e.buf))
+        });
+        self.scan = self.next_seq;
+    }
 }
 
 impl Sender for NakSender {
@@ -309,12 +305,6 @@ impl NakReceiver {
     /// frame leaves this true (seed 000 §3.1 weakness 2).
     pub fn is_complete(&self) -> bool {
         self.rx.is_complete()
-    }
-
-    /// Shutdown: returns every frame held out of order ([`Event::Release`]).
-    /// They were never delivered; the stream cannot continue after this.
-    pub fn release_all(&mut self) {
-        self.rx.release_all(&mut self.events);
     }
 
     /// The missing sequence numbers, as many ranges as one NAK carries.
@@ -430,6 +420,10 @@ impl Endpoint for NakReceiver {
 
     fn held_buffers(&self) -> usize {
         self.rx.held()
+    }
+
+    fn release_all(&mut self) {
+        self.rx.release_all(&mut self.events);
     }
 }
 

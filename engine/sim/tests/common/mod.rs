@@ -125,6 +125,17 @@ impl Endpoint for PerfectSender {
     fn held_buffers(&self) -> usize {
         self.held
     }
+
+    fn release_all(&mut self) {
+        // The simulator never shuts a machine down; this is here for the trait.
+        for (_, f) in self.queue.drain(..) {
+            self.events.push_back(Event::Release(f.buf));
+        }
+        for b in self.sent.drain(..) {
+            self.events.push_back(Event::Release(b));
+        }
+        self.held = 0;
+    }
 }
 
 impl Sender for PerfectSender {
@@ -292,6 +303,14 @@ impl Endpoint for PerfectReceiver {
 
     fn held_buffers(&self) -> usize {
         self.held
+    }
+
+    fn release_all(&mut self) {
+        // The simulator never shuts a machine down; this is here for the trait.
+        if let Some((_, b)) = self.stash.take() {
+            self.events.push_back(Event::Release(b));
+        }
+        self.held = 0;
     }
 }
 
