@@ -1,6 +1,6 @@
 //! `mcast-bench`: runs the engine's protocols and says what happened.
 //!
-//! Today every scenario runs in the deterministic simulator (`mcast-sim`):
+//! Four scenarios run in the deterministic simulator (`mcast-sim`):
 //! `demo` tells one lossy multicast step by step, `run` performs (or replays)
 //! one seeded run, `sweep` checks thousands of seeds with random faults, and
 //! `table` prints the MAK-versus-plain-NAK scaling table. `xdp` is the one
@@ -24,10 +24,11 @@ mod xdp;
     version,
     about = "Measure the reliable-multicast protocols (MAK, ACK, NAK, iterative, Go-Back-N)",
     long_about = "Measure the reliable-multicast protocols.\n\n\
-        Every scenario here runs in the deterministic network simulator: virtual time, \
-        real frame bytes (CRC32C-checked), one seed for every random choice, and \
-        checkers after every step (in order, exactly once, intact, bounded memory, \
-        liveness after the faults stop). A failing run prints the command that replays it.",
+        `demo`, `run`, `sweep` and `table` run in the deterministic network simulator: \
+        virtual time, real frame bytes (CRC32C-checked), one seed for every random choice, \
+        and checkers after every step (in order, exactly once, intact, bounded memory, \
+        liveness after the faults stop); a failing run prints the command that replays it. \
+        `xdp` runs over real AF_XDP in network namespaces it creates (root).",
     after_help = "Examples:\n  \
         mcast-bench demo\n  \
         mcast-bench run --algo mak --receivers 64 --loss 0.01 --messages 10000\n  \
