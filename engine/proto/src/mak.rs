@@ -1387,14 +1387,9 @@ mod tests {
         assert_eq!(r.poll_timeout(), Some(us(931 + 1200)), "and doubles again");
     }
 
-    #[test]
-    fn the_retransmission_budget_defers_a_nak_storm() {
-        let cfg = MakConfig {
-            retransmit_share: 0.01,
-            retransmit_burst: 2,
-            retransmit_floor_per_sec: 1_000,
-            ..MakConfig::default()
-        };
+    /// A sender (one receiver) that has sent a full window at t=0 and, at
+    /// t=1 us, heard one NAK for all of it: a NAK storm for the budget tests.
+    fn nak_storm(cfg: MakConfig) -> MakSender {
         let mut s = MakSender::new(stream(SENDER), cfg, &[2]);
         for i in 0..W {
             s.send(us(0), out(i, false)).unwrap();
@@ -1410,6 +1405,18 @@ mod tests {
             &header_for(&stream(2), Kind::Nak),
             RxBody::Nak(&list),
         );
+        s
+    }
+
+    #[test]
+    fn the_retransmission_budget_defers_a_nak_storm() {
+        let cfg = MakConfig {
+            retransmit_share: 0.01,
+            retransmit_burst: 2,
+            retransmit_floor_per_sec: 1_000,
+            ..MakConfig::default()
+        };
+        let mut s = nak_storm(cfg);
         assert_eq!(drain_tx(&mut s, us(1)).len(), 2, "the burst allowance");
         assert_eq!(s.counters().repairs_deferred, 1);
         let next = s.poll_timeout().unwrap();
@@ -1431,21 +1438,7 @@ mod tests {
                 retransmit_floor_per_sec: floor,
                 ..MakConfig::default()
             };
-            let mut s = MakSender::new(stream(SENDER), cfg, &[2]);
-            for i in 0..W {
-                s.send(us(0), out(i, false)).unwrap();
-            }
-            drain_tx(&mut s, us(0));
-            let mut list = RangeList::new();
-            list.push(mcast_wire::SeqRange {
-                start: s.stream.initial_seq,
-                count: W,
-            });
-            s.handle_frame(
-                us(1),
-                &header_for(&stream(2), Kind::Nak),
-                RxBody::Nak(&list),
-            );
+            let mut s = nak_storm(cfg);
             let mut now = us(1);
             let mut repaired = std::collections::HashSet::new();
             let note = |repaired: &mut std::collections::HashSet<u32>, tx: Vec<Transmit>| {
@@ -1478,21 +1471,7 @@ mod tests {
             retransmit_burst: 1,
             ..MakConfig::default()
         };
-        let mut s = MakSender::new(stream(SENDER), cfg, &[2]);
-        for i in 0..W {
-            s.send(us(0), out(i, false)).unwrap();
-        }
-        drain_tx(&mut s, us(0));
-        let mut list = RangeList::new();
-        list.push(mcast_wire::SeqRange {
-            start: s.stream.initial_seq,
-            count: W,
-        });
-        s.handle_frame(
-            us(1),
-            &header_for(&stream(2), Kind::Nak),
-            RxBody::Nak(&list),
-        );
+        let mut s = nak_storm(cfg);
         assert!(s.poll_transmit(us(1)).is_some());
         assert!(s.poll_transmit(us(1)).is_none(), "the budget is spent");
         // The driver's TX ring is full: it handles the deadline but takes no frame.
