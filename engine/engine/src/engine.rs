@@ -21,12 +21,28 @@
 //! baseline, whose per-receiver headers make the engine copy the payload into
 //! a fresh frame for each receiver (docs/protocol.md §4.3).
 //!
+//! Groups: one engine carries any number of groups over its one transport
+//! (one NIC queue). Each group has its own algorithm, window and send queue,
+//! at most one send stream (this node's) and one receive stream per sending
+//! node; frames are routed by (group, [`stream_of`]). [`Engine::new`] opens
+//! the configuration's group (unless it is 0); [`Engine::add_group`] and
+//! [`Engine::remove_group`] change the set while the engine runs. The
+//! single-group calls (`open_sender`, `publish`, ...) act on the
+//! configuration's group; the `*_in` calls name the group.
+//!
+//! Delivery: by default the engine reassembles messages and queues them
+//! ([`Engine::recv_message`]): one copy from the frame into the message. A
+//! caller that wants the fragments themselves (the daemon, which copies each
+//! straight into a client's shared-memory ring) passes a [`Deliver`] sink to
+//! [`Engine::poll_deliver`]: the sink sees each payload in place in the frame.
+//!
 //! What it never does: it reads the clock only here (CLOCK_MONOTONIC, passed
 //! to the machines as `Instant`), never lets the protocol core see bytes, never
 //! loses track of a frame ([`Engine::check_conservation`]), and never blocks
 //! except in [`Engine::run_once`]'s wait and the `*_blocking` calls.
 
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 use mcast_proto::any::{Algorithm, AnyReceiver, AnySender, ProtocolConfig};
@@ -36,8 +52,8 @@ use mcast_proto::{
     SendError, Sender, Seq, StreamConfig, Transmit, TxBody,
 };
 use mcast_wire::{
-    group_mac, max_payload_for_mtu, Frame, Kind, MacAddr, RangeList, WireError, ETHERTYPE_DEFAULT,
-    FRAME_OVERHEAD,
+    group_mac, max_payload_for_mtu, Flags, Frame, Kind, MacAddr, RangeList, WireError,
+    ETHERTYPE_DEFAULT, FRAME_OVERHEAD,
 };
 use mcast_xsk::SteeringCounters;
 
@@ -50,7 +66,8 @@ use crate::{EngineError, PublishError};
 pub struct EngineConfig {
     /// This node.
     pub node: NodeId,
-    /// The group every stream of this engine belongs to.
+    /// The group [`Engine::new`] opens with the settings below (0: none; the
+    /// caller adds groups with [`Engine::add_group`]).
     pub group: GroupId,
     pub ethertype: u16,
     /// The interface MTU; fragments carry at most `max_payload_for_mtu(mtu)` bytes.
@@ -77,6 +94,8 @@ pub struct EngineConfig {
     pub max_message: usize,
     /// Fragments queued ahead of the send window at most (back-pressure).
     pub max_queued_frames: usize,
+    /// Groups open at once at most.
+    pub max_groups: usize,
 }
 
 impl EngineConfig {
@@ -100,13 +119,78 @@ impl EngineConfig {
             cpu: None,
             max_message: 1 << 20,
             max_queued_frames: 256,
+            max_groups: 256,
         }
+    }
+
+    /// The settings of the configuration's own group.
+    pub fn group_options(&self) -> GroupOptions {
+        GroupOptions {
+            algorithm: self.algorithm,
+            protocol: self.protocol,
+            window_frames: self.window_frames,
+            subscribe: true,
+            accept_any_sender: false,
+            max_queued_frames: self.max_queued_frames,
+        }
+    }
+}
+
+/// How one group is carried.
+#[derive(Debug, Clone)]
+pub struct GroupOptions {
+    pub algorithm: Algorithm,
+    pub protocol: ProtocolConfig,
+    /// The window of every stream of the group.
+    pub window_frames: u32,
+    /// Receive frames sent to the group's MAC (false for unicast-only groups).
+    pub subscribe: bool,
+    /// Open a receive stream, from sequence 0, for any node whose data frame
+    /// arrives, and start it afresh when that node's frames show a newer
+    /// epoch (a restarted peer). For the daemons' unicast links, where the
+    /// sender always starts at 0. Otherwise receive streams are opened only by
+    /// [`Engine::open_receiver_in`].
+    pub accept_any_sender: bool,
+    /// Fragments queued ahead of the group's send window at most.
+    pub max_queued_frames: usize,
+}
+
+/// Where a send stream starts: its session epoch and first sequence number
+/// (or, for a receiver added later, the first one it is owed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamStart {
+    pub epoch: u32,
+    pub seq: Seq,
+}
+
+/// One received fragment, in place in its frame, handed to a [`Deliver`] sink
+/// in stream order. A message is the fragments from one with `first` to the
+/// next with `last` (both on a message of one frame).
+#[derive(Debug, Clone, Copy)]
+pub struct Fragment<'a> {
+    pub group: GroupId,
+    /// The sending node.
+    pub stream: NodeId,
+    pub first: bool,
+    pub last: bool,
+    pub data: &'a [u8],
+}
+
+/// Takes received fragments as the engine delivers them (see [`Engine::poll_deliver`]).
+pub trait Deliver {
+    fn deliver(&mut self, fragment: Fragment<'_>);
+}
+
+impl<F: FnMut(Fragment<'_>)> Deliver for F {
+    fn deliver(&mut self, fragment: Fragment<'_>) {
+        self(fragment)
     }
 }
 
 /// A whole message received on a stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
+    pub group: GroupId,
     /// The sending node.
     pub stream: NodeId,
     pub data: Vec<u8>,
@@ -120,8 +204,14 @@ pub struct EngineCounters {
     pub rx_checksum_failures: u64,
     /// Frames that failed any other check (length, version, kind, NAK list).
     pub rx_malformed: u64,
-    /// Frames of another group.
+    /// Frames of a group this engine does not carry.
     pub rx_other_group: u64,
+    /// Data frames dropped because their group's delivery is paused.
+    pub rx_paused: u64,
+    /// Receive streams opened on their first frame (`accept_any_sender`).
+    pub rx_streams_opened: u64,
+    /// Receive streams started afresh for a newer epoch of their sender.
+    pub rx_streams_restarted: u64,
     /// Frames of a stream this engine neither sends nor receives.
     pub rx_unrouted: u64,
     /// Frames accepted by the transport for sending.
@@ -144,14 +234,30 @@ pub struct EngineCounters {
     pub sleeps: u64,
 }
 
+/// The counters of one group's streams.
+#[derive(Debug, Clone)]
+pub struct GroupStats {
+    pub group: GroupId,
+    pub algorithm: Algorithm,
+    /// This node's send machine.
+    pub sender: Option<Counters>,
+    /// Each receive machine, by sending node.
+    pub receivers: Vec<(NodeId, Counters)>,
+    /// Fragments queued ahead of the send window.
+    pub queued: usize,
+    pub paused: bool,
+}
+
 /// Everything countable about a running engine.
 #[derive(Debug, Clone)]
 pub struct EngineStats {
     pub engine: EngineCounters,
-    /// The send machine's counters.
+    /// The configuration group's send machine.
     pub sender: Option<Counters>,
-    /// Each receive machine's counters, by sending node.
+    /// The configuration group's receive machines, by sending node.
     pub receivers: Vec<(NodeId, Counters)>,
+    /// Every group.
+    pub groups: Vec<GroupStats>,
     pub transport: TransportInfo,
     /// AF_XDP: the steering program's counters.
     pub steering: Option<SteeringCounters>,
@@ -205,8 +311,29 @@ enum Place {
 #[derive(Debug)]
 struct RecvStream {
     sender: NodeId,
+    epoch: u32,
     machine: AnyReceiver,
     reassembler: Reassembler,
+}
+
+#[derive(Debug)]
+struct SendStream {
+    machine: AnySender,
+    policy: TxPolicy,
+    start: StreamStart,
+    /// The sequence number the next frame fed to the machine gets.
+    next_seq: Seq,
+    /// Published fragments waiting for the window.
+    queue: VecDeque<OutFrame>,
+}
+
+#[derive(Debug)]
+struct GroupState {
+    id: GroupId,
+    opts: GroupOptions,
+    sender: Option<SendStream>,
+    receivers: Vec<RecvStream>,
+    paused: bool,
 }
 
 /// How the send machine's data buffers reach the wire.
@@ -227,11 +354,8 @@ pub struct Engine<T: Transport> {
     max_payload: usize,
     place: Vec<Place>,
     rx_offset: Vec<u32>,
-    sender: Option<AnySender>,
-    tx_policy: TxPolicy,
-    receivers: Vec<RecvStream>,
+    groups: Vec<GroupState>,
     peers: HashMap<NodeId, MacAddr>,
-    send_queue: VecDeque<OutFrame>,
     deferred: VecDeque<Transmit>,
     tx_keep: Vec<TxDesc>,
     tx_copy: Vec<TxDesc>,
@@ -241,12 +365,15 @@ pub struct Engine<T: Transport> {
     messages: VecDeque<Message>,
     counters: EngineCounters,
     idle_since: Option<u64>,
+    /// The group whose machines `drain_transmits` asks first (round-robin).
+    turn: usize,
 }
 
 impl<T: Transport> Engine<T> {
-    /// An engine over `transport`; subscribes the group MAC and, if
-    /// `config.cpu` is set, pins the calling thread (the polling thread).
-    pub fn new(mut transport: T, config: EngineConfig) -> Result<Engine<T>, EngineError> {
+    /// An engine over `transport`; opens the configuration's group (unless it
+    /// is 0) and, if `config.cpu` is set, pins the calling thread (the
+    /// polling thread).
+    pub fn new(transport: T, config: EngineConfig) -> Result<Engine<T>, EngineError> {
         if config.batch < 32 {
             return Err(EngineError::Config(format!(
                 "batch {} is below 32 (AF_XDP copy mode sends 32 frames per kick)",
@@ -264,31 +391,20 @@ impl<T: Transport> Engine<T> {
                 transport.frame_size()
             )));
         }
-        if config.window_frames == 0 || config.window_frames >= transport.frame_count() {
-            return Err(EngineError::Config(format!(
-                "window of {} frames does not fit a pool of {} frames",
-                config.window_frames,
-                transport.frame_count()
-            )));
-        }
         if let Some(cpu) = config.cpu {
             sys::pin_current_thread(cpu).map_err(|e| EngineError::Io {
                 operation: "pinning the polling thread (sched_setaffinity)",
                 source: e,
             })?;
         }
-        transport.subscribe(group_mac(config.group))?;
         let n = transport.frame_count() as usize;
-        Ok(Engine {
+        let mut engine = Engine {
             mac: transport.mac(),
             max_payload,
             place: vec![Place::Transport; n],
             rx_offset: vec![0; n],
-            sender: None,
-            tx_policy: TxPolicy::InPlace,
-            receivers: Vec::new(),
+            groups: Vec::new(),
             peers: config.peers.iter().copied().collect(),
-            send_queue: VecDeque::new(),
             deferred: VecDeque::new(),
             tx_keep: Vec::with_capacity(config.batch),
             tx_copy: Vec::with_capacity(config.batch),
@@ -298,43 +414,208 @@ impl<T: Transport> Engine<T> {
             messages: VecDeque::new(),
             counters: EngineCounters::default(),
             idle_since: None,
+            turn: 0,
             transport,
             cfg: config,
-        })
+        };
+        if engine.cfg.group != 0 {
+            let opts = engine.cfg.group_options();
+            engine.add_group(engine.cfg.group, opts)?;
+        }
+        Ok(engine)
     }
 
-    /// Opens this node's send stream to `members`.
-    pub fn open_sender(&mut self, members: &[NodeId]) -> Result<(), EngineError> {
-        if self.sender.is_some() {
-            return Err(EngineError::Config("a send stream is already open".into()));
+    /// Starts carrying `group` (subscribing its MAC if `opts.subscribe`).
+    pub fn add_group(&mut self, group: GroupId, opts: GroupOptions) -> Result<(), EngineError> {
+        if self.group_index(group).is_some() {
+            return Err(EngineError::Config(format!(
+                "group {group} is already open"
+            )));
         }
-        let stream = self.stream_config(self.cfg.node);
-        self.sender = Some(AnySender::new(
-            self.cfg.algorithm,
-            stream,
-            &self.cfg.protocol,
-            members,
-        ));
-        self.tx_policy = match self.cfg.algorithm {
-            Algorithm::Iterative => TxPolicy::CopyPerTransmit,
-            _ => TxPolicy::InPlace,
-        };
+        if self.groups.len() >= self.cfg.max_groups {
+            return Err(EngineError::Config(format!(
+                "{} groups are open, the limit (max_groups)",
+                self.groups.len()
+            )));
+        }
+        if opts.window_frames == 0 || opts.window_frames >= self.transport.frame_count() {
+            return Err(EngineError::Config(format!(
+                "window of {} frames does not fit a pool of {} frames",
+                opts.window_frames,
+                self.transport.frame_count()
+            )));
+        }
+        if opts.subscribe {
+            self.transport.subscribe(group_mac(group))?;
+        }
+        self.groups.push(GroupState {
+            id: group,
+            opts,
+            sender: None,
+            receivers: Vec::new(),
+            paused: false,
+        });
         Ok(())
     }
 
-    /// Opens a receive stream for the data of node `sender`.
-    pub fn open_receiver(&mut self, sender: NodeId) -> Result<(), EngineError> {
-        if sender == self.cfg.node || self.receivers.iter().any(|r| r.sender == sender) {
+    /// Stops carrying `group`: its streams are closed (their frames freed,
+    /// queued messages dropped) and its MAC unsubscribed.
+    pub fn remove_group(&mut self, group: GroupId) -> Result<(), EngineError> {
+        let gi = self.require_group(group)?;
+        self.close_sender_in(group)?;
+        while let Some(r) = self.groups[gi].receivers.last() {
+            let sender = r.sender;
+            self.close_receiver_in(group, sender)?;
+        }
+        let g = self.groups.remove(gi);
+        self.messages.retain(|m| m.group != group);
+        if g.opts.subscribe {
+            self.transport.unsubscribe(group_mac(group))?;
+        }
+        Ok(())
+    }
+
+    /// The groups carried.
+    pub fn groups(&self) -> impl Iterator<Item = GroupId> + '_ {
+        self.groups.iter().map(|g| g.id)
+    }
+
+    /// Opens this node's send stream in the configuration's group to `members`.
+    pub fn open_sender(&mut self, members: &[NodeId]) -> Result<(), EngineError> {
+        let start = StreamStart {
+            epoch: self.cfg.epoch,
+            seq: self.cfg.initial_seq,
+        };
+        self.open_sender_in(self.cfg.group, members, start)
+    }
+
+    /// Opens this node's send stream in `group` to `members`, starting at `start`.
+    pub fn open_sender_in(
+        &mut self,
+        group: GroupId,
+        members: &[NodeId],
+        start: StreamStart,
+    ) -> Result<(), EngineError> {
+        let gi = self.require_group(group)?;
+        if self.groups[gi].sender.is_some() {
             return Err(EngineError::Config(format!(
-                "a stream from node {sender} is already open"
+                "a send stream is already open in group {group}"
             )));
         }
-        let stream = self.stream_config(sender);
-        self.receivers.push(RecvStream {
-            sender,
-            machine: AnyReceiver::new(self.cfg.algorithm, stream, &self.cfg.protocol),
-            reassembler: Reassembler::new(self.cfg.max_message),
+        let stream = self.stream_config(gi, self.cfg.node, start);
+        let g = &mut self.groups[gi];
+        g.sender = Some(SendStream {
+            machine: AnySender::new(g.opts.algorithm, stream, &g.opts.protocol, members),
+            policy: match g.opts.algorithm {
+                Algorithm::Iterative => TxPolicy::CopyPerTransmit,
+                _ => TxPolicy::InPlace,
+            },
+            start,
+            next_seq: start.seq,
+            queue: VecDeque::new(),
         });
+        Ok(())
+    }
+
+    /// Installs a new view in `group`'s send stream: the members whose
+    /// acknowledgments count from now on. Returns where a member added now
+    /// starts (what its receive stream must be opened at).
+    pub fn set_members_in(
+        &mut self,
+        group: GroupId,
+        members: &[NodeId],
+    ) -> Result<StreamStart, EngineError> {
+        let now = self.now();
+        let gi = self.require_group(group)?;
+        let Some(mut s) = self.groups[gi].sender.take() else {
+            return Err(EngineError::Config(format!(
+                "no send stream is open in group {group}"
+            )));
+        };
+        s.machine.set_members(now, members);
+        let start = joining_position(self.groups[gi].opts.algorithm, &s);
+        // Frames only departed members held are released now.
+        let freed = self.absorb_releases(&mut s.machine);
+        self.groups[gi].sender = Some(s);
+        freed.map(|()| start)
+    }
+
+    /// Where a receiver added to `group`'s send stream now would start.
+    pub fn sender_position(&self, group: GroupId) -> Option<StreamStart> {
+        let g = &self.groups[self.group_index(group)?];
+        g.sender
+            .as_ref()
+            .map(|s| joining_position(g.opts.algorithm, s))
+    }
+
+    /// Closes this node's send stream in `group`: frames not yet acknowledged
+    /// are abandoned, messages queued behind the window dropped.
+    pub fn close_sender_in(&mut self, group: GroupId) -> Result<(), EngineError> {
+        let gi = self.require_group(group)?;
+        let Some(mut s) = self.groups[gi].sender.take() else {
+            return Ok(());
+        };
+        while let Some(of) = s.queue.pop_front() {
+            self.free(of.buf.0);
+        }
+        s.machine.release_all();
+        self.absorb_releases(&mut s.machine)
+    }
+
+    /// Opens a receive stream in the configuration's group for node `sender`'s data.
+    pub fn open_receiver(&mut self, sender: NodeId) -> Result<(), EngineError> {
+        let start = StreamStart {
+            epoch: self.cfg.epoch,
+            seq: self.cfg.initial_seq,
+        };
+        self.open_receiver_in(self.cfg.group, sender, start)
+    }
+
+    /// Opens a receive stream in `group` for node `sender`'s data, expecting
+    /// `start` first. Frames before it are history this stream never delivers.
+    pub fn open_receiver_in(
+        &mut self,
+        group: GroupId,
+        sender: NodeId,
+        start: StreamStart,
+    ) -> Result<(), EngineError> {
+        let gi = self.require_group(group)?;
+        if sender == self.cfg.node || self.groups[gi].receivers.iter().any(|r| r.sender == sender) {
+            return Err(EngineError::Config(format!(
+                "a stream from node {sender} is already open in group {group}"
+            )));
+        }
+        self.push_receiver(gi, sender, start);
+        Ok(())
+    }
+
+    /// Closes the receive stream of `sender` in `group` (frames it held are
+    /// freed, a message half reassembled is dropped).
+    pub fn close_receiver_in(&mut self, group: GroupId, sender: NodeId) -> Result<(), EngineError> {
+        let gi = self.require_group(group)?;
+        let g = &mut self.groups[gi];
+        let Some(i) = g.receivers.iter().position(|r| r.sender == sender) else {
+            return Ok(());
+        };
+        let mut r = g.receivers.swap_remove(i);
+        r.machine.release_all();
+        self.absorb_releases(&mut r.machine)
+    }
+
+    /// The senders `group` has receive streams for.
+    pub fn receivers_in(&self, group: GroupId) -> Vec<NodeId> {
+        self.group_index(group)
+            .map(|gi| self.groups[gi].receivers.iter().map(|r| r.sender).collect())
+            .unwrap_or_default()
+    }
+
+    /// Pauses (or resumes) `group`'s delivery: while paused, its data frames
+    /// are dropped on arrival (and counted), so nothing more is delivered
+    /// and its senders, missing this node's acknowledgments, hold back. On
+    /// resume the receive machines recover the frames by their usual repair.
+    pub fn set_paused(&mut self, group: GroupId, paused: bool) -> Result<(), EngineError> {
+        let gi = self.require_group(group)?;
+        self.groups[gi].paused = paused;
         Ok(())
     }
 
@@ -343,29 +624,43 @@ impl<T: Transport> Engine<T> {
         self.max_payload
     }
 
-    /// Queues a message for reliable delivery: its fragments are written once
-    /// into transport frames and fed to the send machine as its window opens.
-    /// `WouldBlock` when the queue ahead of the window or the frame pool is full.
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// [`Engine::publish_in`] the configuration's group.
     pub fn publish(&mut self, msg: &[u8]) -> Result<(), PublishError> {
-        if self.sender.is_none() {
+        self.publish_in(self.cfg.group, msg)
+    }
+
+    /// Queues a message for reliable delivery in `group`: its fragments are
+    /// written once into transport frames and fed to the send machine as its
+    /// window opens. `WouldBlock` when the queue ahead of the window or the
+    /// frame pool is full.
+    pub fn publish_in(&mut self, group: GroupId, msg: &[u8]) -> Result<(), PublishError> {
+        let Some(gi) = self.group_index(group) else {
             return Err(PublishError::NoSendStream);
-        }
+        };
+        let limit = self.groups[gi].opts.max_queued_frames;
+        let Some(s) = self.groups[gi].sender.as_mut() else {
+            return Err(PublishError::NoSendStream);
+        };
         if msg.len() > self.cfg.max_message {
             return Err(PublishError::TooLarge {
                 limit: self.cfg.max_message,
             });
         }
         let count = msg.len().div_ceil(self.max_payload).max(1);
-        if !self.send_queue.is_empty() && self.send_queue.len() + count > self.cfg.max_queued_frames
-        {
+        if !s.queue.is_empty() && s.queue.len() + count > limit {
             self.counters.publish_would_block += 1;
             return Err(PublishError::WouldBlock);
         }
-        let first = self.send_queue.len();
+        let first = s.queue.len();
         for (offset, len, frag) in mcast_proto::frag::fragments(msg.len(), self.max_payload) {
             let Some(f) = self.transport.alloc() else {
                 // Not enough frames for the whole message: undo.
-                for of in self.send_queue.drain(first..) {
+                for of in s.queue.drain(first..) {
                     self.place[of.buf.0 as usize] = Place::Transport;
                     self.transport.release(of.buf.0);
                 }
@@ -376,7 +671,7 @@ impl<T: Transport> Engine<T> {
                 .expect("MTU checked against the frame size");
             area.copy_from_slice(&msg[offset..offset + len]);
             self.place[f as usize] = Place::Queued;
-            self.send_queue.push_back(OutFrame {
+            s.queue.push_back(OutFrame {
                 buf: BufId(f),
                 len: len as u16,
                 frag,
@@ -430,14 +725,34 @@ impl<T: Transport> Engine<T> {
         self.messages.len()
     }
 
-    /// True when everything published has left the queue and the send machine
-    /// is idle (every frame acknowledged, or for NAK: nothing left to send).
+    /// True when everything published has left the queues and every send
+    /// machine is idle (every frame acknowledged, or for NAK: nothing left to send).
     pub fn send_idle(&self) -> bool {
-        self.send_queue.is_empty()
-            && self.deferred.is_empty()
+        self.deferred.is_empty()
             && self.tx_keep.is_empty()
             && self.tx_copy.is_empty()
-            && self.sender.as_ref().is_none_or(|s| s.is_idle())
+            && self.groups.iter().all(|g| {
+                g.sender
+                    .as_ref()
+                    .is_none_or(|s| s.queue.is_empty() && s.machine.is_idle())
+            })
+    }
+
+    /// True when `group`'s send stream has nothing queued or unacknowledged.
+    pub fn group_send_idle(&self, group: GroupId) -> bool {
+        self.group_index(group).is_none_or(|gi| {
+            self.groups[gi]
+                .sender
+                .as_ref()
+                .is_none_or(|s| s.queue.is_empty() && s.machine.is_idle())
+        })
+    }
+
+    /// Fragments queued ahead of `group`'s send window.
+    pub fn queued_in(&self, group: GroupId) -> usize {
+        self.group_index(group)
+            .and_then(|gi| self.groups[gi].sender.as_ref())
+            .map_or(0, |s| s.queue.len())
     }
 
     /// Runs the engine until [`Engine::send_idle`] or `timeout`; returns whether idle.
@@ -452,8 +767,22 @@ impl<T: Transport> Engine<T> {
         Ok(true)
     }
 
-    /// One iteration without sleeping. Returns whether anything happened.
+    /// One iteration without sleeping; received messages are reassembled
+    /// and queued. Returns whether anything happened.
     pub fn poll(&mut self) -> Result<bool, EngineError> {
+        self.poll_inner(None)
+    }
+
+    /// One iteration without sleeping; received fragments go to `sink`, in
+    /// place (nothing is reassembled or queued).
+    pub fn poll_deliver(&mut self, sink: &mut dyn Deliver) -> Result<bool, EngineError> {
+        self.poll_inner(Some(sink))
+    }
+
+    fn poll_inner<'s>(
+        &mut self,
+        mut sink: Option<&mut (dyn Deliver + 's)>,
+    ) -> Result<bool, EngineError> {
         self.counters.polls += 1;
         let now = self.now();
         let mut work = false;
@@ -488,23 +817,25 @@ impl<T: Transport> Engine<T> {
         got?;
 
         // Timers.
-        if let Some(s) = self.sender.as_mut() {
-            if s.poll_timeout().is_some_and(|t| t <= now) {
-                s.handle_timeout(now);
-                work = true;
+        for g in &mut self.groups {
+            if let Some(s) = g.sender.as_mut() {
+                if s.machine.poll_timeout().is_some_and(|t| t <= now) {
+                    s.machine.handle_timeout(now);
+                    work = true;
+                }
             }
-        }
-        for r in &mut self.receivers {
-            if r.machine.poll_timeout().is_some_and(|t| t <= now) {
-                r.machine.handle_timeout(now);
-                work = true;
+            for r in &mut g.receivers {
+                if r.machine.poll_timeout().is_some_and(|t| t <= now) {
+                    r.machine.handle_timeout(now);
+                    work = true;
+                }
             }
         }
 
-        work |= self.feed_sender(now);
-        self.drain_events()?;
+        work |= self.feed_senders(now);
+        self.drain_events(sink.as_deref_mut())?;
         work |= self.drain_transmits(now)?;
-        self.drain_events()?;
+        self.drain_events(sink)?;
         Ok(work)
     }
 
@@ -515,13 +846,37 @@ impl<T: Transport> Engine<T> {
             self.idle_since = None;
             return Ok(true);
         }
+        self.idle(&[], None)?;
+        Ok(false)
+    }
+
+    /// [`Engine::run_once`] delivering to `sink`, whose sleep also ends when
+    /// one of `fds` becomes readable (or `max_sleep`, if given, passes).
+    pub fn run_once_deliver(
+        &mut self,
+        sink: &mut dyn Deliver,
+        fds: &[RawFd],
+        max_sleep: Option<Duration>,
+    ) -> Result<bool, EngineError> {
+        if self.poll_deliver(sink)? {
+            self.idle_since = None;
+            return Ok(true);
+        }
+        self.idle(fds, max_sleep)?;
+        Ok(false)
+    }
+
+    /// After a poll without work: spin a while, then sleep.
+    fn idle(&mut self, fds: &[RawFd], max_sleep: Option<Duration>) -> Result<(), EngineError> {
         let now = sys::monotonic_ns();
         let since = *self.idle_since.get_or_insert(now);
         if now - since < nanos(self.cfg.spin) {
             std::hint::spin_loop();
-            return Ok(false);
+            return Ok(());
         }
-        let mut timeout = self.cfg.max_sleep;
+        let mut timeout = max_sleep
+            .unwrap_or(self.cfg.max_sleep)
+            .min(self.cfg.max_sleep);
         if let Some(d) = self.next_deadline() {
             timeout = timeout.min(Duration::from_nanos(d.0.saturating_sub(now)));
         }
@@ -529,37 +884,76 @@ impl<T: Transport> Engine<T> {
             // The TX ring was full or a frame is in flight: look again soon.
             timeout = timeout.min(Duration::from_micros(20));
         }
-        if !timeout.is_zero() {
-            self.counters.sleeps += 1;
-            self.transport.wait(timeout)?;
+        if timeout.is_zero() {
+            return Ok(());
         }
-        Ok(false)
+        self.counters.sleeps += 1;
+        match (fds.is_empty(), self.transport.wait_fd()) {
+            (true, _) => self.transport.wait(timeout),
+            (false, Some(fd)) => {
+                let mut all = Vec::with_capacity(fds.len() + 1);
+                all.push(fd);
+                all.extend_from_slice(fds);
+                sys::ppoll_any(&all, timeout)
+                    .map(|_| ())
+                    .map_err(|e| EngineError::Io {
+                        operation: "poll on the transport and the caller's descriptors",
+                        source: e,
+                    })
+            }
+            // No transport descriptor to wait on with the caller's: wait on
+            // theirs briefly, then look at the transport again.
+            (false, None) => sys::ppoll_any(fds, timeout.min(Duration::from_micros(200)))
+                .map(|_| ())
+                .map_err(|e| EngineError::Io {
+                    operation: "poll on the caller's descriptors",
+                    source: e,
+                }),
+        }
     }
 
     /// The earliest protocol deadline.
     pub fn next_deadline(&self) -> Option<Instant> {
-        let s = self.sender.as_ref().and_then(|s| s.poll_timeout());
-        self.receivers
+        self.groups
             .iter()
-            .filter_map(|r| r.machine.poll_timeout())
-            .chain(s)
+            .flat_map(|g| {
+                let s = g.sender.as_ref().and_then(|s| s.machine.poll_timeout());
+                g.receivers
+                    .iter()
+                    .filter_map(|r| r.machine.poll_timeout())
+                    .chain(s)
+            })
             .min()
     }
 
     /// Counters of the engine, its machines and its transport.
     pub fn stats(&self) -> EngineStats {
+        let groups: Vec<GroupStats> = self
+            .groups
+            .iter()
+            .map(|g| GroupStats {
+                group: g.id,
+                algorithm: g.opts.algorithm,
+                sender: g.sender.as_ref().map(|s| *s.machine.counters()),
+                receivers: g
+                    .receivers
+                    .iter()
+                    .map(|r| {
+                        let mut c = *r.machine.counters();
+                        c.checksum_failures = self.counters.rx_checksum_failures;
+                        (r.sender, c)
+                    })
+                    .collect(),
+                queued: g.sender.as_ref().map_or(0, |s| s.queue.len()),
+                paused: g.paused,
+            })
+            .collect();
+        let own = groups.iter().find(|g| g.group == self.cfg.group);
         EngineStats {
             engine: self.counters,
-            sender: self.sender.as_ref().map(|s| *s.counters()),
-            receivers: self
-                .receivers
-                .iter()
-                .map(|r| {
-                    let mut c = *r.machine.counters();
-                    c.checksum_failures = self.counters.rx_checksum_failures;
-                    (r.sender, c)
-                })
-                .collect(),
+            sender: own.and_then(|g| g.sender),
+            receivers: own.map(|g| g.receivers.clone()).unwrap_or_default(),
+            groups,
             transport: self.transport.info(),
             steering: self.transport.steering_counters(),
             frames: self.transport.counts(),
@@ -605,12 +999,29 @@ impl<T: Transport> Engine<T> {
                 }
             }
         }
-        l.machines_report = self.sender.as_ref().map_or(0, |s| s.held_buffers()) as u32
-            + self
-                .receivers
-                .iter()
-                .map(|r| r.machine.held_buffers() as u32)
-                .sum::<u32>();
+        l.machines_report = self
+            .groups
+            .iter()
+            .map(|g| {
+                g.sender.as_ref().map_or(0, |s| s.machine.held_buffers()) as u32
+                    + g.receivers
+                        .iter()
+                        .map(|r| r.machine.held_buffers() as u32)
+                        .sum::<u32>()
+            })
+            .sum();
+        let queued: usize = self
+            .groups
+            .iter()
+            .filter_map(|g| g.sender.as_ref())
+            .map(|s| s.queue.len())
+            .sum();
+        if queued as u32 != l.queued {
+            return Err(format!(
+                "send queues hold {queued} frames, the ledger {}: {l:?}",
+                l.queued
+            ));
+        }
         let engine_held = l.rx + l.queued + l.machine + l.staged;
         if engine_held != transport.held {
             return Err(format!(
@@ -666,20 +1077,21 @@ impl<T: Transport> Engine<T> {
             let _ = self.flush_batches();
             std::thread::yield_now();
         }
-        while let Some(of) = self.send_queue.pop_front() {
-            self.free(of.buf.0);
-        }
         self.deferred.clear();
         let mut stats = self.stats();
-        if let Some(sender) = self.sender.as_mut() {
-            sender.release_all();
+        for gi in 0..self.groups.len() {
+            if let Some(mut s) = self.groups[gi].sender.take() {
+                while let Some(of) = s.queue.pop_front() {
+                    self.free(of.buf.0);
+                }
+                s.machine.release_all();
+                self.absorb_releases(&mut s.machine)?;
+            }
+            for mut r in std::mem::take(&mut self.groups[gi].receivers) {
+                r.machine.release_all();
+                self.absorb_releases(&mut r.machine)?;
+            }
         }
-        for r in &mut self.receivers {
-            r.machine.release_all();
-        }
-        self.drain_events()?;
-        self.sender = None;
-        self.receivers.clear();
         for f in 0..self.place.len() as u32 {
             match self.place[f as usize] {
                 Place::Machine => {
@@ -714,16 +1126,56 @@ impl<T: Transport> Engine<T> {
         Instant(sys::monotonic_ns())
     }
 
-    fn stream_config(&self, sender: NodeId) -> StreamConfig {
+    fn group_index(&self, group: GroupId) -> Option<usize> {
+        self.groups.iter().position(|g| g.id == group)
+    }
+
+    fn require_group(&self, group: GroupId) -> Result<usize, EngineError> {
+        self.group_index(group)
+            .ok_or_else(|| EngineError::Config(format!("group {group} is not open")))
+    }
+
+    fn stream_config(&self, gi: usize, sender: NodeId, start: StreamStart) -> StreamConfig {
         StreamConfig {
-            group: self.cfg.group,
+            group: self.groups[gi].id,
             local: self.cfg.node,
             sender,
-            epoch: self.cfg.epoch,
-            initial_seq: self.cfg.initial_seq,
-            window_frames: self.cfg.window_frames,
+            epoch: start.epoch,
+            initial_seq: start.seq,
+            window_frames: self.groups[gi].opts.window_frames,
             seed: self.cfg.seed,
         }
+    }
+
+    fn push_receiver(&mut self, gi: usize, sender: NodeId, start: StreamStart) {
+        let stream = self.stream_config(gi, sender, start);
+        let g = &mut self.groups[gi];
+        g.receivers.push(RecvStream {
+            sender,
+            epoch: start.epoch,
+            machine: AnyReceiver::new(g.opts.algorithm, stream, &g.opts.protocol),
+            reassembler: Reassembler::new(self.cfg.max_message),
+        });
+    }
+
+    /// Takes a machine's events after `release_all` (releases only).
+    fn absorb_releases(&mut self, machine: &mut dyn Endpoint) -> Result<(), EngineError> {
+        while let Some(ev) = machine.poll_event() {
+            match ev {
+                Event::Release(b) => release_from_machine(
+                    &mut self.place,
+                    &mut self.transport,
+                    &mut self.deferred,
+                    b,
+                )?,
+                Event::Deliver { buf, .. } => {
+                    // A delivery the caller will never take: free its frame.
+                    let f = buf.0;
+                    self.free(f);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn free(&mut self, f: u32) {
@@ -765,18 +1217,28 @@ impl<T: Transport> Engine<T> {
                 return Ok(());
             }
         };
-        if header.group != self.cfg.group {
+        let Some(gi) = self.group_index(header.group) else {
             self.counters.rx_other_group += 1;
             self.free(f);
             return Ok(());
-        }
+        };
         if header.src != 0 && !src_mac.is_multicast() {
             self.peers.entry(header.src).or_insert(src_mac);
         }
         let stream = stream_of(&header);
+        let data = header.kind.carries_data();
+        if data && self.groups[gi].paused {
+            self.counters.rx_paused += 1;
+            self.free(f);
+            return Ok(());
+        }
+        if data && stream != self.cfg.node && self.groups[gi].opts.accept_any_sender {
+            self.accept_sender(gi, stream, header.epoch)?;
+        }
+        let g = &mut self.groups[gi];
         let machine: &mut dyn Endpoint = if stream == self.cfg.node {
-            match self.sender.as_mut() {
-                Some(s) => s,
+            match g.sender.as_mut() {
+                Some(s) => &mut s.machine,
                 None => {
                     self.counters.rx_unrouted += 1;
                     self.free(f);
@@ -784,7 +1246,7 @@ impl<T: Transport> Engine<T> {
                 }
             }
         } else {
-            match self.receivers.iter_mut().find(|r| r.sender == stream) {
+            match g.receivers.iter_mut().find(|r| r.sender == stream) {
                 Some(r) => &mut r.machine,
                 None => {
                     self.counters.rx_unrouted += 1;
@@ -793,7 +1255,7 @@ impl<T: Transport> Engine<T> {
                 }
             }
         };
-        if header.kind.carries_data() {
+        if data {
             // The frame now belongs to the machine, which returns it exactly
             // once as Deliver or Release.
             self.place[f as usize] = Place::Machine;
@@ -809,90 +1271,131 @@ impl<T: Transport> Engine<T> {
         Ok(())
     }
 
-    /// Feeds queued fragments to the sender while its window is open.
-    fn feed_sender(&mut self, now: Instant) -> bool {
-        let Some(sender) = self.sender.as_mut() else {
-            return false;
-        };
-        let mut fed = false;
-        while let Some(mut of) = self.send_queue.pop_front() {
-            if !sender.can_send() {
-                self.send_queue.push_front(of);
-                break;
+    /// `accept_any_sender`: a data frame from `sender` in `epoch` came; make
+    /// sure a receive stream of that epoch exists (a newer epoch replaces the
+    /// old stream: the peer restarted).
+    fn accept_sender(&mut self, gi: usize, sender: NodeId, epoch: u32) -> Result<(), EngineError> {
+        let g = &mut self.groups[gi];
+        match g.receivers.iter().position(|r| r.sender == sender) {
+            Some(i) if g.receivers[i].epoch >= epoch => return Ok(()),
+            Some(i) => {
+                let mut old = g.receivers.swap_remove(i);
+                old.machine.release_all();
+                self.absorb_releases(&mut old.machine)?;
+                self.counters.rx_streams_restarted += 1;
             }
-            of.last = self.send_queue.is_empty();
-            match sender.send(now, of) {
-                Ok(_) => {
-                    self.place[of.buf.0 as usize] = Place::Machine;
-                    fed = true;
-                }
-                Err(SendError::WindowFull(_)) | Err(SendError::NoMembers(_)) => {
-                    self.send_queue.push_front(of);
+            None => self.counters.rx_streams_opened += 1,
+        }
+        self.push_receiver(gi, sender, StreamStart { epoch, seq: Seq(0) });
+        Ok(())
+    }
+
+    /// Feeds queued fragments to each sender while its window is open.
+    fn feed_senders(&mut self, now: Instant) -> bool {
+        let mut fed = false;
+        for g in &mut self.groups {
+            let Some(s) = g.sender.as_mut() else {
+                continue;
+            };
+            while let Some(mut of) = s.queue.pop_front() {
+                if !s.machine.can_send() {
+                    s.queue.push_front(of);
                     break;
+                }
+                of.last = s.queue.is_empty();
+                match s.machine.send(now, of) {
+                    Ok(seq) => {
+                        self.place[of.buf.0 as usize] = Place::Machine;
+                        s.next_seq = seq.next();
+                        fed = true;
+                    }
+                    Err(SendError::WindowFull(_)) | Err(SendError::NoMembers(_)) => {
+                        s.queue.push_front(of);
+                        break;
+                    }
                 }
             }
         }
         fed
     }
 
-    fn drain_events(&mut self) -> Result<(), EngineError> {
-        if let Some(s) = self.sender.as_mut() {
-            while let Some(ev) = s.poll_event() {
-                match ev {
-                    Event::Release(b) => release_from_machine(
-                        &mut self.place,
-                        &mut self.transport,
-                        &mut self.deferred,
-                        b,
-                    )?,
-                    Event::Deliver { buf, .. } => {
-                        return Err(EngineError::Accounting(format!(
-                            "a send machine delivered frame {}",
-                            buf.0
-                        )))
+    fn drain_events<'s>(
+        &mut self,
+        mut sink: Option<&mut (dyn Deliver + 's)>,
+    ) -> Result<(), EngineError> {
+        for g in &mut self.groups {
+            if let Some(s) = g.sender.as_mut() {
+                while let Some(ev) = s.machine.poll_event() {
+                    match ev {
+                        Event::Release(b) => release_from_machine(
+                            &mut self.place,
+                            &mut self.transport,
+                            &mut self.deferred,
+                            b,
+                        )?,
+                        Event::Deliver { buf, .. } => {
+                            return Err(EngineError::Accounting(format!(
+                                "a send machine delivered frame {}",
+                                buf.0
+                            )))
+                        }
                     }
                 }
             }
-        }
-        for r in &mut self.receivers {
-            while let Some(ev) = r.machine.poll_event() {
-                match ev {
-                    Event::Release(b) => release_from_machine(
-                        &mut self.place,
-                        &mut self.transport,
-                        &mut self.deferred,
-                        b,
-                    )?,
-                    Event::Deliver {
-                        stream,
-                        buf,
-                        len,
-                        flags,
-                        ..
-                    } => {
-                        let f = buf.0;
-                        if self.place[f as usize] != Place::Machine {
-                            return Err(EngineError::Accounting(format!(
-                                "delivered frame {f} is in {:?}",
-                                self.place[f as usize]
-                            )));
-                        }
-                        let start = self.rx_offset[f as usize] as usize + FRAME_OVERHEAD;
-                        let payload = &self.transport.frame(f)[start..start + usize::from(len)];
-                        // The one copy of a received payload: into the message.
-                        match r.reassembler.push(flags, payload) {
-                            Ok(Some(msg)) => {
-                                self.messages.push_back(Message {
+            for r in &mut g.receivers {
+                while let Some(ev) = r.machine.poll_event() {
+                    match ev {
+                        Event::Release(b) => release_from_machine(
+                            &mut self.place,
+                            &mut self.transport,
+                            &mut self.deferred,
+                            b,
+                        )?,
+                        Event::Deliver {
+                            stream,
+                            buf,
+                            len,
+                            flags,
+                            ..
+                        } => {
+                            let f = buf.0;
+                            if self.place[f as usize] != Place::Machine {
+                                return Err(EngineError::Accounting(format!(
+                                    "delivered frame {f} is in {:?}",
+                                    self.place[f as usize]
+                                )));
+                            }
+                            let start = self.rx_offset[f as usize] as usize + FRAME_OVERHEAD;
+                            let payload = &self.transport.frame(f)[start..start + usize::from(len)];
+                            match sink.as_deref_mut() {
+                                // The one copy of a received payload is the sink's.
+                                Some(sink) => sink.deliver(Fragment {
+                                    group: g.id,
                                     stream,
-                                    data: msg.to_vec(),
-                                });
+                                    first: flags.contains(Flags::FRAG_FIRST),
+                                    last: flags.contains(Flags::FRAG_LAST),
+                                    data: payload,
+                                }),
+                                // Or into the message.
+                                None => match r.reassembler.push(flags, payload) {
+                                    Ok(Some(msg)) => {
+                                        self.messages.push_back(Message {
+                                            group: g.id,
+                                            stream,
+                                            data: msg.to_vec(),
+                                        });
+                                        self.counters.messages_delivered += 1;
+                                    }
+                                    Ok(None) => {}
+                                    Err(_) => self.counters.reassembly_errors += 1,
+                                },
+                            }
+                            if sink.is_some() && flags.contains(Flags::FRAG_LAST) {
                                 self.counters.messages_delivered += 1;
                             }
-                            Ok(None) => {}
-                            Err(_) => self.counters.reassembly_errors += 1,
+                            self.place[f as usize] = Place::Transport;
+                            self.transport.release(f);
                         }
-                        self.place[f as usize] = Place::Transport;
-                        self.transport.release(f);
                     }
                 }
             }
@@ -907,26 +1410,34 @@ impl<T: Transport> Engine<T> {
             let t = self.deferred.pop_front().expect("counted");
             self.stage(t)?;
         }
-        loop {
-            if self.tx_keep.len() + self.tx_copy.len() >= self.cfg.batch {
-                self.flush_batches()?;
+        let n = self.groups.len();
+        if n > 0 {
+            self.turn = (self.turn + 1) % n;
+        }
+        'groups: for k in 0..n {
+            let gi = (self.turn + k) % n;
+            loop {
                 if self.tx_keep.len() + self.tx_copy.len() >= self.cfg.batch {
-                    break; // the TX ring is full: come back later
+                    self.flush_batches()?;
+                    if self.tx_keep.len() + self.tx_copy.len() >= self.cfg.batch {
+                        break 'groups; // the TX ring is full: come back later
+                    }
                 }
-            }
-            let t = match self.sender.as_mut().and_then(|s| s.poll_transmit(now)) {
-                Some(t) => t,
-                None => match self
-                    .receivers
-                    .iter_mut()
-                    .find_map(|r| r.machine.poll_transmit(now))
-                {
+                let g = &mut self.groups[gi];
+                let t = match g.sender.as_mut().and_then(|s| s.machine.poll_transmit(now)) {
                     Some(t) => t,
-                    None => break,
-                },
-            };
-            work = true;
-            self.stage(t)?;
+                    None => match g
+                        .receivers
+                        .iter_mut()
+                        .find_map(|r| r.machine.poll_transmit(now))
+                    {
+                        Some(t) => t,
+                        None => break,
+                    },
+                };
+                work = true;
+                self.stage(t)?;
+            }
         }
         if !self.tx_keep.is_empty() || !self.tx_copy.is_empty() {
             self.flush_batches()?;
@@ -971,7 +1482,11 @@ impl<T: Transport> Engine<T> {
             TxBody::Buf(b) => {
                 let b = b.0;
                 let place = self.place[b as usize];
-                match (self.tx_policy, place) {
+                let policy = self
+                    .group_index(t.header.group)
+                    .and_then(|gi| self.groups[gi].sender.as_ref())
+                    .map_or(TxPolicy::InPlace, |s| s.policy);
+                match (policy, place) {
                     (TxPolicy::InPlace, Place::Machine) => {
                         let len = emit(self.transport.frame_mut(b), dst, src, ethertype, &t)?;
                         self.place[b as usize] = Place::Staged {
@@ -1045,6 +1560,20 @@ impl<T: Transport> Engine<T> {
             self.counters.tx_batches += 1;
         }
         Ok(())
+    }
+}
+
+/// Where a receiver added to a send stream now starts: the next frame for the
+/// multicast algorithms (a new member owes nothing before it); the stream's
+/// first sequence number for the iterative baseline, whose per-member
+/// Go-Back-N senders each start there.
+fn joining_position(algorithm: Algorithm, s: &SendStream) -> StreamStart {
+    StreamStart {
+        epoch: s.start.epoch,
+        seq: match algorithm {
+            Algorithm::Iterative => s.start.seq,
+            _ => s.next_seq,
+        },
     }
 }
 

@@ -32,7 +32,8 @@ pub mod sys;
 pub mod transport;
 
 pub use engine::{
-    Engine, EngineConfig, EngineCounters, EngineStats, FrameLedger, Message, ShutdownReport,
+    Deliver, Engine, EngineConfig, EngineCounters, EngineStats, Fragment, FrameLedger,
+    GroupOptions, GroupStats, Message, ShutdownReport, StreamStart,
 };
 pub use error::{EngineError, PublishError};
 pub use transport::memory::{MemorySegment, MemoryTransport};

@@ -143,6 +143,7 @@ struct PacketMreq {
 
 const SOL_PACKET: libc::c_int = 263;
 const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
+const PACKET_DROP_MEMBERSHIP: libc::c_int = 2;
 const PACKET_MR_MULTICAST: libc::c_ushort = 0;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 
@@ -197,6 +198,15 @@ pub fn packet_socket(ifindex: u32, ethertype: u16) -> io::Result<OwnedFd> {
 
 /// Adds the multicast MAC `mac` to `ifindex`'s filter for this socket.
 pub fn packet_add_membership(fd: RawFd, ifindex: u32, mac: [u8; 6]) -> io::Result<()> {
+    packet_membership(fd, ifindex, mac, PACKET_ADD_MEMBERSHIP)
+}
+
+/// Removes the multicast MAC `mac` from `ifindex`'s filter for this socket.
+pub fn packet_drop_membership(fd: RawFd, ifindex: u32, mac: [u8; 6]) -> io::Result<()> {
+    packet_membership(fd, ifindex, mac, PACKET_DROP_MEMBERSHIP)
+}
+
+fn packet_membership(fd: RawFd, ifindex: u32, mac: [u8; 6], op: libc::c_int) -> io::Result<()> {
     let mut address = [0u8; 8];
     address[..6].copy_from_slice(&mac);
     let mreq = PacketMreq {
@@ -210,7 +220,7 @@ pub fn packet_add_membership(fd: RawFd, ifindex: u32, mac: [u8; 6]) -> io::Resul
         libc::setsockopt(
             fd,
             SOL_PACKET,
-            PACKET_ADD_MEMBERSHIP,
+            op,
             (&mreq as *const PacketMreq).cast(),
             std::mem::size_of::<PacketMreq>() as u32,
         )
@@ -219,6 +229,41 @@ pub fn packet_add_membership(fd: RawFd, ifindex: u32, mac: [u8; 6]) -> io::Resul
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Waits until one of `fds` is readable (or hung up) or `timeout` passes.
+/// Returns how many are ready; EINTR counts as a timeout.
+pub fn ppoll_any(fds: &[RawFd], timeout: Duration) -> io::Result<usize> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: `pfds` is a valid array of `pfds.len()` pollfds and `ts` a valid
+    // timespec for the duration of the call; a null sigmask changes nothing.
+    let rc = unsafe {
+        libc::ppoll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(rc as usize)
 }
 
 fn setsockopt_int(

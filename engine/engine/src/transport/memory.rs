@@ -154,6 +154,16 @@ impl Transport for MemoryTransport {
         Ok(())
     }
 
+    fn unsubscribe(&mut self, mac: MacAddr) -> Result<(), EngineError> {
+        self.port
+            .inner
+            .lock()
+            .expect("port lock")
+            .groups
+            .remove(&mac);
+        Ok(())
+    }
+
     fn recv(&mut self, out: &mut Vec<RxDesc>) -> Result<usize, EngineError> {
         let mut n = 0;
         let mut q = self.port.inner.lock().expect("port lock");

@@ -22,6 +22,7 @@ pub mod packet;
 pub mod pool;
 pub mod xdp;
 
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 use mcast_wire::MacAddr;
@@ -85,6 +86,8 @@ pub trait Transport {
     fn frame_count(&self) -> u32;
     /// Starts receiving frames addressed to the group MAC `mac`.
     fn subscribe(&mut self, mac: MacAddr) -> Result<(), EngineError>;
+    /// Stops receiving frames addressed to the group MAC `mac`.
+    fn unsubscribe(&mut self, mac: MacAddr) -> Result<(), EngineError>;
     /// Appends up to one batch of received frames to `out`; they become held.
     fn recv(&mut self, out: &mut Vec<RxDesc>) -> Result<usize, EngineError>;
     /// A free frame for the engine to fill, if any.
@@ -104,6 +107,12 @@ pub trait Transport {
     fn reap(&mut self, kept: &mut Vec<u32>) -> Result<(), EngineError>;
     /// Sleeps until a frame may be waiting or `timeout` passes.
     fn wait(&mut self, timeout: Duration) -> Result<(), EngineError>;
+    /// The descriptor that becomes readable when a frame arrives, for callers
+    /// that wait on it together with their own (the daemon's clients). None:
+    /// the transport can only be waited on through [`Transport::wait`].
+    fn wait_fd(&self) -> Option<RawFd> {
+        None
+    }
     /// Where the frames are.
     fn counts(&self) -> TransportCounts;
     /// Checks the transport's own ledger (per-frame states against counters).

@@ -12,7 +12,7 @@
 //! never blocks except in `wait`.
 
 use std::collections::HashSet;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use mcast_wire::MacAddr;
@@ -134,6 +134,22 @@ impl Transport for PacketTransport {
         })?;
         self.groups.insert(mac);
         Ok(())
+    }
+
+    fn unsubscribe(&mut self, mac: MacAddr) -> Result<(), EngineError> {
+        if self.groups.remove(&mac) {
+            sys::packet_drop_membership(self.fd.as_raw_fd(), self.ifindex, mac.0).map_err(|e| {
+                EngineError::Io {
+                    operation: "removing a group MAC from the interface (PACKET_DROP_MEMBERSHIP)",
+                    source: e,
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        Some(self.fd.as_raw_fd())
     }
 
     fn recv(&mut self, out: &mut Vec<RxDesc>) -> Result<usize, EngineError> {

@@ -11,6 +11,7 @@
 //! zero-copy to copy mode unless the configuration allows it, and then it
 //! says so (stderr and `info`); it never touches another interface.
 
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 use mcast_wire::MacAddr;
@@ -135,6 +136,15 @@ impl Transport for XdpTransport {
 
     fn subscribe(&mut self, mac: MacAddr) -> Result<(), EngineError> {
         Ok(self.steering.subscribe(mac)?)
+    }
+
+    fn unsubscribe(&mut self, mac: MacAddr) -> Result<(), EngineError> {
+        self.steering.unsubscribe(mac)?;
+        Ok(())
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        Some(self.xsk.fd())
     }
 
     fn recv(&mut self, out: &mut Vec<RxDesc>) -> Result<usize, EngineError> {
