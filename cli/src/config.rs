@@ -141,9 +141,9 @@ macro_rules! from_str_by_name {
                 match s {
                     $($name => Ok($v),)+
                     _ => Err(format!(
-                        concat!($key, " = {:?} is not known: use one of ", $(concat!("\"", $name, "\" "),)+),
+                        concat!($key, " = {:?} is not known: use one of ", $(concat!("\"", $name, "\", "),)+),
                         s
-                    ).trim_end().to_owned()),
+                    ).trim_end_matches(", ").to_owned()),
                 }
             }
         }
