@@ -1,0 +1,802 @@
+//! mcastd's configuration: a TOML file (`/etc/mcastd.toml`, example in
+//! `docs/mcastd.toml.example`) plus command-line [`Overrides`].
+//!
+//! Every key but `node` and `interface` has a default. Unknown keys are errors
+//! (`deny_unknown_fields` everywhere), so a typo is reported with its line
+//! rather than silently ignored. The order is: [`Config::from_toml_str`] or
+//! [`Config::load`] (parse), [`Config::apply`] (command line), then
+//! [`Config::validate`]; [`Config::resolve`] does all three. Every
+//! [`ConfigError`] names the file, the key and what to change.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use mcast_wire::MacAddr;
+use serde::{Deserialize, Deserializer};
+
+/// Node ids are 1..=MAX_NODE (0 is reserved).
+pub const MAX_NODE: u32 = 0x7fff_ffff;
+/// Largest `max_message`: 64 MiB.
+pub const MAX_MESSAGE_LIMIT: u64 = 64 << 20;
+/// Longest group name, in bytes.
+pub const MAX_GROUP_NAME: usize = 64;
+/// Bytes of UMEM counted per frame when sizing RLIMIT_MEMLOCK (a page: the
+/// largest frame size AF_XDP accepts).
+pub const UMEM_FRAME_BYTES: u64 = 4096;
+/// Where mcastd looks for its configuration unless told otherwise.
+pub const DEFAULT_PATH: &str = "/etc/mcastd.toml";
+
+/// The reliability algorithm of a group (the engine's [`mcast_engine::Algorithm`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Algorithm {
+    /// MAK: NAKs after random timers with suppression, ACKs per window.
+    Mak,
+    /// Plain NAK: unicast NAKs without suppression.
+    Nak,
+    /// Every receiver ACKs every frame.
+    Ack,
+    /// Go-Back-N unicast to each receiver in turn.
+    Iterative,
+}
+
+impl Algorithm {
+    /// The engine's variant.
+    pub fn to_engine(self) -> mcast_engine::Algorithm {
+        match self {
+            Algorithm::Mak => mcast_engine::Algorithm::Mak,
+            Algorithm::Nak => mcast_engine::Algorithm::Nak,
+            Algorithm::Ack => mcast_engine::Algorithm::Ack,
+            Algorithm::Iterative => mcast_engine::Algorithm::Iterative,
+        }
+    }
+
+    /// The name used in the file and on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Algorithm::Mak => "mak",
+            Algorithm::Nak => "nak",
+            Algorithm::Ack => "ack",
+            Algorithm::Iterative => "iterative",
+        }
+    }
+}
+
+/// How frames reach the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Datapath {
+    /// AF_XDP with the steering program (needs CAP_NET_ADMIN and CAP_BPF).
+    Xdp,
+    /// AF_PACKET: the fallback where XDP cannot attach.
+    Packet,
+}
+
+/// How the XDP program is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum XdpMode {
+    /// Native, falling back to SKB mode (the reason is logged).
+    Auto,
+    /// Native (driver) mode only.
+    Native,
+    /// SKB (generic) mode only.
+    Skb,
+}
+
+impl XdpMode {
+    /// The loader's attach mode.
+    pub fn to_xsk(self) -> mcast_xsk::AttachMode {
+        match self {
+            XdpMode::Auto => mcast_xsk::AttachMode::Auto,
+            XdpMode::Native => mcast_xsk::AttachMode::Native,
+            XdpMode::Skb => mcast_xsk::AttachMode::Skb,
+        }
+    }
+}
+
+/// How the polling thread waits for work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Polling {
+    /// Spin `spin_us`, then sleep until a frame or a deadline.
+    Adaptive,
+    /// Never sleep.
+    Busy,
+    /// Sleep at once (spin 0).
+    Sleep,
+}
+
+/// What happens when a client subscription's ring is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlowSubscriber {
+    /// Disconnect the client, telling it why.
+    Cutoff,
+    /// Hold the group back: accept none of its frames until the subscriber drains.
+    Hold,
+}
+
+/// Log verbosity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// Errors only.
+    Error,
+    /// Errors and warnings.
+    Warn,
+    /// The default.
+    Info,
+    /// Everything.
+    Debug,
+}
+
+macro_rules! from_str_by_name {
+    ($t:ty, $key:literal, [$($name:literal => $v:expr),+ $(,)?]) => {
+        impl FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($name => Ok($v),)+
+                    _ => Err(format!(
+                        concat!($key, " = {:?} is not known: use one of ", $(concat!("\"", $name, "\", "),)+),
+                        s
+                    ).trim_end_matches(", ").to_owned()),
+                }
+            }
+        }
+    };
+}
+from_str_by_name!(Algorithm, "algorithm", ["mak" => Algorithm::Mak, "nak" => Algorithm::Nak, "ack" => Algorithm::Ack, "iterative" => Algorithm::Iterative]);
+from_str_by_name!(Datapath, "datapath", ["xdp" => Datapath::Xdp, "packet" => Datapath::Packet]);
+from_str_by_name!(XdpMode, "xdp_mode", ["auto" => XdpMode::Auto, "native" => XdpMode::Native, "skb" => XdpMode::Skb]);
+from_str_by_name!(Polling, "polling", ["adaptive" => Polling::Adaptive, "busy" => Polling::Busy, "sleep" => Polling::Sleep]);
+from_str_by_name!(SlowSubscriber, "slow_subscriber", ["cutoff" => SlowSubscriber::Cutoff, "hold" => SlowSubscriber::Hold]);
+from_str_by_name!(LogLevel, "log", ["error" => LogLevel::Error, "warn" => LogLevel::Warn, "info" => LogLevel::Info, "debug" => LogLevel::Debug]);
+
+/// Another node on the segment.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Peer {
+    /// Its node id.
+    pub node: u32,
+    /// Its interface's MAC (unicast), `aa:bb:cc:dd:ee:ff`.
+    #[serde(deserialize_with = "de_mac")]
+    pub mac: MacAddr,
+}
+
+/// Per-group overrides of the daemon's defaults, by group name.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupConfig {
+    /// The group's name (as applications name it).
+    pub name: String,
+    /// Overrides `algorithm`.
+    #[serde(default)]
+    pub algorithm: Option<Algorithm>,
+    /// Overrides `window_frames`.
+    #[serde(default)]
+    pub window_frames: Option<u32>,
+    /// Overrides `slow_subscriber`.
+    #[serde(default)]
+    pub slow_subscriber: Option<SlowSubscriber>,
+}
+
+/// What a group runs with: the daemon's defaults with its `[[group]]` overrides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupSettings {
+    /// Reliability algorithm.
+    pub algorithm: Algorithm,
+    /// Sender window, in frames.
+    pub window_frames: u32,
+    /// Behaviour with a slow subscriber.
+    pub slow_subscriber: SlowSubscriber,
+}
+
+/// mcastd's configuration. See `docs/mcastd.toml.example` for every key.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where this configuration came from (a path, or "command line"); named in errors.
+    #[serde(skip)]
+    pub origin: String,
+    /// This node's id, 1..=0x7fff_ffff.
+    pub node: u32,
+    /// The network interface.
+    pub interface: String,
+    /// The NIC receive queue.
+    #[serde(default)]
+    pub queue: u32,
+    /// Node id of the registry: this node or a peer.
+    #[serde(default = "d_registry")]
+    pub registry: u32,
+    /// The control socket's path.
+    #[serde(default = "d_socket")]
+    pub socket: PathBuf,
+    /// The control socket's mode, octal (e.g. "0660").
+    #[serde(default = "d_socket_mode")]
+    pub socket_mode: String,
+    /// Uids allowed to connect (SO_PEERCRED); empty = root and the daemon's own uid.
+    #[serde(default)]
+    pub allow_uids: Vec<u32>,
+    /// Gids allowed to connect.
+    #[serde(default)]
+    pub allow_gids: Vec<u32>,
+    /// AF_XDP or AF_PACKET.
+    #[serde(default = "d_datapath")]
+    pub datapath: Datapath,
+    /// XDP attach mode.
+    #[serde(default = "d_xdp_mode")]
+    pub xdp_mode: XdpMode,
+    /// UMEM frames: a power of two, 64..=65536.
+    #[serde(default = "d_frames")]
+    pub frames: u32,
+    /// Default per-group window, in frames (< frames).
+    #[serde(default = "d_window")]
+    pub window_frames: u32,
+    /// Largest message, bytes.
+    #[serde(default = "d_max_message")]
+    pub max_message: u64,
+    /// How the polling thread waits.
+    #[serde(default = "d_polling")]
+    pub polling: Polling,
+    /// Microseconds to spin before sleeping (adaptive polling).
+    #[serde(default = "d_spin_us")]
+    pub spin_us: u64,
+    /// CPU to pin the polling thread to.
+    #[serde(default)]
+    pub cpu: Option<usize>,
+    /// Default algorithm for groups.
+    #[serde(default = "d_algorithm")]
+    pub algorithm: Algorithm,
+    /// Default behaviour with a slow subscriber.
+    #[serde(default = "d_slow")]
+    pub slow_subscriber: SlowSubscriber,
+    /// Bytes per client subscription ring.
+    #[serde(default = "d_buffer")]
+    pub subscriber_buffer: u64,
+    /// Bytes per client publication ring.
+    #[serde(default = "d_buffer")]
+    pub publication_buffer: u64,
+    /// Most clients connected at once.
+    #[serde(default = "d_max_clients")]
+    pub max_clients: u32,
+    /// Log verbosity.
+    #[serde(default = "d_log")]
+    pub log: LogLevel,
+    /// The other nodes (`[[peer]]`).
+    #[serde(default, rename = "peer")]
+    pub peers: Vec<Peer>,
+    /// Per-group overrides (`[[group]]`).
+    #[serde(default, rename = "group")]
+    pub groups: Vec<GroupConfig>,
+}
+
+fn d_registry() -> u32 {
+    1
+}
+fn d_socket() -> PathBuf {
+    PathBuf::from("/run/mcastd/mcastd.sock")
+}
+fn d_socket_mode() -> String {
+    "0660".to_owned()
+}
+fn d_datapath() -> Datapath {
+    Datapath::Xdp
+}
+fn d_xdp_mode() -> XdpMode {
+    XdpMode::Auto
+}
+fn d_frames() -> u32 {
+    4096
+}
+fn d_window() -> u32 {
+    1024
+}
+fn d_max_message() -> u64 {
+    1 << 20
+}
+fn d_polling() -> Polling {
+    Polling::Adaptive
+}
+fn d_spin_us() -> u64 {
+    20
+}
+fn d_algorithm() -> Algorithm {
+    Algorithm::Mak
+}
+fn d_slow() -> SlowSubscriber {
+    SlowSubscriber::Cutoff
+}
+fn d_buffer() -> u64 {
+    4 << 20
+}
+fn d_max_clients() -> u32 {
+    64
+}
+fn d_log() -> LogLevel {
+    LogLevel::Info
+}
+
+fn de_mac<'de, D: Deserializer<'de>>(d: D) -> Result<MacAddr, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_mac(&s).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "mac = {s:?} is not a MAC address: write six hex octets separated by colons, e.g. \"02:00:00:00:00:02\""
+        ))
+    })
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff` (also `-` separators, either case).
+pub fn parse_mac(s: &str) -> Option<MacAddr> {
+    let mut out = [0u8; 6];
+    let mut parts = s.split([':', '-']);
+    for b in &mut out {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(MacAddr(out))
+}
+
+/// Parses an octal permission string ("0660", "660", "0o660") into mode bits.
+pub fn parse_mode(s: &str) -> Option<u32> {
+    let digits = s.strip_prefix("0o").unwrap_or(s);
+    if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b))
+    {
+        return None;
+    }
+    u32::from_str_radix(digits, 8).ok()
+}
+
+/// Command-line overrides: each `Some` replaces the file's value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--node`
+    pub node: Option<u32>,
+    /// `--interface`
+    pub interface: Option<String>,
+    /// `--queue`
+    pub queue: Option<u32>,
+    /// `--registry`
+    pub registry: Option<u32>,
+    /// `--socket`
+    pub socket: Option<PathBuf>,
+    /// `--datapath`
+    pub datapath: Option<Datapath>,
+    /// `--xdp-mode`
+    pub xdp_mode: Option<XdpMode>,
+    /// `--frames`
+    pub frames: Option<u32>,
+    /// `--window-frames`
+    pub window_frames: Option<u32>,
+    /// `--algorithm`
+    pub algorithm: Option<Algorithm>,
+    /// `--polling`
+    pub polling: Option<Polling>,
+    /// `--spin-us`
+    pub spin_us: Option<u64>,
+    /// `--cpu`
+    pub cpu: Option<usize>,
+    /// `--log`
+    pub log: Option<LogLevel>,
+}
+
+impl Overrides {
+    /// True if no override is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Overrides::default()
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Debug)]
+pub enum ConfigError {
+    /// The file could not be read.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or does not match the schema (unknown key,
+    /// wrong type, unknown value).
+    Parse {
+        /// The file (or "command line", "<string>").
+        origin: String,
+        /// 1-based line and column of the offending text, when known.
+        position: Option<(usize, usize)>,
+        /// The offending line's text, when known.
+        source_line: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
+    /// The values parse but do not make sense together.
+    Invalid {
+        /// The file.
+        origin: String,
+        /// The key at fault (e.g. `registry`, `peer[1].mac`, `group["prices"].window_frames`).
+        key: String,
+        /// What is wrong and what to do, starting with the key.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// The key at fault, for validation errors.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::Invalid { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
+    fn invalid(origin: &str, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            origin: origin.to_owned(),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Io { path, source } => write!(
+                f,
+                "{}: cannot read the configuration ({source}): check the path, or pass --config FILE",
+                path.display()
+            ),
+            ConfigError::Parse {
+                origin,
+                position,
+                source_line,
+                message,
+            } => {
+                match position {
+                    Some((line, col)) => write!(f, "{origin}:{line}:{col}: {message}")?,
+                    None => write!(f, "{origin}: {message}")?,
+                }
+                if let Some(text) = source_line {
+                    write!(f, "\n    | {text}")?;
+                }
+                Ok(())
+            }
+            ConfigError::Invalid { origin, message, .. } => write!(f, "{origin}: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConfigError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// 1-based (line, column) of byte offset `at` in `text`.
+fn line_col(text: &str, at: usize) -> (usize, usize) {
+    let at = at.min(text.len());
+    let before = &text.as_bytes()[..at];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let col = at
+        - before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |p| p + 1)
+        + 1;
+    (line, col)
+}
+
+/// A readable list of node ids: "1, 2, 3".
+fn list(ids: impl IntoIterator<Item = u32>) -> String {
+    ids.into_iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Config {
+    /// Parses TOML `text`; `origin` (usually the path) is named in errors.
+    /// Does not validate: apply overrides, then call [`Config::validate`].
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let mut cfg: Config = toml::from_str(text).map_err(|e| {
+            let position = e.span().map(|s| line_col(text, s.start));
+            let source_line = position
+                .and_then(|(line, _)| text.lines().nth(line - 1))
+                .map(|l| l.trim_end().to_owned());
+            ConfigError::Parse {
+                origin: origin.to_owned(),
+                position,
+                source_line,
+                message: e.message().trim_end().to_owned(),
+            }
+        })?;
+        cfg.origin = origin.to_owned();
+        Ok(cfg)
+    }
+
+    /// Reads and parses the file at `path` (does not validate).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::from_toml_str(&text, &path.display().to_string())
+    }
+
+    /// What mcastd does at start: load `path`, apply `overrides`, validate.
+    pub fn resolve(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let mut cfg = Config::load(path)?;
+        cfg.apply(overrides);
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Replaces every value that `o` sets. The origin gains " + command line"
+    /// so that errors about an overridden value are not blamed on the file alone.
+    pub fn apply(&mut self, o: &Overrides) {
+        fn set<T: Clone>(dst: &mut T, src: &Option<T>) {
+            if let Some(v) = src {
+                *dst = v.clone();
+            }
+        }
+        set(&mut self.node, &o.node);
+        set(&mut self.interface, &o.interface);
+        set(&mut self.queue, &o.queue);
+        set(&mut self.registry, &o.registry);
+        set(&mut self.socket, &o.socket);
+        set(&mut self.datapath, &o.datapath);
+        set(&mut self.xdp_mode, &o.xdp_mode);
+        set(&mut self.frames, &o.frames);
+        set(&mut self.window_frames, &o.window_frames);
+        set(&mut self.algorithm, &o.algorithm);
+        set(&mut self.polling, &o.polling);
+        set(&mut self.spin_us, &o.spin_us);
+        if o.cpu.is_some() {
+            self.cpu = o.cpu;
+        }
+        set(&mut self.log, &o.log);
+        if !o.is_empty() && !self.origin.ends_with(" + command line") {
+            self.origin.push_str(" + command line");
+        }
+    }
+
+    /// Checks the values together; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let o = self.origin.as_str();
+        let bad = |key: &str, msg: String| Err(ConfigError::invalid(o, key, msg));
+
+        if self.node == 0 || self.node > MAX_NODE {
+            return bad(
+                "node",
+                format!(
+                    "node = {} is out of range: node ids are 1..={MAX_NODE} (0 is reserved); give every node a distinct id",
+                    self.node
+                ),
+            );
+        }
+        if self.interface.is_empty()
+            || self.interface.len() > 15
+            || self.interface.contains(['/', ' '])
+        {
+            return bad(
+                "interface",
+                format!(
+                    "interface = {:?} is not an interface name: use a name from `ip link` (at most 15 bytes, no '/' or spaces)",
+                    self.interface
+                ),
+            );
+        }
+
+        let mut seen = BTreeSet::new();
+        for (i, p) in self.peers.iter().enumerate() {
+            let key = format!("peer[{i}].node");
+            if p.node == 0 || p.node > MAX_NODE {
+                return bad(
+                    &key,
+                    format!(
+                        "[[peer]] node = {} is out of range: node ids are 1..={MAX_NODE}",
+                        p.node
+                    ),
+                );
+            }
+            if p.node == self.node {
+                return bad(
+                    &key,
+                    format!(
+                        "[[peer]] node = {} is this node's own id: remove that [[peer]], or give this node another `node`",
+                        p.node
+                    ),
+                );
+            }
+            if !seen.insert(p.node) {
+                return bad(
+                    &key,
+                    format!(
+                        "[[peer]] node = {} appears twice: keep one [[peer]] per node",
+                        p.node
+                    ),
+                );
+            }
+            if p.mac.is_multicast() {
+                return bad(
+                    &format!("peer[{i}].mac"),
+                    format!(
+                        "[[peer]] node = {} has mac = \"{}\", a multicast address: give the peer interface's own (unicast) MAC, from `ip link show` on that node",
+                        p.node, p.mac
+                    ),
+                );
+            }
+        }
+
+        if self.registry != self.node && !seen.contains(&self.registry) {
+            let mut known: BTreeSet<u32> = seen.clone();
+            known.insert(self.node);
+            return bad(
+                "registry",
+                format!(
+                    "registry = {} is neither this node ({}) nor a [[peer]]: add a [[peer]] with node = {} or set registry to one of {}",
+                    self.registry,
+                    self.node,
+                    self.registry,
+                    list(known)
+                ),
+            );
+        }
+
+        if parse_mode(&self.socket_mode).is_none() {
+            return bad(
+                "socket_mode",
+                format!(
+                    "socket_mode = {:?} is not an octal mode: write it like \"0660\" (owner and group read/write)",
+                    self.socket_mode
+                ),
+            );
+        }
+        if self.socket.as_os_str().is_empty() || self.socket.file_name().is_none() {
+            return bad(
+                "socket",
+                format!(
+                    "socket = {:?} is not a file path: use e.g. \"/run/mcastd/mcastd.sock\"",
+                    self.socket.display().to_string()
+                ),
+            );
+        }
+
+        if !self.frames.is_power_of_two() || !(64..=65536).contains(&self.frames) {
+            return bad(
+                "frames",
+                format!(
+                    "frames = {} must be a power of two from 64 to 65536: e.g. 4096",
+                    self.frames
+                ),
+            );
+        }
+        self.check_window("window_frames", self.window_frames)?;
+
+        if self.max_message == 0 || self.max_message > MAX_MESSAGE_LIMIT {
+            return bad(
+                "max_message",
+                format!(
+                    "max_message = {} is out of range: use 1..={MAX_MESSAGE_LIMIT} bytes (64 MiB)",
+                    self.max_message
+                ),
+            );
+        }
+        for (key, buf) in [
+            ("subscriber_buffer", self.subscriber_buffer),
+            ("publication_buffer", self.publication_buffer),
+        ] {
+            if self.max_message >= buf / 2 {
+                return bad(
+                    "max_message",
+                    format!(
+                        "max_message = {} must be less than half of {key} ({buf}): lower max_message or raise {key} to at least {}",
+                        self.max_message,
+                        (self.max_message + 1) * 2
+                    ),
+                );
+            }
+        }
+        if self.max_clients == 0 {
+            return bad(
+                "max_clients",
+                "max_clients = 0 would refuse every client: use at least 1 (default 64)".to_owned(),
+            );
+        }
+
+        let mut names = BTreeSet::new();
+        for (i, g) in self.groups.iter().enumerate() {
+            if let Err(why) = check_group_name(&g.name) {
+                return bad(
+                    &format!("group[{i}].name"),
+                    format!("[[group]] name = {:?} {why}", g.name),
+                );
+            }
+            if !names.insert(g.name.as_str()) {
+                return bad(
+                    &format!("group[{i}].name"),
+                    format!(
+                        "[[group]] name = {:?} appears twice: merge the two [[group]] tables",
+                        g.name
+                    ),
+                );
+            }
+            if let Some(w) = g.window_frames {
+                self.check_window(&format!("group[{:?}].window_frames", g.name), w)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_window(&self, key: &str, w: u32) -> Result<(), ConfigError> {
+        if w == 0 || w >= self.frames {
+            return Err(ConfigError::invalid(
+                &self.origin,
+                key,
+                format!(
+                    "{key} = {w} must be at least 1 and less than frames ({}): lower {key} or raise frames",
+                    self.frames
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The settings group `name` runs with: the defaults with its `[[group]]` overrides.
+    pub fn group_settings(&self, name: &str) -> GroupSettings {
+        let g = self.groups.iter().find(|g| g.name == name);
+        GroupSettings {
+            algorithm: g.and_then(|g| g.algorithm).unwrap_or(self.algorithm),
+            window_frames: g
+                .and_then(|g| g.window_frames)
+                .unwrap_or(self.window_frames),
+            slow_subscriber: g
+                .and_then(|g| g.slow_subscriber)
+                .unwrap_or(self.slow_subscriber),
+        }
+    }
+
+    /// The control socket's mode bits (validated: 0o660 if unparsable).
+    pub fn socket_mode_bits(&self) -> u32 {
+        parse_mode(&self.socket_mode).unwrap_or(0o660)
+    }
+
+    /// The UMEM size RLIMIT_MEMLOCK must allow: `frames` × [`UMEM_FRAME_BYTES`].
+    pub fn umem_bytes(&self) -> u64 {
+        u64::from(self.frames) * UMEM_FRAME_BYTES
+    }
+
+    /// The MAC of peer `node`, if it is a peer.
+    pub fn peer_mac(&self, node: u32) -> Option<MacAddr> {
+        self.peers.iter().find(|p| p.node == node).map(|p| p.mac)
+    }
+}
+
+/// Ok if `name` can name a group: non-empty, at most 64 bytes, no whitespace
+/// or control characters. The error completes "name = \"...\" ".
+pub fn check_group_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("is empty: give the group a name".to_owned());
+    }
+    if name.len() > MAX_GROUP_NAME {
+        return Err(format!(
+            "is {} bytes long: group names are at most {MAX_GROUP_NAME} bytes",
+            name.len()
+        ));
+    }
+    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(
+            "contains whitespace or a control character: use e.g. '-' or '_' instead".to_owned(),
+        );
+    }
+    Ok(())
+}

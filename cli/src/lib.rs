@@ -1,0 +1,13 @@
+//! mcastd's configuration and the `mcast doctor` checks.
+//!
+//! - [`config`]: the TOML file `mcastd` reads (`/etc/mcastd.toml`), its
+//!   defaults, command-line overrides and validation with errors that name the
+//!   file, the key and the fix.
+//! - [`doctor`]: read-only checks of this machine and one interface (kernel,
+//!   capabilities, RLIMIT_MEMLOCK, the embedded XDP object, the interface, an
+//!   XDP program already attached, bpffs, the control socket's directory).
+//!
+//! The daemon (`mcastd`) and the tool (`mcast`) binaries build on this library.
+
+pub mod config;
+pub mod doctor;

@@ -1,0 +1,437 @@
+//! mcastd's configuration: the example file, defaults, every validation rule
+//! (each error names its key), unknown keys (named with their line), overrides.
+
+use std::path::{Path, PathBuf};
+
+use mcast_cli::config::{
+    parse_mac, parse_mode, Algorithm, Config, ConfigError, Datapath, GroupSettings, LogLevel,
+    Overrides, Polling, SlowSubscriber, XdpMode,
+};
+use mcast_wire::MacAddr;
+
+const ORIGIN: &str = "/etc/mcastd.toml";
+
+/// A valid minimal file with two peers, to which each test adds one key.
+const BASE: &str = r#"
+node = 1
+interface = "eth0"
+[[peer]]
+node = 2
+mac = "02:00:00:00:00:02"
+[[peer]]
+node = 3
+mac = "02:00:00:00:00:03"
+"#;
+
+/// BASE with `top` inserted before the first table (top-level keys) and `tail` appended.
+fn with(top: &str, tail: &str) -> String {
+    let (head, rest) = BASE.split_at(BASE.find("[[peer]]").unwrap());
+    format!("{head}{top}\n{rest}{tail}")
+}
+
+fn parse(text: &str) -> Config {
+    Config::from_toml_str(text, ORIGIN).unwrap_or_else(|e| panic!("parse failed: {e}"))
+}
+
+/// Parses `text`, validates, expects an error whose message names `key`.
+fn invalid(text: &str, key: &str) -> String {
+    let cfg = parse(text);
+    let err = cfg.validate().expect_err("validation should fail");
+    let msg = err.to_string();
+    assert!(msg.starts_with(ORIGIN), "{msg}");
+    assert!(msg.contains(key), "error does not name `{key}`: {msg}");
+    msg
+}
+
+fn example_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/mcastd.toml.example")
+}
+
+#[test]
+fn the_example_file_parses_and_validates() {
+    let cfg = Config::load(&example_path()).unwrap_or_else(|e| panic!("{e}"));
+    cfg.validate().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cfg.node, 1);
+    assert_eq!(cfg.interface, "eth0");
+    assert_eq!(cfg.peers.len(), 2);
+    assert_eq!(cfg.peer_mac(2), Some(MacAddr([2, 0, 0, 0, 0, 2])));
+    assert_eq!(
+        cfg.group_settings("prices"),
+        GroupSettings {
+            algorithm: Algorithm::Nak,
+            window_frames: 2048,
+            slow_subscriber: SlowSubscriber::Hold
+        }
+    );
+    // The example shows the defaults: it equals the minimal file plus its peers and group.
+    let mut minimal = parse(&with(
+        "",
+        "[[group]]\nname = \"prices\"\nalgorithm = \"nak\"\nwindow_frames = 2048\nslow_subscriber = \"hold\"\n",
+    ));
+    minimal.origin = cfg.origin.clone();
+    assert_eq!(
+        cfg, minimal,
+        "the example's values differ from the defaults"
+    );
+}
+
+#[test]
+fn defaults() {
+    let cfg = parse("node = 1\ninterface = \"eth0\"\n");
+    cfg.validate().unwrap();
+    assert_eq!(cfg.origin, ORIGIN);
+    assert_eq!(cfg.queue, 0);
+    assert_eq!(cfg.registry, 1);
+    assert_eq!(cfg.socket, PathBuf::from("/run/mcastd/mcastd.sock"));
+    assert_eq!(cfg.socket_mode_bits(), 0o660);
+    assert!(cfg.allow_uids.is_empty() && cfg.allow_gids.is_empty());
+    assert_eq!(cfg.datapath, Datapath::Xdp);
+    assert_eq!(cfg.xdp_mode, XdpMode::Auto);
+    assert_eq!(cfg.frames, 4096);
+    assert_eq!(cfg.window_frames, 1024);
+    assert_eq!(cfg.max_message, 1 << 20);
+    assert_eq!(cfg.polling, Polling::Adaptive);
+    assert_eq!(cfg.spin_us, 20);
+    assert_eq!(cfg.cpu, None);
+    assert_eq!(cfg.algorithm, Algorithm::Mak);
+    assert_eq!(cfg.slow_subscriber, SlowSubscriber::Cutoff);
+    assert_eq!(cfg.subscriber_buffer, 4 << 20);
+    assert_eq!(cfg.publication_buffer, 4 << 20);
+    assert_eq!(cfg.max_clients, 64);
+    assert_eq!(cfg.log, LogLevel::Info);
+    assert_eq!(cfg.umem_bytes(), 4096 * 4096);
+    assert_eq!(
+        cfg.group_settings("anything"),
+        GroupSettings {
+            algorithm: Algorithm::Mak,
+            window_frames: 1024,
+            slow_subscriber: SlowSubscriber::Cutoff
+        }
+    );
+}
+
+#[test]
+fn algorithms_map_to_the_engine() {
+    use mcast_engine::Algorithm as E;
+    assert_eq!(Algorithm::Mak.to_engine(), E::Mak);
+    assert_eq!(Algorithm::Nak.to_engine(), E::Nak);
+    assert_eq!(Algorithm::Ack.to_engine(), E::Ack);
+    assert_eq!(Algorithm::Iterative.to_engine(), E::Iterative);
+    for a in [
+        Algorithm::Mak,
+        Algorithm::Nak,
+        Algorithm::Ack,
+        Algorithm::Iterative,
+    ] {
+        assert_eq!(a.name().parse::<Algorithm>(), Ok(a));
+    }
+    let err = "gbn".parse::<Algorithm>().unwrap_err();
+    assert_eq!(
+        err,
+        "algorithm = \"gbn\" is not known: use one of \"mak\", \"nak\", \"ack\", \"iterative\""
+    );
+}
+
+#[test]
+fn missing_node_or_interface_is_named() {
+    for (text, key) in [
+        ("interface = \"eth0\"\n", "node"),
+        ("node = 1\n", "interface"),
+    ] {
+        let err = Config::from_toml_str(text, ORIGIN).unwrap_err().to_string();
+        assert!(err.starts_with(ORIGIN) && err.contains(key), "{err}");
+    }
+}
+
+#[test]
+fn unknown_key_names_the_key_and_line() {
+    let text = "node = 1\ninterface = \"eth0\"\nwindow_frame = 10\n";
+    let err = Config::from_toml_str(text, ORIGIN).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(
+            err,
+            ConfigError::Parse {
+                position: Some((3, _)),
+                ..
+            }
+        ),
+        "{msg}"
+    );
+    assert!(msg.starts_with("/etc/mcastd.toml:3:"), "{msg}");
+    assert!(msg.contains("window_frame"), "{msg}");
+
+    // Inside a table too.
+    let err = Config::from_toml_str(
+        &with("", "[[group]]\nname = \"a\"\nalgo = \"nak\"\n"),
+        ORIGIN,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("algo") && err.contains(":13:"), "{err}");
+}
+
+#[test]
+fn unknown_value_names_the_key_and_choices() {
+    let err = Config::from_toml_str(&with("algorithm = \"gbn\"", ""), ORIGIN)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(":4:") && err.contains("algorithm") && err.contains("mak"),
+        "{err}"
+    );
+}
+
+#[test]
+fn node_range() {
+    invalid(&BASE.replacen("node = 1", "node = 0", 1), "node = 0");
+    invalid(
+        &BASE.replacen("node = 1", "node = 2147483648", 1),
+        "node = 2147483648",
+    );
+}
+
+#[test]
+fn interface_name() {
+    invalid(&BASE.replace("\"eth0\"", "\"\""), "interface");
+    invalid(
+        &BASE.replace("\"eth0\"", "\"a-very-long-interface-name\""),
+        "interface",
+    );
+}
+
+#[test]
+fn registry_must_be_self_or_peer() {
+    let msg = invalid(&with("registry = 7", ""), "registry = 7");
+    assert_eq!(
+        msg,
+        "/etc/mcastd.toml: registry = 7 is neither this node (1) nor a [[peer]]: add a [[peer]] with node = 7 or set registry to one of 1, 2, 3"
+    );
+    parse(&with("registry = 3", "")).validate().unwrap();
+}
+
+#[test]
+fn peers_unique_not_self_unicast() {
+    invalid(
+        &with("", "[[peer]]\nnode = 2\nmac = \"02:00:00:00:00:09\"\n"),
+        "node = 2 appears twice",
+    );
+    invalid(
+        &with("", "[[peer]]\nnode = 1\nmac = \"02:00:00:00:00:01\"\n"),
+        "node = 1 is this node",
+    );
+    invalid(
+        &with("", "[[peer]]\nnode = 0\nmac = \"02:00:00:00:00:01\"\n"),
+        "node = 0",
+    );
+    let err = parse(&with(
+        "",
+        "[[peer]]\nnode = 4\nmac = \"03:00:00:00:00:04\"\n",
+    ))
+    .validate()
+    .unwrap_err();
+    assert_eq!(err.key(), Some("peer[2].mac"));
+    assert!(
+        err.to_string().contains("mac = \"03:00:00:00:00:04\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn peer_mac_must_parse() {
+    let err = Config::from_toml_str(
+        &with("", "[[peer]]\nnode = 4\nmac = \"02:00:00:00:04\"\n"),
+        ORIGIN,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("mac = \"02:00:00:00:04\"") && err.contains(":13:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn frames_power_of_two_in_range() {
+    invalid(&with("frames = 3000", ""), "frames = 3000");
+    invalid(&with("frames = 32", ""), "frames = 32");
+    invalid(&with("frames = 131072", ""), "frames = 131072");
+    parse(&with("frames = 65536", "")).validate().unwrap();
+}
+
+#[test]
+fn window_below_frames() {
+    invalid(
+        &with("frames = 1024\nwindow_frames = 1024", ""),
+        "window_frames = 1024",
+    );
+    invalid(&with("window_frames = 0", ""), "window_frames = 0");
+    let msg = invalid(
+        &with("", "[[group]]\nname = \"prices\"\nwindow_frames = 8192\n"),
+        "window_frames = 8192",
+    );
+    assert!(msg.contains("prices"), "{msg}");
+}
+
+#[test]
+fn max_message_bounds() {
+    invalid(&with("max_message = 0", ""), "max_message = 0");
+    invalid(
+        &with("max_message = 67108865\nsubscriber_buffer = 1000000000\npublication_buffer = 1000000000", ""),
+        "max_message = 67108865",
+    );
+    let msg = invalid(&with("max_message = 2097152", ""), "max_message");
+    assert!(msg.contains("subscriber_buffer"), "{msg}");
+    let msg = invalid(
+        &with("subscriber_buffer = 16777216\nmax_message = 2097152", ""),
+        "max_message",
+    );
+    assert!(msg.contains("publication_buffer"), "{msg}");
+}
+
+#[test]
+fn socket_mode_octal() {
+    invalid(
+        &with("socket_mode = \"0680\"", ""),
+        "socket_mode = \"0680\"",
+    );
+    invalid(&with("socket_mode = \"rw\"", ""), "socket_mode");
+    assert_eq!(parse_mode("0660"), Some(0o660));
+    assert_eq!(parse_mode("600"), Some(0o600));
+    assert_eq!(parse_mode("0o770"), Some(0o770));
+    assert_eq!(parse_mode("17777"), None);
+    assert_eq!(parse_mode(""), None);
+}
+
+#[test]
+fn max_clients_nonzero() {
+    invalid(&with("max_clients = 0", ""), "max_clients");
+}
+
+#[test]
+fn group_names_valid_and_unique() {
+    invalid(&with("", "[[group]]\nname = \"\"\n"), "name = \"\"");
+    invalid(
+        &with("", "[[group]]\nname = \"two words\"\n"),
+        "name = \"two words\"",
+    );
+    invalid(
+        &with("", "[[group]]\nname = \"tab\\there\"\n"),
+        "[[group]] name",
+    );
+    let long = "x".repeat(65);
+    invalid(
+        &with("", &format!("[[group]]\nname = \"{long}\"\n")),
+        "65 bytes",
+    );
+    parse(&with(
+        "",
+        &format!("[[group]]\nname = \"{}\"\n", "x".repeat(64)),
+    ))
+    .validate()
+    .unwrap();
+    invalid(
+        &with(
+            "",
+            "[[group]]\nname = \"a\"\n[[group]]\nname = \"a\"\nalgorithm = \"ack\"\n",
+        ),
+        "name = \"a\" appears twice",
+    );
+}
+
+#[test]
+fn overrides_apply() {
+    let mut cfg = parse(BASE);
+    let o = Overrides {
+        node: Some(2),
+        interface: Some("veth0".into()),
+        queue: Some(3),
+        registry: Some(2),
+        socket: Some("/tmp/m.sock".into()),
+        datapath: Some(Datapath::Packet),
+        xdp_mode: Some(XdpMode::Skb),
+        frames: Some(8192),
+        window_frames: Some(4096),
+        algorithm: Some(Algorithm::Ack),
+        polling: Some(Polling::Busy),
+        spin_us: Some(0),
+        cpu: Some(1),
+        log: Some(LogLevel::Debug),
+    };
+    cfg.apply(&o);
+    assert_eq!(cfg.node, 2);
+    assert_eq!(cfg.interface, "veth0");
+    assert_eq!(cfg.queue, 3);
+    assert_eq!(cfg.registry, 2);
+    assert_eq!(cfg.socket, PathBuf::from("/tmp/m.sock"));
+    assert_eq!(cfg.datapath, Datapath::Packet);
+    assert_eq!(cfg.xdp_mode, XdpMode::Skb);
+    assert_eq!(cfg.frames, 8192);
+    assert_eq!(cfg.window_frames, 4096);
+    assert_eq!(cfg.algorithm, Algorithm::Ack);
+    assert_eq!(cfg.polling, Polling::Busy);
+    assert_eq!(cfg.spin_us, 0);
+    assert_eq!(cfg.cpu, Some(1));
+    assert_eq!(cfg.log, LogLevel::Debug);
+    assert_eq!(cfg.group_settings("g").algorithm, Algorithm::Ack);
+    // node 2 is now also a [[peer]]: validation blames the command line too.
+    let msg = cfg.validate().unwrap_err().to_string();
+    assert!(msg.starts_with("/etc/mcastd.toml + command line:"), "{msg}");
+    assert!(msg.contains("node = 2 is this node"), "{msg}");
+
+    // Empty overrides change nothing, not even the origin.
+    let mut cfg = parse(BASE);
+    let before = cfg.clone();
+    cfg.apply(&Overrides::default());
+    assert_eq!(cfg, before);
+}
+
+#[test]
+fn resolve_loads_applies_validates() {
+    let dir = std::env::temp_dir().join(format!("mcast-cli-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("mcastd.toml");
+    std::fs::write(&path, BASE).unwrap();
+    let cfg = Config::resolve(
+        &path,
+        &Overrides {
+            queue: Some(2),
+            ..Overrides::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(cfg.queue, 2);
+    let err = Config::resolve(
+        &path,
+        &Overrides {
+            node: Some(0),
+            ..Overrides::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.key(), Some("node"));
+    let err = Config::load(&dir.join("absent.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("absent.toml") && err.contains("--config"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn mac_parsing() {
+    assert_eq!(
+        parse_mac("02:00:00:00:00:0a"),
+        Some(MacAddr([2, 0, 0, 0, 0, 10]))
+    );
+    assert_eq!(
+        parse_mac("02-AB-00-00-00-0A"),
+        Some(MacAddr([2, 0xab, 0, 0, 0, 10]))
+    );
+    assert_eq!(parse_mac("02:00:00:00:00"), None);
+    assert_eq!(parse_mac("02:00:00:00:00:00:00"), None);
+    assert_eq!(parse_mac("2:00:00:00:00:00"), None);
+    assert_eq!(parse_mac("zz:00:00:00:00:00"), None);
+}
