@@ -883,7 +883,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(300))]
+    #![proptest_config(ProptestConfig::with_cases(1000))]
 
     /// Random requests from random nodes, interleaved with random partial delivery:
     /// no panic, and after everything is delivered every node agrees with every
