@@ -368,9 +368,8 @@ impl GroupService {
         self.views.iter().map(|(g, v)| (*g, v.name.as_str()))
     }
 
-    /// The authoritative view of `group` if this node is its agent (epoch 0 and
-    /// no members never occur here: the agent learns of a group with its first
-    /// member).
+    /// The authoritative view of `group` if this node is its agent. It may have no
+    /// members: an emptied group is kept (see the crate documentation).
     pub fn agent_view(&self, group: GroupId) -> Option<&View> {
         self.agent_of.get(&group).map(|a| &a.view)
     }
@@ -615,6 +614,11 @@ impl GroupService {
             None
         };
         if let Some(e) = error {
+            if a.view.epoch == 0 {
+                // Created for this REGISTER only: do not keep an agent state
+                // that never had a member.
+                self.agent_of.remove(&group);
+            }
             return reply(self, Err(e));
         }
         let rank = a.next_rank;
