@@ -1,0 +1,915 @@
+//! Sans-IO group management of `mcastd` (seed 004 §3).
+//!
+//! Every daemon runs one [`GroupService`], which plays up to three roles:
+//!
+//! - **operating agent (OA)**, on every node: takes its local clients' requests
+//!   ([`GroupService::join`], [`leave`](GroupService::leave),
+//!   [`query`](GroupService::query), [`list`](GroupService::list),
+//!   [`member_gone`](GroupService::member_gone)), keeps the view of every group
+//!   that has local members, and answers with [`GroupEvent`]s;
+//! - **registry** (the paper's topology information centre, TIC), on the one
+//!   configured node: maps group names to group numbers, assigned from 1 upwards
+//!   and never reused, knows each group's agent and its member count;
+//! - **group agent (GA)**, on the node whose client first joined the group: keeps
+//!   the members, assigns ranks (the paper's PN; never reused within a group),
+//!   increments the view epoch on every change and sends each new [`View`] to every
+//!   member node.
+//!
+//! # Flows
+//!
+//! - **Join** (§3.1): OA → registry `LOOKUP(create)`; the registry answers the group
+//!   number and agent, creating the group with the requesting node as agent if
+//!   the name is new (the registry serialises concurrent creations, so a name has
+//!   one number and one agent). OA → GA `REGISTER`; the GA assigns the rank, bumps
+//!   the epoch, sends `VIEW` to the other member nodes, `JOIN_REPLY` (carrying the
+//!   view) to the OA and `COUNT` to the registry. The OA emits
+//!   [`GroupEvent::ViewChanged`] then [`GroupEvent::Joined`].
+//! - **Leave** (§3.2): OA → GA `LEAVE`; the GA removes the member, bumps the epoch,
+//!   sends `VIEW` to the remaining member nodes, `LEAVE_REPLY` (carrying the view)
+//!   to the leaving node, so it learns that it is out, and `COUNT` to the registry.
+//! - **Query** (§3.3): OA → registry `LOOKUP(no create)` → OA → GA `QUERY`.
+//! - **List**: OA → registry `LIST`.
+//!
+//! Messages to the node itself (the registry's own client, the agent's own
+//! clients) are handled internally, in order, without reaching
+//! [`GroupService::poll_send`]. The wire format is in [`wire`].
+//!
+//! # Choices
+//!
+//! - **Empty groups are kept.** When a group's last member leaves, the registry
+//!   keeps its name, number and agent (with a member count of 0) and the agent keeps
+//!   its epoch and next rank; a later join of the name reuses them. Empty groups
+//!   count towards `max_groups`. Deleting them safely needs a handshake between
+//!   registry and agent (a `REGISTER` may be on its way to the agent when the
+//!   registry deletes), which belongs with failure detection.
+//! - **The agent stays put.** The agent is the node whose join created the group.
+//!   When its last local member leaves while others remain, it stays the agent and
+//!   keeps serving; moving the role is the failure-detection issue's job.
+//! - **Views are ordered by the link.** Views of a group come only from its agent
+//!   over one in-order link per node, so each node receives them in epoch order; a
+//!   view with an epoch not above the one held is ignored anyway. A node keeps the
+//!   view of a group while the view contains one of its members and forgets it
+//!   (after emitting the `ViewChanged` that excludes it) when it does not.
+//! - **A vanished client gets no answers.** After [`GroupService::member_gone`],
+//!   requests of that member still in flight produce no event; a join that still
+//!   succeeds at the agent is undone by a leave.
+//! - **An unknown name is not an error for a query**: it answers
+//!   `QueryResult { info: None }`.
+//! - **The agent trusts its links.** A `REGISTER` for a group it does not know yet
+//!   creates it (the first `REGISTER` may arrive before the registry's answer to the
+//!   agent's own lookup); a hostile node could make it hold up to `max_groups`
+//!   phantom groups. Replies are accepted only from the node they were asked of.
+//!
+//! No I/O, no clock: failure detection (seed 004 §3.4) is a later issue.
+#![forbid(unsafe_code)]
+
+use std::collections::{BTreeMap, VecDeque};
+
+mod types;
+pub mod wire;
+
+pub use types::{
+    check_name, GroupError, GroupEvent, GroupId, GroupInfo, GroupSummary, Limits, Member, MemberId,
+    NameError, NodeId, ReqId, View, RESERVED_GROUPS,
+};
+pub use wire::DecodeError;
+
+use types::limit_u32;
+use wire::{LookupResult, Message};
+
+/// Group management of one daemon. See the crate documentation.
+#[derive(Debug)]
+pub struct GroupService {
+    node: NodeId,
+    registry_node: NodeId,
+    limits: Limits,
+    // OA
+    next_token: u64,
+    pending: BTreeMap<u64, Pending>,
+    views: BTreeMap<GroupId, View>,
+    // GA
+    agent_of: BTreeMap<GroupId, AgentGroup>,
+    // registry (only used when node == registry_node)
+    registry: Registry,
+    loopback: VecDeque<Message>,
+    outbox: VecDeque<(NodeId, Vec<u8>)>,
+    events: VecDeque<GroupEvent>,
+}
+
+#[derive(Debug)]
+struct AgentGroup {
+    view: View,
+    next_rank: u32,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    by_name: BTreeMap<String, GroupId>,
+    groups: BTreeMap<GroupId, RegEntry>,
+    last_group: GroupId,
+}
+
+#[derive(Debug)]
+struct RegEntry {
+    name: String,
+    agent: NodeId,
+    members: u32,
+    epoch: u64,
+}
+
+#[derive(Debug)]
+enum Pending {
+    /// Waiting for the registry's lookup.
+    JoinLookup {
+        req: ReqId,
+        member: MemberId,
+        name: String,
+        cancelled: bool,
+    },
+    /// Waiting for the agent's answer to REGISTER.
+    JoinRegister {
+        req: ReqId,
+        member: MemberId,
+        group: GroupId,
+        agent: NodeId,
+        cancelled: bool,
+    },
+    Leave {
+        req: ReqId,
+        member: MemberId,
+        group: GroupId,
+        agent: NodeId,
+        cancelled: bool,
+    },
+    QueryLookup {
+        req: ReqId,
+        name: String,
+    },
+    QueryView {
+        req: ReqId,
+        group: GroupId,
+        name: String,
+        agent: NodeId,
+    },
+    List {
+        req: ReqId,
+    },
+}
+
+impl Pending {
+    /// The node whose reply this request waits for.
+    fn peer(&self, registry: NodeId) -> NodeId {
+        match self {
+            Pending::JoinLookup { .. } | Pending::QueryLookup { .. } | Pending::List { .. } => {
+                registry
+            }
+            Pending::JoinRegister { agent, .. }
+            | Pending::Leave { agent, .. }
+            | Pending::QueryView { agent, .. } => *agent,
+        }
+    }
+}
+
+impl GroupService {
+    /// A service for node `node`, with `registry` the registry's node (possibly
+    /// `node` itself). Limits above the wire's bounds are clamped to them.
+    pub fn new(node: NodeId, registry: NodeId, limits: Limits) -> GroupService {
+        GroupService {
+            node,
+            registry_node: registry,
+            limits: limits.clamped(),
+            next_token: 1,
+            pending: BTreeMap::new(),
+            views: BTreeMap::new(),
+            agent_of: BTreeMap::new(),
+            registry: Registry::default(),
+            loopback: VecDeque::new(),
+            outbox: VecDeque::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// This node.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// Whether this node is the registry.
+    pub fn is_registry(&self) -> bool {
+        self.node == self.registry_node
+    }
+
+    /// The limits in force (after clamping).
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    // ------------------------------------------------------------ client API
+
+    /// Local client `member` asks to join the group called `name`. Answered by
+    /// exactly one `Joined` or `Failed` with `req` (unless the member vanishes first).
+    pub fn join(&mut self, req: ReqId, member: MemberId, name: &str) {
+        if let Err(reason) = check_name(name, self.limits.max_name_len) {
+            return self.fail(req, invalid_name(name, reason));
+        }
+        let pending = Pending::JoinLookup {
+            req,
+            member,
+            name: name.to_owned(),
+            cancelled: false,
+        };
+        if let Some(token) = self.start(req, pending) {
+            self.send(
+                self.registry_node,
+                Message::Lookup {
+                    token,
+                    create: true,
+                    name: name.to_owned(),
+                },
+            );
+        }
+        self.pump();
+    }
+
+    /// Local client `member` asks to leave `group`. Answered by exactly one `Left`
+    /// or `Failed` (unless the member vanishes first).
+    pub fn leave(&mut self, req: ReqId, member: MemberId, group: GroupId) {
+        let Some(view) = self.views.get(&group) else {
+            return self.fail(req, GroupError::UnknownGroup { group });
+        };
+        if view.find(self.node, member).is_none() {
+            return self.fail(req, GroupError::NotMember { group, member });
+        }
+        let agent = view.agent;
+        let pending = Pending::Leave {
+            req,
+            member,
+            group,
+            agent,
+            cancelled: false,
+        };
+        if let Some(token) = self.start(req, pending) {
+            self.send(
+                agent,
+                Message::Leave {
+                    token,
+                    group,
+                    member,
+                },
+            );
+        }
+        self.pump();
+    }
+
+    /// Local client `member` vanished: it leaves every group it is in, and its
+    /// requests in flight get no answers.
+    pub fn member_gone(&mut self, member: MemberId) {
+        for p in self.pending.values_mut() {
+            match p {
+                Pending::JoinLookup {
+                    member: m,
+                    cancelled,
+                    ..
+                }
+                | Pending::JoinRegister {
+                    member: m,
+                    cancelled,
+                    ..
+                }
+                | Pending::Leave {
+                    member: m,
+                    cancelled,
+                    ..
+                } if *m == member => *cancelled = true,
+                _ => {}
+            }
+        }
+        let leaves: Vec<(GroupId, NodeId)> = self
+            .views
+            .values()
+            .filter(|v| v.find(self.node, member).is_some())
+            .map(|v| (v.group, v.agent))
+            .collect();
+        for (group, agent) in leaves {
+            self.send(
+                agent,
+                Message::Leave {
+                    token: 0,
+                    group,
+                    member,
+                },
+            );
+        }
+        self.pump();
+    }
+
+    /// Asks for the group called `name`: its number, agent and the agent's view.
+    /// Answered by one `QueryResult` (`None` for an unknown name) or `Failed`.
+    pub fn query(&mut self, req: ReqId, name: &str) {
+        if let Err(reason) = check_name(name, self.limits.max_name_len) {
+            return self.fail(req, invalid_name(name, reason));
+        }
+        let pending = Pending::QueryLookup {
+            req,
+            name: name.to_owned(),
+        };
+        if let Some(token) = self.start(req, pending) {
+            self.send(
+                self.registry_node,
+                Message::Lookup {
+                    token,
+                    create: false,
+                    name: name.to_owned(),
+                },
+            );
+        }
+        self.pump();
+    }
+
+    /// Asks the registry for every group it knows. Answered by one `List` or `Failed`.
+    pub fn list(&mut self, req: ReqId) {
+        if let Some(token) = self.start(req, Pending::List { req }) {
+            self.send(self.registry_node, Message::List { token });
+        }
+        self.pump();
+    }
+
+    // ------------------------------------------------------------ driver API
+
+    /// A message from node `from`'s group service. Hostile input gives an error
+    /// (the message is dropped) or is ignored; it never panics.
+    pub fn handle_message(&mut self, from: NodeId, bytes: &[u8]) -> Result<(), DecodeError> {
+        let msg = Message::decode(bytes)?;
+        self.dispatch(from, msg);
+        self.pump();
+        Ok(())
+    }
+
+    /// The next message for another node's group service.
+    pub fn poll_send(&mut self) -> Option<(NodeId, Vec<u8>)> {
+        self.outbox.pop_front()
+    }
+
+    /// The next event for the daemon.
+    pub fn poll_event(&mut self) -> Option<GroupEvent> {
+        self.events.pop_front()
+    }
+
+    // ------------------------------------------------------------ inspection
+
+    /// The current view of `group` as this node knows it; only for groups with
+    /// local members.
+    pub fn view(&self, group: GroupId) -> Option<&View> {
+        self.views.get(&group)
+    }
+
+    /// The groups with local members, by number, with their names.
+    pub fn local_groups(&self) -> impl Iterator<Item = (GroupId, &str)> {
+        self.views.iter().map(|(g, v)| (*g, v.name.as_str()))
+    }
+
+    /// The authoritative view of `group` if this node is its agent. It may have no
+    /// members: an emptied group is kept (see the crate documentation).
+    pub fn agent_view(&self, group: GroupId) -> Option<&View> {
+        self.agent_of.get(&group).map(|a| &a.view)
+    }
+
+    /// The groups this node is the agent of.
+    pub fn agent_groups(&self) -> impl Iterator<Item = GroupId> + '_ {
+        self.agent_of.keys().copied()
+    }
+
+    /// What the registry knows, if this node is the registry: every group, by number.
+    pub fn registry_groups(&self) -> Vec<GroupSummary> {
+        self.registry
+            .groups
+            .iter()
+            .map(|(g, e)| GroupSummary {
+                group: *g,
+                name: e.name.clone(),
+                agent: e.agent,
+                members: e.members,
+            })
+            .collect()
+    }
+
+    // ------------------------------------------------------------ internals
+
+    fn fail(&mut self, req: ReqId, error: GroupError) {
+        self.events.push_back(GroupEvent::Failed { req, error });
+    }
+
+    /// Records a request in flight and returns its token, or fails it if too many
+    /// are in flight.
+    fn start(&mut self, req: ReqId, pending: Pending) -> Option<u64> {
+        if self.pending.len() >= self.limits.max_pending {
+            self.fail(
+                req,
+                GroupError::TooManyPending {
+                    limit: limit_u32(self.limits.max_pending),
+                },
+            );
+            return None;
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        self.pending.insert(token, pending);
+        Some(token)
+    }
+
+    fn send(&mut self, to: NodeId, msg: Message) {
+        if to == self.node {
+            self.loopback.push_back(msg);
+        } else {
+            self.outbox.push_back((to, msg.encode()));
+        }
+    }
+
+    /// Handles the messages this node sent itself, in order.
+    fn pump(&mut self) {
+        while let Some(msg) = self.loopback.pop_front() {
+            self.dispatch(self.node, msg);
+        }
+    }
+
+    /// Takes the request `token` if it waits for a reply from `from`.
+    fn take_pending(&mut self, token: u64, from: NodeId) -> Option<Pending> {
+        let p = self.pending.get(&token)?;
+        if p.peer(self.registry_node) != from {
+            return None;
+        }
+        self.pending.remove(&token)
+    }
+
+    fn dispatch(&mut self, from: NodeId, msg: Message) {
+        match msg {
+            // registry
+            Message::Lookup {
+                token,
+                create,
+                name,
+            } => self.registry_lookup(from, token, create, name),
+            Message::Count {
+                group,
+                epoch,
+                members,
+            } => self.registry_count(from, group, epoch, members),
+            Message::List { token } => self.registry_list(from, token),
+            // agent
+            Message::Register {
+                token,
+                group,
+                member,
+                name,
+            } => self.agent_register(from, token, group, member, name),
+            Message::Leave {
+                token,
+                group,
+                member,
+            } => self.agent_leave(from, token, group, member),
+            Message::Query { token, group } => {
+                let view = self.agent_of.get(&group).map(|a| a.view.clone());
+                self.send(from, Message::QueryReply { token, group, view });
+            }
+            // operating agent
+            Message::LookupReply { token, result } => self.oa_lookup_reply(from, token, result),
+            Message::JoinReply {
+                token,
+                group,
+                result,
+            } => self.oa_join_reply(from, token, group, result),
+            Message::LeaveReply {
+                token,
+                group,
+                result,
+            } => self.oa_leave_reply(from, token, group, result),
+            Message::View(view) => {
+                if view.agent == from {
+                    self.apply_view(view);
+                }
+            }
+            Message::QueryReply { token, group, view } => {
+                self.oa_query_reply(from, token, group, view)
+            }
+            Message::ListReply { token, groups } => {
+                if let Some(Pending::List { req }) = self.take_pending(token, from) {
+                    self.events.push_back(GroupEvent::List { req, groups });
+                }
+            }
+        }
+    }
+
+    // ---------------------------------------------------------- registry
+
+    fn registry_lookup(&mut self, from: NodeId, token: u64, create: bool, name: String) {
+        if !self.is_registry() {
+            return;
+        }
+        let result = if let Err(reason) = check_name(&name, self.limits.max_name_len) {
+            LookupResult::Error(invalid_name(&name, reason))
+        } else if let Some(&group) = self.registry.by_name.get(&name) {
+            let agent = self.registry.groups.get(&group).map_or(from, |e| e.agent);
+            LookupResult::Found { group, agent }
+        } else if !create {
+            LookupResult::NotFound
+        } else if self.registry.groups.len() >= self.limits.max_groups {
+            LookupResult::Error(GroupError::TooManyGroups {
+                limit: limit_u32(self.limits.max_groups),
+            })
+        } else if self.registry.last_group >= RESERVED_GROUPS - 1 {
+            LookupResult::Error(GroupError::NumbersExhausted)
+        } else {
+            self.registry.last_group += 1;
+            let group = self.registry.last_group;
+            self.registry.by_name.insert(name.clone(), group);
+            self.registry.groups.insert(
+                group,
+                RegEntry {
+                    name,
+                    agent: from,
+                    members: 0,
+                    epoch: 0,
+                },
+            );
+            LookupResult::Found { group, agent: from }
+        };
+        self.send(from, Message::LookupReply { token, result });
+    }
+
+    fn registry_count(&mut self, from: NodeId, group: GroupId, epoch: u64, members: u32) {
+        if !self.is_registry() {
+            return;
+        }
+        if let Some(e) = self.registry.groups.get_mut(&group) {
+            if e.agent == from && epoch > e.epoch {
+                e.epoch = epoch;
+                e.members = members;
+            }
+        }
+    }
+
+    fn registry_list(&mut self, from: NodeId, token: u64) {
+        if !self.is_registry() {
+            return;
+        }
+        let groups = self.registry_groups();
+        self.send(from, Message::ListReply { token, groups });
+    }
+
+    // ---------------------------------------------------------- agent
+
+    fn agent_register(
+        &mut self,
+        from: NodeId,
+        token: u64,
+        group: GroupId,
+        member: MemberId,
+        name: String,
+    ) {
+        let reply = |s: &mut Self, result| {
+            s.send(
+                from,
+                Message::JoinReply {
+                    token,
+                    group,
+                    result,
+                },
+            )
+        };
+        if group == 0 || group >= RESERVED_GROUPS {
+            return reply(self, Err(GroupError::UnknownGroup { group }));
+        }
+        if let Err(reason) = check_name(&name, self.limits.max_name_len) {
+            return reply(self, Err(invalid_name(&name, reason)));
+        }
+        if !self.agent_of.contains_key(&group) {
+            if self.agent_of.len() >= self.limits.max_groups {
+                let limit = limit_u32(self.limits.max_groups);
+                return reply(self, Err(GroupError::TooManyGroups { limit }));
+            }
+            let view = View {
+                group,
+                name: name.clone(),
+                epoch: 0,
+                agent: self.node,
+                members: Vec::new(),
+            };
+            self.agent_of
+                .insert(group, AgentGroup { view, next_rank: 0 });
+        }
+        let max_members = self.limits.max_members;
+        let Some(a) = self.agent_of.get_mut(&group) else {
+            return;
+        };
+        let error = if a.view.name != name {
+            Some(GroupError::UnknownGroup { group })
+        } else if a.view.find(from, member).is_some() {
+            Some(GroupError::AlreadyMember { group, member })
+        } else if a.view.members.len() >= max_members || a.next_rank == u32::MAX {
+            Some(GroupError::GroupFull {
+                group,
+                limit: limit_u32(max_members),
+            })
+        } else {
+            None
+        };
+        if let Some(e) = error {
+            if a.view.epoch == 0 {
+                // Created for this REGISTER only: do not keep an agent state
+                // that never had a member.
+                self.agent_of.remove(&group);
+            }
+            return reply(self, Err(e));
+        }
+        let rank = a.next_rank;
+        a.next_rank += 1;
+        a.view.epoch += 1;
+        a.view.members.push(Member {
+            rank,
+            node: from,
+            member,
+        });
+        let view = a.view.clone();
+        self.publish(&view, from);
+        reply(self, Ok((rank, view)));
+    }
+
+    fn agent_leave(&mut self, from: NodeId, token: u64, group: GroupId, member: MemberId) {
+        let result = match self.agent_of.get_mut(&group) {
+            None => Err(GroupError::UnknownGroup { group }),
+            Some(a) => match a
+                .view
+                .members
+                .iter()
+                .position(|m| m.node == from && m.member == member)
+            {
+                None => Err(GroupError::NotMember { group, member }),
+                Some(i) => {
+                    a.view.members.remove(i);
+                    a.view.epoch += 1;
+                    Ok(a.view.clone())
+                }
+            },
+        };
+        if let Ok(view) = &result {
+            self.publish(view, from);
+        }
+        self.send(
+            from,
+            Message::LeaveReply {
+                token,
+                group,
+                result,
+            },
+        );
+    }
+
+    /// Sends a new view to every member node but `requester` (whose reply carries
+    /// it) and the member count to the registry.
+    fn publish(&mut self, view: &View, requester: NodeId) {
+        for node in view.nodes() {
+            if node != requester {
+                self.send(node, Message::View(view.clone()));
+            }
+        }
+        self.send(
+            self.registry_node,
+            Message::Count {
+                group: view.group,
+                epoch: view.epoch,
+                members: limit_u32(view.members.len()),
+            },
+        );
+    }
+
+    // ---------------------------------------------------------- operating agent
+
+    fn oa_lookup_reply(&mut self, from: NodeId, token: u64, result: LookupResult) {
+        match self.take_pending(token, from) {
+            Some(Pending::JoinLookup {
+                req,
+                member,
+                name,
+                cancelled,
+            }) => match result {
+                _ if cancelled => {}
+                LookupResult::Found { group, agent } => {
+                    self.pending.insert(
+                        token,
+                        Pending::JoinRegister {
+                            req,
+                            member,
+                            group,
+                            agent,
+                            cancelled,
+                        },
+                    );
+                    self.send(
+                        agent,
+                        Message::Register {
+                            token,
+                            group,
+                            member,
+                            name,
+                        },
+                    );
+                }
+                // The registry creates on a joining lookup; a "not found" is a
+                // registry that is not one.
+                LookupResult::NotFound => self.fail(
+                    req,
+                    GroupError::UnknownGroup {
+                        group: RESERVED_GROUPS,
+                    },
+                ),
+                LookupResult::Error(e) => self.fail(req, e),
+            },
+            Some(Pending::QueryLookup { req, name }) => match result {
+                LookupResult::Found { group, agent } => {
+                    self.pending.insert(
+                        token,
+                        Pending::QueryView {
+                            req,
+                            group,
+                            name,
+                            agent,
+                        },
+                    );
+                    self.send(agent, Message::Query { token, group });
+                }
+                LookupResult::NotFound => self
+                    .events
+                    .push_back(GroupEvent::QueryResult { req, info: None }),
+                LookupResult::Error(e) => self.fail(req, e),
+            },
+            Some(other) => {
+                // A reply of the wrong kind: keep waiting for the right one.
+                self.pending.insert(token, other);
+            }
+            None => {}
+        }
+    }
+
+    fn oa_join_reply(
+        &mut self,
+        from: NodeId,
+        token: u64,
+        group: GroupId,
+        result: Result<(u32, View), GroupError>,
+    ) {
+        let Some(p) = self.take_pending(token, from) else {
+            return;
+        };
+        let Pending::JoinRegister {
+            req,
+            member,
+            group: g,
+            agent,
+            cancelled,
+        } = p
+        else {
+            self.pending.insert(token, p);
+            return;
+        };
+        if g != group {
+            self.pending.insert(token, p);
+            return;
+        }
+        match result {
+            Ok((rank, view)) => {
+                if view.group != group || view.agent != agent {
+                    // Malformed: answer the client rather than leave it hanging.
+                    if !cancelled {
+                        self.fail(req, GroupError::UnknownGroup { group });
+                    }
+                    return;
+                }
+                self.apply_view(view.clone());
+                if cancelled {
+                    self.send(
+                        agent,
+                        Message::Leave {
+                            token: 0,
+                            group,
+                            member,
+                        },
+                    );
+                } else {
+                    self.events.push_back(GroupEvent::Joined {
+                        req,
+                        member,
+                        group,
+                        name: view.name.clone(),
+                        rank,
+                        view,
+                    });
+                }
+            }
+            Err(e) => {
+                if !cancelled {
+                    self.fail(req, e);
+                }
+            }
+        }
+    }
+
+    fn oa_leave_reply(
+        &mut self,
+        from: NodeId,
+        token: u64,
+        group: GroupId,
+        result: Result<View, GroupError>,
+    ) {
+        if let Ok(view) = &result {
+            if view.group == group && view.agent == from {
+                self.apply_view(view.clone());
+            }
+        }
+        if token == 0 {
+            return;
+        }
+        let Some(p) = self.take_pending(token, from) else {
+            return;
+        };
+        let Pending::Leave {
+            req,
+            member,
+            group: g,
+            cancelled,
+            ..
+        } = p
+        else {
+            self.pending.insert(token, p);
+            return;
+        };
+        if g != group {
+            self.pending.insert(token, p);
+            return;
+        }
+        if cancelled {
+            return;
+        }
+        match result {
+            Ok(_) => self
+                .events
+                .push_back(GroupEvent::Left { req, member, group }),
+            Err(e) => self.fail(req, e),
+        }
+    }
+
+    fn oa_query_reply(&mut self, from: NodeId, token: u64, group: GroupId, view: Option<View>) {
+        if !matches!(self.pending.get(&token), Some(Pending::QueryView { group: g, .. }) if *g == group)
+        {
+            return;
+        }
+        let Some(Pending::QueryView {
+            req, name, agent, ..
+        }) = self.take_pending(token, from)
+        else {
+            return;
+        };
+        let view = view.filter(|v| v.group == group).unwrap_or_else(|| View {
+            group,
+            name: name.clone(),
+            epoch: 0,
+            agent,
+            members: Vec::new(),
+        });
+        self.events.push_back(GroupEvent::QueryResult {
+            req,
+            info: Some(GroupInfo {
+                group,
+                name,
+                agent,
+                view,
+            }),
+        });
+    }
+
+    /// Takes a view from a group's agent: keeps it if it is newer than the one held
+    /// and contains this node; forgets the group if it no longer contains this node.
+    fn apply_view(&mut self, view: View) {
+        let group = view.group;
+        let held = self.views.get(&group);
+        if held.is_some_and(|v| v.epoch >= view.epoch) {
+            return;
+        }
+        let had = held.is_some();
+        if view.has_node(self.node) {
+            self.views.insert(group, view.clone());
+        } else if had {
+            self.views.remove(&group);
+        } else {
+            return;
+        }
+        self.events
+            .push_back(GroupEvent::ViewChanged { group, view });
+    }
+}
+
+fn invalid_name(name: &str, reason: NameError) -> GroupError {
+    GroupError::InvalidName {
+        name: name.to_owned(),
+        reason,
+    }
+}
