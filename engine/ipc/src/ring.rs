@@ -177,13 +177,18 @@ fn check_capacity(capacity: usize) -> Result<(), Corrupt> {
 /// Only the side that creates the memory does this, before sharing it.
 pub fn init(map: &Mapping, base: usize, capacity: usize) -> Result<(), Corrupt> {
     check_capacity(capacity)?;
-    if base % 64 != 0 || base.checked_add(ring_bytes(capacity)).is_none_or(|e| e > map.len()) {
+    if base % 64 != 0
+        || base
+            .checked_add(ring_bytes(capacity))
+            .is_none_or(|e| e > map.len())
+    {
         return Err(Corrupt(format!("ring at {base} does not fit the mapping")));
     }
     let u32_at = |off| map.atomic_u32(base + off).expect("header in bounds");
     u32_at(OFF_MAGIC).store(MAGIC, Ordering::Relaxed);
     u32_at(OFF_VERSION).store(VERSION, Ordering::Relaxed);
-    map.atomic_u64(base + OFF_CAPACITY).store(capacity as u64, Ordering::Relaxed);
+    map.atomic_u64(base + OFF_CAPACITY)
+        .store(capacity as u64, Ordering::Relaxed);
     map.atomic_u64(base + OFF_HEAD).store(0, Ordering::Relaxed);
     map.atomic_u64(base + OFF_TAIL).store(0, Ordering::Relaxed);
     u32_at(OFF_PRODUCER_WAITING).store(0, Ordering::Relaxed);
@@ -205,24 +210,38 @@ impl Shared {
     /// what we were told out of band; the header must agree.
     fn attach(map: Arc<Mapping>, base: usize, capacity: usize) -> Result<Shared, Corrupt> {
         check_capacity(capacity)?;
-        if base % 64 != 0 || base.checked_add(ring_bytes(capacity)).is_none_or(|e| e > map.len()) {
+        if base % 64 != 0
+            || base
+                .checked_add(ring_bytes(capacity))
+                .is_none_or(|e| e > map.len())
+        {
             return Err(Corrupt(format!(
                 "ring of {capacity} bytes at {base} does not fit a mapping of {}",
                 map.len()
             )));
         }
         fence(Ordering::Acquire);
-        let magic = map.atomic_u32(base + OFF_MAGIC).expect("in bounds").load(Ordering::Relaxed);
-        let version = map.atomic_u32(base + OFF_VERSION).expect("in bounds").load(Ordering::Relaxed);
+        let magic = map
+            .atomic_u32(base + OFF_MAGIC)
+            .expect("in bounds")
+            .load(Ordering::Relaxed);
+        let version = map
+            .atomic_u32(base + OFF_VERSION)
+            .expect("in bounds")
+            .load(Ordering::Relaxed);
         let cap = map.atomic_u64(base + OFF_CAPACITY).load(Ordering::Relaxed);
         if magic != MAGIC {
             return Err(Corrupt(format!("bad magic {magic:#x}")));
         }
         if version != VERSION {
-            return Err(Corrupt(format!("ring version {version}, expected {VERSION}")));
+            return Err(Corrupt(format!(
+                "ring version {version}, expected {VERSION}"
+            )));
         }
         if cap != capacity as u64 {
-            return Err(Corrupt(format!("header says capacity {cap}, expected {capacity}")));
+            return Err(Corrupt(format!(
+                "header says capacity {cap}, expected {capacity}"
+            )));
         }
         Ok(Shared {
             map,
@@ -238,7 +257,9 @@ impl Shared {
         self.map.atomic_u64(self.base + OFF_TAIL)
     }
     fn flag(&self, off: usize) -> &AtomicU32 {
-        self.map.atomic_u32(self.base + off).expect("header in bounds")
+        self.map
+            .atomic_u32(self.base + off)
+            .expect("header in bounds")
     }
     fn data(&self) -> usize {
         self.base + HEADER_BYTES
@@ -250,7 +271,9 @@ impl Shared {
     fn word(&self, off: usize) -> u32 {
         // Offsets passed here are computed from validated positions and are
         // 4-aligned inside the data area; None would mean a bug in this file.
-        self.map.atomic_u32(off).map_or(WRAP, |a| a.load(Ordering::Relaxed))
+        self.map
+            .atomic_u32(off)
+            .map_or(WRAP, |a| a.load(Ordering::Relaxed))
     }
     fn set_word(&self, off: usize, v: u32) {
         if let Some(a) = self.map.atomic_u32(off) {
@@ -297,7 +320,8 @@ pub struct Consumer {
 /// A producer and consumer over one anonymous ring (tests, in-process use).
 pub fn pair(capacity: usize) -> std::io::Result<(Producer, Consumer)> {
     let map = Arc::new(Mapping::anonymous(ring_bytes(capacity))?);
-    init(&map, 0, capacity).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    init(&map, 0, capacity)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let p = Producer::attach(map.clone(), 0, capacity).map_err(std::io::Error::other)?;
     let c = Consumer::attach(map, 0, capacity).map_err(std::io::Error::other)?;
     Ok((p, c))
@@ -425,7 +449,9 @@ impl Producer {
     /// to sleep on the wake-up eventfd (the consumer signals it after
     /// popping). `Ok(false)`: room appeared, flag cleared, retry the push.
     pub fn prepare_wait(&mut self, len: usize) -> Result<bool, Corrupt> {
-        self.ring.flag(OFF_PRODUCER_WAITING).store(1, Ordering::Relaxed);
+        self.ring
+            .flag(OFF_PRODUCER_WAITING)
+            .store(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         if self.can_push(len)? {
             self.finish_wait();
@@ -436,7 +462,9 @@ impl Producer {
 
     /// Clears the "producer waiting" flag (after waking, or giving up).
     pub fn finish_wait(&mut self) {
-        self.ring.flag(OFF_PRODUCER_WAITING).store(0, Ordering::Relaxed);
+        self.ring
+            .flag(OFF_PRODUCER_WAITING)
+            .store(0, Ordering::Relaxed);
     }
 
     /// The position of the next write (bytes ever written), for tests.
@@ -526,7 +554,12 @@ impl Consumer {
                 source: self.ring.word(off + 8),
                 flags: self.ring.word(off + 12),
             };
-            if self.ring.map.slice(off + RECORD_HEADER_BYTES, len).is_none() {
+            if self
+                .ring
+                .map
+                .slice(off + RECORD_HEADER_BYTES, len)
+                .is_none()
+            {
                 return Err(self.fail(Corrupt("record outside the mapping".into())));
             }
             self.peeked = size;
@@ -574,7 +607,9 @@ impl Consumer {
     /// producer signals it when it publishes). `Ok(false)`: data arrived, flag
     /// cleared.
     pub fn prepare_sleep(&mut self) -> Result<bool, Corrupt> {
-        self.ring.flag(OFF_CONSUMER_SLEEPING).store(1, Ordering::Relaxed);
+        self.ring
+            .flag(OFF_CONSUMER_SLEEPING)
+            .store(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         if self.pending()? > 0 {
             self.finish_sleep();
@@ -585,7 +620,9 @@ impl Consumer {
 
     /// Clears the "consumer sleeping" flag (after waking up).
     pub fn finish_sleep(&mut self) {
-        self.ring.flag(OFF_CONSUMER_SLEEPING).store(0, Ordering::Relaxed);
+        self.ring
+            .flag(OFF_CONSUMER_SLEEPING)
+            .store(0, Ordering::Relaxed);
     }
 
     /// The position of the next read (bytes ever consumed), for tests.

@@ -63,9 +63,7 @@ impl EventFd {
     pub fn signal(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a valid u64 to our own fd.
-        let _ = unsafe {
-            libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8)
-        };
+        let _ = unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
 
     /// Resets the counter; true if it was non-zero.
@@ -157,7 +155,13 @@ pub fn seqpacket_listen(path: &Path, mode: u32, backlog: i32) -> io::Result<Owne
     let fd = seqpacket(true)?;
     let (addr, len) = sockaddr(path)?;
     // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
-    cvt(unsafe { libc::bind(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len) })?;
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    })?;
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in socket path"))?;
     // SAFETY: `c` is a valid NUL-terminated path.
@@ -178,7 +182,13 @@ pub fn seqpacket_connect(path: &Path) -> io::Result<OwnedFd> {
     let fd = seqpacket(false)?;
     let (addr, len) = sockaddr(path)?;
     // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
-    cvt(unsafe { libc::connect(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len) })?;
+    cvt(unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    })?;
     Ok(fd)
 }
 
@@ -198,7 +208,11 @@ pub fn accept(listen: RawFd) -> io::Result<Option<OwnedFd>> {
         return match e.kind() {
             io::ErrorKind::WouldBlock => Ok(None),
             // A connection that died in the backlog, or a signal: try again later.
-            _ if matches!(e.raw_os_error(), Some(libc::ECONNABORTED) | Some(libc::EINTR)) => {
+            _ if matches!(
+                e.raw_os_error(),
+                Some(libc::ECONNABORTED) | Some(libc::EINTR)
+            ) =>
+            {
                 Ok(None)
             }
             _ => Err(e),
@@ -274,7 +288,12 @@ pub fn send_msg(fd: RawFd, data: &[u8], fds: &[RawFd], nonblocking: bool) -> io:
     if !fds.is_empty() {
         let payload = std::mem::size_of_val(fds);
         // SAFETY: CMSG_SPACE/CMSG_LEN are pure arithmetic.
-        let (space, clen) = unsafe { (libc::CMSG_SPACE(payload as u32), libc::CMSG_LEN(payload as u32)) };
+        let (space, clen) = unsafe {
+            (
+                libc::CMSG_SPACE(payload as u32),
+                libc::CMSG_LEN(payload as u32),
+            )
+        };
         assert!(space as usize <= CMSG_SPACE);
         msg.msg_control = cbuf.0.as_mut_ptr().cast();
         msg.msg_controllen = space as _;

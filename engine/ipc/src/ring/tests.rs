@@ -34,7 +34,8 @@ fn push_peek_pop_in_order_with_gather() {
     let (_m, mut p, mut c) = ring();
     assert!(c.peek().unwrap().is_none());
     assert!(!c.pop().unwrap());
-    p.try_push(hdr(1, FIRST | LAST), &[b"hello", b" ", b"world"]).unwrap();
+    p.try_push(hdr(1, FIRST | LAST), &[b"hello", b" ", b"world"])
+        .unwrap();
     p.try_push(hdr(2, FIRST), &[]).unwrap();
     // Peek twice: same record, nothing consumed.
     assert_eq!(c.peek().unwrap().unwrap().payload, b"hello world");
@@ -128,7 +129,8 @@ fn max_record_always_fits_an_empty_ring_at_any_offset() {
     let (_m, mut p, mut c) = ring();
     let big = vec![7u8; p.max_record()];
     for step in 0..CAP / 8 {
-        p.try_push(hdr(0, 3), &[&big]).unwrap_or_else(|e| panic!("offset step {step}: {e}"));
+        p.try_push(hdr(0, 3), &[&big])
+            .unwrap_or_else(|e| panic!("offset step {step}: {e}"));
         assert_eq!(pop_vec(&mut c).unwrap().1.len(), big.len());
         p.try_push(hdr(0, 3), &[]).unwrap(); // shift by 16
         pop_vec(&mut c).unwrap();
@@ -141,7 +143,8 @@ fn max_record_always_fits_an_empty_ring_at_any_offset() {
 fn consumer_reports_a_head_beyond_capacity() {
     let (m, mut p, mut c) = ring();
     p.try_push(hdr(0, 3), &[b"x"]).unwrap();
-    m.atomic_u64(OFF_HEAD).store(CAP as u64 + 64, Ordering::Release);
+    m.atomic_u64(OFF_HEAD)
+        .store(CAP as u64 + 64, Ordering::Release);
     let e = c.peek().unwrap_err();
     assert!(e.to_string().contains("inconsistent"), "{e}");
     // Sticky, even if the header is repaired.
@@ -155,12 +158,16 @@ fn consumer_reports_a_record_length_past_the_data() {
     let (m, mut p, mut c) = ring();
     p.try_push(hdr(0, 3), &[b"abcdefgh"]).unwrap();
     // Claim a 3000-byte payload when 24 bytes are published.
-    m.atomic_u32(HEADER_BYTES).unwrap().store(3000, Ordering::Relaxed);
+    m.atomic_u32(HEADER_BYTES)
+        .unwrap()
+        .store(3000, Ordering::Relaxed);
     assert!(c.peek().is_err());
     // And a length larger than any record.
     let (m, mut p, mut c) = ring();
     p.try_push(hdr(0, 3), &[b"abcdefgh"]).unwrap();
-    m.atomic_u32(HEADER_BYTES).unwrap().store(0x7fff_fff0, Ordering::Relaxed);
+    m.atomic_u32(HEADER_BYTES)
+        .unwrap()
+        .store(0x7fff_fff0, Ordering::Relaxed);
     assert!(c.peek().is_err());
 }
 
@@ -168,7 +175,9 @@ fn consumer_reports_a_record_length_past_the_data() {
 fn consumer_reports_a_misplaced_wrap_marker_and_misaligned_head() {
     let (m, mut p, mut c) = ring();
     p.try_push(hdr(0, 3), &[b"abcdefgh"]).unwrap();
-    m.atomic_u32(HEADER_BYTES).unwrap().store(WRAP, Ordering::Relaxed);
+    m.atomic_u32(HEADER_BYTES)
+        .unwrap()
+        .store(WRAP, Ordering::Relaxed);
     assert!(c.peek().is_err());
     let (m, _p, mut c) = ring();
     m.atomic_u64(OFF_HEAD).store(13, Ordering::Release);
@@ -180,7 +189,10 @@ fn producer_reports_a_tail_ahead_of_head() {
     let (m, mut p, _c) = ring();
     p.try_push(hdr(0, 3), &[b"abc"]).unwrap();
     m.atomic_u64(OFF_TAIL).store(1 << 20, Ordering::Release);
-    assert!(matches!(p.try_push(hdr(0, 3), &[b"abc"]), Err(PushError::Corrupt(_))));
+    assert!(matches!(
+        p.try_push(hdr(0, 3), &[b"abc"]),
+        Err(PushError::Corrupt(_))
+    ));
     assert!(p.free_space().is_err());
     assert!(p.can_push(1).is_err());
 }
