@@ -405,9 +405,6 @@ impl Server {
         if sys::poll(&mut self.pollfds, Some(std::time::Duration::ZERO)).is_err() {
             return;
         }
-        if self.pollfds[0].revents != 0 {
-            self.accept_all();
-        }
         for (i, id) in ids.iter().enumerate() {
             let sock = self.pollfds[1 + 2 * i].revents;
             let bell = self.pollfds[2 + 2 * i].revents;
@@ -423,7 +420,12 @@ impl Server {
                 self.read_client(*id, events);
             }
         }
+        // Hang-ups first, accepts second: a client that closed before a new
+        // one connected has freed its slot by the time the new one counts.
         self.reap(events);
+        if self.pollfds[0].revents != 0 {
+            self.accept_all();
+        }
     }
 
     fn reap(&mut self, events: &mut Vec<ServerEvent>) {

@@ -35,13 +35,20 @@ fn publish_then_receive_non_blocking_blocking_and_with_timeout() {
 
     a.publish(GROUP, b"hello").unwrap();
     let m = b.recv().unwrap();
-    assert_eq!((m.group, m.source, &m.data[..]), (GROUP, a.id() as u32, &b"hello"[..]));
+    assert_eq!(
+        (m.group, m.source, &m.data[..]),
+        (GROUP, a.id() as u32, &b"hello"[..])
+    );
 
     // Many messages of varying sizes arrive complete and in order.
     for i in 0..500u32 {
         let msg: Vec<u8> = (0..(i * 7) % 3000).map(|k| (k + i) as u8).collect();
-        a.publish_blocking(GROUP, &msg, Some(Duration::from_secs(10))).unwrap();
-        let got = b.recv_timeout(Duration::from_secs(10)).unwrap().expect("message");
+        a.publish_blocking(GROUP, &msg, Some(Duration::from_secs(10)))
+            .unwrap();
+        let got = b
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap()
+            .expect("message");
         assert_eq!(got.data, msg, "message {i}");
     }
 
@@ -83,8 +90,13 @@ fn notices_that_arrive_while_waiting_for_a_response_are_kept() {
         Response::Json(v) => assert_eq!(v["clients"], 2),
         other => panic!("{other:?}"),
     }
-    match a.request(Request::Query { group: "nope".into() }) {
-        Err(Error::Daemon { code: ErrorCode::UnknownGroup, message }) => {
+    match a.request(Request::Query {
+        group: "nope".into(),
+    }) {
+        Err(Error::Daemon {
+            code: ErrorCode::UnknownGroup,
+            message,
+        }) => {
             assert!(message.contains("nope"))
         }
         other => panic!("{other:?}"),
@@ -142,11 +154,13 @@ fn a_client_that_never_reads_costs_no_more_memory() {
     assert!(before > 0);
     let msg = vec![1u8; 2000];
     for _ in 0..5000 {
-        a.publish_blocking(GROUP, &msg, Some(Duration::from_secs(10))).unwrap();
+        a.publish_blocking(GROUP, &msg, Some(Duration::from_secs(10)))
+            .unwrap();
     }
     // Wait until the loopback has handled everything a published.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while lb.shared.forwarded.load(Ordering::SeqCst) + lb.shared.full.load(Ordering::SeqCst) < 5000 {
+    while lb.shared.forwarded.load(Ordering::SeqCst) + lb.shared.full.load(Ordering::SeqCst) < 5000
+    {
         assert!(Instant::now() < deadline, "loopback did not drain");
         std::thread::yield_now();
     }
@@ -182,7 +196,9 @@ fn malformed_requests_get_errors_and_the_server_keeps_serving() {
     let mut buf = vec![0u8; 70_000];
     let mut ask = |bytes: &[u8]| -> Option<ServerMessage> {
         sys::send_msg(raw.as_raw_fd(), bytes, &[], false).unwrap();
-        let r = sys::recv_msg(raw.as_raw_fd(), &mut buf, false).unwrap().unwrap();
+        let r = sys::recv_msg(raw.as_raw_fd(), &mut buf, false)
+            .unwrap()
+            .unwrap();
         (r.full_len > 0).then(|| serde_json::from_slice(&buf[..r.len]).unwrap())
     };
     let error = |m: Option<ServerMessage>| match m {
@@ -213,8 +229,13 @@ fn malformed_requests_get_errors_and_the_server_keeps_serving() {
         error(ask(b"{"));
     }
     error(ask(b"{"));
-    let r = sys::recv_msg(raw.as_raw_fd(), &mut buf, false).unwrap().unwrap();
-    assert_eq!(r.full_len, 0, "connection closed after 17 malformed requests");
+    let r = sys::recv_msg(raw.as_raw_fd(), &mut buf, false)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        r.full_len, 0,
+        "connection closed after 17 malformed requests"
+    );
     a.publish(GROUP, b"and still").unwrap();
     assert_eq!(b.recv().unwrap().data, b"and still");
 }
@@ -232,7 +253,9 @@ fn a_peer_whose_uid_is_not_allowed_is_told_why_and_closed() {
     match Client::connect(&lb.path, "intruder") {
         Err(Error::PermissionDenied(m)) => {
             assert!(
-                m.starts_with(&format!("permission denied: uid {uid} is not in allow_uids")),
+                m.starts_with(&format!(
+                    "permission denied: uid {uid} is not in allow_uids"
+                )),
                 "{m}"
             );
             assert!(m.contains("(config: /etc/mcastd.toml)"), "{m}");
@@ -247,7 +270,10 @@ fn no_daemon_says_so() {
     let e = Client::connect(dir.socket(), "x").unwrap_err();
     assert!(matches!(e, Error::NotRunning { .. }), "{e:?}");
     let s = e.to_string();
-    assert!(s.starts_with(&format!("daemon not running at {}", dir.socket().display())), "{s}");
+    assert!(
+        s.starts_with(&format!("daemon not running at {}", dir.socket().display())),
+        "{s}"
+    );
     assert!(s.ends_with("is mcastd started?"), "{s}");
 }
 
@@ -258,7 +284,9 @@ fn cut_off_clients_are_told_and_calls_fail() {
     a.publish(GROUP, b"last words").unwrap();
     // Make sure it reached b's ring before a is cut off.
     assert_eq!(b.recv().unwrap().data, b"last words");
-    match a.request(Request::Query { group: "cut-me-off".into() }) {
+    match a.request(Request::Query {
+        group: "cut-me-off".into(),
+    }) {
         Err(Error::CutOff { reason }) => assert_eq!(reason, "test asked to be cut off"),
         other => panic!("{other:?}"),
     }
@@ -286,7 +314,10 @@ fn socket_file_mode_stale_files_and_removal() {
     drop(stale);
     access.socket_mode = 0o600;
     let _server = Server::bind(&path, access.clone(), small_sizes(), 4).unwrap();
-    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
     // A regular file is never deleted.
     let other = dir.path().join("file");
     std::fs::write(&other, b"keep").unwrap();
@@ -327,7 +358,10 @@ fn max_clients_is_enforced_and_ids_are_not_reused() {
     }
     let (first, second, third) = t.join().unwrap();
     match second {
-        Error::Daemon { code: ErrorCode::TooManyClients, message } => {
+        Error::Daemon {
+            code: ErrorCode::TooManyClients,
+            message,
+        } => {
             assert!(message.contains("at most 1"), "{message}")
         }
         other => panic!("{other:?}"),

@@ -218,8 +218,7 @@ fn run(mut server: Server, s: Arc<Shared>, tx: mpsc::Sender<ServerEvent>) {
         }
         if !s.paused.load(Ordering::SeqCst) {
             for c in server.clients() {
-                loop {
-                    let Some(p) = server.publications(c) else { break };
+                while let Some(p) = server.publications(c) {
                     let hdr = match p.peek() {
                         Ok(Some(r)) => {
                             scratch.clear();
@@ -261,7 +260,11 @@ fn run(mut server: Server, s: Arc<Shared>, tx: mpsc::Sender<ServerEvent>) {
         server.poll_fds(&mut fds);
         let mut pfds: Vec<_> = fds.iter().map(|fd| sys::pollin(*fd)).collect();
         let idle = server.prepare_sleep();
-        let wait = if idle { Duration::from_millis(5) } else { Duration::ZERO };
+        let wait = if idle {
+            Duration::from_millis(5)
+        } else {
+            Duration::ZERO
+        };
         let _ = sys::poll(&mut pfds, Some(wait));
     }
 }
