@@ -424,8 +424,28 @@ impl Server {
         // one connected has freed its slot by the time the new one counts.
         self.reap(events);
         if self.pollfds[0].revents != 0 {
-            self.accept_all();
+            self.accept_all(events);
         }
+    }
+
+    /// Reaps clients that hung up since this poll's snapshot (called when
+    /// full, so that a slot freed just before a new connection counts).
+    fn reap_hung_up(&mut self, events: &mut Vec<ServerEvent>) {
+        let ids: Vec<ClientId> = self.conns.keys().copied().collect();
+        let mut p: Vec<libc::pollfd> = self
+            .conns
+            .values()
+            .map(|c| sys::pollin(c.sock.as_raw_fd()))
+            .collect();
+        if sys::poll(&mut p, Some(std::time::Duration::ZERO)).is_err() {
+            return;
+        }
+        for (id, p) in ids.iter().zip(&p) {
+            if p.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+                self.read_client(*id, events);
+            }
+        }
+        self.reap(events);
     }
 
     fn reap(&mut self, events: &mut Vec<ServerEvent>) {
@@ -456,7 +476,7 @@ impl Server {
         }
     }
 
-    fn accept_all(&mut self) {
+    fn accept_all(&mut self, events: &mut Vec<ServerEvent>) {
         for _ in 0..MAX_ACCEPTS_PER_POLL {
             let sock = match sys::accept(self.listen.as_raw_fd()) {
                 Ok(Some(s)) => s,
@@ -469,6 +489,9 @@ impl Server {
             if let Err(message) = self.access.check(&cred) {
                 refuse(&sock, &mut self.buf, ErrorCode::PermissionDenied, &message);
                 continue;
+            }
+            if self.conns.len() >= self.max_clients {
+                self.reap_hung_up(events);
             }
             if self.conns.len() >= self.max_clients {
                 let message = format!(
