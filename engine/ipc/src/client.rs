@@ -1,0 +1,634 @@
+//! The client library applications link: connect to `mcastd`, join groups,
+//! publish into the publication ring, receive from the subscription ring.
+//!
+//! One `Client` is one connection, used from one thread (`&mut self`). The
+//! control socket carries requests, responses and notices; notices that
+//! arrive while a response is awaited are kept for [`Client::notices`].
+//!
+//! Copies: `publish` copies the message once, into the shared ring; the
+//! daemon reads it in place. `try_recv` copies a delivered message once, out
+//! of the shared ring into the returned `Vec`.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::proto::{
+    ClientMessage, ErrorCode, Notice, Request, Response, RingLayout, ServerMessage, View,
+    MAX_CONTROL_MESSAGE, PROTOCOL_VERSION,
+};
+use crate::ring::{self, Consumer, Producer, PushError, RecordHeader, FIRST, LAST};
+use crate::shm::Mapping;
+use crate::sys::{self, EventFd};
+
+/// How long a control request waits for its response.
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest message reassembled from fragments; larger ones are dropped.
+pub const MAX_REASSEMBLY: usize = 64 << 20;
+
+/// What went wrong, in words a user can act on.
+#[derive(Debug)]
+pub enum Error {
+    /// Nothing listens at the socket path.
+    NotRunning {
+        /// The socket path tried.
+        path: PathBuf,
+        /// The OS error (ENOENT, ECONNREFUSED).
+        source: io::Error,
+    },
+    /// The daemon (or the socket's file mode) refused us.
+    PermissionDenied(String),
+    /// The publication ring is full now; retry, or use `publish_blocking`.
+    WouldBlock,
+    /// A blocking call's timeout passed.
+    TimedOut,
+    /// The message is larger than the daemon accepts.
+    TooLarge {
+        /// The largest message accepted.
+        limit: usize,
+    },
+    /// The daemon cut this client off (e.g. too slow to read its messages).
+    CutOff {
+        /// The daemon's reason.
+        reason: String,
+    },
+    /// The connection to the daemon is gone.
+    Disconnected {
+        /// Why, as far as we know.
+        reason: String,
+    },
+    /// The daemon answered a request with an error.
+    Daemon {
+        /// Machine-readable reason.
+        code: ErrorCode,
+        /// The daemon's message.
+        message: String,
+    },
+    /// The daemon sent something this library does not understand, or the
+    /// shared memory is corrupt.
+    Protocol(String),
+    /// Any other OS error.
+    Io(io::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NotRunning { path, source } => write!(
+                f,
+                "daemon not running at {} ({source}): is mcastd started?",
+                path.display()
+            ),
+            Error::PermissionDenied(m) => f.write_str(m),
+            Error::WouldBlock => {
+                f.write_str("publication ring full: the daemon has not caught up yet")
+            }
+            Error::TimedOut => f.write_str("timed out"),
+            Error::TooLarge { limit } => {
+                write!(f, "message too large: the limit is {limit} bytes")
+            }
+            Error::CutOff { reason } => write!(f, "cut off by mcastd: {reason}"),
+            Error::Disconnected { reason } => write!(f, "disconnected from mcastd: {reason}"),
+            Error::Daemon { code, message } => write!(f, "mcastd refused ({code:?}): {message}"),
+            Error::Protocol(m) => write!(f, "protocol error talking to mcastd: {m}"),
+            Error::Io(e) => write!(f, "I/O error talking to mcastd: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::NotRunning { source, .. } => Some(source),
+            Error::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ring::Corrupt> for Error {
+    fn from(c: ring::Corrupt) -> Error {
+        Error::Protocol(c.to_string())
+    }
+}
+
+/// A group joined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    /// The number that tags this group's messages.
+    pub group: u32,
+    /// The group's name.
+    pub name: String,
+    /// Our rank in the view.
+    pub rank: u32,
+    /// The view at join time.
+    pub view: View,
+}
+
+/// A delivered message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Group number.
+    pub group: u32,
+    /// Sender (rank or id, as the daemon tags it).
+    pub source: u32,
+    /// The bytes.
+    pub data: Vec<u8>,
+}
+
+/// Why the connection can no longer be used (kept to answer later calls).
+#[derive(Debug, Clone)]
+enum Closed {
+    CutOff(String),
+    Gone(String),
+}
+
+impl Closed {
+    fn error(&self) -> Error {
+        match self {
+            Closed::CutOff(reason) => Error::CutOff {
+                reason: reason.clone(),
+            },
+            Closed::Gone(reason) => Error::Disconnected {
+                reason: reason.clone(),
+            },
+        }
+    }
+}
+
+/// A connection to `mcastd`.
+#[derive(Debug)]
+pub struct Client {
+    sock: OwnedFd,
+    client_id: u64,
+    max_message: usize,
+    next_id: u64,
+    wake: Arc<EventFd>,
+    _doorbell: Arc<EventFd>,
+    publ: Producer,
+    sub: Consumer,
+    notices: VecDeque<Notice>,
+    closed: Option<Closed>,
+    partial: HashMap<(u32, u32), Vec<u8>>,
+    buf: Vec<u8>,
+}
+
+/// The client's clock: blocking calls take timeouts, so this library (not a
+/// protocol core) reads the monotonic clock, only here.
+#[allow(clippy::disallowed_methods)]
+fn now() -> Instant {
+    Instant::now()
+}
+
+fn io_err(e: io::Error) -> Error {
+    Error::Io(e)
+}
+
+impl Client {
+    /// Connects to the daemon at `path` and says Hello as `name`.
+    pub fn connect(path: impl AsRef<Path>, name: &str) -> Result<Client, Error> {
+        let path = path.as_ref();
+        let sock = sys::seqpacket_connect(path).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ECONNREFUSED) | Some(libc::ENOTDIR) => {
+                Error::NotRunning {
+                    path: path.to_path_buf(),
+                    source: e,
+                }
+            }
+            Some(libc::EACCES) | Some(libc::EPERM) => Error::PermissionDenied(format!(
+                "permission denied opening {}: the socket's owner, group and mode decide who may connect ({e})",
+                path.display()
+            )),
+            _ => Error::Io(e),
+        })?;
+        let hello = ClientMessage {
+            id: 1,
+            request: Request::Hello {
+                version: PROTOCOL_VERSION,
+                name: name.to_string(),
+            },
+        };
+        let bytes = serde_json::to_vec(&hello).expect("requests serialize");
+        // A refused peer may find the socket closed already; its answer is
+        // still queued for us, so a failed send is not the end.
+        let sent = sys::send_msg(sock.as_raw_fd(), &bytes, &[], false);
+        let mut buf = vec![0; MAX_CONTROL_MESSAGE + 1];
+        let deadline = now() + CONTROL_TIMEOUT;
+        let mut resets = 0;
+        let (msg, fds) = loop {
+            let mut pfd = [sys::pollin(sock.as_raw_fd())];
+            let left = deadline.saturating_duration_since(now());
+            if left.is_zero() {
+                return Err(Error::TimedOut);
+            }
+            sys::poll(&mut pfd, Some(left)).map_err(io_err)?;
+            if pfd[0].revents == 0 {
+                continue;
+            }
+            match sys::recv_msg(sock.as_raw_fd(), &mut buf, true) {
+                Ok(None) => continue,
+                Ok(Some(r)) if r.full_len == 0 => {
+                    let why = match sent {
+                        Err(e) => format!("the daemon closed the connection ({e})"),
+                        Ok(_) => "the daemon closed the connection during Hello".into(),
+                    };
+                    return Err(Error::Disconnected { reason: why });
+                }
+                Ok(Some(r)) if r.truncated => {
+                    return Err(Error::Protocol(format!(
+                        "{}-byte control message",
+                        r.full_len
+                    )))
+                }
+                Ok(Some(r)) => {
+                    let m: ServerMessage = serde_json::from_slice(&buf[..r.len])
+                        .map_err(|e| Error::Protocol(format!("bad Hello answer: {e}")))?;
+                    match m {
+                        ServerMessage::Response { body, .. } => break (body, r.fds),
+                        ServerMessage::Notice(_) => continue,
+                    }
+                }
+                // The daemon closed with our Hello unread: the reset comes
+                // before its answer, which is still in the queue.
+                Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) && resets == 0 => {
+                    resets += 1;
+                }
+                Err(e) => return Err(io_err(e)),
+            }
+        };
+        let (client_id, max_message, layout) = match msg {
+            Response::Welcome {
+                client_id,
+                max_message,
+                pub_ring_bytes,
+                sub_ring_bytes,
+            } => (
+                client_id,
+                max_message as usize,
+                RingLayout {
+                    publication: pub_ring_bytes as usize,
+                    subscription: sub_ring_bytes as usize,
+                },
+            ),
+            Response::Error {
+                code: ErrorCode::PermissionDenied,
+                message,
+            } => return Err(Error::PermissionDenied(message)),
+            Response::Error { code, message } => return Err(Error::Daemon { code, message }),
+            other => return Err(Error::Protocol(format!("expected Welcome, got {other:?}"))),
+        };
+        let [memfd, doorbell, wake]: [OwnedFd; 3] = fds.try_into().map_err(|v: Vec<OwnedFd>| {
+            Error::Protocol(format!("Welcome carried {} fds, expected 3", v.len()))
+        })?;
+        let bad = |e: ring::Corrupt| Error::Protocol(format!("shared memory from the daemon: {e}"));
+        for cap in [layout.publication, layout.subscription] {
+            if !cap.is_power_of_two() || !(ring::MIN_CAPACITY..=ring::MAX_CAPACITY).contains(&cap) {
+                return Err(Error::Protocol(format!("ring size {cap} in Welcome")));
+            }
+        }
+        let map = Arc::new(
+            Mapping::map_fd(&memfd, layout.total())
+                .map_err(|e| Error::Protocol(format!("shared memory from the daemon: {e}")))?,
+        );
+        drop(memfd);
+        let doorbell = Arc::new(EventFd::from_owned(doorbell).map_err(io_err)?);
+        let wake = Arc::new(EventFd::from_owned(wake).map_err(io_err)?);
+        let mut publ =
+            Producer::attach(map.clone(), layout.publication_offset(), layout.publication)
+                .map_err(bad)?;
+        publ.set_notify(doorbell.clone());
+        let mut sub = Consumer::attach(map, layout.subscription_offset(), layout.subscription)
+            .map_err(bad)?;
+        sub.set_notify(doorbell.clone());
+        let max_message = max_message.min(publ.max_record());
+        Ok(Client {
+            sock,
+            client_id,
+            max_message,
+            next_id: 2,
+            wake,
+            _doorbell: doorbell,
+            publ,
+            sub,
+            notices: VecDeque::new(),
+            closed: None,
+            partial: HashMap::new(),
+            buf,
+        })
+    }
+
+    /// The id the daemon gave this connection.
+    pub fn id(&self) -> u64 {
+        self.client_id
+    }
+
+    /// Largest message [`Client::publish`] accepts.
+    pub fn max_message(&self) -> usize {
+        self.max_message
+    }
+
+    /// Descriptors an application can add to its own poll loop (POLLIN):
+    /// the wake-up eventfd and the control socket. Readable means "call
+    /// `try_recv` / `notices`".
+    pub fn poll_fds(&self) -> [RawFd; 2] {
+        [self.wake.raw(), self.sock.as_raw_fd()]
+    }
+
+    /// Joins group `group`.
+    pub fn join(&mut self, group: &str) -> Result<Membership, Error> {
+        match self.request(Request::Join {
+            group: group.to_string(),
+        })? {
+            Response::Joined {
+                group,
+                name,
+                rank,
+                view,
+            } => Ok(Membership {
+                group,
+                name,
+                rank,
+                view,
+            }),
+            other => Err(Error::Protocol(format!("expected Joined, got {other:?}"))),
+        }
+    }
+
+    /// Leaves group `group`.
+    pub fn leave(&mut self, group: u32) -> Result<(), Error> {
+        match self.request(Request::Leave { group })? {
+            Response::Left => Ok(()),
+            other => Err(Error::Protocol(format!("expected Left, got {other:?}"))),
+        }
+    }
+
+    /// A control request; an Error response becomes [`Error::Daemon`].
+    pub fn request(&mut self, r: Request) -> Result<Response, Error> {
+        self.check_open()?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let bytes =
+            serde_json::to_vec(&ClientMessage { id, request: r }).expect("requests serialize");
+        if bytes.len() > MAX_CONTROL_MESSAGE {
+            return Err(Error::TooLarge {
+                limit: MAX_CONTROL_MESSAGE,
+            });
+        }
+        if let Err(e) = sys::send_msg(self.sock.as_raw_fd(), &bytes, &[], false) {
+            self.drain_control();
+            self.check_open()?;
+            return Err(Error::Disconnected {
+                reason: format!("sending to mcastd: {e}"),
+            });
+        }
+        let deadline = now() + CONTROL_TIMEOUT;
+        loop {
+            match self.read_control(Some(deadline))? {
+                Some(ServerMessage::Response { id: rid, body }) if rid == id => {
+                    return match body {
+                        Response::Error { code, message } => Err(Error::Daemon { code, message }),
+                        body => Ok(body),
+                    };
+                }
+                // A late answer to an earlier request that timed out.
+                Some(ServerMessage::Response { .. }) => {}
+                Some(ServerMessage::Notice(n)) => self.note(n),
+                None => return Err(Error::TimedOut),
+            }
+        }
+    }
+
+    /// Publishes `msg` to `group` without blocking: one record, one copy.
+    pub fn publish(&mut self, group: u32, msg: &[u8]) -> Result<(), Error> {
+        self.check_open()?;
+        if msg.len() > self.max_message {
+            return Err(Error::TooLarge {
+                limit: self.max_message,
+            });
+        }
+        let hdr = RecordHeader {
+            group,
+            source: 0,
+            flags: FIRST | LAST,
+        };
+        match self.publ.try_push(hdr, &[msg]) {
+            Ok(()) => Ok(()),
+            Err(PushError::Full) => Err(Error::WouldBlock),
+            Err(PushError::TooLarge { max, .. }) => Err(Error::TooLarge { limit: max }),
+            Err(PushError::Corrupt(c)) => Err(c.into()),
+        }
+    }
+
+    /// Publishes, sleeping while the ring is full (until `timeout`, if any).
+    pub fn publish_blocking(
+        &mut self,
+        group: u32,
+        msg: &[u8],
+        timeout: Option<Duration>,
+    ) -> Result<(), Error> {
+        let deadline = timeout.map(|t| now() + t);
+        loop {
+            match self.publish(group, msg) {
+                Err(Error::WouldBlock) => {}
+                other => return other,
+            }
+            if self.publ.prepare_wait(msg.len())? {
+                let r = self.wait(deadline);
+                self.publ.finish_wait();
+                if r? {
+                    return Err(Error::TimedOut);
+                }
+            }
+        }
+    }
+
+    /// The next complete message, if one is there. Fragments (records
+    /// without both FIRST and LAST) are reassembled per (group, source).
+    pub fn try_recv(&mut self) -> Result<Option<Message>, Error> {
+        while let Some(rec) = self.sub.peek()? {
+            let RecordHeader {
+                group,
+                source,
+                flags,
+            } = rec.header;
+            let key = (group, source);
+            let mut done = None;
+            if flags & (FIRST | LAST) == FIRST | LAST {
+                done = Some(rec.payload.to_vec());
+            } else if flags & FIRST != 0 {
+                self.partial.insert(key, rec.payload.to_vec());
+            } else if let Some(buf) = self.partial.get_mut(&key) {
+                if buf.len() + rec.payload.len() > MAX_REASSEMBLY {
+                    self.partial.remove(&key);
+                } else {
+                    buf.extend_from_slice(rec.payload);
+                    if flags & LAST != 0 {
+                        done = self.partial.remove(&key);
+                    }
+                }
+            }
+            // A middle or last fragment without a first one is dropped.
+            self.sub.pop()?;
+            self.sub.wake_producer();
+            if let Some(data) = done {
+                return Ok(Some(Message {
+                    group,
+                    source,
+                    data,
+                }));
+            }
+        }
+        // Nothing delivered: look at the control socket (notices, hang-up).
+        self.drain_control();
+        self.check_open()?;
+        Ok(None)
+    }
+
+    /// Waits for the next message (sleeping on the wake-up eventfd).
+    pub fn recv(&mut self) -> Result<Message, Error> {
+        loop {
+            if let Some(m) = self.recv_until(None)? {
+                return Ok(m);
+            }
+        }
+    }
+
+    /// Waits up to `t` for the next message.
+    pub fn recv_timeout(&mut self, t: Duration) -> Result<Option<Message>, Error> {
+        self.recv_until(Some(now() + t))
+    }
+
+    fn recv_until(&mut self, deadline: Option<Instant>) -> Result<Option<Message>, Error> {
+        loop {
+            if let Some(m) = self.try_recv()? {
+                return Ok(Some(m));
+            }
+            if self.sub.prepare_sleep()? {
+                let r = self.wait(deadline);
+                self.sub.finish_sleep();
+                if r? {
+                    return self.try_recv();
+                }
+            }
+        }
+    }
+
+    /// Notices received so far (view changes, cut-off, shutdown).
+    pub fn notices(&mut self) -> Vec<Notice> {
+        self.drain_control();
+        self.notices.drain(..).collect()
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        match &self.closed {
+            Some(c) => Err(c.error()),
+            None => Ok(()),
+        }
+    }
+
+    fn note(&mut self, n: Notice) {
+        match &n {
+            Notice::CutOff { reason } => self.closed = Some(Closed::CutOff(reason.clone())),
+            Notice::Shutdown { reason } => {
+                self.closed = Some(Closed::Gone(format!("mcastd is shutting down: {reason}")))
+            }
+            Notice::ViewChanged { .. } => {}
+        }
+        self.notices.push_back(n);
+    }
+
+    /// Reads every control message queued, without blocking.
+    fn drain_control(&mut self) {
+        while let Ok(Some(m)) = self.read_control(Some(now())) {
+            match m {
+                ServerMessage::Notice(n) => self.note(n),
+                ServerMessage::Response { .. } => {}
+            }
+        }
+    }
+
+    /// One control message; `Ok(None)` if none came by `deadline`. A closed
+    /// connection sets `closed` and is returned as an error.
+    fn read_control(&mut self, deadline: Option<Instant>) -> Result<Option<ServerMessage>, Error> {
+        if let Some(Closed::Gone(_)) = &self.closed {
+            self.check_open()?;
+        }
+        loop {
+            let nonblocking = deadline.is_some_and(|d| d <= now());
+            if !nonblocking {
+                let mut pfd = [sys::pollin(self.sock.as_raw_fd())];
+                let left = deadline.map(|d| d.saturating_duration_since(now()));
+                sys::poll(&mut pfd, left).map_err(io_err)?;
+            }
+            match sys::recv_msg(self.sock.as_raw_fd(), &mut self.buf, true) {
+                Ok(None) if nonblocking => return Ok(None),
+                Ok(None) => continue,
+                Ok(Some(r)) if r.full_len == 0 => {
+                    if !matches!(self.closed, Some(Closed::CutOff(_))) {
+                        self.closed = Some(Closed::Gone("mcastd closed the connection".into()));
+                    }
+                    return Err(self.closed.as_ref().expect("just set").error());
+                }
+                Ok(Some(r)) if r.truncated => {
+                    return Err(Error::Protocol(format!(
+                        "{}-byte control message exceeds the {MAX_CONTROL_MESSAGE}-byte limit",
+                        r.full_len
+                    )))
+                }
+                Ok(Some(r)) => {
+                    return serde_json::from_slice(&self.buf[..r.len])
+                        .map(Some)
+                        .map_err(|e| Error::Protocol(format!("bad control message: {e}")));
+                }
+                Err(e) => {
+                    if self.closed.is_none() {
+                        self.closed = Some(Closed::Gone(format!("control socket: {e}")));
+                    }
+                    return Err(self.closed.as_ref().expect("just set").error());
+                }
+            }
+        }
+    }
+
+    /// Sleeps on the wake-up eventfd and the control socket until either is
+    /// readable or `deadline` passes. `Ok(true)` when the deadline passed.
+    fn wait(&mut self, deadline: Option<Instant>) -> Result<bool, Error> {
+        let left = match deadline {
+            Some(d) => {
+                let left = d.saturating_duration_since(now());
+                if left.is_zero() {
+                    return Ok(true);
+                }
+                Some(left)
+            }
+            None => None,
+        };
+        let mut pfd = [
+            sys::pollin(self.wake.raw()),
+            sys::pollin(self.sock.as_raw_fd()),
+        ];
+        let n = sys::poll(&mut pfd, left).map_err(io_err)?;
+        if pfd[0].revents != 0 {
+            self.wake.drain();
+        }
+        if pfd[1].revents != 0 {
+            self.drain_control();
+            self.check_open()?;
+        }
+        Ok(n == 0 && deadline.is_some_and(|d| d <= now()))
+    }
+
+    /// Members of a group, as the daemon reports them (a `Json` response).
+    pub fn members(&mut self, group: &str) -> Result<serde_json::Value, Error> {
+        match self.request(Request::Members {
+            group: group.to_string(),
+        })? {
+            Response::Json(v) => Ok(v),
+            other => Err(Error::Protocol(format!("expected Json, got {other:?}"))),
+        }
+    }
+}

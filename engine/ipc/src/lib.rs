@@ -1,0 +1,25 @@
+//! Shared-memory IPC between the daemon `mcastd` and local applications.
+//!
+//! - [`ring`]: the lock-free SPSC byte ring that carries messages, one per
+//!   direction per client, in a sealed memfd both sides map.
+//! - [`proto`]: the control messages (JSON over a `SOCK_SEQPACKET` Unix
+//!   socket): requests, responses, notices.
+//! - [`server`]: the daemon's side: accepts clients, checks credentials,
+//!   creates their rings and eventfds, decodes requests. Non-blocking, driven
+//!   by the daemon's poll loop.
+//! - [`client`]: what applications link: connect, join, publish, receive.
+//! - [`shm`] and [`sys`]: memfd/mmap and the syscalls. The only modules with
+//!   unsafe code; everything else denies it.
+#![deny(unsafe_code)]
+
+pub mod client;
+pub mod proto;
+pub mod ring;
+pub mod server;
+pub mod shm;
+pub mod sys;
+
+pub use client::{Client, Error, Membership, Message};
+pub use proto::{ErrorCode, Member, Notice, Request, Response, View};
+pub use ring::{Consumer, Producer, PushError, Record, RecordHeader};
+pub use server::{Access, ClientId, RingSizes, Server, ServerEvent};

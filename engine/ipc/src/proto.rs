@@ -1,0 +1,313 @@
+//! The control protocol: JSON messages over a `SOCK_SEQPACKET` Unix socket,
+//! one message per packet.
+//!
+//! Client → daemon: `{"id": 7, "request": {"type": "join", "group": "orders"}}`.
+//! Daemon → client: `{"response": {"id": 7, "body": {"type": "joined", ...}}}`
+//! or an unsolicited `{"notice": {"type": "view_changed", ...}}`.
+//!
+//! The control path is not hot: JSON keeps `mcast` and `socat` debugging
+//! easy. The data path is the rings ([`crate::ring`]).
+
+use serde::{Deserialize, Serialize};
+
+/// Version sent in Hello; the server refuses any other.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Largest control message either side accepts.
+pub const MAX_CONTROL_MESSAGE: usize = 64 * 1024;
+/// Malformed requests tolerated on one connection before it is closed.
+pub const MAX_MALFORMED: u32 = 16;
+
+/// A request from a client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// First message on a connection; answered with [`Response::Welcome`]
+    /// (and the ring memfd and eventfds attached).
+    Hello {
+        /// [`PROTOCOL_VERSION`].
+        version: u32,
+        /// A name for logs and `mcast` listings.
+        name: String,
+    },
+    /// Join a group by name; answered with [`Response::Joined`].
+    Join {
+        /// Group name.
+        group: String,
+    },
+    /// Leave a group by the number Joined gave; answered with [`Response::Left`].
+    Leave {
+        /// Group number.
+        group: u32,
+    },
+    /// Describe one group.
+    Query {
+        /// Group name.
+        group: String,
+    },
+    /// List groups.
+    Groups,
+    /// List a group's members.
+    Members {
+        /// Group name.
+        group: String,
+    },
+    /// Daemon statistics.
+    Stats,
+}
+
+/// One member of a group's view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// Rank in the view (0..n).
+    pub rank: u32,
+    /// Node or application name.
+    pub name: String,
+}
+
+/// A group's membership at one epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct View {
+    /// Increases with every membership change.
+    pub epoch: u64,
+    /// Members in rank order.
+    pub members: Vec<Member>,
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Not JSON, or not a request this server knows.
+    Malformed,
+    /// Larger than [`MAX_CONTROL_MESSAGE`].
+    TooLarge,
+    /// Credentials not allowed by the daemon's configuration.
+    PermissionDenied,
+    /// Hello with a version the server does not speak.
+    VersionMismatch,
+    /// A request before Hello, or a second Hello.
+    BadState,
+    /// The daemon is at its client limit.
+    TooManyClients,
+    /// No such group (or not a member).
+    UnknownGroup,
+    /// The daemon could not do it now (resources, limits).
+    Unavailable,
+    /// Anything else the daemon wants to say.
+    Other,
+}
+
+/// A response to one request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "body", rename_all = "snake_case")]
+pub enum Response {
+    /// Answer to Hello. Three fds travel with it (`SCM_RIGHTS`): the memfd
+    /// holding both rings, the doorbell eventfd (client → daemon) and the
+    /// wake eventfd (daemon → client). The publication ring is at offset 0
+    /// with `pub_ring_bytes` of data, the subscription ring right after it
+    /// (see [`RingLayout`]).
+    Welcome {
+        /// This connection's id (never reused by the daemon).
+        client_id: u64,
+        /// Largest message a publish may carry.
+        max_message: u64,
+        /// Data capacity of the publication ring (client → daemon).
+        pub_ring_bytes: u64,
+        /// Data capacity of the subscription ring (daemon → client).
+        sub_ring_bytes: u64,
+    },
+    /// Answer to Join.
+    Joined {
+        /// The number that tags this group's records in the rings.
+        group: u32,
+        /// The group's name.
+        name: String,
+        /// Our rank in the view.
+        rank: u32,
+        /// The view we joined.
+        view: View,
+    },
+    /// Answer to Leave.
+    Left,
+    /// The request failed.
+    Error {
+        /// Machine-readable reason.
+        code: ErrorCode,
+        /// What a user reads.
+        message: String,
+    },
+    /// Whatever the daemon answers to queries and stats.
+    Json(serde_json::Value),
+}
+
+impl Response {
+    /// An Error response.
+    pub fn error(code: ErrorCode, message: impl Into<String>) -> Response {
+        Response::Error {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// Unsolicited messages from the daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Notice {
+    /// A group we belong to has a new view.
+    ViewChanged {
+        /// Group number.
+        group: u32,
+        /// The new epoch.
+        epoch: u64,
+        /// Members in rank order.
+        members: Vec<Member>,
+    },
+    /// The daemon cut this client off (e.g. a subscriber too slow to keep
+    /// up); the connection closes after this.
+    CutOff {
+        /// Why.
+        reason: String,
+    },
+    /// The daemon is stopping; the connection closes after this.
+    Shutdown {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Client → daemon envelope.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientMessage {
+    /// Chosen by the client; echoed in the response.
+    pub id: u64,
+    /// The request.
+    pub request: Request,
+}
+
+/// Daemon → client envelope.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerMessage {
+    /// A response to request `id`.
+    Response {
+        /// The request's id (0 when the request was too broken to have one).
+        id: u64,
+        /// The answer.
+        body: Response,
+    },
+    /// An unsolicited notice.
+    Notice(Notice),
+}
+
+/// Where the two rings sit in the client's memfd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingLayout {
+    /// Publication ring data capacity (client → daemon), at offset 0.
+    pub publication: usize,
+    /// Subscription ring data capacity (daemon → client).
+    pub subscription: usize,
+}
+
+impl RingLayout {
+    /// Offset of the publication ring.
+    pub fn publication_offset(&self) -> usize {
+        0
+    }
+    /// Offset of the subscription ring.
+    pub fn subscription_offset(&self) -> usize {
+        crate::ring::ring_bytes(self.publication)
+    }
+    /// Bytes of the memfd (before page rounding).
+    pub fn total(&self) -> usize {
+        self.subscription_offset() + crate::ring::ring_bytes(self.subscription)
+    }
+}
+
+/// Decodes a client message, saying what was wrong in terms a user of a
+/// raw socket understands; returns the id if one could be found.
+pub fn decode_request(bytes: &[u8]) -> Result<ClientMessage, (u64, String)> {
+    match serde_json::from_slice::<ClientMessage>(bytes) {
+        Ok(m) => Ok(m),
+        Err(e) => {
+            let id = serde_json::from_slice::<serde_json::Value>(bytes)
+                .ok()
+                .and_then(|v| v.get("id").and_then(|i| i.as_u64()))
+                .unwrap_or(0);
+            Err((id, format!("malformed request: {e}")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_wire_format() {
+        let m = ClientMessage {
+            id: 3,
+            request: Request::Join {
+                group: "orders".into(),
+            },
+        };
+        let s = serde_json::to_string(&m).unwrap();
+        assert_eq!(s, r#"{"id":3,"request":{"type":"join","group":"orders"}}"#);
+        assert_eq!(decode_request(s.as_bytes()).unwrap(), m);
+        let s = r#"{"id":4,"request":{"type":"groups"}}"#;
+        assert_eq!(
+            decode_request(s.as_bytes()).unwrap().request,
+            Request::Groups
+        );
+    }
+
+    #[test]
+    fn response_and_notice_wire_format() {
+        let m = ServerMessage::Response {
+            id: 9,
+            body: Response::Joined {
+                group: 2,
+                name: "g".into(),
+                rank: 1,
+                view: View {
+                    epoch: 5,
+                    members: vec![Member {
+                        rank: 0,
+                        name: "a".into(),
+                    }],
+                },
+            },
+        };
+        let s = serde_json::to_string(&m).unwrap();
+        assert_eq!(
+            s,
+            r#"{"response":{"id":9,"body":{"type":"joined","body":{"group":2,"name":"g","rank":1,"view":{"epoch":5,"members":[{"rank":0,"name":"a"}]}}}}}"#
+        );
+        assert_eq!(serde_json::from_str::<ServerMessage>(&s).unwrap(), m);
+        let j = ServerMessage::Response {
+            id: 1,
+            body: Response::Json(serde_json::json!([1, "x"])),
+        };
+        let s = serde_json::to_string(&j).unwrap();
+        assert_eq!(serde_json::from_str::<ServerMessage>(&s).unwrap(), j);
+        let n = ServerMessage::Notice(Notice::CutOff {
+            reason: "slow".into(),
+        });
+        let s = serde_json::to_string(&n).unwrap();
+        assert_eq!(s, r#"{"notice":{"type":"cut_off","reason":"slow"}}"#);
+    }
+
+    #[test]
+    fn malformed_requests_name_the_problem_and_keep_the_id() {
+        let (id, msg) = decode_request(br#"{"id":12,"request":{"type":"jion"}}"#).unwrap_err();
+        assert_eq!(id, 12);
+        assert!(msg.contains("unknown variant `jion`"), "{msg}");
+        let (id, msg) = decode_request(b"\xff garbage").unwrap_err();
+        assert_eq!(id, 0);
+        assert!(msg.starts_with("malformed request"), "{msg}");
+        let (_, msg) =
+            decode_request(br#"{"id":1,"request":{"type":"leave","group":"x"}}"#).unwrap_err();
+        assert!(msg.contains("invalid type"), "{msg}");
+    }
+}

@@ -1,0 +1,318 @@
+use super::*;
+use crate::sys;
+use std::time::Duration;
+
+const CAP: usize = 4096;
+
+fn hdr(group: u32, flags: u32) -> RecordHeader {
+    RecordHeader {
+        group,
+        source: 7,
+        flags,
+    }
+}
+
+/// A ring plus a handle on its mapping to scribble on the header.
+fn ring() -> (Arc<Mapping>, Producer, Consumer) {
+    let map = Arc::new(Mapping::anonymous(ring_bytes(CAP)).unwrap());
+    init(&map, 0, CAP).unwrap();
+    let p = Producer::attach(map.clone(), 0, CAP).unwrap();
+    let c = Consumer::attach(map.clone(), 0, CAP).unwrap();
+    (map, p, c)
+}
+
+fn pop_vec(c: &mut Consumer) -> Option<(RecordHeader, Vec<u8>)> {
+    let r = c.peek().unwrap().map(|r| (r.header, r.payload.to_vec()));
+    if r.is_some() {
+        assert!(c.pop().unwrap());
+    }
+    r
+}
+
+#[test]
+fn push_peek_pop_in_order_with_gather() {
+    let (_m, mut p, mut c) = ring();
+    assert!(c.peek().unwrap().is_none());
+    assert!(!c.pop().unwrap());
+    p.try_push(hdr(1, FIRST | LAST), &[b"hello", b" ", b"world"])
+        .unwrap();
+    p.try_push(hdr(2, FIRST), &[]).unwrap();
+    // Peek twice: same record, nothing consumed.
+    assert_eq!(c.peek().unwrap().unwrap().payload, b"hello world");
+    let r = c.peek().unwrap().unwrap();
+    assert_eq!(r.header, hdr(1, FIRST | LAST));
+    assert_eq!(r.payload, b"hello world");
+    assert!(c.pop().unwrap());
+    assert_eq!(pop_vec(&mut c), Some((hdr(2, FIRST), vec![])));
+    assert_eq!(pop_vec(&mut c), None);
+    // 16 + 11 -> 32 bytes, 16 + 0 -> 16 bytes.
+    assert_eq!(c.position(), 48);
+    assert_eq!(p.free_space().unwrap(), CAP);
+}
+
+#[test]
+fn full_then_space_after_pop() {
+    let (_m, mut p, mut c) = ring();
+    let payload = vec![0xab; 1000 - 16]; // 1000 -> 1000 bytes aligned
+    let mut n = 0;
+    loop {
+        match p.try_push(hdr(0, 3), &[&payload]) {
+            Ok(()) => n += 1,
+            Err(PushError::Full) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(n, 4);
+    assert_eq!(p.free_space().unwrap(), CAP - 4000);
+    assert!(!p.can_push(payload.len()).unwrap());
+    assert!(c.pop().unwrap());
+    assert!(p.can_push(payload.len()).unwrap());
+    // The fifth record wraps: 96 bytes of marker + 1000 = exactly the free space.
+    p.try_push(hdr(0, 3), &[&payload]).unwrap();
+    assert_eq!(p.free_space().unwrap(), 0);
+    for _ in 0..4 {
+        assert_eq!(pop_vec(&mut c).unwrap().1, payload);
+    }
+    assert!(pop_vec(&mut c).is_none());
+}
+
+#[test]
+fn exact_fit_fills_the_ring_to_the_byte() {
+    let (_m, mut p, mut c) = ring();
+    // Two records of exactly CAP/2 bytes fill the ring with no wrap marker.
+    let half = vec![1u8; CAP / 2 - RECORD_HEADER_BYTES];
+    assert_eq!(half.len(), p.max_record());
+    p.try_push(hdr(0, 3), &[&half]).unwrap();
+    p.try_push(hdr(0, 3), &[&half]).unwrap();
+    assert_eq!(p.free_space().unwrap(), 0);
+    assert_eq!(p.try_push(hdr(0, 3), &[]), Err(PushError::Full));
+    assert_eq!(pop_vec(&mut c).unwrap().1, half);
+    assert_eq!(pop_vec(&mut c).unwrap().1, half);
+    assert_eq!(c.position(), CAP as u64);
+    // One byte more than max_record can never fit.
+    let too = vec![0u8; p.max_record() + 1];
+    assert_eq!(
+        p.try_push(hdr(0, 3), &[&too]),
+        Err(PushError::TooLarge {
+            len: too.len(),
+            max: p.max_record()
+        })
+    );
+}
+
+#[test]
+fn wraps_around_with_a_marker() {
+    let (_m, mut p, mut c) = ring();
+    // Advance to 8 bytes before the end (CAP - 8), then push 24 bytes: the
+    // record cannot fit, a wrap marker fills the last 8 and it starts at 0.
+    let filler = vec![9u8; 1000 - 16];
+    for _ in 0..4 {
+        p.try_push(hdr(0, 3), &[&filler]).unwrap();
+        pop_vec(&mut c).unwrap();
+    }
+    let rest = CAP - 4000 - 8; // 88 bytes: leave exactly 8 before the end.
+    p.try_push(hdr(0, 3), &[&vec![5u8; rest - 16]]).unwrap();
+    pop_vec(&mut c).unwrap();
+    assert_eq!(p.position() as usize % CAP, CAP - 8);
+    p.try_push(hdr(4, 3), &[b"wrapped!"]).unwrap();
+    assert_eq!(p.position() as usize, 2 * CAP + 24 - CAP);
+    assert_eq!(pop_vec(&mut c), Some((hdr(4, 3), b"wrapped!".to_vec())));
+    assert_eq!(c.position(), p.position());
+    // A record that needs the whole wrap plus itself must still fit when empty.
+    let big = vec![3u8; p.max_record()];
+    p.try_push(hdr(5, 3), &[&big]).unwrap();
+    assert_eq!(pop_vec(&mut c).unwrap().1, big);
+}
+
+#[test]
+fn max_record_always_fits_an_empty_ring_at_any_offset() {
+    let (_m, mut p, mut c) = ring();
+    let big = vec![7u8; p.max_record()];
+    for step in 0..CAP / 8 {
+        p.try_push(hdr(0, 3), &[&big])
+            .unwrap_or_else(|e| panic!("offset step {step}: {e}"));
+        assert_eq!(pop_vec(&mut c).unwrap().1.len(), big.len());
+        p.try_push(hdr(0, 3), &[]).unwrap(); // shift by 16
+        pop_vec(&mut c).unwrap();
+        p.try_push(hdr(0, 3), &[&[1u8; 8]]).unwrap(); // shift by 24
+        pop_vec(&mut c).unwrap();
+    }
+}
+
+#[test]
+fn consumer_reports_a_head_beyond_capacity() {
+    let (m, mut p, mut c) = ring();
+    p.try_push(hdr(0, 3), &[b"x"]).unwrap();
+    m.atomic_u64(OFF_HEAD)
+        .store(CAP as u64 + 64, Ordering::Release);
+    let e = c.peek().unwrap_err();
+    assert!(e.to_string().contains("inconsistent"), "{e}");
+    // Sticky, even if the header is repaired.
+    m.atomic_u64(OFF_HEAD).store(24, Ordering::Release);
+    assert!(c.pop().is_err());
+    assert!(c.prepare_sleep().is_err());
+}
+
+#[test]
+fn consumer_reports_a_record_length_past_the_data() {
+    let (m, mut p, mut c) = ring();
+    p.try_push(hdr(0, 3), &[b"abcdefgh"]).unwrap();
+    // Claim a 3000-byte payload when 24 bytes are published.
+    m.atomic_u32(HEADER_BYTES)
+        .unwrap()
+        .store(3000, Ordering::Relaxed);
+    assert!(c.peek().is_err());
+    // And a length larger than any record.
+    let (m, mut p, mut c) = ring();
+    p.try_push(hdr(0, 3), &[b"abcdefgh"]).unwrap();
+    m.atomic_u32(HEADER_BYTES)
+        .unwrap()
+        .store(0x7fff_fff0, Ordering::Relaxed);
+    assert!(c.peek().is_err());
+}
+
+#[test]
+fn consumer_reports_a_misplaced_wrap_marker_and_misaligned_head() {
+    let (m, mut p, mut c) = ring();
+    p.try_push(hdr(0, 3), &[b"abcdefgh"]).unwrap();
+    m.atomic_u32(HEADER_BYTES)
+        .unwrap()
+        .store(WRAP, Ordering::Relaxed);
+    assert!(c.peek().is_err());
+    let (m, _p, mut c) = ring();
+    m.atomic_u64(OFF_HEAD).store(13, Ordering::Release);
+    assert!(c.peek().is_err());
+}
+
+#[test]
+fn producer_reports_a_tail_ahead_of_head() {
+    let (m, mut p, _c) = ring();
+    p.try_push(hdr(0, 3), &[b"abc"]).unwrap();
+    m.atomic_u64(OFF_TAIL).store(1 << 20, Ordering::Release);
+    assert!(matches!(
+        p.try_push(hdr(0, 3), &[b"abc"]),
+        Err(PushError::Corrupt(_))
+    ));
+    assert!(p.free_space().is_err());
+    assert!(p.can_push(1).is_err());
+}
+
+#[test]
+fn attach_rejects_bad_headers() {
+    let map = Arc::new(Mapping::anonymous(ring_bytes(CAP)).unwrap());
+    // Never initialised: magic is 0.
+    assert!(Consumer::attach(map.clone(), 0, CAP).is_err());
+    init(&map, 0, CAP).unwrap();
+    // Told a different capacity than the header holds.
+    assert!(Producer::attach(map.clone(), 0, 2 * CAP).is_err());
+    assert!(Producer::attach(map.clone(), 0, 3000).is_err());
+    // A ring that does not fit the mapping.
+    assert!(Producer::attach(map.clone(), 4096, CAP).is_err());
+    map.atomic_u64(OFF_CAPACITY).store(8192, Ordering::Relaxed);
+    assert!(Consumer::attach(map, 0, CAP).is_err());
+}
+
+#[test]
+fn sleeping_consumer_is_woken_once() {
+    let (_m, mut p, mut c) = ring();
+    let fd = Arc::new(sys::EventFd::new().unwrap());
+    p.set_notify(fd.clone());
+    // Not sleeping: no signal.
+    p.try_push(hdr(0, 3), &[b"a"]).unwrap();
+    assert!(!fd.drain());
+    // Data present: prepare_sleep refuses.
+    assert!(!c.prepare_sleep().unwrap());
+    pop_vec(&mut c).unwrap();
+    assert!(c.prepare_sleep().unwrap());
+    p.try_push(hdr(0, 3), &[b"b"]).unwrap();
+    p.try_push(hdr(0, 3), &[b"c"]).unwrap();
+    assert!(fd.drain(), "push into a sleeping consumer's ring signals");
+    assert!(!fd.drain(), "the flag was cleared: one signal per sleep");
+}
+
+#[test]
+fn waiting_producer_is_woken_after_pop() {
+    let (_m, mut p, mut c) = ring();
+    let fd = Arc::new(sys::EventFd::new().unwrap());
+    c.set_notify(fd.clone());
+    let big = vec![0u8; p.max_record()];
+    p.try_push(hdr(0, 3), &[&big]).unwrap();
+    p.try_push(hdr(0, 3), &[&big]).unwrap();
+    assert!(p.prepare_wait(big.len()).unwrap());
+    pop_vec(&mut c).unwrap();
+    assert!(c.wake_producer());
+    assert!(fd.drain());
+    assert!(!c.wake_producer());
+    assert!(!p.prepare_wait(big.len()).unwrap());
+}
+
+/// Deterministic record i: length and bytes derived from i.
+fn record(i: u64, buf: &mut Vec<u8>) {
+    let len = (i.wrapping_mul(2654435761) % 700) as usize;
+    buf.clear();
+    buf.extend((0..len).map(|k| (i as usize * 31 + k) as u8));
+}
+
+fn wait(fd: &sys::EventFd) {
+    let mut pfd = [sys::pollin(fd.raw())];
+    // The timeout bounds a lost wake-up to a slow test, not a hang.
+    sys::poll(&mut pfd, Some(Duration::from_secs(5))).unwrap();
+    fd.drain();
+}
+
+#[test]
+fn two_threads_move_a_million_records_through_a_small_ring() {
+    const N: u64 = 1_000_000;
+    let map = Arc::new(Mapping::anonymous(ring_bytes(CAP)).unwrap());
+    init(&map, 0, CAP).unwrap();
+    let mut p = Producer::attach(map.clone(), 0, CAP).unwrap();
+    let mut c = Consumer::attach(map, 0, CAP).unwrap();
+    let data_ready = Arc::new(sys::EventFd::new().unwrap());
+    let space_ready = Arc::new(sys::EventFd::new().unwrap());
+    p.set_notify(data_ready.clone());
+    c.set_notify(space_ready.clone());
+    let producer = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let mut waits = 0u64;
+        for i in 0..N {
+            record(i, &mut buf);
+            let (a, b) = buf.split_at(buf.len() / 3);
+            loop {
+                match p.try_push(hdr(i as u32, 3), &[a, b]) {
+                    Ok(()) => break,
+                    Err(PushError::Full) => {
+                        if p.prepare_wait(buf.len()).unwrap() {
+                            waits += 1;
+                            wait(&space_ready);
+                        }
+                        p.finish_wait();
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        waits
+    });
+    let mut want = Vec::new();
+    let mut sleeps = 0u64;
+    for i in 0..N {
+        loop {
+            if let Some(r) = c.peek().unwrap() {
+                record(i, &mut want);
+                assert_eq!(r.header.group, i as u32, "order");
+                assert!(r.payload == &want[..], "bytes of record {i}");
+                c.pop().unwrap();
+                c.wake_producer();
+                break;
+            }
+            if c.prepare_sleep().unwrap() {
+                sleeps += 1;
+                wait(&data_ready);
+            }
+            c.finish_sleep();
+        }
+    }
+    let waits = producer.join().unwrap();
+    assert!(c.peek().unwrap().is_none());
+    eprintln!("producer waited {waits} times, consumer slept {sleeps} times");
+}
