@@ -7,7 +7,17 @@
 //!   capabilities, RLIMIT_MEMLOCK, the embedded XDP object, the interface, an
 //!   XDP program already attached, bpffs, the control socket's directory).
 //!
+//! - [`daemon`]: mcastd's core: the engine, the group service, the links
+//!   between daemons and the local clients (docs/mcastd.md).
+//! - [`links`]: what travels on the daemons' unicast links.
+//! - [`log`]: structured `key=value` logs.
+//! - [`stream`]: what `mcast send`/`recv` put in messages; `mcast`'s rendering.
+//!
 //! The daemon (`mcastd`) and the tool (`mcast`) binaries build on this library.
 
 pub mod config;
+pub mod daemon;
 pub mod doctor;
+pub mod links;
+pub mod log;
+pub mod stream;

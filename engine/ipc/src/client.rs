@@ -177,6 +177,17 @@ pub struct Client {
     buf: Vec<u8>,
 }
 
+/// How long dropping a client waits for the daemon to take what it published.
+pub const LINGER: Duration = Duration::from_secs(5);
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if self.closed.is_none() {
+            let _ = self.flush(LINGER);
+        }
+    }
+}
+
 /// The client's clock: blocking calls take timeouts, so this library (not a
 /// protocol core) reads the monotonic clock, only here.
 #[allow(clippy::disallowed_methods)]
@@ -423,6 +434,33 @@ impl Client {
         }
     }
 
+    /// Waits until the daemon has taken every message published so far out of
+    /// the publication ring (or `timeout` passes); true when it has. Dropping
+    /// a client does this for up to [`LINGER`], so a publisher that sends and
+    /// exits loses nothing.
+    pub fn flush(&mut self, timeout: Duration) -> Result<bool, Error> {
+        let deadline = now() + timeout;
+        loop {
+            self.check_open()?;
+            if self.publ.free_space()? == self.publ.capacity() {
+                return Ok(true);
+            }
+            if now() >= deadline {
+                return Ok(false);
+            }
+            // Sleep until the daemon pops (it wakes a waiting producer); with
+            // room for a whole record already, no wake-up comes: look again
+            // in a moment.
+            if self.publ.prepare_wait(self.publ.max_record())? {
+                let r = self.wait(Some(deadline));
+                self.publ.finish_wait();
+                r?;
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+
     /// Publishes, sleeping while the ring is full (until `timeout`, if any).
     pub fn publish_blocking(
         &mut self,
@@ -517,6 +555,21 @@ impl Client {
         }
     }
 
+    /// Waits up to `t` for a control message (a notice, usually) to arrive;
+    /// true if one did. Deliveries waiting in the ring are left there.
+    pub fn wait_notice(&mut self, t: Duration) -> Result<bool, Error> {
+        self.drain_control();
+        if !self.notices.is_empty() {
+            return Ok(true);
+        }
+        self.check_open()?;
+        let mut pfd = [sys::pollin(self.sock.as_raw_fd())];
+        sys::poll(&mut pfd, Some(t)).map_err(io_err)?;
+        self.drain_control();
+        self.check_open()?;
+        Ok(!self.notices.is_empty())
+    }
+
     /// Notices received so far (view changes, cut-off, shutdown).
     pub fn notices(&mut self) -> Vec<Notice> {
         self.drain_control();
@@ -536,7 +589,7 @@ impl Client {
             Notice::Shutdown { reason } => {
                 self.closed = Some(Closed::Gone(format!("mcastd is shutting down: {reason}")))
             }
-            Notice::ViewChanged { .. } => {}
+            Notice::ViewChanged { .. } | Notice::Error { .. } => {}
         }
         self.notices.push_back(n);
     }

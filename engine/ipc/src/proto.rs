@@ -58,10 +58,12 @@ pub enum Request {
 /// One member of a group's view.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Member {
-    /// Rank in the view (0..n).
+    /// Rank in the group (unique while the group lives).
     pub rank: u32,
-    /// Node or application name.
-    pub name: String,
+    /// The node the member's daemon runs on.
+    pub node: u32,
+    /// The member's client id on that daemon.
+    pub member: u64,
 }
 
 /// A group's membership at one epoch.
@@ -174,6 +176,12 @@ pub enum Notice {
         /// Why.
         reason: String,
     },
+    /// Something the client did was refused without a request to answer
+    /// (e.g. a message published to a group it has not joined was dropped).
+    Error {
+        /// What happened.
+        message: String,
+    },
 }
 
 /// Client → daemon envelope.
@@ -274,7 +282,8 @@ mod tests {
                     epoch: 5,
                     members: vec![Member {
                         rank: 0,
-                        name: "a".into(),
+                        node: 1,
+                        member: 7,
                     }],
                 },
             },

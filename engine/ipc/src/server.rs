@@ -336,6 +336,16 @@ impl Server {
         idle && self.doomed.is_empty()
     }
 
+    /// After the daemon wakes: clears the sleeping marks [`Server::prepare_sleep`]
+    /// set, so busy clients stop ringing the doorbell.
+    pub fn finish_sleep(&mut self) {
+        for c in self.conns.values_mut() {
+            if let Some(r) = &mut c.rings {
+                r.publications.finish_sleep();
+            }
+        }
+    }
+
     /// Bytes of memory held for clients: ring mappings plus queued control
     /// messages. Fixed per client except the (bounded) queue.
     pub fn memory_bytes(&self) -> usize {

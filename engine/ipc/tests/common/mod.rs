@@ -163,7 +163,8 @@ fn run(mut server: Server, s: Arc<Shared>, tx: mpsc::Sender<ServerEvent>) {
                             .enumerate()
                             .map(|(i, c)| Member {
                                 rank: i as u32,
-                                name: c.to_string(),
+                                node: 1,
+                                member: c.0,
                             })
                             .collect();
                         // Every member, the joiner included, hears of the

@@ -1,0 +1,274 @@
+//! `mcast`: the command-line tool. See `mcast --help`.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use mcast_cli::stream::{self, StreamReader};
+use mcast_ipc::{Client, Request, Response};
+
+/// Reliable multicast from the command line, through the local mcastd.
+///
+/// Examples:
+///   mcast recv logs > copy.bin          # join "logs", write what arrives
+///   mcast send logs big.bin             # join "logs", send the file, end the stream
+///   tail -f app.log | mcast send logs - # send standard input as it comes
+///   mcast members logs                  # who is in the group
+///   mcast stat                          # live counters per group and peer
+///   mcast doctor --interface eth0       # what to fix before mcastd can run
+///
+/// `send` cuts its input into messages of --chunk bytes and ends the stream
+/// with an empty message; `recv` writes each message's bytes to its output
+/// and stops at that end (or after --count messages). With --stamp on both
+/// sides each message carries its send time, and `recv` prints a latency
+/// summary (one host only: both ends read the same monotonic clock).
+#[derive(Parser, Debug)]
+#[command(name = "mcast", version)]
+struct Args {
+    /// mcastd's control socket.
+    #[arg(
+        short,
+        long,
+        global = true,
+        env = "MCAST_SOCKET",
+        default_value = "/run/mcastd/mcastd.sock"
+    )]
+    socket: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Join GROUP and send FILE (or standard input: "-") as a stream of messages.
+    Send {
+        group: String,
+        #[arg(default_value = "-")]
+        file: String,
+        /// Bytes per message.
+        #[arg(long, default_value_t = 8192)]
+        chunk: usize,
+        /// Wait until the group has this many member nodes before sending.
+        #[arg(long, value_name = "N")]
+        wait_nodes: Option<usize>,
+        /// Put the send time in each message (see `recv --stamp`).
+        #[arg(long)]
+        stamp: bool,
+        /// Give up waiting for --wait-nodes after this many seconds.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+    },
+    /// Join GROUP and write every message received to standard output (or --output).
+    Recv {
+        group: String,
+        /// Stop after N messages (otherwise at the end of a `send` stream).
+        #[arg(long, value_name = "N")]
+        count: Option<u64>,
+        /// Write here instead of standard output.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Messages carry send times (`send --stamp`): strip them, print latency.
+        #[arg(long)]
+        stamp: bool,
+        /// Give up when nothing arrives for this many seconds.
+        #[arg(long, value_name = "SECS")]
+        idle_timeout: Option<u64>,
+        /// Print "joined" to standard error once the join is complete.
+        #[arg(long)]
+        announce: bool,
+    },
+    /// The groups the registry knows: name, number, agent, member count.
+    Groups,
+    /// The members of GROUP: rank, node, client, and the view epoch.
+    Members { group: String },
+    /// Counters of the local mcastd: transport and XDP mode, per group and
+    /// peer rates, NAKs, repairs, ACK waits, stalls, drops, clients.
+    Stat {
+        /// Print the raw JSON.
+        #[arg(long)]
+        json: bool,
+        /// Print again every SECS seconds, with rates.
+        #[arg(long, value_name = "SECS")]
+        watch: Option<u64>,
+    },
+    /// Check this machine for what mcastd needs, and say what to fix.
+    Doctor {
+        /// The interface mcastd will use.
+        #[arg(short, long)]
+        interface: Option<String>,
+        /// mcastd's configuration file.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let r = match args.command {
+        Command::Doctor { interface, config } => doctor(interface, config),
+        cmd => run(&args.socket, cmd),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("mcast: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn doctor(interface: Option<String>, config: Option<PathBuf>) -> Result<ExitCode, String> {
+    let cfg = match &config {
+        Some(p) => Some(mcast_cli::config::Config::load(p).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let iface = interface.or_else(|| cfg.as_ref().map(|c| c.interface.clone()));
+    let report = mcast_cli::doctor::run(iface.as_deref(), cfg.as_ref());
+    print!("{}", report.render());
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
+    let name = format!("mcast-{}", std::process::id());
+    let mut client = Client::connect(socket, &name).map_err(|e| e.to_string())?;
+    match cmd {
+        Command::Send {
+            group,
+            file,
+            chunk,
+            wait_nodes,
+            stamp,
+            timeout,
+        } => {
+            if chunk == 0 || chunk + stream::STAMP_LEN > client.max_message() {
+                return Err(format!(
+                    "--chunk {chunk} must be between 1 and {} (mcastd's max_message minus the stamp)",
+                    client.max_message() - stream::STAMP_LEN
+                ));
+            }
+            let m = client.join(&group).map_err(|e| e.to_string())?;
+            if let Some(n) = wait_nodes {
+                stream::wait_nodes(
+                    &mut client,
+                    m.group,
+                    &m.view,
+                    n,
+                    Duration::from_secs(timeout),
+                )?;
+            }
+            let mut input: Box<dyn Read> = if file == "-" {
+                Box::new(std::io::stdin().lock())
+            } else {
+                Box::new(
+                    std::fs::File::open(&file).map_err(|e| format!("cannot open {file}: {e}"))?,
+                )
+            };
+            let sent = stream::send(&mut client, m.group, &mut input, chunk, stamp)?;
+            eprintln!(
+                "mcast: sent {} bytes in {} messages to {group} in {:.3} s ({:.1} MB/s)",
+                sent.bytes,
+                sent.messages,
+                sent.elapsed.as_secs_f64(),
+                sent.bytes as f64 / sent.elapsed.as_secs_f64().max(1e-9) / 1e6
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Recv {
+            group,
+            count,
+            output,
+            stamp,
+            idle_timeout,
+            announce,
+        } => {
+            let m = client.join(&group).map_err(|e| e.to_string())?;
+            if announce {
+                eprintln!("mcast: joined {group} (group {}, rank {})", m.group, m.rank);
+            }
+            let mut out: Box<dyn Write> = match &output {
+                Some(p) => Box::new(std::io::BufWriter::new(
+                    std::fs::File::create(p)
+                        .map_err(|e| format!("cannot create {}: {e}", p.display()))?,
+                )),
+                None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+            };
+            let mut reader = StreamReader::new(stamp);
+            let got = reader.run(
+                &mut client,
+                m.group,
+                &mut out,
+                count,
+                idle_timeout.map(Duration::from_secs),
+            )?;
+            out.flush()
+                .map_err(|e| format!("writing the output: {e}"))?;
+            eprintln!(
+                "mcast: received {} bytes in {} messages from {group}{}",
+                got.bytes,
+                got.messages,
+                if got.ended { " (end of stream)" } else { "" }
+            );
+            if let Some(s) = reader.latency_summary() {
+                eprintln!("mcast: latency {s}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Groups => {
+            let v = json_request(&mut client, Request::Groups)?;
+            print!("{}", stream::render_groups(&v));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Members { group } => {
+            let v = json_request(
+                &mut client,
+                Request::Members {
+                    group: group.clone(),
+                },
+            )?;
+            if v.is_null() {
+                return Err(format!("no group named {group:?} (see `mcast groups`)"));
+            }
+            print!("{}", stream::render_members(&v));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stat { json, watch } => {
+            let mut prev: Option<(serde_json::Value, u64)> = None;
+            loop {
+                let v = json_request(&mut client, Request::Stats)?;
+                let now = mcast_engine::sys::monotonic_ns();
+                if json {
+                    println!("{v:#}");
+                } else {
+                    print!(
+                        "{}",
+                        stream::render_stats(
+                            &v,
+                            prev.as_ref().map(|(p, t)| (p, (now - t) as f64 / 1e9))
+                        )
+                    );
+                }
+                let Some(secs) = watch else {
+                    return Ok(ExitCode::SUCCESS);
+                };
+                prev = Some((v, now));
+                // A display refresh, not a synchronisation.
+                std::thread::sleep(Duration::from_secs(secs.max(1)));
+            }
+        }
+        Command::Doctor { .. } => unreachable!("handled before connecting"),
+    }
+}
+
+fn json_request(client: &mut Client, r: Request) -> Result<serde_json::Value, String> {
+    match client.request(r).map_err(|e| e.to_string())? {
+        Response::Json(v) => Ok(v),
+        Response::Error { message, .. } => Err(message),
+        other => Err(format!("unexpected answer from mcastd: {other:?}")),
+    }
+}

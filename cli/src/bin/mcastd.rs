@@ -1,0 +1,225 @@
+//! `mcastd`: the per-node daemon. See `mcastd --help` and docs/mcastd.md.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use mcast_cli::config::{Algorithm, Config, Datapath, LogLevel, Overrides, Polling, XdpMode};
+use mcast_cli::daemon::Daemon;
+use mcast_cli::log::{Level, Logger};
+use mcast_engine::{
+    sys, Engine, EngineConfig, PacketConfig, PacketTransport, Transport, XdpConfig, XdpTransport,
+};
+use mcast_ipc::{Access, RingSizes, Server};
+use mcast_wire::ETHERTYPE_DEFAULT;
+use mcast_xsk::XskConfig;
+
+/// The reliable-multicast daemon: one per node.
+///
+/// mcastd owns one NIC queue (AF_XDP, or AF_PACKET as a fallback), runs the
+/// protocols for every group this node's applications join, talks to the
+/// other nodes' daemons over reliable unicast links, and serves local
+/// applications over shared memory (a Unix socket for control, memfd rings
+/// for data). Applications use the `mcast` tool or the client library.
+///
+/// Example: mcastd --config /etc/mcastd.toml
+///
+/// The configuration file (TOML) is documented in docs/mcastd.toml.example;
+/// flags override it. SIGINT or SIGTERM stop the daemon cleanly: clients are
+/// told, their groups left, the XDP program detached, shared memory freed.
+#[derive(Parser, Debug)]
+#[command(name = "mcastd", version)]
+struct Args {
+    /// The configuration file.
+    #[arg(short, long, value_name = "FILE", default_value = "/etc/mcastd.toml")]
+    config: PathBuf,
+    /// This node's id (overrides `node`).
+    #[arg(long)]
+    node: Option<u32>,
+    /// The network interface (overrides `interface`).
+    #[arg(short, long)]
+    interface: Option<String>,
+    /// The NIC receive queue (overrides `queue`).
+    #[arg(long)]
+    queue: Option<u32>,
+    /// The registry node (overrides `registry`).
+    #[arg(long)]
+    registry: Option<u32>,
+    /// The control socket path (overrides `socket`).
+    #[arg(short, long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// "xdp" or "packet" (overrides `datapath`).
+    #[arg(long)]
+    datapath: Option<Datapath>,
+    /// "auto", "native" or "skb" (overrides `xdp_mode`).
+    #[arg(long)]
+    xdp_mode: Option<XdpMode>,
+    /// Default algorithm of groups: "mak", "nak", "ack", "iterative" (overrides `algorithm`).
+    #[arg(long)]
+    algorithm: Option<Algorithm>,
+    /// "adaptive", "busy" or "sleep" (overrides `polling`).
+    #[arg(long)]
+    polling: Option<Polling>,
+    /// Pin the polling thread to this CPU (overrides `cpu`).
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// "error", "warn", "info" or "debug" (overrides `log`).
+    #[arg(long)]
+    log: Option<LogLevel>,
+    /// Check the configuration, print it, and exit.
+    #[arg(long)]
+    check: bool,
+}
+
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a binary reads the wall clock for logs"
+)]
+fn wall_clock() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let overrides = Overrides {
+        node: args.node,
+        interface: args.interface.clone(),
+        queue: args.queue,
+        registry: args.registry,
+        socket: args.socket.clone(),
+        datapath: args.datapath,
+        xdp_mode: args.xdp_mode,
+        algorithm: args.algorithm,
+        polling: args.polling,
+        cpu: args.cpu,
+        log: args.log,
+        ..Overrides::default()
+    };
+    let cfg = match Config::resolve(&args.config, &overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mcastd: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.check {
+        println!("{cfg:#?}");
+        return ExitCode::SUCCESS;
+    }
+    let level = match cfg.log {
+        LogLevel::Error => Level::Error,
+        LogLevel::Warn => Level::Warn,
+        LogLevel::Info => Level::Info,
+        LogLevel::Debug => Level::Debug,
+    };
+    let log = Logger::new(level, wall_clock);
+    let shutdown = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, shutdown.clone()) {
+            eprintln!("mcastd: cannot handle signal {sig}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let result = match cfg.datapath {
+        Datapath::Xdp => open_xdp(&cfg).and_then(|t| serve(cfg, t, log, shutdown)),
+        Datapath::Packet => open_packet(&cfg).and_then(|t| serve(cfg, t, log, shutdown)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mcastd: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn open_xdp(cfg: &Config) -> Result<XdpTransport, String> {
+    let xdp = XdpConfig {
+        queue: cfg.queue,
+        attach: cfg.xdp_mode.to_xsk(),
+        xsk: XskConfig {
+            frame_count: cfg.frames,
+            ..XskConfig::default()
+        },
+    };
+    XdpTransport::open(&cfg.interface, ETHERTYPE_DEFAULT, xdp).map_err(|e| {
+        format!(
+            "cannot open AF_XDP on {} queue {}: {e} (run `mcast doctor --interface {}`, or set datapath = \"packet\")",
+            cfg.interface, cfg.queue, cfg.interface
+        )
+    })
+}
+
+fn open_packet(cfg: &Config) -> Result<PacketTransport, String> {
+    let pc = PacketConfig {
+        frame_count: cfg.frames,
+        ..PacketConfig::default()
+    };
+    PacketTransport::open(&cfg.interface, ETHERTYPE_DEFAULT, pc)
+        .map_err(|e| format!("cannot open AF_PACKET on {}: {e}", cfg.interface))
+}
+
+fn serve<T: Transport>(
+    cfg: Config,
+    transport: T,
+    log: Logger,
+    shutdown: Arc<AtomicBool>,
+) -> Result<(), String> {
+    let mtu = sys::if_mtu(&cfg.interface)
+        .map_err(|e| format!("cannot read the MTU of {}: {e}", cfg.interface))?;
+    let mut ec = EngineConfig::new(cfg.node, 0, mcast_engine::Algorithm::Mak);
+    ec.mtu = mtu as usize;
+    ec.peers = cfg.peers.iter().map(|p| (p.node, p.mac)).collect();
+    ec.max_message = cfg.max_message as usize;
+    ec.window_frames = cfg.window_frames;
+    ec.cpu = cfg.cpu;
+    ec.seed = u64::from(cfg.node);
+    match cfg.polling {
+        Polling::Adaptive => ec.spin = Duration::from_micros(cfg.spin_us),
+        Polling::Busy => {
+            ec.spin = Duration::from_secs(3600);
+        }
+        Polling::Sleep => ec.spin = Duration::ZERO,
+    }
+    ec.max_sleep = Duration::from_millis(10);
+    let engine = Engine::new(transport, ec).map_err(|e| e.to_string())?;
+    let access = Access {
+        uids: cfg.allow_uids.clone(),
+        gids: cfg.allow_gids.clone(),
+        config: cfg.origin.clone(),
+        socket_mode: cfg.socket_mode_bits(),
+    };
+    let sizes = RingSizes {
+        publication: cfg.publication_buffer as usize,
+        subscription: cfg.subscriber_buffer as usize,
+        max_message: cfg.max_message as usize,
+    };
+    if let Some(dir) = cfg.socket.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create the socket directory {}: {e}", dir.display()))?;
+    }
+    let server =
+        Server::bind(&cfg.socket, access, sizes, cfg.max_clients as usize).map_err(|e| {
+            format!(
+            "cannot listen on {}: {e} (is another mcastd running? remove the stale socket if not)",
+            cfg.socket.display()
+        )
+        })?;
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the session epoch is the start time"
+    )]
+    let incarnation = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as u32)
+        .unwrap_or(1);
+    let daemon =
+        Daemon::new(cfg, engine, server, incarnation, log, shutdown).map_err(|e| e.to_string())?;
+    daemon.run().map_err(|e| e.to_string())
+}

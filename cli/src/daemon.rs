@@ -1,0 +1,1250 @@
+//! `mcastd`'s core: one engine (the NIC queue and every group's streams),
+//! the group service (registry, group agents, this node's operating agent),
+//! the daemons' unicast links, and the local clients served over shared
+//! memory. Single-threaded: [`Daemon::run_once`] does one round of
+//! everything and sleeps on the transport and the clients' descriptors at once.
+//!
+//! Data paths and their copies (docs/mcastd.md):
+//! - publish: the client copies its message into its publication ring (1);
+//!   the daemon copies it from the ring into UMEM frames (2), which the
+//!   protocol then sends and resends in place.
+//! - receive: the engine hands each fragment in place in its UMEM frame; the
+//!   daemon copies it straight into each local subscriber's ring (1 per
+//!   subscriber); the client library copies it out of the ring into the
+//!   message it returns (2), or lends it in place.
+//! - local subscribers of a local publisher get the message from the
+//!   publication ring directly (one copy into each ring).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcast_engine::{
+    Deliver, Engine, EngineError, Fragment, GroupOptions, ProtocolConfig, PublishError,
+    StreamStart, Transport,
+};
+use mcast_groups::{GroupEvent, GroupService, Limits, View};
+use mcast_ipc::ring::{FIRST as FLAG_FIRST, LAST as FLAG_LAST};
+use mcast_ipc::{
+    ClientId, ErrorCode, Notice, RecordHeader, Request, Response, Server, ServerEvent,
+};
+use mcast_proto::frag::Reassembler;
+use mcast_wire::{GroupId, NodeId, Seq};
+use serde_json::json;
+
+use crate::config::{Config, SlowSubscriber};
+use crate::links::{inbox, is_link, LinkMessage};
+use crate::log::Logger;
+
+/// Control messages waiting for a full link at most, per peer.
+const MAX_LINK_BACKLOG: usize = 65_536;
+/// Publication records taken from one client per round (fairness).
+const PUBLISH_BURST: usize = 64;
+/// Stream starts held for groups not joined yet, per group.
+const MAX_PENDING_STARTS: usize = 1024;
+/// How long a leave waits for the group's send stream to deliver what was
+/// published before it (then it goes ahead anyway).
+const LINGER_NS: u64 = 5_000_000_000;
+
+/// A leave held back until what the member published has been delivered:
+/// the other daemons close their receive streams from this node as soon as
+/// the view without it arrives, so the leave must not overtake the data.
+#[derive(Debug)]
+struct Linger {
+    client: ClientId,
+    /// A Leave request (the pending id); None: the client is gone, leave all.
+    leave: Option<(GroupId, u64)>,
+    groups: Vec<GroupId>,
+    deadline: u64,
+}
+
+/// The daemon's own counters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DaemonCounters {
+    pub clients_connected: u64,
+    pub clients_disconnected: u64,
+    pub clients_cut_off: u64,
+    pub requests: u64,
+    pub messages_published: u64,
+    pub publish_errors: u64,
+    pub fragments_delivered: u64,
+    pub fragments_overflowed: u64,
+    pub local_loopback: u64,
+    pub link_messages_sent: u64,
+    pub link_messages_received: u64,
+    pub link_errors: u64,
+    pub link_backlog_drops: u64,
+    pub group_pauses: u64,
+}
+
+#[derive(Debug)]
+struct LocalGroup {
+    name: String,
+    view: Option<View>,
+    /// Local clients joined, in join order.
+    members: Vec<ClientId>,
+    sender_open: bool,
+    paused: bool,
+    slow: SlowSubscriber,
+}
+
+#[derive(Debug, Default)]
+struct ClientState {
+    name: String,
+    pid: u32,
+    uid: u32,
+    groups: HashSet<GroupId>,
+    /// Fragments that did not fit the subscription ring, oldest first.
+    overflow: VecDeque<(RecordHeader, Vec<u8>)>,
+    overflow_bytes: usize,
+    published: u64,
+    delivered: u64,
+}
+
+/// What a pending group-service request answers.
+#[derive(Debug, Clone, Copy)]
+enum Pending {
+    Join { client: ClientId, req: u64 },
+    Leave { client: ClientId, req: u64 },
+    Query { client: ClientId, req: u64 },
+    List { client: ClientId, req: u64 },
+}
+
+#[derive(Debug, Default)]
+struct Links {
+    reassembly: HashMap<NodeId, Reassembler>,
+    inbound: Vec<(NodeId, Vec<u8>)>,
+    backlog: HashMap<NodeId, VecDeque<Vec<u8>>>,
+}
+
+/// The daemon over transport `T`.
+#[derive(Debug)]
+pub struct Daemon<T: Transport> {
+    cfg: Config,
+    node: NodeId,
+    incarnation: u32,
+    engine: Engine<T>,
+    server: Server,
+    groups: GroupService,
+    local: HashMap<GroupId, LocalGroup>,
+    clients: HashMap<ClientId, ClientState>,
+    pending: HashMap<u64, Pending>,
+    next_req: u64,
+    links: Links,
+    pending_starts: HashMap<GroupId, Vec<(NodeId, StreamStart)>>,
+    lingering: Vec<Linger>,
+    counters: DaemonCounters,
+    log: Logger,
+    shutdown: Arc<AtomicBool>,
+    fds: Vec<RawFd>,
+    events: Vec<ServerEvent>,
+    scratch: Vec<u8>,
+}
+
+impl<T: Transport> Daemon<T> {
+    /// A daemon over `engine` (which carries no group yet) serving `server`.
+    /// `incarnation` is this run's session epoch (e.g. the start time in
+    /// seconds): peers restart their link receive streams when it grows.
+    pub fn new(
+        cfg: Config,
+        mut engine: Engine<T>,
+        server: Server,
+        incarnation: u32,
+        log: Logger,
+        shutdown: Arc<AtomicBool>,
+    ) -> Result<Daemon<T>, EngineError> {
+        let node = cfg.node;
+        let link = link_options();
+        engine.add_group(
+            inbox(node),
+            GroupOptions {
+                accept_any_sender: true,
+                ..link.clone()
+            },
+        )?;
+        for p in &cfg.peers {
+            engine.add_group(inbox(p.node), link.clone())?;
+            engine.open_sender_in(
+                inbox(p.node),
+                &[p.node],
+                StreamStart {
+                    epoch: incarnation,
+                    seq: Seq(0),
+                },
+            )?;
+        }
+        let groups = GroupService::new(node, cfg.registry, Limits::default());
+        Ok(Daemon {
+            node,
+            incarnation,
+            engine,
+            server,
+            groups,
+            local: HashMap::new(),
+            clients: HashMap::new(),
+            pending: HashMap::new(),
+            next_req: 1,
+            links: Links::default(),
+            pending_starts: HashMap::new(),
+            lingering: Vec::new(),
+            counters: DaemonCounters::default(),
+            log,
+            shutdown,
+            fds: Vec::new(),
+            events: Vec::new(),
+            scratch: Vec::new(),
+            cfg,
+        })
+    }
+
+    /// Runs until the shutdown flag is set, then shuts down cleanly.
+    pub fn run(mut self) -> Result<(), EngineError> {
+        self.log.info(
+            "ready",
+            &[
+                ("node", &self.node),
+                ("socket", &self.cfg.socket.display()),
+                ("transport", &self.engine.stats().transport.kind),
+            ],
+        );
+        while !self.shutdown.load(Ordering::Relaxed) {
+            self.run_once()?;
+        }
+        self.stop()
+    }
+
+    /// One round: clients' requests, publications, the engine (with sleep),
+    /// link messages, group events, overflowing subscribers.
+    pub fn run_once(&mut self) -> Result<bool, EngineError> {
+        let mut work = self.serve_clients();
+        work |= self.take_publications()?;
+        self.fds.clear();
+        self.server.poll_fds(&mut self.fds);
+        let mut sink = Sink {
+            server: &mut self.server,
+            clients: &mut self.clients,
+            local: &self.local,
+            links: &mut self.links,
+            counters: &mut self.counters,
+            max_message: self.cfg.max_message as usize,
+        };
+        // Sleep only if no client has published meanwhile (the marks make
+        // the next publish ring the doorbell, one of `fds`).
+        let may_sleep = !work && sink.server.prepare_sleep();
+        let max_sleep = if may_sleep {
+            None
+        } else {
+            Some(Duration::ZERO)
+        };
+        work |= self
+            .engine
+            .run_once_deliver(&mut sink, &self.fds, max_sleep)?;
+        if may_sleep {
+            self.server.finish_sleep();
+        }
+        work |= self.handle_links()?;
+        work |= self.handle_group_events()?;
+        work |= self.flush_links()?;
+        work |= self.flush_overflow()?;
+        work |= self.finish_lingering();
+        Ok(work)
+    }
+
+    /// Carries out the leaves whose data has been delivered (or waited long enough).
+    fn finish_lingering(&mut self) -> bool {
+        if self.lingering.is_empty() {
+            return false;
+        }
+        let now = mcast_engine::sys::monotonic_ns();
+        let mut work = false;
+        let mut i = 0;
+        while i < self.lingering.len() {
+            let l = &self.lingering[i];
+            let ring_empty = l.leave.is_none()
+                || self
+                    .server
+                    .publications(l.client)
+                    .is_none_or(|p| p.pending().is_ok_and(|n| n == 0));
+            let sent = l.groups.iter().all(|&g| self.engine.group_send_idle(g));
+            if !(now >= l.deadline || ring_empty && sent) {
+                i += 1;
+                continue;
+            }
+            let l = self.lingering.swap_remove(i);
+            work = true;
+            match l.leave {
+                Some((group, id)) => self.groups.leave(id, l.client.0, group),
+                None => self.groups.member_gone(l.client.0),
+            }
+        }
+        work
+    }
+
+    /// Tells clients, leaves the groups on their behalf (briefly running the
+    /// links so the agents hear it), and stops the engine.
+    pub fn stop(mut self) -> Result<(), EngineError> {
+        self.log
+            .info("shutting down", &[("clients", &self.clients.len())]);
+        let ids: Vec<ClientId> = self.clients.keys().copied().collect();
+        for c in ids {
+            self.server.notify(
+                c,
+                Notice::Shutdown {
+                    reason: "mcastd is shutting down".into(),
+                },
+            );
+            self.groups.member_gone(c.0);
+        }
+        for l in std::mem::take(&mut self.lingering) {
+            match l.leave {
+                Some((group, id)) => self.groups.leave(id, l.client.0, group),
+                None => self.groups.member_gone(l.client.0),
+            }
+        }
+        let deadline = mcast_engine::sys::monotonic_ns() + 500_000_000;
+        while mcast_engine::sys::monotonic_ns() < deadline {
+            self.flush_group_sends();
+            self.flush_links()?;
+            let mut sink = |_: Fragment<'_>| {};
+            self.engine.poll_deliver(&mut sink)?;
+            if self.links.backlog.values().all(|q| q.is_empty())
+                && self
+                    .cfg
+                    .peers
+                    .iter()
+                    .all(|p| self.engine.group_send_idle(inbox(p.node)))
+            {
+                break;
+            }
+        }
+        let (report, _transport) = self.engine.shutdown()?;
+        self.log.info(
+            "stopped",
+            &[
+                ("frames_free", &report.ledger.transport.free),
+                ("messages_published", &self.counters.messages_published),
+            ],
+        );
+        Ok(())
+    }
+
+    /// The daemon's counters.
+    pub fn counters(&self) -> DaemonCounters {
+        self.counters
+    }
+
+    // ---- clients --------------------------------------------------------
+
+    fn serve_clients(&mut self) -> bool {
+        let mut events = std::mem::take(&mut self.events);
+        events.clear();
+        self.server.poll(&mut events);
+        let work = !events.is_empty();
+        for ev in events.drain(..) {
+            match ev {
+                ServerEvent::Connected {
+                    client,
+                    uid,
+                    pid,
+                    name,
+                    ..
+                } => {
+                    self.counters.clients_connected += 1;
+                    self.log.info(
+                        "client connected",
+                        &[
+                            ("client", &client.0),
+                            ("pid", &pid),
+                            ("uid", &uid),
+                            ("name", &name),
+                        ],
+                    );
+                    self.clients.insert(
+                        client,
+                        ClientState {
+                            name,
+                            pid,
+                            uid,
+                            ..ClientState::default()
+                        },
+                    );
+                }
+                ServerEvent::Request {
+                    client,
+                    req,
+                    request,
+                } => {
+                    self.counters.requests += 1;
+                    self.handle_request(client, req, request);
+                }
+                ServerEvent::Disconnected { client, reason } => {
+                    self.client_gone(client, &reason);
+                }
+            }
+        }
+        self.events = events;
+        work
+    }
+
+    fn client_gone(&mut self, client: ClientId, reason: &str) {
+        let Some(state) = self.clients.remove(&client) else {
+            return;
+        };
+        self.counters.clients_disconnected += 1;
+        self.log.info(
+            "client gone",
+            &[
+                ("client", &client.0),
+                ("name", &state.name),
+                ("reason", &reason),
+            ],
+        );
+        for g in &state.groups {
+            if let Some(lg) = self.local.get_mut(g) {
+                lg.members.retain(|&c| c != client);
+            }
+        }
+        self.pending.retain(|_, p| p.client() != client);
+        // Its leave waits until what it published is delivered.
+        self.lingering.retain(|l| l.client != client);
+        self.lingering.push(Linger {
+            client,
+            leave: None,
+            groups: state.groups.iter().copied().collect(),
+            deadline: mcast_engine::sys::monotonic_ns() + LINGER_NS,
+        });
+    }
+
+    fn handle_request(&mut self, client: ClientId, req: u64, request: Request) {
+        let id = self.next_req;
+        self.next_req += 1;
+        match request {
+            Request::Hello { .. } => self.server.reply(
+                client,
+                req,
+                Response::error(
+                    ErrorCode::BadState,
+                    "hello was already exchanged on this connection",
+                ),
+            ),
+            Request::Join { group } => {
+                self.pending.insert(id, Pending::Join { client, req });
+                self.groups.join(id, client.0, &group);
+            }
+            Request::Leave { group } => {
+                if !self
+                    .clients
+                    .get(&client)
+                    .is_some_and(|c| c.groups.contains(&group))
+                {
+                    self.server.reply(
+                        client,
+                        req,
+                        Response::error(
+                            ErrorCode::UnknownGroup,
+                            format!("this client has not joined group {group}"),
+                        ),
+                    );
+                    return;
+                }
+                self.pending.insert(id, Pending::Leave { client, req });
+                self.lingering.push(Linger {
+                    client,
+                    leave: Some((group, id)),
+                    groups: vec![group],
+                    deadline: mcast_engine::sys::monotonic_ns() + LINGER_NS,
+                });
+            }
+            Request::Query { group } | Request::Members { group } => {
+                self.pending.insert(id, Pending::Query { client, req });
+                self.groups.query(id, &group);
+            }
+            Request::Groups => {
+                self.pending.insert(id, Pending::List { client, req });
+                self.groups.list(id);
+            }
+            Request::Stats => {
+                let stats = self.stats_json();
+                self.server.reply(client, req, Response::Json(stats));
+            }
+        }
+    }
+
+    /// Takes publication records from every client, feeding the engine and
+    /// local subscribers; a record whose group window is full stays in the
+    /// ring (the client sees WouldBlock once its ring fills).
+    fn take_publications(&mut self) -> Result<bool, EngineError> {
+        let mut work = false;
+        let ids: Vec<ClientId> = self.clients.keys().copied().collect();
+        for c in ids {
+            let mut taken = 0;
+            while taken < PUBLISH_BURST {
+                let Some(cons) = self.server.publications(c) else {
+                    break;
+                };
+                let rec = match cons.peek() {
+                    Ok(Some(r)) => r,
+                    Ok(None) => break,
+                    Err(e) => {
+                        let reason = format!("publication ring is corrupt: {e}");
+                        self.cut_off(c, &reason);
+                        break;
+                    }
+                };
+                let group = rec.header.group;
+                self.scratch.clear();
+                self.scratch.extend_from_slice(rec.payload);
+                let joined = self
+                    .clients
+                    .get(&c)
+                    .is_some_and(|s| s.groups.contains(&group));
+                if !joined {
+                    self.server.publications(c).map(|p| p.pop());
+                    self.counters.publish_errors += 1;
+                    self.server.notify(
+                        c,
+                        Notice::Error {
+                            message: format!(
+                                "a message for group {group}, which this client has not joined, was dropped"
+                            ),
+                        },
+                    );
+                    continue;
+                }
+                if !self.publish_remote(group, c)? {
+                    break; // window full: try again next round
+                }
+                self.loopback(group, c);
+                self.server.publications(c).map(|p| p.pop());
+                self.server.wake_publishers(c);
+                if let Some(s) = self.clients.get_mut(&c) {
+                    s.published += 1;
+                }
+                self.counters.messages_published += 1;
+                taken += 1;
+                work = true;
+            }
+        }
+        Ok(work)
+    }
+
+    /// Queues `self.scratch` on `group`'s send stream (opening it on first
+    /// use). False when the window is full.
+    fn publish_remote(&mut self, group: GroupId, client: ClientId) -> Result<bool, EngineError> {
+        let remote = self.remote_nodes(group);
+        if remote.is_empty() {
+            return Ok(true); // nobody else in the group: local delivery only
+        }
+        let lg = self.local.get_mut(&group).expect("a joined group is local");
+        if !lg.sender_open {
+            let start = StreamStart {
+                epoch: self.incarnation,
+                seq: Seq(0),
+            };
+            self.engine.open_sender_in(group, &remote, start)?;
+            lg.sender_open = true;
+            for n in remote {
+                self.send_link(n, LinkMessage::Start { group, start });
+            }
+        }
+        match self.engine.publish_in(group, &self.scratch) {
+            Ok(()) => Ok(true),
+            Err(PublishError::WouldBlock) => Ok(false),
+            Err(e) => {
+                self.counters.publish_errors += 1;
+                self.server.notify(
+                    client,
+                    Notice::Error {
+                        message: format!("a message for group {group} was dropped: {e}"),
+                    },
+                );
+                Ok(true)
+            }
+        }
+    }
+
+    /// Gives `self.scratch`, published by `from`, to the group's other local clients.
+    fn loopback(&mut self, group: GroupId, from: ClientId) {
+        let Some(lg) = self.local.get(&group) else {
+            return;
+        };
+        let hdr = RecordHeader {
+            group,
+            source: self.node,
+            flags: FLAG_FIRST | FLAG_LAST,
+        };
+        for &c in &lg.members {
+            if c == from {
+                continue;
+            }
+            if let Some(state) = self.clients.get_mut(&c) {
+                deliver_to(
+                    &mut self.server,
+                    c,
+                    state,
+                    hdr,
+                    &self.scratch,
+                    &mut self.counters,
+                );
+                self.counters.local_loopback += 1;
+            }
+        }
+    }
+
+    /// Moves overflowed fragments into rings that have room again; applies
+    /// the slow-subscriber policy to clients still too far behind.
+    fn flush_overflow(&mut self) -> Result<bool, EngineError> {
+        let mut work = false;
+        let limit = self.cfg.subscriber_buffer as usize;
+        let mut behind: Vec<ClientId> = Vec::new();
+        for (&c, state) in self.clients.iter_mut() {
+            while let Some((hdr, data)) = state.overflow.front() {
+                let Some(p) = self.server.subscription(c) else {
+                    break;
+                };
+                if p.try_push(*hdr, &[data]).is_err() {
+                    break;
+                }
+                let (_, data) = state.overflow.pop_front().expect("peeked");
+                state.overflow_bytes -= data.len() + RECORD_COST;
+                state.delivered += 1;
+                work = true;
+            }
+            if state.overflow_bytes > limit {
+                behind.push(c);
+            }
+        }
+        // Pause or cut off, group by group.
+        let mut to_pause = Vec::new();
+        for c in behind {
+            let groups: Vec<GroupId> = self
+                .clients
+                .get(&c)
+                .map(|s| s.groups.iter().copied().collect())
+                .unwrap_or_default();
+            let hold = groups.iter().any(|g| {
+                self.local
+                    .get(g)
+                    .is_some_and(|lg| lg.slow == SlowSubscriber::Hold)
+            });
+            if hold {
+                to_pause.extend(groups.into_iter().filter(|g| {
+                    self.local
+                        .get(g)
+                        .is_some_and(|lg| lg.slow == SlowSubscriber::Hold && !lg.paused)
+                }));
+            } else {
+                let bytes = self.clients.get(&c).map_or(0, |s| s.overflow_bytes);
+                let reason = format!(
+                    "slow subscriber: {bytes} bytes waiting beyond the {limit}-byte subscription ring \
+                     (slow_subscriber = \"cutoff\"); read faster or ask for slow_subscriber = \"hold\""
+                );
+                self.cut_off(c, &reason);
+            }
+        }
+        for g in to_pause {
+            self.engine.set_paused(g, true)?;
+            if let Some(lg) = self.local.get_mut(&g) {
+                lg.paused = true;
+            }
+            self.counters.group_pauses += 1;
+            self.log
+                .warn("group held back for a slow subscriber", &[("group", &g)]);
+        }
+        // Resume groups whose subscribers have drained to half.
+        let resume: Vec<GroupId> = self
+            .local
+            .iter()
+            .filter(|(_, lg)| lg.paused)
+            .filter(|(_, lg)| {
+                lg.members.iter().all(|c| {
+                    self.clients
+                        .get(c)
+                        .is_none_or(|s| s.overflow_bytes <= limit / 2)
+                })
+            })
+            .map(|(&g, _)| g)
+            .collect();
+        for g in resume {
+            self.engine.set_paused(g, false)?;
+            if let Some(lg) = self.local.get_mut(&g) {
+                lg.paused = false;
+            }
+            self.log.info("group resumed", &[("group", &g)]);
+            work = true;
+        }
+        Ok(work)
+    }
+
+    fn cut_off(&mut self, c: ClientId, reason: &str) {
+        self.counters.clients_cut_off += 1;
+        self.log
+            .warn("client cut off", &[("client", &c.0), ("reason", &reason)]);
+        self.server.notify(
+            c,
+            Notice::CutOff {
+                reason: reason.to_owned(),
+            },
+        );
+        self.server.disconnect(c, reason);
+        self.client_gone(c, reason);
+    }
+
+    // ---- links and group events ------------------------------------------
+
+    fn send_link(&mut self, peer: NodeId, msg: LinkMessage) {
+        let q = self.links.backlog.entry(peer).or_default();
+        if q.len() >= MAX_LINK_BACKLOG {
+            self.counters.link_backlog_drops += 1;
+            self.log.error(
+                "link backlog full: dropping a control message",
+                &[("peer", &peer), ("backlog", &q.len())],
+            );
+            return;
+        }
+        q.push_back(msg.encode());
+    }
+
+    fn flush_links(&mut self) -> Result<bool, EngineError> {
+        let mut work = false;
+        for (&peer, q) in self.links.backlog.iter_mut() {
+            while let Some(m) = q.front() {
+                match self.engine.publish_in(inbox(peer), m) {
+                    Ok(()) => {
+                        q.pop_front();
+                        self.counters.link_messages_sent += 1;
+                        work = true;
+                    }
+                    Err(PublishError::WouldBlock) => break,
+                    Err(e) => {
+                        self.counters.link_errors += 1;
+                        self.log
+                            .error("cannot send to peer", &[("peer", &peer), ("error", &e)]);
+                        q.pop_front();
+                    }
+                }
+            }
+        }
+        Ok(work)
+    }
+
+    fn flush_group_sends(&mut self) {
+        while let Some((peer, bytes)) = self.groups.poll_send() {
+            if peer == self.node {
+                // The service answers itself internally; never expected.
+                continue;
+            }
+            if !self.cfg.peers.iter().any(|p| p.node == peer) {
+                self.counters.link_errors += 1;
+                self.log.error(
+                    "group message for a node that is not a [[peer]]",
+                    &[("node", &peer)],
+                );
+                continue;
+            }
+            self.send_link(peer, LinkMessage::Groups(bytes));
+        }
+    }
+
+    fn handle_links(&mut self) -> Result<bool, EngineError> {
+        let inbound = std::mem::take(&mut self.links.inbound);
+        let work = !inbound.is_empty();
+        for (from, bytes) in inbound {
+            self.counters.link_messages_received += 1;
+            match LinkMessage::decode(&bytes) {
+                Ok(LinkMessage::Groups(b)) => {
+                    if let Err(e) = self.groups.handle_message(from, &b) {
+                        self.counters.link_errors += 1;
+                        self.log
+                            .warn("bad group message", &[("from", &from), ("error", &e)]);
+                    }
+                }
+                Ok(LinkMessage::Start { group, start }) => self.stream_start(from, group, start)?,
+                Err(e) => {
+                    self.counters.link_errors += 1;
+                    self.log
+                        .warn("bad link message", &[("from", &from), ("error", &e)]);
+                }
+            }
+        }
+        Ok(work)
+    }
+
+    /// Node `from` says where its stream in `group` starts for us.
+    fn stream_start(
+        &mut self,
+        from: NodeId,
+        group: GroupId,
+        start: StreamStart,
+    ) -> Result<(), EngineError> {
+        if !self.local.contains_key(&group) {
+            // The view that makes us a member may still be on its way.
+            let q = self.pending_starts.entry(group).or_default();
+            q.retain(|(n, _)| *n != from);
+            if q.len() < MAX_PENDING_STARTS {
+                q.push((from, start));
+            }
+            return Ok(());
+        }
+        self.engine.close_receiver_in(group, from)?;
+        self.engine.open_receiver_in(group, from, start)?;
+        self.log.debug(
+            "receive stream opened",
+            &[("group", &group), ("from", &from), ("seq", &start.seq.0)],
+        );
+        Ok(())
+    }
+
+    fn handle_group_events(&mut self) -> Result<bool, EngineError> {
+        self.flush_group_sends();
+        let mut work = false;
+        while let Some(ev) = self.groups.poll_event() {
+            work = true;
+            match ev {
+                GroupEvent::Joined {
+                    req,
+                    member,
+                    group,
+                    name,
+                    rank,
+                    view,
+                } => {
+                    let client = ClientId(member);
+                    self.ensure_local(group, &name)?;
+                    if let Some(s) = self.clients.get_mut(&client) {
+                        s.groups.insert(group);
+                        let lg = self.local.get_mut(&group).expect("ensured");
+                        if !lg.members.contains(&client) {
+                            lg.members.push(client);
+                        }
+                    }
+                    self.log.info(
+                        "client joined",
+                        &[
+                            ("client", &member),
+                            ("group", &name),
+                            ("number", &group),
+                            ("rank", &rank),
+                        ],
+                    );
+                    if let Some(Pending::Join { client, req }) = self.pending.remove(&req) {
+                        self.server.reply(
+                            client,
+                            req,
+                            Response::Joined {
+                                group,
+                                name,
+                                rank,
+                                view: ipc_view(&view),
+                            },
+                        );
+                    }
+                }
+                GroupEvent::Left { req, member, group } => {
+                    let client = ClientId(member);
+                    if let Some(s) = self.clients.get_mut(&client) {
+                        s.groups.remove(&group);
+                    }
+                    if let Some(lg) = self.local.get_mut(&group) {
+                        lg.members.retain(|&c| c != client);
+                    }
+                    if let Some(Pending::Leave { client, req }) = self.pending.remove(&req) {
+                        self.server.reply(client, req, Response::Left);
+                    }
+                }
+                GroupEvent::Failed { req, error } => {
+                    if let Some(p) = self.pending.remove(&req) {
+                        self.server.reply(
+                            p.client(),
+                            p.req(),
+                            Response::error(error_code(&error), error.to_string()),
+                        );
+                    }
+                }
+                GroupEvent::QueryResult { req, info } => {
+                    if let Some(p) = self.pending.remove(&req) {
+                        let v = info.as_ref().map_or(json!(null), info_json);
+                        self.server.reply(p.client(), p.req(), Response::Json(v));
+                    }
+                }
+                GroupEvent::List { req, groups } => {
+                    if let Some(p) = self.pending.remove(&req) {
+                        let v = json!(groups
+                            .iter()
+                            .map(|g| json!({
+                                "name": g.name,
+                                "group": g.group,
+                                "agent": g.agent,
+                                "members": g.members,
+                            }))
+                            .collect::<Vec<_>>());
+                        self.server.reply(p.client(), p.req(), Response::Json(v));
+                    }
+                }
+                GroupEvent::ViewChanged { group, view } => self.view_changed(group, view)?,
+            }
+        }
+        self.flush_group_sends();
+        Ok(work)
+    }
+
+    /// Starts carrying `group` if this node does not yet.
+    fn ensure_local(&mut self, group: GroupId, name: &str) -> Result<(), EngineError> {
+        if self.local.contains_key(&group) {
+            return Ok(());
+        }
+        let s = self.cfg.group_settings(name);
+        self.engine.add_group(
+            group,
+            GroupOptions {
+                algorithm: s.algorithm.to_engine(),
+                protocol: ProtocolConfig::default(),
+                window_frames: s.window_frames,
+                subscribe: true,
+                accept_any_sender: false,
+                max_queued_frames: (s.window_frames as usize).max(256),
+            },
+        )?;
+        self.local.insert(
+            group,
+            LocalGroup {
+                name: name.to_owned(),
+                view: None,
+                members: Vec::new(),
+                sender_open: false,
+                paused: false,
+                slow: s.slow_subscriber,
+            },
+        );
+        for (from, start) in self.pending_starts.remove(&group).unwrap_or_default() {
+            self.stream_start(from, group, start)?;
+        }
+        Ok(())
+    }
+
+    fn view_changed(&mut self, group: GroupId, view: View) -> Result<(), EngineError> {
+        let nodes = view.nodes();
+        self.log.info(
+            "view",
+            &[
+                ("group", &view.name),
+                ("number", &group),
+                ("epoch", &view.epoch),
+                ("nodes", &format!("{nodes:?}")),
+            ],
+        );
+        if !nodes.contains(&self.node) {
+            // Our last local member left: stop carrying the group.
+            if self.local.remove(&group).is_some() {
+                self.engine.remove_group(group)?;
+            }
+            return Ok(());
+        }
+        self.ensure_local(group, &view.name)?;
+        let remote: Vec<NodeId> = nodes.iter().copied().filter(|&n| n != self.node).collect();
+        let lg = self.local.get_mut(&group).expect("ensured");
+        let before: Vec<NodeId> = lg
+            .view
+            .as_ref()
+            .map(|v| v.nodes())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|&n| n != self.node)
+            .collect();
+        if lg.sender_open {
+            // The MAK sender's ACK set is the view; new members start now.
+            let start = self.engine.set_members_in(group, &remote)?;
+            for &n in remote.iter().filter(|n| !before.contains(n)) {
+                self.send_link(n, LinkMessage::Start { group, start });
+            }
+        }
+        for n in self.engine.receivers_in(group) {
+            if !remote.contains(&n) {
+                self.engine.close_receiver_in(group, n)?;
+            }
+        }
+        let notice = Notice::ViewChanged {
+            group,
+            epoch: view.epoch,
+            members: ipc_view(&view).members,
+        };
+        let lg = self.local.get_mut(&group).expect("ensured");
+        for &c in &lg.members {
+            self.server.notify(c, notice.clone());
+        }
+        lg.view = Some(view);
+        Ok(())
+    }
+
+    fn remote_nodes(&self, group: GroupId) -> Vec<NodeId> {
+        self.local
+            .get(&group)
+            .and_then(|lg| lg.view.as_ref())
+            .map(|v| v.nodes().into_iter().filter(|&n| n != self.node).collect())
+            .unwrap_or_default()
+    }
+
+    /// Everything `mcast stat` shows.
+    pub fn stats_json(&self) -> serde_json::Value {
+        let s = self.engine.stats();
+        let groups: Vec<_> = s
+            .groups
+            .iter()
+            .filter(|g| !is_link(g.group))
+            .map(|g| {
+                let lg = self.local.get(&g.group);
+                json!({
+                    "group": g.group,
+                    "name": lg.map(|l| l.name.clone()),
+                    "algorithm": g.algorithm.name(),
+                    "local_members": lg.map_or(0, |l| l.members.len()),
+                    "view_epoch": lg.and_then(|l| l.view.as_ref()).map(|v| v.epoch),
+                    "paused": g.paused,
+                    "queued_frames": g.queued,
+                    "sender": g.sender.map(|c| counters_json(&c)),
+                    "receivers": g.receivers.iter().map(|(n, c)| json!({"from": n, "counters": counters_json(c)})).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        let links: Vec<_> = s
+            .groups
+            .iter()
+            .filter(|g| is_link(g.group))
+            .map(|g| {
+                json!({
+                    "inbox_of": g.group & !crate::links::LINK_BASE,
+                    "sender": g.sender.map(|c| counters_json(&c)),
+                    "receivers": g.receivers.iter().map(|(n, c)| json!({"from": n, "counters": counters_json(c)})).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        let clients: Vec<_> = self
+            .clients
+            .iter()
+            .map(|(c, st)| {
+                json!({
+                    "client": c.0, "name": st.name, "pid": st.pid, "uid": st.uid,
+                    "groups": st.groups.iter().collect::<Vec<_>>(),
+                    "published": st.published, "delivered": st.delivered,
+                    "overflow_bytes": st.overflow_bytes,
+                })
+            })
+            .collect();
+        let e = &s.engine;
+        let c = &self.counters;
+        json!({
+            "node": self.node,
+            "incarnation": self.incarnation,
+            "transport": {
+                "kind": s.transport.kind,
+                "xdp_mode": s.transport.attach_mode.map(|m| format!("{m:?}")),
+                "xdp_fallback": s.transport.attach_fallback,
+                "bind_mode": s.transport.bind_mode.map(|m| format!("{m:?}")),
+                "frames": {"total": s.frames.total, "free": s.frames.free, "fill": s.frames.fill, "held": s.frames.held, "tx": s.frames.tx},
+            },
+            "steering": s.steering.map(|st| format!("{st:?}")),
+            "engine": {
+                "rx_frames": e.rx_frames, "tx_frames": e.tx_frames, "tx_batches": e.tx_batches,
+                "rx_checksum_failures": e.rx_checksum_failures, "rx_malformed": e.rx_malformed,
+                "rx_other_group": e.rx_other_group, "rx_unrouted": e.rx_unrouted, "rx_paused": e.rx_paused,
+                "tx_no_frame": e.tx_no_frame, "tx_no_route": e.tx_no_route, "tx_deferred": e.tx_deferred,
+                "publish_would_block": e.publish_would_block, "polls": e.polls, "sleeps": e.sleeps,
+            },
+            "daemon": {
+                "clients_connected": c.clients_connected, "clients_disconnected": c.clients_disconnected,
+                "clients_cut_off": c.clients_cut_off, "requests": c.requests,
+                "messages_published": c.messages_published, "publish_errors": c.publish_errors,
+                "fragments_delivered": c.fragments_delivered, "fragments_overflowed": c.fragments_overflowed,
+                "local_loopback": c.local_loopback, "link_messages_sent": c.link_messages_sent,
+                "link_messages_received": c.link_messages_received, "link_errors": c.link_errors,
+                "link_backlog_drops": c.link_backlog_drops, "group_pauses": c.group_pauses,
+            },
+            "groups": groups,
+            "links": links,
+            "clients": clients,
+        })
+    }
+}
+
+impl Pending {
+    fn client(self) -> ClientId {
+        match self {
+            Pending::Join { client, .. }
+            | Pending::Leave { client, .. }
+            | Pending::Query { client, .. }
+            | Pending::List { client, .. } => client,
+        }
+    }
+
+    fn req(self) -> u64 {
+        match self {
+            Pending::Join { req, .. }
+            | Pending::Leave { req, .. }
+            | Pending::Query { req, .. }
+            | Pending::List { req, .. } => req,
+        }
+    }
+}
+
+/// Bytes an overflowed fragment counts for beyond its payload.
+const RECORD_COST: usize = 32;
+
+/// Receives the engine's fragments: link messages are reassembled for the
+/// daemon, group data goes straight into each local member's ring.
+struct Sink<'a> {
+    server: &'a mut Server,
+    clients: &'a mut HashMap<ClientId, ClientState>,
+    local: &'a HashMap<GroupId, LocalGroup>,
+    links: &'a mut Links,
+    counters: &'a mut DaemonCounters,
+    max_message: usize,
+}
+
+impl Deliver for Sink<'_> {
+    fn deliver(&mut self, f: Fragment<'_>) {
+        if is_link(f.group) {
+            let r = self
+                .links
+                .reassembly
+                .entry(f.stream)
+                .or_insert_with(|| Reassembler::new(self.max_message));
+            let mut flags = mcast_wire::Flags::NONE;
+            if f.first {
+                flags = flags.with(mcast_wire::Flags::FRAG_FIRST);
+            }
+            if f.last {
+                flags = flags.with(mcast_wire::Flags::FRAG_LAST);
+            }
+            match r.push(flags, f.data) {
+                Ok(Some(m)) => self.links.inbound.push((f.stream, m.to_vec())),
+                Ok(None) => {}
+                Err(_) => self.counters.link_errors += 1,
+            }
+            return;
+        }
+        let Some(lg) = self.local.get(&f.group) else {
+            return;
+        };
+        let mut flags = 0;
+        if f.first {
+            flags |= FLAG_FIRST;
+        }
+        if f.last {
+            flags |= FLAG_LAST;
+        }
+        let hdr = RecordHeader {
+            group: f.group,
+            source: f.stream,
+            flags,
+        };
+        for &c in &lg.members {
+            if let Some(state) = self.clients.get_mut(&c) {
+                deliver_to(self.server, c, state, hdr, f.data, self.counters);
+            }
+        }
+    }
+}
+
+/// Into the client's ring if it has room and nothing older waits, else
+/// into its overflow queue (bounded by the slow-subscriber policy).
+fn deliver_to(
+    server: &mut Server,
+    c: ClientId,
+    state: &mut ClientState,
+    hdr: RecordHeader,
+    data: &[u8],
+    counters: &mut DaemonCounters,
+) {
+    counters.fragments_delivered += 1;
+    if state.overflow.is_empty() {
+        if let Some(p) = server.subscription(c) {
+            if p.try_push(hdr, &[data]).is_ok() {
+                state.delivered += 1;
+                return;
+            }
+        }
+    }
+    counters.fragments_overflowed += 1;
+    state.overflow_bytes += data.len() + RECORD_COST;
+    state.overflow.push_back((hdr, data.to_vec()));
+}
+
+/// The daemons' unicast links: Go-Back-N (the iterative sender to one
+/// member), never subscribed, with a retransmission timeout suited to a
+/// peer that may be slow to start.
+fn link_options() -> GroupOptions {
+    let mut protocol = ProtocolConfig::default();
+    protocol.gbn.retransmit_timeout = Duration::from_millis(2);
+    GroupOptions {
+        algorithm: mcast_engine::Algorithm::Iterative,
+        protocol,
+        window_frames: 64,
+        subscribe: false,
+        accept_any_sender: false,
+        max_queued_frames: 4096,
+    }
+}
+
+fn view_json(v: &View) -> serde_json::Value {
+    json!({
+        "group": v.group,
+        "name": v.name,
+        "epoch": v.epoch,
+        "agent": v.agent,
+        "members": v.members.iter().map(|m| json!({"rank": m.rank, "node": m.node, "member": m.member})).collect::<Vec<_>>(),
+    })
+}
+
+fn ipc_view(v: &View) -> mcast_ipc::View {
+    mcast_ipc::View {
+        epoch: v.epoch,
+        members: v
+            .members
+            .iter()
+            .map(|m| mcast_ipc::Member {
+                rank: m.rank,
+                node: m.node,
+                member: m.member,
+            })
+            .collect(),
+    }
+}
+
+fn error_code(e: &mcast_groups::GroupError) -> ErrorCode {
+    use mcast_groups::GroupError as G;
+    match e {
+        G::InvalidName { .. } => ErrorCode::Malformed,
+        G::UnknownGroup { .. } | G::NotMember { .. } => ErrorCode::UnknownGroup,
+        G::TooManyGroups { .. } | G::GroupFull { .. } | G::TooManyPending { .. } => {
+            ErrorCode::Unavailable
+        }
+        _ => ErrorCode::Other,
+    }
+}
+
+fn info_json(i: &mcast_groups::GroupInfo) -> serde_json::Value {
+    json!({
+        "group": i.group,
+        "name": i.name,
+        "agent": i.agent,
+        "view": view_json(&i.view),
+    })
+}
+
+fn counters_json(c: &mcast_proto::Counters) -> serde_json::Value {
+    json!({
+        "data_sent": c.data_sent, "data_retransmitted": c.data_retransmitted,
+        "data_received": c.data_received, "delivered": c.delivered,
+        "duplicates_dropped": c.duplicates_dropped, "out_of_window_dropped": c.out_of_window_dropped,
+        "wrong_epoch_dropped": c.wrong_epoch_dropped, "repairs_deferred": c.repairs_deferred,
+        "packs_sent": c.packs_sent, "packs_received": c.packs_received,
+        "nacks_sent": c.nacks_sent, "nacks_received": c.nacks_received,
+        "naks_sent": c.naks_sent, "naks_received": c.naks_received, "naks_suppressed": c.naks_suppressed,
+        "repairs_suppressed": c.repairs_suppressed, "naks_unrepairable": c.naks_unrepairable,
+        "acks_sent": c.acks_sent, "acks_received": c.acks_received,
+        "ack_reqs_sent": c.ack_reqs_sent, "ack_reqs_received": c.ack_reqs_received,
+        "stalls": c.stalls, "timeouts": c.timeouts, "window_full": c.window_full,
+    })
+}

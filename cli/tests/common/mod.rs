@@ -1,0 +1,203 @@
+//! A cluster of mcastd daemons, one per network namespace of the shared
+//! netns topology (four endpoints on one bridge). Each daemon runs as a
+//! child process (`ip netns exec NS mcastd --config FILE`); the test talks
+//! to it through its control socket, which lives in a private directory of
+//! the test. `Drop` stops the daemons with SIGTERM (then SIGKILL if they
+//! hang), before the topology removes the namespaces.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests wait on wall-clock deadlines"
+)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use mcast_netns::{Netns, Topology, IFNAME};
+
+pub struct Daemon {
+    pub node: u32,
+    pub ns: Netns,
+    pub socket: PathBuf,
+    pub config: PathBuf,
+    child: Option<Child>,
+    /// Every line the daemon logged so far, and a signal for each new one.
+    pub log: Arc<(Mutex<Vec<String>>, Condvar)>,
+}
+
+impl Daemon {
+    /// Waits until the daemon logs a line containing `needle`.
+    pub fn wait_log(&self, needle: &str, timeout: Duration) -> String {
+        match wait_line(&self.log, needle, timeout) {
+            Some(l) => l,
+            None => panic!(
+                "node {} never logged {needle:?}; log:\n{}",
+                self.node,
+                self.log_text()
+            ),
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.0.lock().unwrap().join("")
+    }
+}
+
+pub struct Cluster {
+    pub daemons: Vec<Daemon>,
+    pub dir: PathBuf,
+    // Dropped after the daemons (field order).
+    _topo: Topology,
+}
+
+/// Extra lines for every node's config (e.g. slow_subscriber = "hold").
+pub fn start(test: &str, extra: &str) -> Option<Cluster> {
+    let topo = Topology::new(test)?;
+    let dir = std::env::temp_dir().join(format!("mcastd-test-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let endpoints: Vec<Netns> = std::iter::once(topo.sender.clone())
+        .chain(topo.receivers.iter().cloned())
+        .collect();
+    let mut daemons = Vec::new();
+    for (i, ns) in endpoints.iter().enumerate() {
+        let node = i as u32 + 1;
+        let socket = dir.join(format!("node{node}.sock"));
+        let mut cfg = format!(
+            "node = {node}\ninterface = \"{IFNAME}\"\nregistry = 1\nsocket = \"{}\"\ndatapath = \"xdp\"\nxdp_mode = \"skb\"\nlog = \"info\"\n{extra}\n",
+            socket.display()
+        );
+        for (j, peer) in endpoints.iter().enumerate() {
+            if j != i {
+                cfg += &format!("[[peer]]\nnode = {}\nmac = \"{}\"\n", j + 1, peer.mac);
+            }
+        }
+        let config = dir.join(format!("node{node}.toml"));
+        std::fs::write(&config, cfg).unwrap();
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns.name,
+                env!("CARGO_BIN_EXE_mcastd"),
+                "--config",
+            ])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn mcastd");
+        let log = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut ready = Some(tx);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("msg=ready") {
+                    if let Some(tx) = ready.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                sink.0.lock().unwrap().push(line + "\n");
+                sink.1.notify_all();
+            }
+        });
+        let d = Daemon {
+            node,
+            ns: ns.clone(),
+            socket,
+            config,
+            child: Some(child),
+            log,
+        };
+        if rx.recv_timeout(Duration::from_secs(20)).is_err() {
+            panic!(
+                "mcastd on node {node} never became ready:\n{}",
+                d.log_text()
+            );
+        }
+        daemons.push(d);
+    }
+    Some(Cluster {
+        daemons,
+        dir,
+        _topo: topo,
+    })
+}
+
+impl Cluster {
+    pub fn socket(&self, node: u32) -> &PathBuf {
+        &self.daemons[node as usize - 1].socket
+    }
+
+    /// Kills node `node`'s daemon with SIGKILL: no goodbye to anyone.
+    pub fn kill(&mut self, node: u32) {
+        let d = &mut self.daemons[node as usize - 1];
+        let mut child = d.child.take().expect("running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// Stops node `node`'s daemon with SIGTERM and returns its exit status and log.
+    pub fn stop(&mut self, node: u32) -> (std::process::ExitStatus, String) {
+        let d = &mut self.daemons[node as usize - 1];
+        let mut child = d.child.take().expect("running");
+        stop_child(&mut child);
+        let status = child.wait().unwrap();
+        // The last lines may still be in the pipe.
+        let _ = wait_line(&d.log, "msg=stopped", Duration::from_secs(5));
+        (status, d.log_text())
+    }
+}
+
+/// The first logged line containing `needle`, waiting up to `timeout` for it.
+fn wait_line(
+    log: &(Mutex<Vec<String>>, Condvar),
+    needle: &str,
+    timeout: Duration,
+) -> Option<String> {
+    let deadline = Instant::now() + timeout;
+    let mut lines = log.0.lock().unwrap();
+    loop {
+        if let Some(l) = lines.iter().find(|l| l.contains(needle)) {
+            return Some(l.clone());
+        }
+        let left = deadline.checked_duration_since(Instant::now())?;
+        lines = log.1.wait_timeout(lines, left).unwrap().0;
+    }
+}
+
+fn stop_child(child: &mut Child) {
+    // `ip netns exec` execs mcastd: the child's pid is mcastd's.
+    let pid = child.id() as i32;
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    // Bounded: mcastd gives its peers at most 0.5 s to hear it leave.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for d in &mut self.daemons {
+            if let Some(mut c) = d.child.take() {
+                stop_child(&mut c);
+                let _ = c.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
