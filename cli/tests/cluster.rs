@@ -10,7 +10,6 @@
 #[allow(dead_code)]
 mod common;
 
-use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
@@ -371,7 +370,6 @@ fn bad_input_gets_a_clear_error_and_harms_nothing() {
             .any(|n| matches!(n, Notice::Error { message } if message.contains("not joined"))),
         "{notices:?}"
     );
-    let _ = std::io::stderr().flush();
 }
 
 #[test]
@@ -424,4 +422,156 @@ fn a_subscriber_that_never_reads_is_cut_off_and_the_group_goes_on() {
         panic!()
     };
     assert_eq!(stats["daemon"]["clients_cut_off"], 0, "{stats:#}");
+}
+
+#[test]
+fn a_held_group_waits_for_its_slow_subscriber_and_loses_nothing() {
+    let extra = "subscriber_buffer = 262144\nmax_message = 65536\n[[group]]\nname = \"held\"\nslow_subscriber = \"hold\"\n";
+    let Some(cluster) = common::start("hold", extra) else {
+        return;
+    };
+    const N: u64 = 20_000;
+    let mut lazy = connect(&cluster, 2, "lazy");
+    let ml = lazy.join("held").unwrap();
+    let mut good = connect(&cluster, 3, "good");
+    let mg = good.join("held").unwrap();
+    let mut p = connect(&cluster, 1, "publisher");
+    let mp = p.join("held").unwrap();
+    wait_nodes(&mut p, mp.group, &mp.view, 3);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..N {
+                p.publish_blocking(mp.group, &numbered(i, 200), Some(Duration::from_secs(30)))
+                    .unwrap();
+            }
+        });
+        s.spawn(|| assert_eq!(receive_numbered(&mut good, mg.group, N, 200), 0));
+        // 20,000 x 200 B is far more than the lazy client's 256 KiB ring:
+        // its daemon holds the group back instead of cutting it off...
+        cluster.daemons[1].wait_log("msg=\"group held back", Duration::from_secs(20));
+        // ...and once it reads, it gets every message, in order.
+        assert_eq!(receive_numbered(&mut lazy, ml.group, N, 200), 0);
+    });
+    let Response::Json(stats) = lazy.request(Request::Stats).unwrap() else {
+        panic!()
+    };
+    assert_eq!(stats["daemon"]["clients_cut_off"], 0, "{stats:#}");
+    assert!(stats["daemon"]["group_pauses"].as_u64().unwrap() >= 1);
+    assert!(stats["engine"]["rx_paused"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn sigterm_stops_a_daemon_cleanly() {
+    let Some(mut cluster) = common::start("sigterm", "") else {
+        return;
+    };
+    let mut a = connect(&cluster, 1, "stays");
+    let ma = a.join("term").unwrap();
+    let mut b = connect(&cluster, 2, "told");
+    b.join("term").unwrap();
+    wait_nodes(&mut a, ma.group, &ma.view, 2);
+    let socket = cluster.socket(2).clone();
+    let ns = cluster.daemons[1].ns.clone();
+    let (status, log) = cluster.stop(2);
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(log.contains("msg=stopped"), "{log}");
+    assert!(!socket.exists(), "the socket file is removed");
+    // The client was told why.
+    let err = b
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("shutting down"), "{err}");
+    // The XDP program is detached.
+    let link = ns.exec(&["ip", "-d", "link", "show", "eth0"]);
+    let link = String::from_utf8_lossy(&link.stdout);
+    assert!(!link.contains("prog/xdp"), "{link}");
+    // The others saw the node leave the group.
+    wait_nodes_exactly(&mut a, ma.group, 1);
+}
+
+/// Waits for a view notice of `group` with exactly `n` nodes.
+fn wait_nodes_exactly(client: &mut Client, group: u32, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        for notice in client.notices() {
+            if let Notice::ViewChanged {
+                group: g, members, ..
+            } = notice
+            {
+                if g == group && mcast_cli::stream::member_nodes(&members) == n {
+                    return;
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no view with {n} nodes");
+        client.wait_notice(Duration::from_millis(200)).unwrap();
+    }
+}
+
+#[test]
+fn a_file_piped_through_mcast_send_reaches_three_mcast_recv_byte_for_byte() {
+    let Some(cluster) = common::start("file", "") else {
+        return;
+    };
+    let input = cluster.dir.join("input.bin");
+    let data: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&input, &data).unwrap();
+    let mcast = env!("CARGO_BIN_EXE_mcast");
+    let mut receivers = Vec::new();
+    for node in 2..=4u32 {
+        let out = cluster.dir.join(format!("out{node}.bin"));
+        let mut child = Command::new(mcast)
+            .arg("--socket")
+            .arg(cluster.socket(node))
+            .args([
+                "recv",
+                "files",
+                "--stamp",
+                "--announce",
+                "--idle-timeout",
+                "20",
+            ])
+            .arg("--output")
+            .arg(&out)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Its first line says it has joined.
+        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+        assert!(line.contains("joined"), "{line}");
+        receivers.push((node, child, err, out));
+    }
+    let send = Command::new(mcast)
+        .arg("--socket")
+        .arg(cluster.socket(1))
+        .args(["send", "files"])
+        .arg(&input)
+        .args(["--stamp", "--wait-nodes", "4", "--chunk", "1000"])
+        .output()
+        .unwrap();
+    assert!(
+        send.status.success(),
+        "{}",
+        String::from_utf8_lossy(&send.stderr)
+    );
+    for (node, mut child, mut err, out) in receivers {
+        let status = child.wait().unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+        assert!(status.success(), "node {node}: {rest}");
+        assert!(
+            rest.contains("end of stream") && rest.contains("latency"),
+            "{rest}"
+        );
+        assert!(
+            std::fs::read(&out).unwrap() == data,
+            "node {node}'s copy differs"
+        );
+        eprint!("node {node}: {rest}");
+    }
 }
