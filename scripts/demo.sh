@@ -99,15 +99,37 @@ done
 "$BIN/mcast" --socket "$WORK/n1.sock" send demo "$INPUT" --stamp --wait-nodes 4
 for pid in "${RPIDS[@]}"; do wait "$pid"; done
 
+# Latency at a steady rate (the file above is a bulk transfer: its latencies
+# include the time each chunk queued behind the rest of the file).
+head -c $((20000 * 64)) /dev/urandom > "$WORK/small.bin"
+LPIDS=()
+for i in 2 3 4; do
+    "$BIN/mcast" --socket "$WORK/n$i.sock" recv latency --stamp --announce \
+        --idle-timeout 30 --output /dev/null 2> "$WORK/lat$i.log" &
+    LPIDS+=($!)
+done
+for i in 2 3 4; do
+    for _ in $(seq 1 200); do
+        grep -q 'joined' "$WORK/lat$i.log" 2>/dev/null && break
+        sleep 0.05
+    done
+done
+"$BIN/mcast" --socket "$WORK/n1.sock" send latency "$WORK/small.bin" --stamp --wait-nodes 4 \
+    --chunk 64 --rate 10000
+for pid in "${LPIDS[@]}"; do wait "$pid"; done
+
 status=0
 for i in 2 3 4; do
     if cmp -s "$INPUT" "$WORK/out$i.bin"; then
-        echo "demo: node $i: identical copy ($(stat -c %s "$WORK/out$i.bin") bytes); $(grep -o 'latency.*' "$WORK/recv$i.log")"
+        echo "demo: node $i: identical copy ($(stat -c %s "$WORK/out$i.bin") bytes); bulk-transfer $(grep -o 'latency n=.*' "$WORK/recv$i.log")"
     else
         echo "demo: node $i: COPY DIFFERS" >&2
         cat "$WORK/recv$i.log" >&2
         status=1
     fi
+done
+for i in 2 3 4; do
+    echo "demo: node $i at 10,000 msg/s x 64 B: $(grep -o 'latency n=.*' "$WORK/lat$i.log")"
 done
 for i in 1 2 3 4; do
     echo "--- mcast stat on node $i"

@@ -44,6 +44,8 @@ const MAX_LINK_BACKLOG: usize = 65_536;
 const PUBLISH_BURST: usize = 64;
 /// Stream starts held for groups not joined yet, per group.
 const MAX_PENDING_STARTS: usize = 1024;
+/// Groups whose final counters `mcast stat` keeps after the node leaves them.
+const MAX_RETIRED: usize = 32;
 /// How long a leave waits for the group's send stream to deliver what was
 /// published before it (then it goes ahead anyway).
 const LINGER_NS: u64 = 5_000_000_000;
@@ -88,6 +90,8 @@ struct LocalGroup {
     sender_open: bool,
     paused: bool,
     slow: SlowSubscriber,
+    /// Final counters of receive streams closed (senders that left), oldest first.
+    closed: Vec<(NodeId, mcast_proto::Counters)>,
 }
 
 #[derive(Debug, Default)]
@@ -135,6 +139,8 @@ pub struct Daemon<T: Transport> {
     links: Links,
     pending_starts: HashMap<GroupId, Vec<(NodeId, StreamStart)>>,
     lingering: Vec<Linger>,
+    /// Final counters of groups no longer carried, newest last.
+    retired: VecDeque<serde_json::Value>,
     counters: DaemonCounters,
     log: Logger,
     shutdown: Arc<AtomicBool>,
@@ -189,6 +195,7 @@ impl<T: Transport> Daemon<T> {
             links: Links::default(),
             pending_starts: HashMap::new(),
             lingering: Vec::new(),
+            retired: VecDeque::new(),
             counters: DaemonCounters::default(),
             log,
             shutdown,
@@ -788,7 +795,7 @@ impl<T: Transport> Daemon<T> {
             }
             return Ok(());
         }
-        self.engine.close_receiver_in(group, from)?;
+        self.close_receiver(group, from)?;
         self.engine.open_receiver_in(group, from, start)?;
         self.log.debug(
             "receive stream opened",
@@ -916,6 +923,7 @@ impl<T: Transport> Daemon<T> {
                 sender_open: false,
                 paused: false,
                 slow: s.slow_subscriber,
+                closed: Vec::new(),
             },
         );
         for (from, start) in self.pending_starts.remove(&group).unwrap_or_default() {
@@ -937,8 +945,8 @@ impl<T: Transport> Daemon<T> {
         );
         if !nodes.contains(&self.node) {
             // Our last local member left: stop carrying the group.
-            if self.local.remove(&group).is_some() {
-                self.engine.remove_group(group)?;
+            if self.local.contains_key(&group) {
+                self.retire(group)?;
             }
             return Ok(());
         }
@@ -962,7 +970,7 @@ impl<T: Transport> Daemon<T> {
         }
         for n in self.engine.receivers_in(group) {
             if !remote.contains(&n) {
-                self.engine.close_receiver_in(group, n)?;
+                self.close_receiver(group, n)?;
             }
         }
         let notice = Notice::ViewChanged {
@@ -986,28 +994,71 @@ impl<T: Transport> Daemon<T> {
             .unwrap_or_default()
     }
 
+    fn group_json(&self, g: &mcast_engine::GroupStats, active: bool) -> serde_json::Value {
+        let lg = self.local.get(&g.group);
+        json!({
+            "group": g.group,
+            "name": lg.map(|l| l.name.clone()),
+            "active": active,
+            "algorithm": g.algorithm.name(),
+            "local_members": lg.map_or(0, |l| l.members.len()),
+            "view_epoch": lg.and_then(|l| l.view.as_ref()).map(|v| v.epoch),
+            "paused": g.paused,
+            "queued_frames": g.queued,
+            "sender": g.sender.map(|c| counters_json(&c)),
+            "receivers": g
+                .receivers
+                .iter()
+                .map(|(n, c)| json!({"from": n, "counters": counters_json(c)}))
+                .chain(lg.into_iter().flat_map(|l| l.closed.iter()).map(
+                    |(n, c)| json!({"from": n, "closed": true, "counters": counters_json(c)}),
+                ))
+                .collect::<Vec<_>>(),
+        })
+    }
+
+    /// Closes the receive stream of `from` in `group`, keeping its final
+    /// counters for `mcast stat`.
+    fn close_receiver(&mut self, group: GroupId, from: NodeId) -> Result<(), EngineError> {
+        let stats = self.engine.stats();
+        let closed = stats
+            .groups
+            .iter()
+            .filter(|g| g.group == group)
+            .flat_map(|g| g.receivers.iter())
+            .find(|(n, _)| *n == from);
+        if let (Some((_, c)), Some(lg)) = (closed, self.local.get_mut(&group)) {
+            if lg.closed.len() >= MAX_RETIRED {
+                lg.closed.remove(0);
+            }
+            lg.closed.push((from, *c));
+        }
+        self.engine.close_receiver_in(group, from)
+    }
+
+    /// Stops carrying `group`, keeping its final counters for `mcast stat`.
+    fn retire(&mut self, group: GroupId) -> Result<(), EngineError> {
+        if let Some(g) = self.engine.stats().groups.iter().find(|g| g.group == group) {
+            let v = self.group_json(g, false);
+            if self.retired.len() >= MAX_RETIRED {
+                self.retired.pop_front();
+            }
+            self.retired.push_back(v);
+        }
+        self.local.remove(&group);
+        self.engine.remove_group(group)
+    }
+
     /// Everything `mcast stat` shows.
     pub fn stats_json(&self) -> serde_json::Value {
         let s = self.engine.stats();
-        let groups: Vec<_> = s
+        let mut groups: Vec<_> = s
             .groups
             .iter()
             .filter(|g| !is_link(g.group))
-            .map(|g| {
-                let lg = self.local.get(&g.group);
-                json!({
-                    "group": g.group,
-                    "name": lg.map(|l| l.name.clone()),
-                    "algorithm": g.algorithm.name(),
-                    "local_members": lg.map_or(0, |l| l.members.len()),
-                    "view_epoch": lg.and_then(|l| l.view.as_ref()).map(|v| v.epoch),
-                    "paused": g.paused,
-                    "queued_frames": g.queued,
-                    "sender": g.sender.map(|c| counters_json(&c)),
-                    "receivers": g.receivers.iter().map(|(n, c)| json!({"from": n, "counters": counters_json(c)})).collect::<Vec<_>>(),
-                })
-            })
+            .map(|g| self.group_json(g, true))
             .collect();
+        groups.extend(self.retired.iter().cloned());
         let links: Vec<_> = s
             .groups
             .iter()

@@ -50,13 +50,23 @@ pub fn send(
     input: &mut dyn Read,
     chunk: usize,
     stamp: bool,
+    rate: Option<u64>,
 ) -> Result<Sent, String> {
     let start = monotonic_ns();
+    let interval = rate.filter(|&r| r > 0).map_or(0, |r| 1_000_000_000 / r);
     let mut buf = vec![0u8; chunk];
     let mut msg = Vec::with_capacity(chunk + STAMP_LEN);
     let (mut bytes, mut messages) = (0u64, 0u64);
     loop {
         let n = read_full(input, &mut buf).map_err(|e| format!("reading the input: {e}"))?;
+        if interval > 0 {
+            // Pacing: message k leaves at start + k * interval.
+            let due = start + messages * interval;
+            let now = monotonic_ns();
+            if due > now {
+                std::thread::sleep(Duration::from_nanos(due - now));
+            }
+        }
         msg.clear();
         if stamp {
             stamp_now(&mut msg);
@@ -348,7 +358,11 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
             snd["ack_reqs_sent"].as_u64().unwrap_or(0),
             delivered,
             snd["stalls"].as_u64().unwrap_or(0),
-            g["paused"],
+            if g["active"] == false {
+                "left".to_string()
+            } else {
+                g["paused"].to_string()
+            },
             rate(&["groups", &gi.to_string(), "sender", "data_sent"]),
         );
         for r in g["receivers"].as_array().into_iter().flatten() {

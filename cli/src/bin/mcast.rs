@@ -56,6 +56,9 @@ enum Command {
         /// Put the send time in each message (see `recv --stamp`).
         #[arg(long)]
         stamp: bool,
+        /// Pace the messages at this many per second (default: as fast as the group takes them).
+        #[arg(long, value_name = "MSGS_PER_SEC")]
+        rate: Option<u64>,
         /// Give up waiting for --wait-nodes after this many seconds.
         #[arg(long, default_value_t = 30)]
         timeout: u64,
@@ -144,6 +147,7 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
             chunk,
             wait_nodes,
             stamp,
+            rate,
             timeout,
         } => {
             if chunk == 0 || chunk + stream::STAMP_LEN > client.max_message() {
@@ -169,7 +173,7 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
                     std::fs::File::open(&file).map_err(|e| format!("cannot open {file}: {e}"))?,
                 )
             };
-            let sent = stream::send(&mut client, m.group, &mut input, chunk, stamp)?;
+            let sent = stream::send(&mut client, m.group, &mut input, chunk, stamp, rate)?;
             eprintln!(
                 "mcast: sent {} bytes in {} messages to {group} in {:.3} s ({:.1} MB/s)",
                 sent.bytes,
