@@ -331,9 +331,8 @@ fn bad_input_gets_a_clear_error_and_harms_nothing() {
     }
     // Publishing to a group not joined.
     c.publish(m.group + 1000, b"x").unwrap();
-    // Malformed control requests on a raw socket.
-    let raw = std::os::unix::net::UnixDatagram::unbound().ok();
-    drop(raw);
+    // (Malformed control requests on a raw socket are engine/ipc's tests:
+    // tests/loopback.rs sends garbage, unknown variants and oversized JSON.)
     let out = Command::new(env!("CARGO_BIN_EXE_mcast"))
         .args(["--socket"])
         .arg(cluster.socket(1))
