@@ -406,7 +406,7 @@ pub enum ConfigError {
     /// The file is not valid TOML or does not match the schema (unknown key,
     /// wrong type, unknown value).
     Parse {
-        /// The file (or "command line", "<string>").
+        /// The file (or "command line", `"<string>"`).
         origin: String,
         /// 1-based line and column of the offending text, when known.
         position: Option<(usize, usize)>,
