@@ -291,7 +291,7 @@ mod tests {
         let s = serde_json::to_string(&m).unwrap();
         assert_eq!(
             s,
-            r#"{"response":{"id":9,"body":{"type":"joined","body":{"group":2,"name":"g","rank":1,"view":{"epoch":5,"members":[{"rank":0,"name":"a"}]}}}}}"#
+            r#"{"response":{"id":9,"body":{"type":"joined","body":{"group":2,"name":"g","rank":1,"view":{"epoch":5,"members":[{"rank":0,"node":1,"member":7}]}}}}}"#
         );
         assert_eq!(serde_json::from_str::<ServerMessage>(&s).unwrap(), m);
         let j = ServerMessage::Response {
