@@ -189,6 +189,51 @@ impl GroupService {
         }
     }
 
+    /// Node `node` was declared failed (seed 004 §3.4): as the agent of a
+    /// group, remove its members and send the new view to the others (the
+    /// senders' ACK sets follow); requests waiting for its answer fail with
+    /// [`GroupError::NodeFailed`]. Returns the groups whose view this agent
+    /// changed. (Moving the registry or agent role off a failed node is not
+    /// done here.)
+    pub fn node_failed(&mut self, node: NodeId) -> Vec<GroupId> {
+        let mut changed = Vec::new();
+        let groups: Vec<GroupId> = self.agent_of.keys().copied().collect();
+        for group in groups {
+            let a = self.agent_of.get_mut(&group).expect("listed");
+            if !a.view.has_node(node) {
+                continue;
+            }
+            a.view.members.retain(|m| m.node != node);
+            a.view.epoch += 1;
+            let view = a.view.clone();
+            self.publish(&view, node);
+            changed.push(group);
+        }
+        let registry = self.registry_node;
+        let waiting: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.peer(registry) == node)
+            .map(|(&t, _)| t)
+            .collect();
+        for t in waiting {
+            let p = self.pending.remove(&t).expect("listed");
+            let req = match p {
+                Pending::JoinLookup { req, cancelled, .. }
+                | Pending::JoinRegister { req, cancelled, .. }
+                | Pending::Leave { req, cancelled, .. } => (!cancelled).then_some(req),
+                Pending::QueryLookup { req, .. }
+                | Pending::QueryView { req, .. }
+                | Pending::List { req } => Some(req),
+            };
+            if let Some(req) = req {
+                self.fail(req, GroupError::NodeFailed { node });
+            }
+        }
+        self.pump();
+        changed
+    }
+
     /// This node.
     pub fn node(&self) -> NodeId {
         self.node

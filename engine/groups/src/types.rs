@@ -192,6 +192,8 @@ pub enum GroupError {
     UnknownGroup { group: GroupId },
     /// This node has its limit of requests in flight.
     TooManyPending { limit: u32 },
+    /// The node the request waited for was declared failed.
+    NodeFailed { node: NodeId },
 }
 
 impl fmt::Display for GroupError {
@@ -220,6 +222,10 @@ impl fmt::Display for GroupError {
             GroupError::TooManyPending { limit } => write!(
                 f,
                 "this node already has its limit of {limit} group requests in flight"
+            ),
+            GroupError::NodeFailed { node } => write!(
+                f,
+                "node {node}, which this request needed, was declared failed"
             ),
         }
     }

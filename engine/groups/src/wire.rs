@@ -272,6 +272,10 @@ impl Writer {
                 self.u8(8);
                 self.u32(*limit);
             }
+            GroupError::NodeFailed { node } => {
+                self.u8(9);
+                self.u32(*node);
+            }
         }
     }
 }
@@ -675,6 +679,7 @@ impl<'a> Reader<'a> {
             },
             7 => GroupError::UnknownGroup { group: self.u32()? },
             8 => GroupError::TooManyPending { limit: self.u32()? },
+            9 => GroupError::NodeFailed { node: self.u32()? },
             value => {
                 return Err(DecodeError::InvalidValue {
                     field: "error code",

@@ -969,3 +969,35 @@ proptest! {
         prop_assert_eq!(held, expect);
     }
 }
+
+#[test]
+fn a_failed_node_leaves_every_view_its_agent_holds_and_requests_to_it_fail() {
+    for seed in 0..20 {
+        let mut c = Cluster::new(4, 1, Limits::default(), seed);
+        // Node 2 is the agent of "a" (its client joined first); 3 and 4 join.
+        let (g, _) = c.joined(2, 1, "a");
+        c.joined(3, 1, "a");
+        c.joined(4, 1, "a");
+        c.settle();
+        // Node 4 dies: the agent learns it from its detector.
+        let changed = c.svc(2).node_failed(4);
+        assert_eq!(changed, vec![g], "seed {seed}");
+        c.settle();
+        let v = c.agent_view(g).unwrap();
+        assert_eq!(v.nodes(), vec![2, 3], "seed {seed}");
+        assert_eq!(c.get(3).view(g).map(|v| v.nodes()), Some(vec![2, 3]));
+        // A node that is not the agent changes nothing.
+        assert!(c.svc(3).node_failed(4).is_empty());
+        // A request waiting for a failed node's answer fails, with the reason.
+        let q = c.query(3, "a"); // registry (1) answers, then the agent (2) is asked
+        c.settle();
+        assert!(matches!(c.answer(3, q), GroupEvent::QueryResult { .. }));
+        let r = c.query(4, "a");
+        // Node 4 asks the registry; the registry "dies" before answering.
+        c.svc(4).node_failed(1);
+        c.settle(); // the registry's late answer is ignored
+        let e = c.failed(4, r);
+        assert_eq!(e, GroupError::NodeFailed { node: 1 }, "seed {seed}");
+        assert!(e.to_string().contains("declared failed"));
+    }
+}

@@ -60,6 +60,7 @@ fn error() -> impl Strategy<Value = GroupError> {
             .prop_map(|(group, member)| GroupError::NotMember { group, member }),
         any::<u32>().prop_map(|group| GroupError::UnknownGroup { group }),
         any::<u32>().prop_map(|limit| GroupError::TooManyPending { limit }),
+        any::<u32>().prop_map(|node| GroupError::NodeFailed { node }),
     ]
 }
 
