@@ -197,7 +197,8 @@ pub unsafe extern "C" fn mcast_close(c: *mut McastClient) {
 /// message published so far.
 ///
 /// # Safety
-/// As for [`with_client`].
+/// `c` is NULL or a client from `mcast_connect`, not yet closed, that no
+/// other thread uses during the call.
 #[no_mangle]
 pub unsafe extern "C" fn mcast_flush(c: *mut McastClient, timeout_ms: c_int) -> c_int {
     let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
@@ -216,7 +217,8 @@ pub unsafe extern "C" fn mcast_flush(c: *mut McastClient, timeout_ms: c_int) -> 
 /// optional out-parameters.
 ///
 /// # Safety
-/// As for [`with_client`]; `group` is NULL or a NUL-terminated string;
+/// `c` is NULL or a live client (from `mcast_connect`, not yet closed) that no
+/// other thread uses during the call; `group` is NULL or a NUL-terminated string;
 /// `group_out` and `rank_out` are NULL or valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn mcast_join(
@@ -243,7 +245,8 @@ pub unsafe extern "C" fn mcast_join(
 /// Leaves the group numbered `group`.
 ///
 /// # Safety
-/// As for [`with_client`].
+/// `c` is NULL or a client from `mcast_connect`, not yet closed, that no
+/// other thread uses during the call.
 #[no_mangle]
 pub unsafe extern "C" fn mcast_leave(c: *mut McastClient, group: u32) -> c_int {
     let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
@@ -257,7 +260,8 @@ pub unsafe extern "C" fn mcast_leave(c: *mut McastClient, group: u32) -> c_int {
 /// Publishes `len` bytes at `data` to `group` without blocking.
 ///
 /// # Safety
-/// As for [`with_client`]; `data` is NULL or valid for reads of `len` bytes.
+/// `c` is NULL or a live client (from `mcast_connect`, not yet closed) that no
+/// other thread uses during the call; `data` is NULL or valid for reads of `len` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn mcast_publish(
     c: *mut McastClient,
@@ -303,7 +307,8 @@ pub unsafe extern "C" fn mcast_publish_blocking(
 /// stays pending: `MCAST_ETOOSMALL`, `*len_out` its size.
 ///
 /// # Safety
-/// As for [`with_client`]; `buf` is NULL or valid for writes of `cap` bytes;
+/// `c` is NULL or a live client (from `mcast_connect`, not yet closed) that no
+/// other thread uses during the call; `buf` is NULL or valid for writes of `cap` bytes;
 /// `len_out`, `group_out` and `source_out` are NULL or valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn mcast_recv(

@@ -202,3 +202,68 @@ pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     };
     format!("internal error in libmcast (please report): {what}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mcast_ipc::ErrorCode;
+
+    #[test]
+    fn every_client_error_has_its_code() {
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let cases = [
+            (
+                Error::NotRunning {
+                    path: "/x".into(),
+                    source: io(),
+                },
+                MCAST_ENOTRUNNING,
+            ),
+            (Error::PermissionDenied("no".into()), MCAST_EPERM),
+            (Error::WouldBlock, MCAST_EWOULDBLOCK),
+            (Error::TimedOut, MCAST_ETIMEDOUT),
+            (Error::TooLarge { limit: 1 }, MCAST_ETOOLARGE),
+            (
+                Error::CutOff {
+                    reason: "slow".into(),
+                },
+                MCAST_ECUTOFF,
+            ),
+            (
+                Error::Disconnected {
+                    reason: "gone".into(),
+                },
+                MCAST_EDISCONNECTED,
+            ),
+            (
+                Error::Daemon {
+                    code: ErrorCode::UnknownGroup,
+                    message: "no".into(),
+                },
+                MCAST_EDAEMON,
+            ),
+            (
+                Error::Daemon {
+                    code: ErrorCode::PermissionDenied,
+                    message: "uid 5 not in allow_uids".into(),
+                },
+                MCAST_EPERM,
+            ),
+            (Error::Protocol("?".into()), MCAST_EPROTO),
+            (Error::Io(io()), MCAST_EIO),
+        ];
+        for (e, code) in cases {
+            let f = Fail::from(e);
+            assert_eq!(f.code, code, "{}", f.message);
+            assert!(!f.message.is_empty());
+        }
+    }
+
+    #[test]
+    fn codes_have_distinct_descriptions() {
+        let words: std::collections::BTreeSet<_> = (MCAST_EIO..=MCAST_OK).map(strerror).collect();
+        assert_eq!(words.len(), 14);
+        assert_eq!(strerror(1), c"unknown mcast error code");
+        assert_eq!(strerror(MCAST_EIO - 1), c"unknown mcast error code");
+    }
+}

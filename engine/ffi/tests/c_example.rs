@@ -2,9 +2,9 @@
 //! as two processes (a subscriber, then a publisher) through the loopback
 //! daemon of mcast-ipc's tests.
 
+mod cbuild;
 #[path = "../../ipc/tests/common/mod.rs"]
 mod common;
-mod cbuild;
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -102,7 +102,9 @@ fn pubsub_example_delivers_every_message_intact_between_two_c_processes() {
     assert!(!sub_out.contains("grown 0 times"), "{}", show(&s));
     let pub_out = String::from_utf8_lossy(&p.stdout);
     assert!(
-        pub_out.contains(&format!("pub: published {COUNT} messages, subscriber acked")),
+        pub_out.contains(&format!(
+            "pub: published {COUNT} messages, subscriber acked"
+        )),
         "publisher: {}",
         show(&p)
     );

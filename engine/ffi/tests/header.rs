@@ -85,7 +85,10 @@ fn header_functions_are_exactly_the_exported_ones() {
         "mcast_last_error",
         "mcast_strerror",
     ] {
-        assert!(declared.contains(f), "{f} not parsed from the header: {declared:?}");
+        assert!(
+            declared.contains(f),
+            "{f} not parsed from the header: {declared:?}"
+        );
     }
     let so = cbuild::lib_dir().join("libmcast.so");
     let o = Command::new("nm")
@@ -122,7 +125,11 @@ fn header_compiles_links_statically_and_its_codes_match_the_rust_ones() {
     c.push_str("    };\n    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)\n");
     c.push_str("        if (fns[i] == NULL) return 1;\n");
     for code in &codes {
-        writeln!(c, "    printf(\"{code} %d %s\\n\", {code}, mcast_strerror({code}));").unwrap();
+        writeln!(
+            c,
+            "    printf(\"{code} %d %s\\n\", {code}, mcast_strerror({code}));"
+        )
+        .unwrap();
     }
     c.push_str("    return 0;\n}\n");
 

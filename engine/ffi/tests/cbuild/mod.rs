@@ -35,20 +35,33 @@ pub fn lib_dir() -> PathBuf {
 pub fn compile(sources: &[&Path], out: &Path, shared: bool) {
     let lib = lib_dir();
     let mut cmd = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
-    cmd.args(["-std=c99", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Wextra", "-Werror"])
-        .arg("-I")
-        .arg(crate_dir().join("include"))
-        .args(sources)
-        .arg("-o")
-        .arg(out);
+    cmd.args([
+        "-std=c99",
+        "-D_POSIX_C_SOURCE=200809L",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+    ])
+    .arg("-I")
+    .arg(crate_dir().join("include"))
+    .args(sources)
+    .arg("-o")
+    .arg(out);
     if shared {
         cmd.arg(format!("-L{}", lib.display()))
             .arg("-lmcast")
             .arg(format!("-Wl,-rpath,{}", lib.display()));
     } else {
         // What `rustc --print native-static-libs` lists for std on Linux.
-        cmd.arg(lib.join("libmcast.a"))
-            .args(["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"]);
+        cmd.arg(lib.join("libmcast.a")).args([
+            "-lgcc_s",
+            "-lutil",
+            "-lrt",
+            "-lpthread",
+            "-lm",
+            "-ldl",
+            "-lc",
+        ]);
     }
     let o = cmd.output().expect("run the C compiler");
     assert!(
