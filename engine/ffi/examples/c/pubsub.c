@@ -1,0 +1,174 @@
+/*
+ * pubsub: publish or receive numbered messages through mcastd with libmcast.
+ *
+ *   pubsub SOCKET GROUP sub COUNT   joins GROUP, receives COUNT messages,
+ *                                   checks each one's number and content,
+ *                                   then publishes "ack COUNT".
+ *   pubsub SOCKET GROUP pub COUNT   joins GROUP, publishes COUNT messages,
+ *                                   then waits for the subscriber's ack.
+ *
+ * Start the subscriber first (a group delivers only what is published after
+ * one joins). Message i is "msg i:" followed by i % 200 bytes of the letter
+ * 'a' + i % 26, so sizes vary; the subscriber starts with a 16-byte buffer
+ * and grows it when mcast_recv says MCAST_ETOOSMALL.
+ *
+ * Exit status 0 when everything arrived intact, 1 otherwise (with the
+ * library's error message on stderr), 2 on bad arguments.
+ *
+ * Build: cc pubsub.c -I../../include -L<target>/release -lmcast
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mcast.h"
+
+#define TIMEOUT_MS 10000
+
+static int fail(const mcast_client *c, const char *what, int rc) {
+    char msg[512];
+    mcast_last_error(c, msg, sizeof msg);
+    fprintf(stderr, "pubsub: %s: %s (%s)\n", what, mcast_strerror(rc), msg);
+    return 1;
+}
+
+/* Message number i into out (at least 6 + 10 + 200 bytes); its length. */
+static size_t make_message(unsigned i, char *out) {
+    int n = sprintf(out, "msg %u:", i);
+    size_t pad = i % 200;
+    memset(out + n, 'a' + (int)(i % 26), pad);
+    return (size_t)n + pad;
+}
+
+static int run_sub(mcast_client *c, uint32_t group, unsigned count) {
+    size_t cap = 16;
+    char *buf = malloc(cap);
+    char want[256];
+    unsigned grows = 0;
+    if (buf == NULL) {
+        fprintf(stderr, "pubsub: out of memory\n");
+        return 1;
+    }
+    for (unsigned i = 0; i < count;) {
+        size_t len = 0;
+        uint32_t g = 0, source = 0;
+        int rc = mcast_recv(c, buf, cap, &len, &g, &source, TIMEOUT_MS);
+        if (rc == MCAST_ETOOSMALL) {
+            /* The message waits for a larger buffer. */
+            char *bigger = realloc(buf, len);
+            if (bigger == NULL) {
+                free(buf);
+                fprintf(stderr, "pubsub: out of memory\n");
+                return 1;
+            }
+            buf = bigger;
+            cap = len;
+            grows++;
+            continue;
+        }
+        if (rc != MCAST_OK) {
+            char what[64];
+            snprintf(what, sizeof what, "receiving message %u of %u", i, count);
+            free(buf);
+            return fail(c, what, rc);
+        }
+        size_t want_len = make_message(i, want);
+        if (g != group || len != want_len || memcmp(buf, want, len) != 0) {
+            fprintf(stderr, "pubsub: message %u: got %zu bytes \"%.*s\" in group %u, want \"%.*s\"\n",
+                    i, len, (int)(len < 40 ? len : 40), buf, g, (int)(want_len < 40 ? want_len : 40),
+                    want);
+            free(buf);
+            return 1;
+        }
+        i++;
+    }
+    free(buf);
+
+    char ack[32];
+    int n = snprintf(ack, sizeof ack, "ack %u", count);
+    int rc = mcast_publish_blocking(c, group, ack, (size_t)n, TIMEOUT_MS);
+    if (rc != MCAST_OK)
+        return fail(c, "publishing the ack", rc);
+    rc = mcast_flush(c, TIMEOUT_MS);
+    if (rc != MCAST_OK)
+        return fail(c, "flushing the ack", rc);
+    printf("sub: received %u messages intact (buffer grown %u times), acked\n", count, grows);
+    return 0;
+}
+
+static int run_pub(mcast_client *c, uint32_t group, unsigned count) {
+    char msg[256];
+    for (unsigned i = 0; i < count; i++) {
+        size_t len = make_message(i, msg);
+        int rc = mcast_publish_blocking(c, group, msg, len, TIMEOUT_MS);
+        if (rc != MCAST_OK) {
+            char what[64];
+            snprintf(what, sizeof what, "publishing message %u of %u", i, count);
+            return fail(c, what, rc);
+        }
+    }
+    /* Wait for the subscriber's ack; skip anything else (a daemon may
+     * deliver our own messages back to us). */
+    char want[32], buf[256];
+    int want_len = snprintf(want, sizeof want, "ack %u", count);
+    for (;;) {
+        size_t len = 0;
+        int rc = mcast_recv(c, buf, sizeof buf, &len, NULL, NULL, TIMEOUT_MS);
+        if (rc == MCAST_ETOOSMALL) {
+            /* Not an ack: drop it by reading it into a buffer large enough. */
+            char *big = malloc(len);
+            if (big == NULL)
+                return 1;
+            rc = mcast_recv(c, big, len, &len, NULL, NULL, 0);
+            free(big);
+            if (rc != MCAST_OK)
+                return fail(c, "receiving", rc);
+            continue;
+        }
+        if (rc != MCAST_OK)
+            return fail(c, "waiting for the subscriber's ack", rc);
+        if (len == (size_t)want_len && memcmp(buf, want, len) == 0)
+            break;
+        if (len >= 4 && memcmp(buf, "ack ", 4) == 0) {
+            fprintf(stderr, "pubsub: subscriber sent \"%.*s\", want \"%s\"\n", (int)len, buf, want);
+            return 1;
+        }
+    }
+    printf("pub: published %u messages, subscriber acked all of them\n", count);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 5 || (strcmp(argv[3], "pub") != 0 && strcmp(argv[3], "sub") != 0)) {
+        fprintf(stderr, "usage: %s SOCKET GROUP pub|sub COUNT\n", argv[0]);
+        return 2;
+    }
+    const char *socket = argv[1], *name = argv[2], *role = argv[3];
+    char *end;
+    unsigned long count = strtoul(argv[4], &end, 10);
+    if (*argv[4] == '\0' || *end != '\0' || count > 100000000UL) {
+        fprintf(stderr, "pubsub: COUNT must be a number, got \"%s\"\n", argv[4]);
+        return 2;
+    }
+
+    mcast_client *c = NULL;
+    int rc = mcast_connect(socket, role, &c);
+    if (rc != MCAST_OK)
+        return fail(NULL, "connecting", rc);
+
+    uint32_t group = 0, rank = 0;
+    rc = mcast_join(c, name, &group, &rank);
+    if (rc != MCAST_OK) {
+        int status = fail(c, "joining", rc);
+        mcast_close(c);
+        return status;
+    }
+    printf("%s: joined %s as group %u, rank %u; max message %zu bytes\n", role, name, group, rank,
+           mcast_max_message(c));
+    fflush(stdout);
+
+    int status = strcmp(role, "sub") == 0 ? run_sub(c, group, (unsigned)count)
+                                          : run_pub(c, group, (unsigned)count);
+    mcast_close(c);
+    return status;
+}

@@ -1,0 +1,414 @@
+//! The `extern "C"` functions declared in `include/mcast.h`.
+//!
+//! Every function checks its pointers for NULL and its strings for UTF-8
+//! before using them (`MCAST_EINVAL` otherwise) and runs its body under
+//! `catch_unwind`, so a panic becomes `MCAST_EIO` with a message instead of
+//! unwinding into C. What the checks cannot see (a dangling pointer, a buffer
+//! shorter than its stated length, one client used by two threads at once)
+//! is the caller's side of each function's `# Safety` contract, as in C.
+
+use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::ptr;
+use std::time::Duration;
+
+use mcast_ipc::Client;
+
+use crate::{
+    panic_message, set_thread_error, strerror, thread_error, Fail, McastClient, MCAST_EINVAL,
+    MCAST_EIO, MCAST_ETOOSMALL, MCAST_OK,
+};
+
+/// Runs `f`; a panic becomes `MCAST_EIO`, its message this thread's error.
+fn guard(f: impl FnOnce() -> c_int) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(code) => code,
+        Err(p) => {
+            set_thread_error(panic_message(&*p));
+            MCAST_EIO
+        }
+    }
+}
+
+/// Runs `f` on the client behind `c`; a failure's message becomes the
+/// client's last error, a panic `MCAST_EIO`.
+///
+/// # Safety
+/// `c` is NULL or a client from `mcast_connect`, not yet closed, that no
+/// other thread uses during the call.
+unsafe fn with_client(
+    c: *mut McastClient,
+    f: impl FnOnce(&mut McastClient) -> Result<c_int, Fail>,
+) -> c_int {
+    guard(|| {
+        // SAFETY: by this function's contract `c` is NULL (as_mut gives None)
+        // or points to a live McastClient that nothing else references now.
+        let Some(cl) = (unsafe { c.as_mut() }) else {
+            set_thread_error("the client is NULL".into());
+            return MCAST_EINVAL;
+        };
+        match catch_unwind(AssertUnwindSafe(|| f(&mut *cl))) {
+            Ok(Ok(code)) => code,
+            Ok(Err(fail)) => {
+                cl.last_error = fail.message;
+                fail.code
+            }
+            Err(p) => {
+                let m = panic_message(&*p);
+                set_thread_error(m.clone());
+                cl.last_error = m;
+                MCAST_EIO
+            }
+        }
+    })
+}
+
+/// A C string argument as UTF-8.
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string valid for reads.
+unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str, Fail> {
+    // SAFETY: the caller's contract for `p`.
+    let c = unsafe { cstr_arg(p, what) }?;
+    c.to_str()
+        .map_err(|e| Fail::inval(format!("{what} is not valid UTF-8: {e}")))
+}
+
+/// A C string argument, checked for NULL only.
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string valid for reads.
+unsafe fn cstr_arg<'a>(p: *const c_char, what: &str) -> Result<&'a CStr, Fail> {
+    if p.is_null() {
+        return Err(Fail::inval(format!("{what} is NULL")));
+    }
+    // SAFETY: not NULL, and by the caller's contract NUL-terminated and valid
+    // for reads for as long as the call lasts.
+    Ok(unsafe { CStr::from_ptr(p) })
+}
+
+/// `len` bytes at `p` (any `p`, NULL included, when `len` is 0).
+///
+/// # Safety
+/// `p` is NULL or valid for reads of `len` bytes.
+unsafe fn bytes_arg<'a>(p: *const c_void, len: usize, what: &str) -> Result<&'a [u8], Fail> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Fail::inval(format!(
+            "{what} is NULL but its length is {len}"
+        )));
+    }
+    if len > isize::MAX as usize {
+        return Err(Fail::inval(format!("{what}: length {len} is not a size")));
+    }
+    // SAFETY: not NULL, len within isize::MAX, and by the caller's contract
+    // valid for reads of `len` bytes during the call.
+    Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
+}
+
+/// Stores `v` at `p` unless `p` is NULL (optional out-parameters).
+///
+/// # Safety
+/// `p` is NULL or valid for writes of a `T`.
+unsafe fn put<T>(p: *mut T, v: T) {
+    if !p.is_null() {
+        // SAFETY: not NULL and, by the caller's contract, valid for writes.
+        unsafe { p.write(v) }
+    }
+}
+
+/// A `timeout_ms` argument: -1 is no timeout.
+fn timeout_arg(ms: c_int) -> Result<Option<Duration>, Fail> {
+    match ms {
+        -1 => Ok(None),
+        ms if ms >= 0 => Ok(Some(Duration::from_millis(ms as u64))),
+        ms => Err(Fail::inval(format!(
+            "timeout_ms {ms}: use -1 (forever), 0 or a positive count"
+        ))),
+    }
+}
+
+/// Connects to the daemon at `socket_path` and introduces this client as
+/// `name`; on success `*out` is the new client, else NULL.
+///
+/// # Safety
+/// `socket_path` and `name` are NULL or NUL-terminated strings; `out` is NULL
+/// or valid for writes of a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_connect(
+    socket_path: *const c_char,
+    name: *const c_char,
+    out: *mut *mut McastClient,
+) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            set_thread_error("out is NULL".into());
+            return MCAST_EINVAL;
+        }
+        // SAFETY: not NULL, and valid for writes by the caller's contract.
+        unsafe { out.write(ptr::null_mut()) };
+        let connect = || -> Result<Box<McastClient>, Fail> {
+            // SAFETY: the caller's contract for both strings.
+            let path = unsafe { cstr_arg(socket_path, "socket_path") }?;
+            // SAFETY: as above.
+            let name = unsafe { str_arg(name, "name") }?;
+            // A Unix path is bytes: no UTF-8 needed.
+            let path = Path::new(OsStr::from_bytes(path.to_bytes()));
+            Ok(Box::new(McastClient::new(Client::connect(path, name)?)))
+        };
+        match connect() {
+            Ok(client) => {
+                // SAFETY: checked above: not NULL, valid for writes.
+                unsafe { out.write(Box::into_raw(client)) };
+                MCAST_OK
+            }
+            Err(fail) => {
+                set_thread_error(fail.message);
+                fail.code
+            }
+        }
+    })
+}
+
+/// Waits until the daemon has taken everything published (as `Client` does
+/// on drop), then closes the connection and frees the client. NULL is a no-op.
+///
+/// # Safety
+/// `c` is NULL or a client from `mcast_connect` not yet closed; it must not be
+/// used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_close(c: *mut McastClient) {
+    if c.is_null() {
+        return;
+    }
+    guard(|| {
+        // SAFETY: `c` came from Box::into_raw in mcast_connect and, by the
+        // caller's contract, is closed only once and not used afterwards.
+        drop(unsafe { Box::from_raw(c) });
+        MCAST_OK
+    });
+}
+
+/// Waits up to `timeout_ms` (-1: forever) until the daemon has taken every
+/// message published so far.
+///
+/// # Safety
+/// `c` is NULL or a client from `mcast_connect`, not yet closed, that no
+/// other thread uses during the call.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_flush(c: *mut McastClient, timeout_ms: c_int) -> c_int {
+    let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
+        let t = timeout_arg(timeout_ms)?.unwrap_or(Duration::MAX);
+        if cl.client.flush(t)? {
+            Ok(MCAST_OK)
+        } else {
+            Err(mcast_ipc::Error::TimedOut.into())
+        }
+    };
+    // SAFETY: the caller's contract is with_client's.
+    unsafe { with_client(c, run) }
+}
+
+/// Joins the group named `group`; its number and our rank go to the
+/// optional out-parameters.
+///
+/// # Safety
+/// `c` is NULL or a live client (from `mcast_connect`, not yet closed) that no
+/// other thread uses during the call; `group` is NULL or a NUL-terminated string;
+/// `group_out` and `rank_out` are NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_join(
+    c: *mut McastClient,
+    group: *const c_char,
+    group_out: *mut u32,
+    rank_out: *mut u32,
+) -> c_int {
+    let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
+        // SAFETY: the caller's contract for `group`.
+        let name = unsafe { str_arg(group, "group") }?;
+        let m = cl.client.join(name)?;
+        // SAFETY: the caller's contract for the out-parameters.
+        unsafe {
+            put(group_out, m.group);
+            put(rank_out, m.rank);
+        }
+        Ok(MCAST_OK)
+    };
+    // SAFETY: the caller's contract is with_client's.
+    unsafe { with_client(c, run) }
+}
+
+/// Leaves the group numbered `group`.
+///
+/// # Safety
+/// `c` is NULL or a client from `mcast_connect`, not yet closed, that no
+/// other thread uses during the call.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_leave(c: *mut McastClient, group: u32) -> c_int {
+    let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
+        cl.client.leave(group)?;
+        Ok(MCAST_OK)
+    };
+    // SAFETY: the caller's contract is with_client's.
+    unsafe { with_client(c, run) }
+}
+
+/// Publishes `len` bytes at `data` to `group` without blocking.
+///
+/// # Safety
+/// `c` is NULL or a live client (from `mcast_connect`, not yet closed) that no
+/// other thread uses during the call; `data` is NULL or valid for reads of `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_publish(
+    c: *mut McastClient,
+    group: u32,
+    data: *const c_void,
+    len: usize,
+) -> c_int {
+    let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
+        // SAFETY: the caller's contract for `data`.
+        let msg = unsafe { bytes_arg(data, len, "data") }?;
+        cl.client.publish(group, msg)?;
+        Ok(MCAST_OK)
+    };
+    // SAFETY: the caller's contract is with_client's.
+    unsafe { with_client(c, run) }
+}
+
+/// Publishes, waiting up to `timeout_ms` (-1: forever) for room.
+///
+/// # Safety
+/// As for [`mcast_publish`].
+#[no_mangle]
+pub unsafe extern "C" fn mcast_publish_blocking(
+    c: *mut McastClient,
+    group: u32,
+    data: *const c_void,
+    len: usize,
+    timeout_ms: c_int,
+) -> c_int {
+    let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
+        // SAFETY: the caller's contract for `data`.
+        let msg = unsafe { bytes_arg(data, len, "data") }?;
+        let t = timeout_arg(timeout_ms)?;
+        cl.client.publish_blocking(group, msg, t)?;
+        Ok(MCAST_OK)
+    };
+    // SAFETY: the caller's contract is with_client's.
+    unsafe { with_client(c, run) }
+}
+
+/// Receives the next message into `buf` (`cap` bytes), waiting up to
+/// `timeout_ms` (0: not at all, -1: forever). A message that does not fit
+/// stays pending: `MCAST_ETOOSMALL`, `*len_out` its size.
+///
+/// # Safety
+/// `c` is NULL or a live client (from `mcast_connect`, not yet closed) that no
+/// other thread uses during the call; `buf` is NULL or valid for writes of `cap` bytes;
+/// `len_out`, `group_out` and `source_out` are NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_recv(
+    c: *mut McastClient,
+    buf: *mut c_void,
+    cap: usize,
+    len_out: *mut usize,
+    group_out: *mut u32,
+    source_out: *mut u32,
+    timeout_ms: c_int,
+) -> c_int {
+    let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
+        if len_out.is_null() {
+            return Err(Fail::inval("len_out is NULL"));
+        }
+        if buf.is_null() && cap > 0 {
+            return Err(Fail::inval(format!("buf is NULL but cap is {cap}")));
+        }
+        let m = cl.next_message(timeout_ms)?;
+        let len = m.data.len();
+        // SAFETY: not NULL (checked), valid for writes by contract.
+        unsafe { len_out.write(len) };
+        if len > cap {
+            return Err(Fail::new(
+                MCAST_ETOOSMALL,
+                format!(
+                    "buffer too small: the message waiting is {len} bytes, the buffer {cap}; \
+                         it is kept for the next mcast_recv"
+                ),
+            ));
+        }
+        if len > 0 {
+            // SAFETY: len > 0 so cap > 0 and buf is not NULL (checked);
+            // buf is valid for writes of cap >= len bytes by contract, and
+            // cannot overlap the message, which this library owns.
+            unsafe { ptr::copy_nonoverlapping(m.data.as_ptr(), buf.cast::<u8>(), len) };
+        }
+        // SAFETY: the caller's contract for the optional out-parameters.
+        unsafe {
+            put(group_out, m.group);
+            put(source_out, m.source);
+        }
+        cl.take_pending();
+        Ok(MCAST_OK)
+    };
+    // SAFETY: the caller's contract is with_client's.
+    unsafe { with_client(c, run) }
+}
+
+/// The largest message `mcast_publish` accepts; 0 for a NULL client.
+///
+/// # Safety
+/// `c` is NULL or a client from `mcast_connect`, not yet closed.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_max_message(c: *const McastClient) -> usize {
+    // SAFETY: by the contract, NULL (None) or a live client.
+    match unsafe { c.as_ref() } {
+        Some(cl) => cl.client.max_message(),
+        None => 0,
+    }
+}
+
+/// Copies the last error's message (NUL-terminated, truncated to `cap`) and
+/// returns its full length; for a NULL client, this thread's last error of a
+/// call without a client (`mcast_connect`, a NULL client).
+///
+/// # Safety
+/// `c` is NULL or a client from `mcast_connect`, not yet closed; `buf` is
+/// NULL or valid for writes of `cap` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_last_error(
+    c: *const McastClient,
+    buf: *mut c_char,
+    cap: usize,
+) -> c_int {
+    guard(|| {
+        if buf.is_null() && cap > 0 {
+            return MCAST_EINVAL;
+        }
+        // SAFETY: by the contract, NULL (None) or a live client.
+        let msg = match unsafe { c.as_ref() } {
+            Some(cl) => cl.last_error.clone(),
+            None => thread_error(),
+        };
+        let bytes = msg.as_bytes();
+        if cap > 0 {
+            let n = bytes.len().min(cap - 1);
+            // SAFETY: buf is not NULL (cap > 0, checked) and valid for writes
+            // of cap > n bytes by contract; `msg` is ours, so no overlap.
+            unsafe {
+                ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), n);
+                buf.add(n).write(0);
+            }
+        }
+        bytes.len().min(c_int::MAX as usize) as c_int
+    })
+}
+
+/// A static description of a return code; never NULL.
+#[no_mangle]
+pub extern "C" fn mcast_strerror(code: c_int) -> *const c_char {
+    strerror(code).as_ptr()
+}

@@ -1,0 +1,189 @@
+//! `include/mcast.h` and the library agree: every function the header
+//! declares is exported and every exported `mcast_*` function is declared;
+//! the header's return codes have the Rust values; a C program taking the
+//! address of every function compiles (C99, and C++ if a compiler is there)
+//! and links against the static library.
+
+mod cbuild;
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::process::Command;
+
+#[path = "../../ipc/tests/common/mod.rs"]
+mod common;
+
+/// The header with its comments removed.
+fn header_code() -> String {
+    let text = std::fs::read_to_string(cbuild::crate_dir().join("include/mcast.h")).unwrap();
+    let mut out = String::new();
+    let mut rest = text.as_str();
+    while let Some(i) = rest.find("/*") {
+        out.push_str(&rest[..i]);
+        let end = rest[i..].find("*/").expect("unterminated comment") + i + 2;
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Identifiers `<prefix>[a-zA-Z0-9_]+` in `code`, with what follows each.
+fn idents<'a>(code: &'a str, prefix: &str) -> Vec<(&'a str, &'a str)> {
+    let mut v = Vec::new();
+    let mut at = 0;
+    while let Some(i) = code[at..].find(prefix) {
+        let start = at + i;
+        let preceded = code[..start]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        let len = code[start..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(code.len() - start);
+        if !preceded {
+            v.push((&code[start..start + len], &code[start + len..]));
+        }
+        at = start + len;
+    }
+    v
+}
+
+/// Functions the header declares: `mcast_[a-z_]+` followed by `(`.
+fn declared_functions() -> BTreeSet<String> {
+    let code = header_code();
+    idents(&code, "mcast_")
+        .into_iter()
+        .filter(|(_, after)| after.trim_start().starts_with('('))
+        .map(|(name, _)| name.to_string())
+        .collect()
+}
+
+/// The `MCAST_*` names of the header's status enum.
+fn declared_codes() -> Vec<String> {
+    let code = header_code();
+    let mut names: Vec<String> = idents(&code, "MCAST_")
+        .into_iter()
+        .filter(|(_, after)| after.trim_start().starts_with('='))
+        .map(|(name, _)| name.to_string())
+        .collect();
+    names.dedup();
+    names
+}
+
+#[test]
+fn header_functions_are_exactly_the_exported_ones() {
+    let declared = declared_functions();
+    for f in [
+        "mcast_connect",
+        "mcast_close",
+        "mcast_join",
+        "mcast_leave",
+        "mcast_publish",
+        "mcast_publish_blocking",
+        "mcast_recv",
+        "mcast_max_message",
+        "mcast_last_error",
+        "mcast_strerror",
+    ] {
+        assert!(
+            declared.contains(f),
+            "{f} not parsed from the header: {declared:?}"
+        );
+    }
+    let so = cbuild::lib_dir().join("libmcast.so");
+    let o = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&so)
+        .output()
+        .expect("run nm");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let exported: BTreeSet<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace().rev();
+            let (name, kind) = (f.next()?, f.next()?);
+            (kind == "T" && name.starts_with("mcast_")).then(|| name.to_string())
+        })
+        .collect();
+    let missing: Vec<_> = declared.difference(&exported).collect();
+    let undeclared: Vec<_> = exported.difference(&declared).collect();
+    assert!(
+        missing.is_empty() && undeclared.is_empty(),
+        "declared but not exported: {missing:?}; exported but not declared: {undeclared:?}"
+    );
+}
+
+#[test]
+fn header_compiles_links_statically_and_its_codes_match_the_rust_ones() {
+    let functions = declared_functions();
+    let codes = declared_codes();
+    let mut c = String::from("#include <stdio.h>\n#include \"mcast.h\"\nint main(void) {\n");
+    c.push_str("    void (*fns[])(void) = {\n");
+    for f in &functions {
+        writeln!(c, "        (void (*)(void))&{f},").unwrap();
+    }
+    c.push_str("    };\n    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)\n");
+    c.push_str("        if (fns[i] == NULL) return 1;\n");
+    for code in &codes {
+        writeln!(
+            c,
+            "    printf(\"{code} %d %s\\n\", {code}, mcast_strerror({code}));"
+        )
+        .unwrap();
+    }
+    c.push_str("    return 0;\n}\n");
+
+    let dir = common::TempDir::new("ffi-header");
+    let src = dir.path().join("all.c");
+    std::fs::write(&src, &c).unwrap();
+    let exe = dir.path().join("all");
+    cbuild::compile(&[&src], &exe, false);
+    let o = Command::new(&exe).output().unwrap();
+    assert!(o.status.success(), "{c}");
+    let got: Vec<(String, i32, String)> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| {
+            let mut f = l.splitn(3, ' ');
+            let name = f.next().unwrap().to_string();
+            let value = f.next().unwrap().parse().unwrap();
+            (name, value, f.next().unwrap().to_string())
+        })
+        .collect();
+
+    let rust = [
+        ("MCAST_OK", mcast::MCAST_OK),
+        ("MCAST_EINVAL", mcast::MCAST_EINVAL),
+        ("MCAST_ENOTRUNNING", mcast::MCAST_ENOTRUNNING),
+        ("MCAST_EPERM", mcast::MCAST_EPERM),
+        ("MCAST_EWOULDBLOCK", mcast::MCAST_EWOULDBLOCK),
+        ("MCAST_ETIMEDOUT", mcast::MCAST_ETIMEDOUT),
+        ("MCAST_EAGAIN", mcast::MCAST_EAGAIN),
+        ("MCAST_ETOOLARGE", mcast::MCAST_ETOOLARGE),
+        ("MCAST_ETOOSMALL", mcast::MCAST_ETOOSMALL),
+        ("MCAST_ECUTOFF", mcast::MCAST_ECUTOFF),
+        ("MCAST_EDISCONNECTED", mcast::MCAST_EDISCONNECTED),
+        ("MCAST_EDAEMON", mcast::MCAST_EDAEMON),
+        ("MCAST_EPROTO", mcast::MCAST_EPROTO),
+        ("MCAST_EIO", mcast::MCAST_EIO),
+    ];
+    let want: Vec<(String, i32)> = rust.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+    let have: Vec<(String, i32)> = got.iter().map(|(n, v, _)| (n.clone(), *v)).collect();
+    assert_eq!(have, want, "header codes vs Rust constants");
+    // Every code has its own description, none the "unknown" one.
+    let words: BTreeSet<&str> = got.iter().map(|(_, _, w)| w.as_str()).collect();
+    assert_eq!(words.len(), got.len(), "{got:?}");
+    assert!(!words.contains("unknown mcast error code"), "{got:?}");
+
+    // C++ sees the same declarations with C linkage, if a compiler is here.
+    let cpp = dir.path().join("all.cc");
+    std::fs::write(&cpp, &c).unwrap();
+    match Command::new("c++")
+        .args(["-fsyntax-only", "-Wall", "-Werror", "-I"])
+        .arg(cbuild::crate_dir().join("include"))
+        .arg(&cpp)
+        .output()
+    {
+        Ok(o) => assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => eprintln!("no C++ compiler ({e}); skipping the C++ check"),
+    }
+}
