@@ -266,6 +266,18 @@ pub struct Config {
     /// Log verbosity.
     #[serde(default = "d_log")]
     pub log: LogLevel,
+    /// Failure detection: a beat to every peer every `heartbeat_ms`.
+    #[serde(default = "d_beat_ms")]
+    pub heartbeat_ms: u64,
+    /// Missed beats before a peer is suspect (and probed).
+    #[serde(default = "d_suspect_after")]
+    pub suspect_after: u32,
+    /// Time between probes of a suspect peer.
+    #[serde(default = "d_beat_ms")]
+    pub probe_ms: u64,
+    /// Unanswered probes before a suspect peer is declared failed.
+    #[serde(default = "d_suspect_after")]
+    pub probes: u32,
     /// The other nodes (`[[peer]]`).
     #[serde(default, rename = "peer")]
     pub peers: Vec<Peer>,
@@ -312,6 +324,12 @@ fn d_slow() -> SlowSubscriber {
 }
 fn d_buffer() -> u64 {
     4 << 20
+}
+fn d_beat_ms() -> u64 {
+    50
+}
+fn d_suspect_after() -> u32 {
+    3
 }
 fn d_max_clients() -> u32 {
     64
@@ -711,6 +729,19 @@ impl Config {
                 "max_clients",
                 "max_clients = 0 would refuse every client: use at least 1 (default 64)".to_owned(),
             );
+        }
+        for (key, v) in [
+            ("heartbeat_ms", self.heartbeat_ms),
+            ("suspect_after", u64::from(self.suspect_after)),
+            ("probe_ms", self.probe_ms),
+            ("probes", u64::from(self.probes)),
+        ] {
+            if v == 0 {
+                return bad(
+                    key,
+                    format!("{key} = 0 would make failure detection meaningless: use at least 1"),
+                );
+            }
         }
 
         let mut names = BTreeSet::new();

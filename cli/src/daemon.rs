@@ -25,6 +25,7 @@ use mcast_engine::{
     Deliver, Engine, EngineError, Fragment, GroupOptions, ProtocolConfig, PublishError,
     StreamStart, Transport,
 };
+use mcast_groups::detector::{Detector, DetectorConfig, DetectorOutput, PeerState};
 use mcast_groups::{GroupEvent, GroupService, Limits, View};
 use mcast_ipc::ring::{FIRST as FLAG_FIRST, LAST as FLAG_LAST};
 use mcast_ipc::{
@@ -79,7 +80,19 @@ pub struct DaemonCounters {
     pub link_errors: u64,
     pub link_backlog_drops: u64,
     pub group_pauses: u64,
+    pub suspicions: u64,
+    pub probes_sent: u64,
+    pub probes_answered: u64,
+    pub nodes_failed: u64,
+    pub nodes_recovered: u64,
+    pub evictions: u64,
+    pub link_resets: u64,
 }
+
+/// The first byte of a beat frame's payload.
+const BEAT: u8 = 1;
+const PROBE: u8 = 2;
+const PROBE_REPLY: u8 = 3;
 
 #[derive(Debug)]
 struct LocalGroup {
@@ -141,6 +154,10 @@ pub struct Daemon<T: Transport> {
     lingering: Vec<Linger>,
     /// Final counters of groups no longer carried, newest last.
     retired: VecDeque<serde_json::Value>,
+    detector: Detector,
+    /// The epoch of each link's send stream (bumped when the link is reset).
+    link_epochs: HashMap<NodeId, u32>,
+    detector_out: Vec<DetectorOutput>,
     counters: DaemonCounters,
     log: Logger,
     shutdown: Arc<AtomicBool>,
@@ -182,6 +199,16 @@ impl<T: Transport> Daemon<T> {
             )?;
         }
         let groups = GroupService::new(node, cfg.registry, Limits::default());
+        let ms = 1_000_000;
+        let dcfg = DetectorConfig {
+            interval: cfg.heartbeat_ms * ms,
+            suspect_after: cfg.suspect_after,
+            probe_interval: cfg.probe_ms * ms,
+            probes: cfg.probes,
+        };
+        let peers: Vec<NodeId> = cfg.peers.iter().map(|p| p.node).collect();
+        let detector = Detector::new(dcfg, &peers, mcast_engine::sys::monotonic_ns());
+        let link_epochs = peers.iter().map(|&p| (p, incarnation)).collect();
         Ok(Daemon {
             node,
             incarnation,
@@ -196,6 +223,9 @@ impl<T: Transport> Daemon<T> {
             pending_starts: HashMap::new(),
             lingering: Vec::new(),
             retired: VecDeque::new(),
+            detector,
+            link_epochs,
+            detector_out: Vec::new(),
             counters: DaemonCounters::default(),
             log,
             shutdown,
@@ -252,6 +282,7 @@ impl<T: Transport> Daemon<T> {
             self.server.finish_sleep();
         }
         work |= self.handle_links()?;
+        work |= self.liveness()?;
         work |= self.handle_group_events()?;
         work |= self.flush_links()?;
         work |= self.flush_overflow()?;
@@ -699,9 +730,103 @@ impl<T: Transport> Daemon<T> {
         self.client_gone(c, reason);
     }
 
+    // ---- failure detection (seed 004 §3.4) ---------------------------------
+
+    /// Beats, probes and their answers; the detector's verdicts.
+    fn liveness(&mut self) -> Result<bool, EngineError> {
+        let now = mcast_engine::sys::monotonic_ns();
+        let mut work = false;
+        let mut out = std::mem::take(&mut self.detector_out);
+        while let Some((from, payload)) = self.engine.poll_beat() {
+            work = true;
+            self.detector.heard(from, now, &mut out);
+            if payload.first() == Some(&PROBE) {
+                self.engine.send_beat(from, &self.beat(PROBE_REPLY))?;
+                self.counters.probes_answered += 1;
+            }
+        }
+        self.detector.poll(now, &mut out);
+        for o in out.drain(..) {
+            match o {
+                DetectorOutput::Beat(n) => {
+                    self.engine.send_beat(n, &self.beat(BEAT))?;
+                }
+                DetectorOutput::Probe(n) => {
+                    self.counters.probes_sent += 1;
+                    self.engine.send_beat(n, &self.beat(PROBE))?;
+                }
+                DetectorOutput::Suspect(n) => {
+                    self.counters.suspicions += 1;
+                    let bound = self.detector.config().suspect_after;
+                    self.log.warn(
+                        "peer suspect: probing it",
+                        &[("node", &n), ("missed_beats", &bound)],
+                    );
+                }
+                DetectorOutput::Failed(n) => {
+                    work = true;
+                    self.node_failed(n)?;
+                }
+                DetectorOutput::Recovered(n) => {
+                    work = true;
+                    self.counters.nodes_recovered += 1;
+                    self.log
+                        .info("peer heard again after failing", &[("node", &n)]);
+                }
+            }
+        }
+        self.detector_out = out;
+        Ok(work)
+    }
+
+    fn beat(&self, kind: u8) -> [u8; 5] {
+        let i = self.incarnation.to_be_bytes();
+        [kind, i[0], i[1], i[2], i[3]]
+    }
+
+    /// Node `n` is declared failed: it leaves every view this node is the
+    /// agent of, and the link to it starts afresh (what was queued for it
+    /// is dropped; if it comes back it gets a new link epoch).
+    fn node_failed(&mut self, n: NodeId) -> Result<(), EngineError> {
+        self.counters.nodes_failed += 1;
+        let bound_ms = self.detector.config().detection_bound() / 1_000_000;
+        self.log.warn(
+            "peer failed: no beat or probe answer",
+            &[("node", &n), ("detection_bound_ms", &bound_ms)],
+        );
+        let changed = self.groups.node_failed(n);
+        for g in &changed {
+            self.counters.evictions += 1;
+            self.log
+                .warn("evicted from group", &[("node", &n), ("group", g)]);
+        }
+        self.flush_group_sends();
+        self.reset_link(n)
+    }
+
+    fn reset_link(&mut self, n: NodeId) -> Result<(), EngineError> {
+        if let Some(q) = self.links.backlog.get_mut(&n) {
+            q.clear();
+        }
+        let epoch = self.link_epochs.entry(n).or_insert(self.incarnation);
+        *epoch += 1;
+        let start = StreamStart {
+            epoch: *epoch,
+            seq: Seq(0),
+        };
+        self.engine.close_sender_in(inbox(n))?;
+        self.engine.open_sender_in(inbox(n), &[n], start)?;
+        self.counters.link_resets += 1;
+        Ok(())
+    }
+
     // ---- links and group events ------------------------------------------
 
     fn send_link(&mut self, peer: NodeId, msg: LinkMessage) {
+        if self.detector.state(peer) == Some(PeerState::Failed) {
+            self.counters.link_backlog_drops += 1;
+            return;
+        }
         let q = self.links.backlog.entry(peer).or_default();
         if q.len() >= MAX_LINK_BACKLOG {
             self.counters.link_backlog_drops += 1;
@@ -758,7 +883,10 @@ impl<T: Transport> Daemon<T> {
     fn handle_links(&mut self) -> Result<bool, EngineError> {
         let inbound = std::mem::take(&mut self.links.inbound);
         let work = !inbound.is_empty();
+        let now = mcast_engine::sys::monotonic_ns();
+        let mut out = std::mem::take(&mut self.detector_out);
         for (from, bytes) in inbound {
+            self.detector.heard(from, now, &mut out);
             self.counters.link_messages_received += 1;
             match LinkMessage::decode(&bytes) {
                 Ok(LinkMessage::Groups(b)) => {
@@ -1111,7 +1239,20 @@ impl<T: Transport> Daemon<T> {
                 "local_loopback": c.local_loopback, "link_messages_sent": c.link_messages_sent,
                 "link_messages_received": c.link_messages_received, "link_errors": c.link_errors,
                 "link_backlog_drops": c.link_backlog_drops, "group_pauses": c.group_pauses,
+                "suspicions": c.suspicions, "probes_sent": c.probes_sent,
+                "probes_answered": c.probes_answered, "nodes_failed": c.nodes_failed,
+                "nodes_recovered": c.nodes_recovered, "evictions": c.evictions,
+                "link_resets": c.link_resets,
             },
+            "peers": self.detector.peers().map(|(n, st, last)| json!({
+                "node": n,
+                "state": match st {
+                    PeerState::Alive => "alive".to_string(),
+                    PeerState::Suspect { probes } => format!("suspect ({probes} probes)"),
+                    PeerState::Failed => "failed".to_string(),
+                },
+                "last_heard_ms_ago": mcast_engine::sys::monotonic_ns().saturating_sub(last) / 1_000_000,
+            })).collect::<Vec<_>>(),
             "groups": groups,
             "links": links,
             "clients": clients,

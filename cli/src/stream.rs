@@ -377,7 +377,29 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
             );
         }
     }
+    let peers: Vec<String> = v["peers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            format!(
+                "{} {} ({} ms ago)",
+                p["node"],
+                p["state"].as_str().unwrap_or("?"),
+                p["last_heard_ms_ago"]
+            )
+        })
+        .collect();
     let d = &v["daemon"];
+    s += &format!(
+        "peers: {}\nfailure detection: suspicions {}  probes {}  failed {}  evictions {}  recovered {}\n",
+        if peers.is_empty() { "none".to_string() } else { peers.join(", ") },
+        d["suspicions"],
+        d["probes_sent"],
+        d["nodes_failed"],
+        d["evictions"],
+        d["nodes_recovered"]
+    );
     s += &format!(
         "clients {}  published {}  delivered {}  overflowed {}  cut off {}  link msgs {}/{}  link errors {}\n",
         v["clients"].as_array().map_or(0, |a| a.len()),

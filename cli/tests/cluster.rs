@@ -574,3 +574,129 @@ fn a_file_piped_through_mcast_send_reaches_three_mcast_recv_byte_for_byte() {
         eprint!("node {node}: {rest}");
     }
 }
+
+/// Seconds since the epoch in a log line's `ts=` field.
+fn log_ts(line: &str) -> f64 {
+    line.split_whitespace()
+        .find_map(|f| f.strip_prefix("ts="))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no ts in {line:?}"))
+}
+
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the kill's wall time, to compare with log times"
+)]
+fn wall_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+#[test]
+fn a_dead_subscriber_node_is_evicted_within_the_bound_and_a_restarted_one_rejoins() {
+    let Some(mut cluster) = common::start("failure", "") else {
+        return;
+    };
+    const N: u64 = 200_000;
+    const LEN: usize = 64;
+    // The publisher joins first: node 1 is the group's agent.
+    let mut p = connect(&cluster, 1, "publisher");
+    let mp = p.join("fail").unwrap();
+    let mut subs: Vec<_> = (2..=4)
+        .map(|n| {
+            let mut c = connect(&cluster, n, "subscriber");
+            let m = c.join("fail").unwrap();
+            (c, m)
+        })
+        .collect();
+    wait_nodes(&mut p, mp.group, &mp.view, 4);
+    let (mut victim, _) = subs.pop().unwrap();
+    let killed_at = std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..N {
+                p.publish_blocking(mp.group, &numbered(i, LEN), Some(Duration::from_secs(20)))
+                    .unwrap_or_else(|e| panic!("publish {i}: {e}"));
+            }
+        });
+        let handles: Vec<_> = subs
+            .iter_mut()
+            .map(|(c, m)| s.spawn(move || receive_numbered(c, m.group, N, LEN)))
+            .collect();
+        // Node 4 receives a while, then its daemon dies without a word.
+        receive_numbered(&mut victim, mp.group, 20_000, LEN);
+        let killed_at = wall_now();
+        cluster.kill(4);
+        for h in handles {
+            assert_eq!(h.join().unwrap(), 0);
+        }
+        killed_at
+    });
+    // The agent saw it fail and evicted it, within the detection bound.
+    let failed = cluster.daemons[0].wait_log("msg=\"peer failed", Duration::from_secs(5));
+    let evicted =
+        cluster.daemons[0].wait_log("msg=\"evicted from group\" node=4", Duration::from_secs(5));
+    let detect = log_ts(&failed) - killed_at;
+    let resume = log_ts(&evicted) - killed_at;
+    eprintln!(
+        "node 4 killed: declared failed after {:.0} ms, evicted (publisher's ACK set shrinks) after {:.0} ms",
+        detect * 1e3,
+        resume * 1e3
+    );
+    assert!(resume < 1.0, "eviction took {resume:.3} s");
+    let Response::Json(stats) = p.request(Request::Stats).unwrap() else {
+        panic!()
+    };
+    assert_eq!(stats["daemon"]["nodes_failed"], 1, "{stats:#}");
+    assert_eq!(stats["daemon"]["evictions"], 1);
+    drop(victim);
+    // Node 4 comes back: a new daemon, a new member of a new view, from its join point.
+    cluster.restart(4);
+    cluster.daemons[0].wait_log("msg=\"peer heard again", Duration::from_secs(5));
+    let mut back = connect(&cluster, 4, "back");
+    let mb = back.join("fail").unwrap();
+    assert_eq!(mcast_cli::stream::member_nodes(&mb.view.members), 4);
+    wait_nodes_exactly(&mut p, mp.group, 4);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in N..N + 10_000 {
+                p.publish_blocking(mp.group, &numbered(i, LEN), Some(Duration::from_secs(20)))
+                    .unwrap();
+            }
+        });
+        assert_eq!(receive_numbered(&mut back, mb.group, 10_000, LEN), N);
+    });
+}
+
+#[test]
+fn a_pause_shorter_than_the_detection_bound_evicts_nobody() {
+    let Some(cluster) = common::start("pause", "") else {
+        return;
+    };
+    let mut p = connect(&cluster, 1, "publisher");
+    let mp = p.join("pause").unwrap();
+    let mut s3 = connect(&cluster, 3, "subscriber");
+    let m3 = s3.join("pause").unwrap();
+    wait_nodes(&mut p, mp.group, &mp.view, 2);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..50_000 {
+                p.publish_blocking(mp.group, &numbered(i, 64), Some(Duration::from_secs(20)))
+                    .unwrap();
+            }
+        });
+        receive_numbered(&mut s3, m3.group, 10_000, 64);
+        // 100 ms frozen: less than 3 missed beats of 50 ms.
+        cluster.signal(3, "STOP");
+        std::thread::sleep(Duration::from_millis(100));
+        cluster.signal(3, "CONT");
+        receive_numbered(&mut s3, m3.group, 40_000, 64);
+    });
+    let log = cluster.daemons[0].log_text();
+    assert!(!log.contains("peer failed"), "{log}");
+    let Response::Json(stats) = s3.request(Request::Stats).unwrap() else {
+        panic!()
+    };
+    assert_eq!(stats["daemon"]["nodes_failed"], 0, "{stats:#}");
+}

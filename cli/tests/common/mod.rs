@@ -12,11 +12,13 @@
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use mcast_netns::{Netns, Topology, IFNAME};
+
+/// Log lines and a signal for each new one.
+pub type SharedLog = Arc<(Mutex<Vec<String>>, Condvar)>;
 
 pub struct Daemon {
     pub node: u32,
@@ -25,7 +27,7 @@ pub struct Daemon {
     pub config: PathBuf,
     child: Option<Child>,
     /// Every line the daemon logged so far, and a signal for each new one.
-    pub log: Arc<(Mutex<Vec<String>>, Condvar)>,
+    pub log: SharedLog,
 }
 
 impl Daemon {
@@ -77,37 +79,7 @@ pub fn start(test: &str, extra: &str) -> Option<Cluster> {
         }
         let config = dir.join(format!("node{node}.toml"));
         std::fs::write(&config, cfg).unwrap();
-        let mut child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &ns.name,
-                env!("CARGO_BIN_EXE_mcastd"),
-                "--config",
-            ])
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn mcastd");
-        let log = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
-        let stderr = child.stderr.take().unwrap();
-        let sink = log.clone();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut ready = Some(tx);
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if line.contains("msg=ready") {
-                    if let Some(tx) = ready.take() {
-                        let _ = tx.send(());
-                    }
-                }
-                sink.0.lock().unwrap().push(line + "\n");
-                sink.1.notify_all();
-            }
-        });
+        let (child, log) = spawn(ns, &config);
         let d = Daemon {
             node,
             ns: ns.clone(),
@@ -116,12 +88,7 @@ pub fn start(test: &str, extra: &str) -> Option<Cluster> {
             child: Some(child),
             log,
         };
-        if rx.recv_timeout(Duration::from_secs(20)).is_err() {
-            panic!(
-                "mcastd on node {node} never became ready:\n{}",
-                d.log_text()
-            );
-        }
+        d.wait_log("msg=ready", Duration::from_secs(20));
         daemons.push(d);
     }
     Some(Cluster {
@@ -131,7 +98,58 @@ pub fn start(test: &str, extra: &str) -> Option<Cluster> {
     })
 }
 
+/// Starts mcastd in `ns` with `config`; its log lines go to the returned log.
+fn spawn(ns: &Netns, config: &PathBuf) -> (Child, SharedLog) {
+    let mut child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.name,
+            env!("CARGO_BIN_EXE_mcastd"),
+            "--config",
+        ])
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn mcastd");
+    let log = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
+    let stderr = child.stderr.take().unwrap();
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            sink.0.lock().unwrap().push(line + "\n");
+            sink.1.notify_all();
+        }
+    });
+    (child, log)
+}
+
 impl Cluster {
+    /// Starts node `node`'s daemon again (after `kill` or `stop`), with a fresh log.
+    pub fn restart(&mut self, node: u32) {
+        let d = &mut self.daemons[node as usize - 1];
+        assert!(d.child.is_none(), "node {node} is running");
+        let (child, log) = spawn(&d.ns, &d.config);
+        d.child = Some(child);
+        d.log = log;
+        d.wait_log("msg=ready", Duration::from_secs(20));
+    }
+
+    /// Sends `signal` (e.g. "STOP", "CONT") to node `node`'s daemon.
+    pub fn signal(&self, node: u32, signal: &str) {
+        let d = &self.daemons[node as usize - 1];
+        let pid = d.child.as_ref().expect("running").id();
+        let ok = Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{signal} {pid}");
+    }
+
     pub fn socket(&self, node: u32) -> &PathBuf {
         &self.daemons[node as usize - 1].socket
     }

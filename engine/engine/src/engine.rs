@@ -208,6 +208,11 @@ pub struct EngineCounters {
     pub rx_other_group: u64,
     /// Data frames dropped because their group's delivery is paused.
     pub rx_paused: u64,
+    /// Beat frames received, and dropped because the caller did not take them.
+    pub rx_beats: u64,
+    pub rx_beats_dropped: u64,
+    /// Beat frames sent.
+    pub tx_beats: u64,
     /// Receive streams opened on their first frame (`accept_any_sender`).
     pub rx_streams_opened: u64,
     /// Receive streams started afresh for a newer epoch of their sender.
@@ -367,7 +372,14 @@ pub struct Engine<T: Transport> {
     idle_since: Option<u64>,
     /// The group whose machines `drain_transmits` asks first (round-robin).
     turn: usize,
+    /// Beat frames received (sender, payload), oldest first; bounded.
+    beats: VecDeque<(NodeId, Vec<u8>)>,
 }
+
+/// Beat frames held for the caller at most (older ones are dropped).
+const MAX_BEATS: usize = 1024;
+/// Largest beat payload.
+pub const MAX_BEAT: usize = 256;
 
 impl<T: Transport> Engine<T> {
     /// An engine over `transport`; opens the configuration's group (unless it
@@ -415,6 +427,7 @@ impl<T: Transport> Engine<T> {
             counters: EngineCounters::default(),
             idle_since: None,
             turn: 0,
+            beats: VecDeque::new(),
             transport,
             cfg: config,
         };
@@ -617,6 +630,54 @@ impl<T: Transport> Engine<T> {
         let gi = self.require_group(group)?;
         self.groups[gi].paused = paused;
         Ok(())
+    }
+
+    /// Sends an unreliable beat frame (liveness, outside every stream) with
+    /// `payload` (at most [`MAX_BEAT`] bytes) to node `to`. False when it
+    /// could not go: no MAC known for `to`, or no free frame.
+    pub fn send_beat(&mut self, to: NodeId, payload: &[u8]) -> Result<bool, EngineError> {
+        if payload.len() > MAX_BEAT {
+            return Err(EngineError::Config(format!(
+                "a beat of {} bytes exceeds {MAX_BEAT}",
+                payload.len()
+            )));
+        }
+        let Some(&dst) = self.peers.get(&to) else {
+            self.counters.tx_no_route += 1;
+            return Ok(false);
+        };
+        let Some(f) = self.transport.alloc() else {
+            self.counters.tx_no_frame += 1;
+            return Ok(false);
+        };
+        let mut h = mcast_wire::Header::new(Kind::Beat);
+        h.src = self.cfg.node;
+        h.peer = to;
+        h.payload_len = payload.len() as u16;
+        let buf = self.transport.frame_mut(f);
+        Frame::<&mut [u8]>::payload_area_mut(buf, payload.len())
+            .map_err(|e| EngineError::Accounting(format!("beat does not fit: {e}")))?
+            .copy_from_slice(payload);
+        let (_, len) = Frame::emit(buf, dst, self.mac, self.cfg.ethertype, &h)
+            .map_err(|e| EngineError::Accounting(format!("beat does not fit: {e}")))?;
+        self.place[f as usize] = Place::Staged {
+            keep: false,
+            back: false,
+        };
+        self.tx_copy.push(TxDesc {
+            frame: f,
+            len: len as u32,
+        });
+        self.counters.tx_beats += 1;
+        if self.tx_copy.len() + self.tx_keep.len() >= self.cfg.batch {
+            self.flush_batches()?;
+        }
+        Ok(true)
+    }
+
+    /// The next beat received: (sending node, payload).
+    pub fn poll_beat(&mut self) -> Option<(NodeId, Vec<u8>)> {
+        self.beats.pop_front()
     }
 
     /// Largest payload of one fragment.
@@ -1217,6 +1278,22 @@ impl<T: Transport> Engine<T> {
                 return Ok(());
             }
         };
+        if header.kind == Kind::Beat {
+            self.counters.rx_beats += 1;
+            if header.src != 0 && !src_mac.is_multicast() {
+                self.peers.entry(header.src).or_insert(src_mac);
+            }
+            if self.beats.len() >= MAX_BEATS {
+                self.beats.pop_front();
+                self.counters.rx_beats_dropped += 1;
+            }
+            let start = d.offset as usize + FRAME_OVERHEAD;
+            let n = usize::from(header.payload_len).min(MAX_BEAT);
+            let payload = self.transport.frame(f)[start..start + n].to_vec();
+            self.beats.push_back((header.src, payload));
+            self.free(f);
+            return Ok(());
+        }
         let Some(gi) = self.group_index(header.group) else {
             self.counters.rx_other_group += 1;
             self.free(f);

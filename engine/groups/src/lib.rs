@@ -60,11 +60,13 @@
 //!   agent's own lookup); a hostile node could make it hold up to `max_groups`
 //!   phantom groups. Replies are accepted only from the node they were asked of.
 //!
-//! No I/O, no clock: failure detection (seed 004 §3.4) is a later issue.
+//! No I/O, no clock. [`detector`] is the failure detector (seed 004 §3.4);
+//! [`GroupService::node_failed`] is what an agent does with its verdict.
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, VecDeque};
 
+pub mod detector;
 mod types;
 pub mod wire;
 

@@ -123,7 +123,7 @@ pub struct StreamConfig {
 /// kinds come from the sender; feedback kinds name it in `peer`.
 pub fn stream_of(header: &Header) -> NodeId {
     match header.kind {
-        Kind::Data | Kind::AckReq | Kind::Heartbeat | Kind::GbnData => header.src,
+        Kind::Data | Kind::AckReq | Kind::Heartbeat | Kind::GbnData | Kind::Beat => header.src,
         Kind::Nak | Kind::Ack | Kind::Pack | Kind::Nack => header.peer,
     }
 }

@@ -953,7 +953,7 @@ impl<'c> World<'c> {
             Kind::AckReq => s.ack_req += 1,
             Kind::Pack => s.pack += 1,
             Kind::Nack => s.nack += 1,
-            Kind::Heartbeat => s.other += 1,
+            Kind::Heartbeat | Kind::Beat => s.other += 1,
         }
     }
 
@@ -1143,6 +1143,7 @@ fn describe(h: &Header) -> String {
         Kind::Pack => "PACK",
         Kind::Nack => "NACK",
         Kind::Heartbeat => "HEARTBEAT",
+        Kind::Beat => "BEAT",
     };
     let mut s = format!("{kind} {:?}", h.seq);
     if h.kind.carries_data() {

@@ -78,6 +78,10 @@ pub enum Kind {
     Nack = 7,
     /// Liveness and the sender's highest sequence (`seq`); reserved for membership (issue 5).
     Heartbeat = 8,
+    /// Node liveness between daemons, outside every stream: a beat, a probe
+    /// or a probe's answer (the payload's first byte says which). Unicast,
+    /// unreliable, group 0.
+    Beat = 16,
 }
 
 impl Kind {
@@ -92,6 +96,7 @@ impl Kind {
             6 => Kind::Pack,
             7 => Kind::Nack,
             8 => Kind::Heartbeat,
+            16 => Kind::Beat,
             got => return Err(WireError::UnknownKind { got }),
         })
     }

@@ -1,0 +1,321 @@
+//! Failure detection between daemons (seed 004 §3.4), sans-IO: time is an
+//! argument (nanoseconds of a monotonic clock), frames are the caller's.
+//!
+//! Every node beats to every peer each `interval`. A peer not heard from
+//! for `suspect_after` intervals becomes *suspect*; it is then probed
+//! directly (the seed's query message) every `probe_interval`, up to
+//! `probes` times; any frame from it (a beat, a probe, a probe's answer)
+//! makes it alive again. Still silent after the last probe's wait: *failed*.
+//! So a node is declared failed at most `suspect_after × interval + probes ×
+//! probe_interval` after it went silent (defaults: 3 × 50 ms + 3 × 50 ms =
+//! 300 ms), and a pause shorter than `suspect_after × interval` (150 ms)
+//! never even makes it suspect. A failed peer that is heard again is
+//! reported as recovered (it rejoins as a new member: the caller decides).
+
+use crate::NodeId;
+
+/// Timing of the detector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DetectorConfig {
+    /// Beat period, ns.
+    pub interval: u64,
+    /// Missed intervals before a peer is suspect.
+    pub suspect_after: u32,
+    /// Time between probes of a suspect, ns.
+    pub probe_interval: u64,
+    /// Probes before a suspect is declared failed.
+    pub probes: u32,
+}
+
+impl Default for DetectorConfig {
+    fn default() -> Self {
+        DetectorConfig {
+            interval: 50_000_000,
+            suspect_after: 3,
+            probe_interval: 50_000_000,
+            probes: 3,
+        }
+    }
+}
+
+impl DetectorConfig {
+    /// The longest a silent node stays undetected, ns.
+    pub fn detection_bound(&self) -> u64 {
+        u64::from(self.suspect_after) * self.interval + u64::from(self.probes) * self.probe_interval
+    }
+
+    /// Checks the values make sense; the error says which.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.interval == 0 || self.probe_interval == 0 {
+            return Err("heartbeat and probe intervals must be above 0".into());
+        }
+        if self.suspect_after == 0 || self.probes == 0 {
+            return Err("suspect_after and probes must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// What the detector thinks of a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerState {
+    Alive,
+    /// Silent too long; `probes` sent so far.
+    Suspect {
+        probes: u32,
+    },
+    Failed,
+}
+
+/// What the caller must do or know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DetectorOutput {
+    /// Send a beat to this peer.
+    Beat(NodeId),
+    /// Send a probe to this peer (it answers at once).
+    Probe(NodeId),
+    /// The peer became suspect (logged and counted; nothing changes yet).
+    Suspect(NodeId),
+    /// The peer is declared failed: it leaves every view.
+    Failed(NodeId),
+    /// A failed peer was heard again.
+    Recovered(NodeId),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    node: NodeId,
+    state: PeerState,
+    last_heard: u64,
+    /// When the next probe (or the failure verdict) is due, while suspect.
+    next_probe: u64,
+}
+
+/// The detector of one node.
+#[derive(Debug, Clone)]
+pub struct Detector {
+    cfg: DetectorConfig,
+    peers: Vec<Peer>,
+    next_beat: u64,
+    /// Counters: suspicions, probes sent, failures declared, recoveries.
+    pub suspicions: u64,
+    pub probes_sent: u64,
+    pub failures: u64,
+    pub recoveries: u64,
+}
+
+impl Detector {
+    /// A detector for `peers`, all taken as heard at `now`.
+    pub fn new(cfg: DetectorConfig, peers: &[NodeId], now: u64) -> Detector {
+        Detector {
+            cfg,
+            peers: peers
+                .iter()
+                .map(|&node| Peer {
+                    node,
+                    state: PeerState::Alive,
+                    last_heard: now,
+                    next_probe: 0,
+                })
+                .collect(),
+            next_beat: now,
+            suspicions: 0,
+            probes_sent: 0,
+            failures: 0,
+            recoveries: 0,
+        }
+    }
+
+    /// A frame from `node` arrived at `now`.
+    pub fn heard(&mut self, node: NodeId, now: u64, out: &mut Vec<DetectorOutput>) {
+        let Some(p) = self.peers.iter_mut().find(|p| p.node == node) else {
+            return;
+        };
+        p.last_heard = p.last_heard.max(now);
+        if p.state == PeerState::Failed {
+            self.recoveries += 1;
+            out.push(DetectorOutput::Recovered(node));
+        }
+        p.state = PeerState::Alive;
+    }
+
+    /// Advances to `now`: beats due, suspicions, probes, verdicts.
+    pub fn poll(&mut self, now: u64, out: &mut Vec<DetectorOutput>) {
+        if now >= self.next_beat {
+            for p in &self.peers {
+                out.push(DetectorOutput::Beat(p.node));
+            }
+            // Skip missed beats rather than bursting them.
+            self.next_beat = now + self.cfg.interval;
+        }
+        let silence = u64::from(self.cfg.suspect_after) * self.cfg.interval;
+        for p in &mut self.peers {
+            match p.state {
+                PeerState::Alive if now.saturating_sub(p.last_heard) >= silence => {
+                    p.state = PeerState::Suspect { probes: 1 };
+                    p.next_probe = now + self.cfg.probe_interval;
+                    self.suspicions += 1;
+                    self.probes_sent += 1;
+                    out.push(DetectorOutput::Suspect(p.node));
+                    out.push(DetectorOutput::Probe(p.node));
+                }
+                PeerState::Suspect { probes } if now >= p.next_probe => {
+                    if probes >= self.cfg.probes {
+                        p.state = PeerState::Failed;
+                        self.failures += 1;
+                        out.push(DetectorOutput::Failed(p.node));
+                    } else {
+                        p.state = PeerState::Suspect { probes: probes + 1 };
+                        p.next_probe = now + self.cfg.probe_interval;
+                        self.probes_sent += 1;
+                        out.push(DetectorOutput::Probe(p.node));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// When [`Detector::poll`] must next run.
+    pub fn next_deadline(&self) -> u64 {
+        let silence = u64::from(self.cfg.suspect_after) * self.cfg.interval;
+        self.peers
+            .iter()
+            .map(|p| match p.state {
+                PeerState::Alive => p.last_heard + silence,
+                PeerState::Suspect { .. } => p.next_probe,
+                PeerState::Failed => u64::MAX,
+            })
+            .chain(std::iter::once(self.next_beat))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Every peer's state and when it was last heard (ns).
+    pub fn peers(&self) -> impl Iterator<Item = (NodeId, PeerState, u64)> + '_ {
+        self.peers.iter().map(|p| (p.node, p.state, p.last_heard))
+    }
+
+    /// The state of `node`, if it is a peer.
+    pub fn state(&self, node: NodeId) -> Option<PeerState> {
+        self.peers.iter().find(|p| p.node == node).map(|p| p.state)
+    }
+
+    pub fn config(&self) -> DetectorConfig {
+        self.cfg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn run(
+        d: &mut Detector,
+        from: u64,
+        to: u64,
+        hear: &[(NodeId, u64, u64)],
+    ) -> Vec<(u64, DetectorOutput)> {
+        // Steps of 1 ms; `hear`: (node, from, to) windows in which the node beats every 50 ms.
+        let mut got = Vec::new();
+        let mut out = Vec::new();
+        let mut t = from;
+        while t <= to {
+            for &(n, a, b) in hear {
+                if t >= a && t < b && (t - a) % (50 * MS) == 0 {
+                    d.heard(n, t, &mut out);
+                }
+            }
+            d.poll(t, &mut out);
+            got.extend(out.drain(..).map(|o| (t, o)));
+            t += MS;
+        }
+        got
+    }
+
+    fn verdicts(got: &[(u64, DetectorOutput)]) -> Vec<(u64, DetectorOutput)> {
+        got.iter()
+            .filter(|(_, o)| !matches!(o, DetectorOutput::Beat(_)))
+            .copied()
+            .collect()
+    }
+
+    #[test]
+    fn a_silent_node_is_suspected_probed_and_failed_within_the_bound() {
+        let cfg = DetectorConfig::default();
+        let mut d = Detector::new(cfg, &[2, 3], 0);
+        // Node 2 beats throughout; node 3 stops at 100 ms.
+        let got = run(&mut d, 0, 1000 * MS, &[(2, 0, u64::MAX), (3, 0, 101 * MS)]);
+        let v = verdicts(&got);
+        assert_eq!(
+            v,
+            vec![
+                (250 * MS, DetectorOutput::Suspect(3)),
+                (250 * MS, DetectorOutput::Probe(3)),
+                (300 * MS, DetectorOutput::Probe(3)),
+                (350 * MS, DetectorOutput::Probe(3)),
+                (400 * MS, DetectorOutput::Failed(3)),
+            ]
+        );
+        assert!(400 * MS - 100 * MS <= cfg.detection_bound());
+        assert_eq!((d.suspicions, d.probes_sent, d.failures), (1, 3, 1));
+        assert_eq!(d.state(2), Some(PeerState::Alive));
+        // Beats go to both peers every 50 ms.
+        let beats = got
+            .iter()
+            .filter(|(_, o)| *o == DetectorOutput::Beat(3))
+            .count();
+        assert_eq!(beats, 21);
+    }
+
+    #[test]
+    fn a_short_pause_raises_no_suspicion_and_a_probe_answered_clears_it() {
+        let mut d = Detector::new(DetectorConfig::default(), &[2], 0);
+        // Silent from 100 to 220 ms: under 150 ms of silence.
+        let got = run(
+            &mut d,
+            0,
+            600 * MS,
+            &[(2, 0, 101 * MS), (2, 220 * MS, u64::MAX)],
+        );
+        assert!(verdicts(&got).is_empty(), "{:?}", verdicts(&got));
+        // Silent from 100 to 320 ms: suspected, but answers before failing.
+        let mut d = Detector::new(DetectorConfig::default(), &[2], 0);
+        let got = run(
+            &mut d,
+            0,
+            800 * MS,
+            &[(2, 0, 101 * MS), (2, 320 * MS, u64::MAX)],
+        );
+        let v = verdicts(&got);
+        assert!(v.contains(&(250 * MS, DetectorOutput::Suspect(2))));
+        assert!(!v
+            .iter()
+            .any(|(_, o)| matches!(o, DetectorOutput::Failed(_))));
+        assert_eq!(d.state(2), Some(PeerState::Alive));
+    }
+
+    #[test]
+    fn a_failed_node_heard_again_is_recovered() {
+        let mut d = Detector::new(DetectorConfig::default(), &[2], 0);
+        let mut out = Vec::new();
+        d.poll(1000 * MS, &mut out);
+        d.poll(1100 * MS, &mut out);
+        d.poll(1200 * MS, &mut out);
+        d.poll(1300 * MS, &mut out);
+        assert!(out.contains(&DetectorOutput::Failed(2)));
+        out.clear();
+        d.heard(2, 1400 * MS, &mut out);
+        assert_eq!(out, vec![DetectorOutput::Recovered(2)]);
+        assert_eq!(d.state(2), Some(PeerState::Alive));
+        assert!(d.next_deadline() <= 1400 * MS + 150 * MS);
+        assert!(DetectorConfig {
+            probes: 0,
+            ..DetectorConfig::default()
+        }
+        .validate()
+        .is_err());
+    }
+}
