@@ -87,6 +87,7 @@ pub struct DaemonCounters {
     pub nodes_recovered: u64,
     pub evictions: u64,
     pub link_resets: u64,
+    pub role_moves: u64,
 }
 
 /// The first byte of a beat frame's payload.
@@ -198,7 +199,11 @@ impl<T: Transport> Daemon<T> {
                 },
             )?;
         }
-        let groups = GroupService::new(node, cfg.registry, Limits::default());
+        let mut groups = GroupService::new(node, cfg.registry, Limits::default());
+        let cluster: Vec<NodeId> = std::iter::once(node)
+            .chain(cfg.peers.iter().map(|p| p.node))
+            .collect();
+        groups.set_cluster(&cluster);
         let ms = 1_000_000;
         let dcfg = DetectorConfig {
             interval: cfg.heartbeat_ms * ms,
@@ -770,6 +775,7 @@ impl<T: Transport> Daemon<T> {
                 DetectorOutput::Recovered(n) => {
                     work = true;
                     self.counters.nodes_recovered += 1;
+                    self.groups.node_recovered(n);
                     self.log
                         .info("peer heard again after failing", &[("node", &n)]);
                 }
@@ -794,11 +800,29 @@ impl<T: Transport> Daemon<T> {
             "peer failed: no beat or probe answer",
             &[("node", &n), ("detection_bound_ms", &bound_ms)],
         );
+        let (takeovers, registry) = (self.groups.takeovers(), self.groups.registry());
         let changed = self.groups.node_failed(n);
         for g in &changed {
             self.counters.evictions += 1;
             self.log
                 .warn("evicted from group", &[("node", &n), ("group", g)]);
+        }
+        if self.groups.takeovers() > takeovers {
+            self.counters.role_moves += self.groups.takeovers() - takeovers;
+            self.log.warn(
+                "took over the agent role of the failed node's groups",
+                &[
+                    ("failed", &n),
+                    ("groups", &(self.groups.takeovers() - takeovers)),
+                ],
+            );
+        }
+        if self.groups.registry() != registry {
+            self.counters.role_moves += 1;
+            self.log.warn(
+                "registry role moved",
+                &[("failed", &n), ("registry", &self.groups.registry())],
+            );
         }
         self.flush_group_sends();
         self.reset_link(n)
@@ -1242,7 +1266,8 @@ impl<T: Transport> Daemon<T> {
                 "suspicions": c.suspicions, "probes_sent": c.probes_sent,
                 "probes_answered": c.probes_answered, "nodes_failed": c.nodes_failed,
                 "nodes_recovered": c.nodes_recovered, "evictions": c.evictions,
-                "link_resets": c.link_resets,
+                "link_resets": c.link_resets, "role_moves": c.role_moves,
+                "registry": self.groups.registry(),
             },
             "peers": self.detector.peers().map(|(n, st, last)| json!({
                 "node": n,

@@ -700,3 +700,54 @@ fn a_pause_shorter_than_the_detection_bound_evicts_nobody() {
     };
     assert_eq!(stats["daemon"]["nodes_failed"], 0, "{stats:#}");
 }
+
+#[test]
+fn the_registrys_node_dies_and_the_groups_keep_working() {
+    let Some(mut cluster) = common::start("registry", "") else {
+        return;
+    };
+    const LEN: usize = 64;
+    // Node 1 is the registry and, its client joining first, the group's agent.
+    let mut first = connect(&cluster, 1, "first");
+    first.join("reg").unwrap();
+    let mut p = connect(&cluster, 2, "publisher");
+    let mp = p.join("reg").unwrap();
+    let mut s3 = connect(&cluster, 3, "subscriber");
+    let m3 = s3.join("reg").unwrap();
+    wait_nodes(&mut p, mp.group, &mp.view, 3);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..100_000 {
+                p.publish_blocking(mp.group, &numbered(i, LEN), Some(Duration::from_secs(20)))
+                    .unwrap_or_else(|e| panic!("publish {i}: {e}"));
+            }
+        });
+        receive_numbered(&mut s3, m3.group, 20_000, LEN);
+        drop(first);
+        cluster.kill(1);
+        // The stream goes on once node 1 (which never acknowledges again) is evicted.
+        receive_numbered(&mut s3, m3.group, 80_000, LEN);
+    });
+    cluster.daemons[1].wait_log("msg=\"registry role moved\"", Duration::from_secs(5));
+    cluster.daemons[1].wait_log("msg=\"took over the agent role", Duration::from_secs(5));
+    // Joins and listings work through the new registry (node 2).
+    let mut late = connect(&cluster, 4, "late");
+    let ml = late
+        .join("reg")
+        .expect("join through the new registry and agent");
+    assert_eq!(ml.group, mp.group);
+    let mut nodes: Vec<u32> = ml.view.members.iter().map(|m| m.node).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    assert_eq!(nodes, vec![2, 3, 4]);
+    let fresh = late.join("after").expect("a new group");
+    assert_ne!(fresh.group, mp.group);
+    let Response::Json(list) = late.request(Request::Groups).unwrap() else {
+        panic!()
+    };
+    assert_eq!(list.as_array().unwrap().len(), 2, "{list:#}");
+    let Response::Json(stats) = late.request(Request::Stats).unwrap() else {
+        panic!()
+    };
+    assert_eq!(stats["daemon"]["registry"], 2, "{stats:#}");
+}

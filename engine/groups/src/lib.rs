@@ -96,6 +96,12 @@ pub struct GroupService {
     loopback: VecDeque<Message>,
     outbox: VecDeque<(NodeId, Vec<u8>)>,
     events: VecDeque<GroupEvent>,
+    /// Nodes declared failed (and not heard again).
+    failed: std::collections::BTreeSet<NodeId>,
+    takeovers: u64,
+    /// Every node of the cluster, sorted (for moving the registry role).
+    cluster: Vec<NodeId>,
+    registry_moves: u64,
 }
 
 #[derive(Debug)]
@@ -188,6 +194,10 @@ impl GroupService {
             loopback: VecDeque::new(),
             outbox: VecDeque::new(),
             events: VecDeque::new(),
+            failed: Default::default(),
+            takeovers: 0,
+            cluster: Vec::new(),
+            registry_moves: 0,
         }
     }
 
@@ -198,7 +208,11 @@ impl GroupService {
     /// changed. (Moving the registry or agent role off a failed node is not
     /// done here.)
     pub fn node_failed(&mut self, node: NodeId) -> Vec<GroupId> {
-        let mut changed = Vec::new();
+        self.failed.insert(node);
+        if node == self.registry_node {
+            self.move_registry();
+        }
+        let mut changed = self.take_over_from(node);
         let groups: Vec<GroupId> = self.agent_of.keys().copied().collect();
         for group in groups {
             let a = self.agent_of.get_mut(&group).expect("listed");
@@ -234,6 +248,123 @@ impl GroupService {
         }
         self.pump();
         changed
+    }
+
+    /// The nodes of the cluster (this one included): the registry role moves
+    /// among them when its node fails. Without it the role never moves.
+    pub fn set_cluster(&mut self, nodes: &[NodeId]) {
+        self.cluster = nodes.to_vec();
+        self.cluster.sort_unstable();
+        self.cluster.dedup();
+    }
+
+    /// The registry's node as this node knows it.
+    pub fn registry(&self) -> NodeId {
+        self.registry_node
+    }
+
+    /// The registry's node failed: the lowest live node of the cluster takes
+    /// the role, if the live nodes are a majority of the cluster (so the two
+    /// sides of a partition never both have one). Every agent announces its
+    /// groups to it; it rebuilds the name table from those announcements and
+    /// from what it knows itself.
+    fn move_registry(&mut self) {
+        let live: Vec<NodeId> = self
+            .cluster
+            .iter()
+            .copied()
+            .filter(|n| !self.failed.contains(n))
+            .collect();
+        let Some(&next) = live.first() else {
+            return;
+        };
+        if live.len() * 2 <= self.cluster.len() {
+            return;
+        }
+        self.registry_node = next;
+        self.registry_moves += 1;
+        if next == self.node {
+            // Never hand out a number this node already knows to be taken.
+            let known = self.views.keys().chain(self.agent_of.keys()).copied().max();
+            self.registry.last_group = self.registry.last_group.max(known.unwrap_or(0));
+        }
+        // Tell it what this node serves (to itself: through the loopback).
+        let groups: Vec<(GroupId, View)> = self
+            .agent_of
+            .iter()
+            .map(|(&g, a)| (g, a.view.clone()))
+            .collect();
+        for (group, view) in groups {
+            self.send(
+                next,
+                Message::Announce {
+                    group,
+                    epoch: view.epoch,
+                    members: limit_u32(view.members.len()),
+                    name: view.name.clone(),
+                },
+            );
+        }
+        self.pump();
+    }
+
+    /// Times the registry role moved (as this node saw it).
+    pub fn registry_moves(&self) -> u64 {
+        self.registry_moves
+    }
+
+    /// A node declared failed is alive again (its restarted daemon joins as new).
+    pub fn node_recovered(&mut self, node: NodeId) {
+        self.failed.remove(&node);
+    }
+
+    /// The agent of a group this node is in has failed: if this node is the
+    /// lowest node of the last view still alive, and the live nodes are a
+    /// majority of that view's nodes, it becomes the agent: the view without
+    /// the failed node's members, one epoch later, goes to every member and
+    /// the registry (whose entry follows the newer epoch). Otherwise it
+    /// waits for that view from whoever takes over; a minority side of a
+    /// partition never takes over, so two sides never both hold the role.
+    fn take_over_from(&mut self, failed: NodeId) -> Vec<GroupId> {
+        let orphaned: Vec<View> = self
+            .views
+            .values()
+            .filter(|v| v.agent == failed && !self.agent_of.contains_key(&v.group))
+            .cloned()
+            .collect();
+        let mut changed = Vec::new();
+        for old in orphaned {
+            let nodes = old.nodes();
+            let live: Vec<NodeId> = nodes
+                .iter()
+                .copied()
+                .filter(|n| !self.failed.contains(n))
+                .collect();
+            if live.first() != Some(&self.node) || live.len() * 2 <= nodes.len() {
+                continue;
+            }
+            let mut view = old.clone();
+            view.members.retain(|m| !self.failed.contains(&m.node));
+            view.agent = self.node;
+            view.epoch += 1;
+            let next_rank = old.members.iter().map(|m| m.rank + 1).max().unwrap_or(0);
+            self.agent_of.insert(
+                view.group,
+                AgentGroup {
+                    view: view.clone(),
+                    next_rank,
+                },
+            );
+            self.takeovers += 1;
+            self.publish(&view, failed);
+            changed.push(view.group);
+        }
+        changed
+    }
+
+    /// Agent roles this node took over from failed nodes.
+    pub fn takeovers(&self) -> u64 {
+        self.takeovers
     }
 
     /// This node.
@@ -502,6 +633,12 @@ impl GroupService {
                 members,
             } => self.registry_count(from, group, epoch, members),
             Message::List { token } => self.registry_list(from, token),
+            Message::Announce {
+                group,
+                epoch,
+                members,
+                name,
+            } => self.registry_announce(from, group, epoch, members, name),
             // agent
             Message::Register {
                 token,
@@ -583,12 +720,45 @@ impl GroupService {
         self.send(from, Message::LookupReply { token, result });
     }
 
+    /// A group's agent tells this (new) registry about the group.
+    fn registry_announce(
+        &mut self,
+        from: NodeId,
+        group: GroupId,
+        epoch: u64,
+        members: u32,
+        name: String,
+    ) {
+        if !self.is_registry() || group == 0 || group >= RESERVED_GROUPS {
+            return;
+        }
+        if check_name(&name, self.limits.max_name_len).is_err() {
+            return;
+        }
+        let e = self.registry.groups.entry(group).or_insert(RegEntry {
+            name: name.clone(),
+            agent: from,
+            members,
+            epoch,
+        });
+        if epoch >= e.epoch {
+            e.agent = from;
+            e.epoch = epoch;
+            e.members = members;
+        }
+        self.registry.by_name.entry(name).or_insert(group);
+        self.registry.last_group = self.registry.last_group.max(group);
+    }
+
     fn registry_count(&mut self, from: NodeId, group: GroupId, epoch: u64, members: u32) {
         if !self.is_registry() {
             return;
         }
         if let Some(e) = self.registry.groups.get_mut(&group) {
-            if e.agent == from && epoch > e.epoch {
+            // A newer epoch from another node: the agent role moved there
+            // (its old node failed and the lowest survivor took it over).
+            if epoch > e.epoch {
+                e.agent = from;
                 e.epoch = epoch;
                 e.members = members;
             }
@@ -719,12 +889,16 @@ impl GroupService {
                 self.send(node, Message::View(view.clone()));
             }
         }
+        // The registry learns the count, and from a newer epoch's sender
+        // the agent (ANNOUNCE carries the name, so a registry that took the
+        // role over builds its entry from it).
         self.send(
             self.registry_node,
-            Message::Count {
+            Message::Announce {
                 group: view.group,
                 epoch: view.epoch,
                 members: limit_u32(view.members.len()),
+                name: view.name.clone(),
             },
         );
     }

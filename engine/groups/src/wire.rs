@@ -112,6 +112,13 @@ pub enum Message {
         epoch: u64,
         members: u32,
     },
+    /// An agent tells a new registry (the old one failed) a group it serves.
+    Announce {
+        group: GroupId,
+        epoch: u64,
+        members: u32,
+        name: String,
+    },
     Query {
         token: u64,
         group: GroupId,
@@ -387,6 +394,18 @@ impl Message {
                 w.u64(*epoch);
                 w.u32(*members);
             }
+            Message::Announce {
+                group,
+                epoch,
+                members,
+                name,
+            } => {
+                w.u8(13);
+                w.u32(*group);
+                w.u64(*epoch);
+                w.u32(*members);
+                w.str(name);
+            }
             Message::Query { token, group } => {
                 w.u8(9);
                 w.u64(*token);
@@ -531,6 +550,12 @@ impl Message {
                 Message::QueryReply { token, group, view }
             }
             11 => Message::List { token: r.u64()? },
+            13 => Message::Announce {
+                group: r.u32()?,
+                epoch: r.u64()?,
+                members: r.u32()?,
+                name: r.str()?,
+            },
             12 => {
                 let token = r.u64()?;
                 let n = r.count("groups", MAX_LIST_GROUPS, SUMMARY_MIN_LEN)?;

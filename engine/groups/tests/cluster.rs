@@ -1001,3 +1001,105 @@ fn a_failed_node_leaves_every_view_its_agent_holds_and_requests_to_it_fail() {
         assert!(e.to_string().contains("declared failed"));
     }
 }
+
+#[test]
+fn the_lowest_live_member_takes_over_a_failed_agents_group_with_a_majority_only() {
+    for seed in 0..20 {
+        let mut c = Cluster::new(4, 1, Limits::default(), seed);
+        // "a": agent 2, members on 2, 3, 4. "b": agent 2, members on 2 and 3 only.
+        let (a, _) = c.joined(2, 1, "a");
+        c.joined(3, 1, "a");
+        c.joined(4, 1, "a");
+        let (b, _) = c.joined(2, 2, "b");
+        c.joined(3, 2, "b");
+        c.settle();
+        let before = c.get(3).view(a).unwrap().epoch;
+        // Node 2 dies; every survivor's detector says so.
+        for n in [1, 3, 4] {
+            c.svc(n).node_failed(2);
+        }
+        c.settle();
+        // "a": node 3 is the lowest of the live majority {3, 4} of {2, 3, 4}.
+        for n in [3, 4] {
+            let v = c.get(n).view(a).unwrap();
+            assert_eq!(
+                (v.agent, v.nodes()),
+                (3, vec![3, 4]),
+                "seed {seed} node {n}"
+            );
+            assert_eq!(v.epoch, before + 1);
+        }
+        assert_eq!(c.get(3).takeovers(), 1, "seed {seed}");
+        // "b": {3} is not a majority of {2, 3}: nobody takes it over (a
+        // partition's minority side must not), its last view stays.
+        assert_eq!(c.get(3).view(b).unwrap().agent, 2, "seed {seed}");
+        assert!(c.get(3).agent_view(b).is_none());
+        // The registry follows the new agent: a new member joins through node 3.
+        let (g, _) = c.joined(1, 9, "a");
+        assert_eq!(g, a);
+        c.settle();
+        let v = c.get(3).agent_view(a).unwrap();
+        assert_eq!(v.nodes(), vec![1, 3, 4], "seed {seed}");
+        assert_eq!(c.get(4).view(a).unwrap().nodes(), vec![1, 3, 4]);
+        // Ranks stay unique after the takeover.
+        let mut ranks: Vec<u32> = v.members.iter().map(|m| m.rank).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        assert_eq!(ranks.len(), v.members.len());
+    }
+}
+
+#[test]
+fn the_registry_role_moves_to_the_lowest_live_node_which_rebuilds_the_names() {
+    for seed in 0..20 {
+        let mut c = Cluster::new(4, 1, Limits::default(), seed);
+        for n in 1..=4 {
+            c.svc(n).set_cluster(&[1, 2, 3, 4]);
+        }
+        // "a": agent 1 (the registry's node), members on 1, 2, 3. "b": agent 3, on 3 and 4.
+        let (a, _) = c.joined(1, 1, "a");
+        c.joined(2, 1, "a");
+        c.joined(3, 1, "a");
+        let (b, _) = c.joined(3, 2, "b");
+        c.joined(4, 1, "b");
+        c.settle();
+        // Node 1 dies: registry and agent of "a".
+        for n in [2, 3, 4] {
+            c.svc(n).node_failed(1);
+        }
+        c.settle();
+        for n in [2, 3, 4] {
+            assert_eq!(c.get(n).registry(), 2, "seed {seed} node {n}");
+        }
+        // "a" moved to node 2, "b" stays with node 3.
+        assert_eq!(c.get(2).agent_view(a).unwrap().nodes(), vec![2, 3]);
+        assert_eq!(c.get(3).view(a).unwrap().agent, 2);
+        // The new registry knows both groups, with their agents.
+        let r = c.list(4);
+        c.settle();
+        let GroupEvent::List { groups, .. } = c.answer(4, r) else {
+            panic!("seed {seed}: no list")
+        };
+        let mut got: Vec<(String, GroupId, NodeId)> = groups
+            .iter()
+            .map(|g| (g.name.clone(), g.group, g.agent))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![("a".into(), a, 2), ("b".into(), b, 3)],
+            "seed {seed}"
+        );
+        // Joins go on: an existing name finds its group, a new one gets a new number.
+        let (ga, _) = c.joined(4, 7, "a");
+        assert_eq!(ga, a);
+        let (gc, _) = c.joined(4, 8, "c");
+        assert!(
+            gc != a && gc != b,
+            "seed {seed}: new group {gc} reuses a number"
+        );
+        c.settle();
+        assert_eq!(c.get(2).agent_view(a).unwrap().nodes(), vec![2, 3, 4]);
+        assert_eq!(c.get(4).registry_moves(), 1);
+    }
+}

@@ -132,6 +132,14 @@ fn message() -> impl Strategy<Value = Message> {
                 members,
             }
         }),
+        (any::<u32>(), any::<u64>(), any::<u32>(), "[a-z]{1,20}").prop_map(
+            |(group, epoch, members, name)| Message::Announce {
+                group,
+                epoch,
+                members,
+                name
+            }
+        ),
         (any::<u64>(), any::<u32>()).prop_map(|(token, group)| Message::Query { token, group }),
         (any::<u64>(), any::<u32>(), proptest::option::of(view()))
             .prop_map(|(token, group, view)| Message::QueryReply { token, group, view }),
@@ -233,8 +241,8 @@ fn wrong_version_unknown_tag_and_bad_values_are_rejected() {
         Err(DecodeError::UnknownTag(0))
     );
     assert_eq!(
-        Message::decode(&[VERSION, 13]),
-        Err(DecodeError::UnknownTag(13))
+        Message::decode(&[VERSION, 14]),
+        Err(DecodeError::UnknownTag(14))
     );
     let mut lookup = Message::Lookup {
         token: 1,

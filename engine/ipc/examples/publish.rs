@@ -16,7 +16,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut client = Client::connect(&socket, "example-publish")?;
     let m = client.join(&group)?;
-    eprintln!("joined {group} as rank {} of {} members", m.rank, m.view.members.len());
+    eprintln!(
+        "joined {group} as rank {} of {} members",
+        m.rank,
+        m.view.members.len()
+    );
     for line in std::io::stdin().lock().lines() {
         // Blocks while the group's window (and then the ring) is full.
         client.publish_blocking(m.group, line?.as_bytes(), None)?;

@@ -20,7 +20,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     eprintln!("joined {group} (group {}) as rank {}", m.group, m.rank);
     loop {
         if let Some(msg) = client.recv_timeout(Duration::from_secs(1))? {
-            println!("node {}: {}", msg.source, String::from_utf8_lossy(&msg.data));
+            println!(
+                "node {}: {}",
+                msg.source,
+                String::from_utf8_lossy(&msg.data)
+            );
         }
         for n in client.notices() {
             if let Notice::ViewChanged { epoch, members, .. } = n {

@@ -134,7 +134,7 @@ pub struct Membership {
 pub struct Message {
     /// Group number.
     pub group: u32,
-    /// Sender (rank or id, as the daemon tags it).
+    /// The node that sent it (mcastd tags every delivery with it).
     pub source: u32,
     /// The bytes.
     pub data: Vec<u8>,
