@@ -1130,9 +1130,45 @@ impl<T: Transport> Daemon<T> {
             epoch: view.epoch,
             members: ipc_view(&view).members,
         };
+        // The same change, in stream order, in every local member's ring.
+        let now_nodes = view.nodes();
+        let gone: Vec<NodeId> = before
+            .iter()
+            .copied()
+            .filter(|n| !now_nodes.contains(n))
+            .collect();
+        let failed: Vec<NodeId> = gone
+            .iter()
+            .copied()
+            .filter(|&n| self.detector.state(n) == Some(PeerState::Failed))
+            .collect();
+        let event = json!({
+            "epoch": view.epoch,
+            "agent": view.agent,
+            "members": view.members.iter().map(|m| json!({"rank": m.rank, "node": m.node, "member": m.member})).collect::<Vec<_>>(),
+            "joined": remote.iter().filter(|n| !before.contains(n)).collect::<Vec<_>>(),
+            "gone": gone,
+            "failed": failed,
+        })
+        .to_string();
+        let hdr = RecordHeader {
+            group,
+            source: 0,
+            flags: FLAG_FIRST | FLAG_LAST | mcast_ipc::ring::EVENT,
+        };
         let lg = self.local.get_mut(&group).expect("ensured");
         for &c in &lg.members {
             self.server.notify(c, notice.clone());
+            if let Some(state) = self.clients.get_mut(&c) {
+                deliver_to(
+                    &mut self.server,
+                    c,
+                    state,
+                    hdr,
+                    event.as_bytes(),
+                    &mut self.counters,
+                );
+            }
         }
         lg.view = Some(view);
         Ok(())

@@ -205,7 +205,7 @@ impl StreamReader {
                 },
                 None => client.recv().map_err(|e: IpcError| e.to_string())?,
             };
-            if m.group != group {
+            if m.group != group || m.kind == mcast_ipc::MessageKind::Membership {
                 continue;
             }
             let data: &[u8] = if self.stamped {

@@ -59,6 +59,9 @@ fn try_receive_numbered(
             .map_err(|e| format!("recv after {got} messages: {e}"))?
             .ok_or_else(|| format!("nothing for 20 s after {got} messages"))?;
         assert_eq!(m.group, group);
+        if m.kind == mcast_ipc::MessageKind::Membership {
+            continue;
+        }
         let i = index_of(&m.data);
         if first.is_none() {
             first = Some(i);
@@ -750,4 +753,57 @@ fn the_registrys_node_dies_and_the_groups_keep_working() {
         panic!()
     };
     assert_eq!(stats["daemon"]["registry"], 2, "{stats:#}");
+}
+
+#[test]
+fn a_subscriber_sees_a_senders_death_as_an_event_in_its_stream() {
+    let Some(mut cluster) = common::start("event", "") else {
+        return;
+    };
+    // Node 1 is the agent; the publisher is on node 4, the subscriber on 2.
+    let mut first = connect(&cluster, 1, "first");
+    first.join("ev").unwrap();
+    let mut sub = connect(&cluster, 2, "subscriber");
+    let ms = sub.join("ev").unwrap();
+    let mut p = connect(&cluster, 4, "publisher");
+    let mp = p.join("ev").unwrap();
+    wait_nodes(&mut p, mp.group, &mp.view, 3);
+    for i in 0..1000 {
+        p.publish_blocking(mp.group, &numbered(i, 64), None)
+            .unwrap();
+    }
+    // Every message arrives; then the sender's node dies.
+    assert_eq!(receive_numbered(&mut sub, ms.group, 1000, 64), 0);
+    cluster.kill(4);
+    // The silence that follows is explained in the stream itself.
+    let mut data = 1000;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let event = loop {
+        assert!(
+            Instant::now() < deadline,
+            "no membership event; {data} messages"
+        );
+        let Some(m) = sub.recv_timeout(Duration::from_secs(1)).unwrap() else {
+            continue;
+        };
+        assert_eq!(m.group, ms.group);
+        match m.kind {
+            mcast_ipc::MessageKind::Data => {
+                assert_eq!(index_of(&m.data), data);
+                data += 1;
+            }
+            mcast_ipc::MessageKind::Membership => {
+                let v: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
+                if v["failed"].as_array().is_some_and(|f| !f.is_empty()) {
+                    break v;
+                }
+            }
+        }
+    };
+    assert_eq!(
+        data, 1000,
+        "the event comes after every message sent before it"
+    );
+    assert_eq!(event["failed"], serde_json::json!([4]), "{event}");
+    drop(p);
 }

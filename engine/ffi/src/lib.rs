@@ -164,6 +164,10 @@ impl McastClient {
                     )))
                 }
             };
+            if m.kind == mcast_ipc::MessageKind::Membership {
+                // The C API delivers data only (membership events: not yet).
+                return self.next_message(timeout_ms);
+            }
             self.pending = Some(m);
         }
         Ok(self.pending.as_ref().expect("just filled"))

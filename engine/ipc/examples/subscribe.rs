@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use mcast_ipc::{Client, Notice};
+use mcast_ipc::{Client, MessageKind, Notice};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -20,11 +20,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     eprintln!("joined {group} (group {}) as rank {}", m.group, m.rank);
     loop {
         if let Some(msg) = client.recv_timeout(Duration::from_secs(1))? {
-            println!(
-                "node {}: {}",
-                msg.source,
-                String::from_utf8_lossy(&msg.data)
-            );
+            let text = String::from_utf8_lossy(&msg.data);
+            match msg.kind {
+                MessageKind::Data => println!("node {}: {text}", msg.source),
+                MessageKind::Membership => println!("membership: {text}"),
+            }
         }
         for n in client.notices() {
             if let Notice::ViewChanged { epoch, members, .. } = n {

@@ -21,7 +21,7 @@ use crate::proto::{
     ClientMessage, ErrorCode, Notice, Request, Response, RingLayout, ServerMessage, View,
     MAX_CONTROL_MESSAGE, PROTOCOL_VERSION,
 };
-use crate::ring::{self, Consumer, Producer, PushError, RecordHeader, FIRST, LAST};
+use crate::ring::{self, Consumer, Producer, PushError, RecordHeader, EVENT, FIRST, LAST};
 use crate::shm::Mapping;
 use crate::sys::{self, EventFd};
 
@@ -132,6 +132,8 @@ pub struct Membership {
 /// A delivered message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
+    /// Data, or a membership event.
+    pub kind: MessageKind,
     /// Group number.
     pub group: u32,
     /// The node that sent it (mcastd tags every delivery with it).
@@ -175,6 +177,18 @@ pub struct Client {
     closed: Option<Closed>,
     partial: HashMap<(u32, u32), Vec<u8>>,
     buf: Vec<u8>,
+}
+
+/// What a received [`Message`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageKind {
+    /// Application data.
+    Data,
+    /// A membership event of the group, in stream order: `data` is the new
+    /// view as JSON (`{"epoch":…,"members":[{"rank":…,"node":…,"member":…}],
+    /// "reason":…}`), so a subscriber can tell "no messages" from "the
+    /// sender left or died" at the exact point in the stream.
+    Membership,
 }
 
 /// How long dropping a client waits for the daemon to take what it published.
@@ -513,7 +527,13 @@ impl Client {
             self.sub.pop()?;
             self.sub.wake_producer();
             if let Some(data) = done {
+                let kind = if flags & EVENT != 0 {
+                    MessageKind::Membership
+                } else {
+                    MessageKind::Data
+                };
                 return Ok(Some(Message {
+                    kind,
                     group,
                     source,
                     data,

@@ -19,7 +19,7 @@ pub mod server;
 pub mod shm;
 pub mod sys;
 
-pub use client::{Client, Error, Membership, Message};
+pub use client::{Client, Error, Membership, Message, MessageKind};
 pub use proto::{ErrorCode, Member, Notice, Request, Response, View};
 pub use ring::{Consumer, Producer, PushError, Record, RecordHeader};
 pub use server::{Access, ClientId, RingSizes, Server, ServerEvent};

@@ -86,6 +86,8 @@ const WRAP: u32 = u32::MAX;
 pub const FIRST: u32 = 1;
 /// Last fragment of a message (`FIRST | LAST` is a whole message).
 pub const LAST: u32 = 2;
+/// A membership event (a view change, JSON), in order with the data.
+pub const EVENT: u32 = 4;
 
 /// The fixed header the caller attaches to every record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
