@@ -159,6 +159,8 @@ pub struct Daemon<T: Transport> {
     /// The epoch of each link's send stream (bumped when the link is reset).
     link_epochs: HashMap<NodeId, u32>,
     detector_out: Vec<DetectorOutput>,
+    /// Each peer's incarnation, from its beats.
+    peer_incarnations: HashMap<NodeId, u32>,
     counters: DaemonCounters,
     log: Logger,
     shutdown: Arc<AtomicBool>,
@@ -231,6 +233,7 @@ impl<T: Transport> Daemon<T> {
             detector,
             link_epochs,
             detector_out: Vec::new(),
+            peer_incarnations: HashMap::new(),
             counters: DaemonCounters::default(),
             log,
             shutdown,
@@ -745,6 +748,7 @@ impl<T: Transport> Daemon<T> {
         while let Some((from, payload)) = self.engine.poll_beat() {
             work = true;
             self.detector.heard(from, now, &mut out);
+            self.beat_received(from, &payload)?;
             if payload.first() == Some(&PROBE) {
                 self.engine.send_beat(from, &self.beat(PROBE_REPLY))?;
                 self.counters.probes_answered += 1;
@@ -785,9 +789,50 @@ impl<T: Transport> Daemon<T> {
         Ok(work)
     }
 
-    fn beat(&self, kind: u8) -> [u8; 5] {
-        let i = self.incarnation.to_be_bytes();
-        [kind, i[0], i[1], i[2], i[3]]
+    /// A beat's payload: type, our incarnation, the registry as we know it
+    /// and how many times it moved (so a restarted node learns where it is).
+    fn beat(&self, kind: u8) -> [u8; 13] {
+        let (registry, epoch) = self.groups.registry_epoch();
+        let mut b = [0u8; 13];
+        b[0] = kind;
+        b[1..5].copy_from_slice(&self.incarnation.to_be_bytes());
+        b[5..9].copy_from_slice(&registry.to_be_bytes());
+        b[9..13].copy_from_slice(&epoch.to_be_bytes());
+        b
+    }
+
+    /// What a peer's beat says: a restart (its incarnation changed: all its
+    /// state is gone, as if it had failed), and where the registry is.
+    fn beat_received(&mut self, from: NodeId, payload: &[u8]) -> Result<(), EngineError> {
+        if payload.len() < 13 {
+            self.counters.link_errors += 1;
+            return Ok(());
+        }
+        let word = |i: usize| u32::from_be_bytes(payload[i..i + 4].try_into().expect("4 bytes"));
+        let (incarnation, registry, epoch) = (word(1), word(5), word(9));
+        match self.peer_incarnations.insert(from, incarnation) {
+            Some(old) if old != incarnation => {
+                self.log.warn(
+                    "peer restarted: its old state is gone",
+                    &[("node", &from), ("old", &old), ("new", &incarnation)],
+                );
+                self.node_failed(from)?;
+                self.groups.node_recovered(from);
+            }
+            _ => {}
+        }
+        self.groups.adopt_registry(registry, epoch);
+        if !self.groups.registry_confirmed()
+            && (self.peer_incarnations.len() + 1) * 2 > self.cfg.peers.len() + 1
+        {
+            let (r, e) = self.groups.registry_epoch();
+            self.log.info(
+                "registry known: a majority of the cluster heard",
+                &[("registry", &r), ("moves", &e)],
+            );
+            self.groups.confirm_registry();
+        }
+        Ok(())
     }
 
     /// Node `n` is declared failed: it leaves every view this node is the

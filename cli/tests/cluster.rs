@@ -753,6 +753,20 @@ fn the_registrys_node_dies_and_the_groups_keep_working() {
         panic!()
     };
     assert_eq!(stats["daemon"]["registry"], 2, "{stats:#}");
+    // Node 1 comes back believing its configuration (registry = 1); its
+    // peers' beats tell it the role moved, and its client joins the same group.
+    cluster.restart(1);
+    cluster.daemons[0].wait_log("msg=\"registry known", Duration::from_secs(5));
+    let mut again = connect(&cluster, 1, "again");
+    let m = again.join("reg").expect("join after the restart");
+    assert_eq!(
+        m.group, mp.group,
+        "the same group, not a new one of the same name"
+    );
+    let Response::Json(stats) = again.request(Request::Stats).unwrap() else {
+        panic!()
+    };
+    assert_eq!(stats["daemon"]["registry"], 2, "{stats:#}");
 }
 
 #[test]

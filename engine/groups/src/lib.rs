@@ -102,6 +102,10 @@ pub struct GroupService {
     /// Every node of the cluster, sorted (for moving the registry role).
     cluster: Vec<NodeId>,
     registry_moves: u64,
+    registry_epoch: u32,
+    confirmed: bool,
+    /// Registry requests waiting for `confirmed`.
+    held: VecDeque<Message>,
 }
 
 #[derive(Debug)]
@@ -198,6 +202,9 @@ impl GroupService {
             takeovers: 0,
             cluster: Vec::new(),
             registry_moves: 0,
+            registry_epoch: 0,
+            confirmed: true,
+            held: VecDeque::new(),
         }
     }
 
@@ -256,6 +263,9 @@ impl GroupService {
         self.cluster = nodes.to_vec();
         self.cluster.sort_unstable();
         self.cluster.dedup();
+        // With peers, the registry is known only once a majority is heard
+        // ([`GroupService::confirm_registry`]).
+        self.confirmed = self.cluster.len() <= 1;
     }
 
     /// The registry's node as this node knows it.
@@ -283,29 +293,70 @@ impl GroupService {
         }
         self.registry_node = next;
         self.registry_moves += 1;
+        self.registry_epoch += 1;
         if next == self.node {
             // Never hand out a number this node already knows to be taken.
             let known = self.views.keys().chain(self.agent_of.keys()).copied().max();
             self.registry.last_group = self.registry.last_group.max(known.unwrap_or(0));
         }
         // Tell it what this node serves (to itself: through the loopback).
-        let groups: Vec<(GroupId, View)> = self
-            .agent_of
-            .iter()
-            .map(|(&g, a)| (g, a.view.clone()))
-            .collect();
-        for (group, view) in groups {
+        self.announce_all();
+        self.pump();
+    }
+
+    /// The registry's node and how many times the role has moved, as beats
+    /// carry them between daemons.
+    pub fn registry_epoch(&self) -> (NodeId, u32) {
+        (self.registry_node, self.registry_epoch)
+    }
+
+    /// A peer says the registry is `node` after `epoch` moves: a node that
+    /// knows of fewer moves (e.g. it restarted) adopts it, and tells it the
+    /// groups it serves.
+    pub fn adopt_registry(&mut self, node: NodeId, epoch: u32) {
+        if epoch <= self.registry_epoch || node == self.registry_node {
+            self.registry_epoch = self.registry_epoch.max(epoch);
+            return;
+        }
+        self.registry_node = node;
+        self.registry_epoch = epoch;
+        self.announce_all();
+        self.pump();
+    }
+
+    /// This node has heard from a majority of the cluster, so it knows the
+    /// registry: the registry requests held until now go out.
+    pub fn confirm_registry(&mut self) {
+        if self.confirmed {
+            return;
+        }
+        self.confirmed = true;
+        let registry = self.registry_node;
+        while let Some(m) = self.held.pop_front() {
+            self.send(registry, m);
+        }
+        self.pump();
+    }
+
+    /// Whether [`GroupService::confirm_registry`] was called (or needed not be).
+    pub fn registry_confirmed(&self) -> bool {
+        self.confirmed
+    }
+
+    fn announce_all(&mut self) {
+        let next = self.registry_node;
+        let groups: Vec<View> = self.agent_of.values().map(|a| a.view.clone()).collect();
+        for view in groups {
             self.send(
                 next,
                 Message::Announce {
-                    group,
+                    group: view.group,
                     epoch: view.epoch,
                     members: limit_u32(view.members.len()),
                     name: view.name.clone(),
                 },
             );
         }
-        self.pump();
     }
 
     /// Times the registry role moved (as this node saw it).
@@ -596,6 +647,13 @@ impl GroupService {
     }
 
     fn send(&mut self, to: NodeId, msg: Message) {
+        // Until this node knows who the registry is, what it would ask the
+        // registry waits (a restarted node must not trust its configuration:
+        // the role may have moved while it was away).
+        if !self.confirmed && matches!(msg, Message::Lookup { .. } | Message::List { .. }) {
+            self.held.push_back(msg);
+            return;
+        }
         if to == self.node {
             self.loopback.push_back(msg);
         } else {

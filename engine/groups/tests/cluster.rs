@@ -1055,6 +1055,7 @@ fn the_registry_role_moves_to_the_lowest_live_node_which_rebuilds_the_names() {
         let mut c = Cluster::new(4, 1, Limits::default(), seed);
         for n in 1..=4 {
             c.svc(n).set_cluster(&[1, 2, 3, 4]);
+            c.svc(n).confirm_registry();
         }
         // "a": agent 1 (the registry's node), members on 1, 2, 3. "b": agent 3, on 3 and 4.
         let (a, _) = c.joined(1, 1, "a");
@@ -1101,5 +1102,43 @@ fn the_registry_role_moves_to_the_lowest_live_node_which_rebuilds_the_names() {
         c.settle();
         assert_eq!(c.get(2).agent_view(a).unwrap().nodes(), vec![2, 3, 4]);
         assert_eq!(c.get(4).registry_moves(), 1);
+    }
+}
+
+#[test]
+fn a_restarted_node_holds_its_registry_requests_until_it_learns_where_the_role_went() {
+    for seed in 0..20 {
+        let mut c = Cluster::new(4, 1, Limits::default(), seed);
+        for n in 1..=4 {
+            c.svc(n).set_cluster(&[1, 2, 3, 4]);
+            c.svc(n).confirm_registry();
+        }
+        let (a, _) = c.joined(2, 1, "a");
+        c.settle();
+        // Node 1 (the registry) dies; the role moves to 2.
+        for n in [2, 3, 4] {
+            c.svc(n).node_failed(1);
+        }
+        c.settle();
+        assert_eq!(c.get(3).registry_epoch(), (2, 1));
+        // Node 1 restarts: a fresh service that believes its configuration.
+        c.nodes[0] = GroupService::new(1, 1, Limits::default());
+        c.svc(1).set_cluster(&[1, 2, 3, 4]);
+        assert!(!c.get(1).registry_confirmed());
+        let r = c.join(1, 5, "a");
+        c.settle();
+        assert!(
+            c.answers(1, r).is_empty(),
+            "seed {seed}: it must not answer itself"
+        );
+        // Its peers' beats name the registry; then a majority is heard.
+        let (reg, epoch) = c.get(3).registry_epoch();
+        c.svc(1).adopt_registry(reg, epoch);
+        c.svc(1).confirm_registry();
+        c.settle();
+        match c.answer(1, r) {
+            GroupEvent::Joined { group, .. } => assert_eq!(group, a, "seed {seed}: same group"),
+            other => panic!("seed {seed}: {other:?}"),
+        }
     }
 }
