@@ -88,6 +88,7 @@ pub struct DaemonCounters {
     pub evictions: u64,
     pub link_resets: u64,
     pub role_moves: u64,
+    pub rejoins: u64,
 }
 
 /// The first byte of a beat frame's payload.
@@ -161,6 +162,8 @@ pub struct Daemon<T: Transport> {
     detector_out: Vec<DetectorOutput>,
     /// Each peer's incarnation, from its beats.
     peer_incarnations: HashMap<NodeId, u32>,
+    /// Peers this node declared failed, with the incarnation it failed in.
+    evicted: HashMap<NodeId, u32>,
     counters: DaemonCounters,
     log: Logger,
     shutdown: Arc<AtomicBool>,
@@ -234,6 +237,7 @@ impl<T: Transport> Daemon<T> {
             link_epochs,
             detector_out: Vec::new(),
             peer_incarnations: HashMap::new(),
+            evicted: HashMap::new(),
             counters: DaemonCounters::default(),
             log,
             shutdown,
@@ -750,7 +754,7 @@ impl<T: Transport> Daemon<T> {
             self.detector.heard(from, now, &mut out);
             self.beat_received(from, &payload)?;
             if payload.first() == Some(&PROBE) {
-                self.engine.send_beat(from, &self.beat(PROBE_REPLY))?;
+                self.engine.send_beat(from, &self.beat(PROBE_REPLY, from))?;
                 self.counters.probes_answered += 1;
             }
         }
@@ -758,11 +762,11 @@ impl<T: Transport> Daemon<T> {
         for o in out.drain(..) {
             match o {
                 DetectorOutput::Beat(n) => {
-                    self.engine.send_beat(n, &self.beat(BEAT))?;
+                    self.engine.send_beat(n, &self.beat(BEAT, n))?;
                 }
                 DetectorOutput::Probe(n) => {
                     self.counters.probes_sent += 1;
-                    self.engine.send_beat(n, &self.beat(PROBE))?;
+                    self.engine.send_beat(n, &self.beat(PROBE, n))?;
                 }
                 DetectorOutput::Suspect(n) => {
                     self.counters.suspicions += 1;
@@ -774,7 +778,7 @@ impl<T: Transport> Daemon<T> {
                 }
                 DetectorOutput::Failed(n) => {
                     work = true;
-                    self.node_failed(n)?;
+                    self.node_failed(n, true)?;
                 }
                 DetectorOutput::Recovered(n) => {
                     work = true;
@@ -791,14 +795,94 @@ impl<T: Transport> Daemon<T> {
 
     /// A beat's payload: type, our incarnation, the registry as we know it
     /// and how many times it moved (so a restarted node learns where it is).
-    fn beat(&self, kind: u8) -> [u8; 13] {
+    fn beat(&self, kind: u8, to: NodeId) -> [u8; 18] {
         let (registry, epoch) = self.groups.registry_epoch();
-        let mut b = [0u8; 13];
+        let mut b = [0u8; 18];
         b[0] = kind;
         b[1..5].copy_from_slice(&self.incarnation.to_be_bytes());
         b[5..9].copy_from_slice(&registry.to_be_bytes());
         b[9..13].copy_from_slice(&epoch.to_be_bytes());
+        // "I declared you failed": it must rejoin as a new member.
+        if let Some(inc) = self.evicted.get(&to) {
+            b[13] = 1;
+            b[14..18].copy_from_slice(&inc.to_be_bytes());
+        }
         b
+    }
+
+    /// A peer declared this node failed (it was paused, or cut off by a
+    /// partition, longer than the detection bound): every view it was in
+    /// has moved on without it. It starts afresh as a new member: a new
+    /// incarnation (so every peer drops its old state), its groups and
+    /// streams closed, its clients told (a membership event saying
+    /// `evicted`) and joined again by name: they continue from their new
+    /// join point, so nothing is delivered twice or out of order.
+    fn rejoin(&mut self, by: NodeId) -> Result<(), EngineError> {
+        self.counters.rejoins += 1;
+        self.incarnation += 1;
+        self.log.warn(
+            "this node was declared failed: rejoining as a new member",
+            &[("by", &by), ("incarnation", &self.incarnation)],
+        );
+        let mut again: Vec<(ClientId, String)> = Vec::new();
+        let groups: Vec<GroupId> = self.local.keys().copied().collect();
+        for g in groups {
+            let lg = &self.local[&g];
+            let event = json!({"evicted": true, "by": by, "rejoining": true}).to_string();
+            let hdr = RecordHeader {
+                group: g,
+                source: 0,
+                flags: FLAG_FIRST | FLAG_LAST | mcast_ipc::ring::EVENT,
+            };
+            for &c in &lg.members {
+                again.push((c, lg.name.clone()));
+                if let Some(state) = self.clients.get_mut(&c) {
+                    state.groups.remove(&g);
+                    deliver_to(
+                        &mut self.server,
+                        c,
+                        state,
+                        hdr,
+                        event.as_bytes(),
+                        &mut self.counters,
+                    );
+                }
+            }
+            self.retire(g)?;
+        }
+        for (_, p) in std::mem::take(&mut self.pending) {
+            self.server.reply(
+                p.client(),
+                p.req(),
+                Response::error(
+                    ErrorCode::Unavailable,
+                    format!("node {by} declared this node failed; it is rejoining: retry"),
+                ),
+            );
+        }
+        self.lingering.clear();
+        self.pending_starts.clear();
+        let (registry, epoch) = self.groups.registry_epoch();
+        let mut groups = GroupService::new(self.node, self.cfg.registry, Limits::default());
+        let cluster: Vec<NodeId> = std::iter::once(self.node)
+            .chain(self.cfg.peers.iter().map(|p| p.node))
+            .collect();
+        groups.set_cluster(&cluster);
+        groups.adopt_registry(registry, epoch);
+        groups.confirm_registry();
+        self.groups = groups;
+        let peers: Vec<NodeId> = self.cfg.peers.iter().map(|p| p.node).collect();
+        for p in peers {
+            let e = self.link_epochs.entry(p).or_insert(0);
+            *e = (*e).max(self.incarnation);
+            self.reset_link(p)?;
+        }
+        for (c, name) in again {
+            let id = self.next_req;
+            self.next_req += 1;
+            self.groups.join(id, c.0, &name);
+        }
+        Ok(())
     }
 
     /// What a peer's beat says: a restart (its incarnation changed: all its
@@ -810,13 +894,18 @@ impl<T: Transport> Daemon<T> {
         }
         let word = |i: usize| u32::from_be_bytes(payload[i..i + 4].try_into().expect("4 bytes"));
         let (incarnation, registry, epoch) = (word(1), word(5), word(9));
+        // Declared failed in this very incarnation (not an earlier one).
+        if payload.len() >= 18 && payload[13] == 1 && word(14) == self.incarnation {
+            return self.rejoin(from);
+        }
         match self.peer_incarnations.insert(from, incarnation) {
             Some(old) if old != incarnation => {
+                self.evicted.remove(&from);
                 self.log.warn(
                     "peer restarted: its old state is gone",
                     &[("node", &from), ("old", &old), ("new", &incarnation)],
                 );
-                self.node_failed(from)?;
+                self.node_failed(from, false)?;
                 self.groups.node_recovered(from);
             }
             _ => {}
@@ -838,8 +927,15 @@ impl<T: Transport> Daemon<T> {
     /// Node `n` is declared failed: it leaves every view this node is the
     /// agent of, and the link to it starts afresh (what was queued for it
     /// is dropped; if it comes back it gets a new link epoch).
-    fn node_failed(&mut self, n: NodeId) -> Result<(), EngineError> {
+    /// `tell`: until it comes back as a new incarnation, tell it in every
+    /// beat that it was declared failed (false when it already restarted).
+    fn node_failed(&mut self, n: NodeId, tell: bool) -> Result<(), EngineError> {
         self.counters.nodes_failed += 1;
+        if tell {
+            if let Some(&inc) = self.peer_incarnations.get(&n) {
+                self.evicted.insert(n, inc);
+            }
+        }
         let bound_ms = self.detector.config().detection_bound() / 1_000_000;
         self.log.warn(
             "peer failed: no beat or probe answer",
@@ -1347,7 +1443,7 @@ impl<T: Transport> Daemon<T> {
                 "suspicions": c.suspicions, "probes_sent": c.probes_sent,
                 "probes_answered": c.probes_answered, "nodes_failed": c.nodes_failed,
                 "nodes_recovered": c.nodes_recovered, "evictions": c.evictions,
-                "link_resets": c.link_resets, "role_moves": c.role_moves,
+                "link_resets": c.link_resets, "role_moves": c.role_moves, "rejoins": c.rejoins,
                 "registry": self.groups.registry(),
             },
             "peers": self.detector.peers().map(|(n, st, last)| json!({

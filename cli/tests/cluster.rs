@@ -821,3 +821,80 @@ fn a_subscriber_sees_a_senders_death_as_an_event_in_its_stream() {
     assert_eq!(event["failed"], serde_json::json!([4]), "{event}");
     drop(p);
 }
+
+#[test]
+fn a_node_paused_past_the_bound_is_evicted_and_rejoins_without_duplicates() {
+    let Some(cluster) = common::start("evict", "") else {
+        return;
+    };
+    let mut p = connect(&cluster, 1, "publisher");
+    let mp = p.join("ev2").unwrap();
+    let mut keep = connect(&cluster, 2, "steady");
+    let mk = keep.join("ev2").unwrap();
+    let mut s3 = connect(&cluster, 3, "paused");
+    let m3 = s3.join("ev2").unwrap();
+    wait_nodes(&mut p, mp.group, &mp.view, 3);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        let stop = &stop;
+        s.spawn(move || {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                p.publish_blocking(mp.group, &numbered(i, 64), Some(Duration::from_secs(20)))
+                    .unwrap_or_else(|e| panic!("publish {i}: {e}"));
+                i += 1;
+            }
+        });
+        s.spawn(move || {
+            // The steady subscriber sees every message, pause or not.
+            assert_eq!(receive_numbered(&mut keep, mk.group, 150_000, 64), 0);
+        });
+        receive_numbered(&mut s3, m3.group, 10_000, 64);
+        // Frozen for 800 ms: well past the 300 ms bound.
+        cluster.signal(3, "STOP");
+        std::thread::sleep(Duration::from_millis(800));
+        cluster.signal(3, "CONT");
+        cluster.daemons[2].wait_log(
+            "msg=\"this node was declared failed",
+            Duration::from_secs(5),
+        );
+        // It is told in its stream, then continues from its new join point:
+        // indices only ever grow (a gap where it was out), never repeat.
+        let mut last = None;
+        let mut evicted = false;
+        let mut after = 0;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while after < 20_000 {
+            assert!(
+                Instant::now() < deadline,
+                "stuck: {after} messages after the eviction"
+            );
+            let Some(m) = s3.recv_timeout(Duration::from_secs(1)).unwrap() else {
+                continue;
+            };
+            match m.kind {
+                mcast_ipc::MessageKind::Membership => {
+                    let v: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
+                    evicted |= v["evicted"] == true;
+                }
+                mcast_ipc::MessageKind::Data => {
+                    let i = index_of(&m.data);
+                    assert_eq!(m.data, numbered(i, 64));
+                    if let Some(l) = last {
+                        assert!(i > l, "message {i} after {l}: repeated or out of order");
+                    }
+                    last = Some(i);
+                    if evicted {
+                        after += 1;
+                    }
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let Response::Json(stats) = s3.request(Request::Stats).unwrap() else {
+        panic!()
+    };
+    assert_eq!(stats["daemon"]["rejoins"], 1, "{stats:#}");
+}
