@@ -25,7 +25,8 @@ use mcast_engine::{
     Deliver, Engine, EngineError, Fragment, GroupOptions, ProtocolConfig, PublishError,
     StreamStart, Transport,
 };
-use mcast_groups::detector::{Detector, DetectorConfig, DetectorOutput, PeerState};
+use mcast_groups::detector::{DetectorConfig, PeerState};
+use mcast_groups::liveness::{LiveEvent, Liveness};
 use mcast_groups::{GroupEvent, GroupService, Limits, View};
 use mcast_ipc::ring::{FIRST as FLAG_FIRST, LAST as FLAG_LAST};
 use mcast_ipc::{
@@ -91,11 +92,6 @@ pub struct DaemonCounters {
     pub rejoins: u64,
 }
 
-/// The first byte of a beat frame's payload.
-const BEAT: u8 = 1;
-const PROBE: u8 = 2;
-const PROBE_REPLY: u8 = 3;
-
 #[derive(Debug)]
 struct LocalGroup {
     name: String,
@@ -156,14 +152,12 @@ pub struct Daemon<T: Transport> {
     lingering: Vec<Linger>,
     /// Final counters of groups no longer carried, newest last.
     retired: VecDeque<serde_json::Value>,
-    detector: Detector,
+    live: Liveness,
     /// The epoch of each link's send stream (bumped when the link is reset).
     link_epochs: HashMap<NodeId, u32>,
-    detector_out: Vec<DetectorOutput>,
-    /// Each peer's incarnation, from its beats.
-    peer_incarnations: HashMap<NodeId, u32>,
-    /// Peers this node declared failed, with the incarnation it failed in.
-    evicted: HashMap<NodeId, u32>,
+    live_events: Vec<LiveEvent>,
+    /// Joins made again after a rejoin, by request id, until answered.
+    rejoining: HashMap<u64, (ClientId, String)>,
     counters: DaemonCounters,
     log: Logger,
     shutdown: Arc<AtomicBool>,
@@ -217,7 +211,7 @@ impl<T: Transport> Daemon<T> {
             probes: cfg.probes,
         };
         let peers: Vec<NodeId> = cfg.peers.iter().map(|p| p.node).collect();
-        let detector = Detector::new(dcfg, &peers, mcast_engine::sys::monotonic_ns());
+        let live = Liveness::new(incarnation, &peers, dcfg, mcast_engine::sys::monotonic_ns());
         let link_epochs = peers.iter().map(|&p| (p, incarnation)).collect();
         Ok(Daemon {
             node,
@@ -233,11 +227,10 @@ impl<T: Transport> Daemon<T> {
             pending_starts: HashMap::new(),
             lingering: Vec::new(),
             retired: VecDeque::new(),
-            detector,
+            live,
             link_epochs,
-            detector_out: Vec::new(),
-            peer_incarnations: HashMap::new(),
-            evicted: HashMap::new(),
+            live_events: Vec::new(),
+            rejoining: HashMap::new(),
             counters: DaemonCounters::default(),
             log,
             shutdown,
@@ -747,67 +740,66 @@ impl<T: Transport> Daemon<T> {
     /// Beats, probes and their answers; the detector's verdicts.
     fn liveness(&mut self) -> Result<bool, EngineError> {
         let now = mcast_engine::sys::monotonic_ns();
-        let mut work = false;
-        let mut out = std::mem::take(&mut self.detector_out);
+        let mut events = std::mem::take(&mut self.live_events);
         while let Some((from, payload)) = self.engine.poll_beat() {
-            work = true;
-            self.detector.heard(from, now, &mut out);
-            self.beat_received(from, &payload)?;
-            if payload.first() == Some(&PROBE) {
-                self.engine.send_beat(from, &self.beat(PROBE_REPLY, from))?;
-                self.counters.probes_answered += 1;
-            }
+            self.live.on_beat(
+                from,
+                &payload,
+                now,
+                self.groups.registry_epoch(),
+                &mut events,
+            );
         }
-        self.detector.poll(now, &mut out);
-        for o in out.drain(..) {
-            match o {
-                DetectorOutput::Beat(n) => {
-                    self.engine.send_beat(n, &self.beat(BEAT, n))?;
+        self.live
+            .poll(now, self.groups.registry_epoch(), &mut events);
+        let mut work = false;
+        for ev in events.drain(..) {
+            match ev {
+                LiveEvent::Send { to, payload } => {
+                    self.engine.send_beat(to, &payload)?;
                 }
-                DetectorOutput::Probe(n) => {
-                    self.counters.probes_sent += 1;
-                    self.engine.send_beat(n, &self.beat(PROBE, n))?;
-                }
-                DetectorOutput::Suspect(n) => {
+                LiveEvent::Suspect(n) => {
                     self.counters.suspicions += 1;
-                    let bound = self.detector.config().suspect_after;
-                    self.log.warn(
-                        "peer suspect: probing it",
-                        &[("node", &n), ("missed_beats", &bound)],
-                    );
+                    self.log.warn("peer suspect: probing it", &[("node", &n)]);
                 }
-                DetectorOutput::Failed(n) => {
+                LiveEvent::Failed(n) => {
                     work = true;
-                    self.node_failed(n, true)?;
+                    self.node_failed(n)?;
                 }
-                DetectorOutput::Recovered(n) => {
+                LiveEvent::Restarted(n) => {
+                    work = true;
+                    self.log
+                        .warn("peer restarted: its old state is gone", &[("node", &n)]);
+                    self.node_failed(n)?;
+                    self.groups.node_recovered(n);
+                }
+                LiveEvent::Recovered(n) => {
                     work = true;
                     self.counters.nodes_recovered += 1;
                     self.groups.node_recovered(n);
                     self.log
                         .info("peer heard again after failing", &[("node", &n)]);
                 }
+                LiveEvent::Rejoin { by } => {
+                    work = true;
+                    self.rejoin(by)?;
+                }
+                LiveEvent::Registry { node, epoch } => self.groups.adopt_registry(node, epoch),
+                LiveEvent::Majority => {
+                    let (r, e) = self.groups.registry_epoch();
+                    self.log.info(
+                        "registry known: a majority of the cluster heard",
+                        &[("registry", &r), ("moves", &e)],
+                    );
+                    self.groups.confirm_registry();
+                }
             }
         }
-        self.detector_out = out;
+        self.live_events = events;
+        let d = self.live.detector();
+        self.counters.probes_sent = d.probes_sent;
+        self.counters.probes_answered = self.live.counters.probes_answered;
         Ok(work)
-    }
-
-    /// A beat's payload: type, our incarnation, the registry as we know it
-    /// and how many times it moved (so a restarted node learns where it is).
-    fn beat(&self, kind: u8, to: NodeId) -> [u8; 18] {
-        let (registry, epoch) = self.groups.registry_epoch();
-        let mut b = [0u8; 18];
-        b[0] = kind;
-        b[1..5].copy_from_slice(&self.incarnation.to_be_bytes());
-        b[5..9].copy_from_slice(&registry.to_be_bytes());
-        b[9..13].copy_from_slice(&epoch.to_be_bytes());
-        // "I declared you failed": it must rejoin as a new member.
-        if let Some(inc) = self.evicted.get(&to) {
-            b[13] = 1;
-            b[14..18].copy_from_slice(&inc.to_be_bytes());
-        }
-        b
     }
 
     /// A peer declared this node failed (it was paused, or cut off by a
@@ -819,12 +811,15 @@ impl<T: Transport> Daemon<T> {
     /// join point, so nothing is delivered twice or out of order.
     fn rejoin(&mut self, by: NodeId) -> Result<(), EngineError> {
         self.counters.rejoins += 1;
-        self.incarnation += 1;
+        self.live.rejoined();
+        self.incarnation = self.live.incarnation();
         self.log.warn(
             "this node was declared failed: rejoining as a new member",
             &[("by", &by), ("incarnation", &self.incarnation)],
         );
-        let mut again: Vec<(ClientId, String)> = Vec::new();
+        // Joins of an earlier rejoin still on their way are made again too.
+        let mut again: Vec<(ClientId, String)> =
+            std::mem::take(&mut self.rejoining).into_values().collect();
         let groups: Vec<GroupId> = self.local.keys().copied().collect();
         for g in groups {
             let lg = &self.local[&g];
@@ -878,48 +873,13 @@ impl<T: Transport> Daemon<T> {
             self.reset_link(p)?;
         }
         for (c, name) in again {
+            if !self.clients.contains_key(&c) {
+                continue;
+            }
             let id = self.next_req;
             self.next_req += 1;
+            self.rejoining.insert(id, (c, name.clone()));
             self.groups.join(id, c.0, &name);
-        }
-        Ok(())
-    }
-
-    /// What a peer's beat says: a restart (its incarnation changed: all its
-    /// state is gone, as if it had failed), and where the registry is.
-    fn beat_received(&mut self, from: NodeId, payload: &[u8]) -> Result<(), EngineError> {
-        if payload.len() < 13 {
-            self.counters.link_errors += 1;
-            return Ok(());
-        }
-        let word = |i: usize| u32::from_be_bytes(payload[i..i + 4].try_into().expect("4 bytes"));
-        let (incarnation, registry, epoch) = (word(1), word(5), word(9));
-        // Declared failed in this very incarnation (not an earlier one).
-        if payload.len() >= 18 && payload[13] == 1 && word(14) == self.incarnation {
-            return self.rejoin(from);
-        }
-        match self.peer_incarnations.insert(from, incarnation) {
-            Some(old) if old != incarnation => {
-                self.evicted.remove(&from);
-                self.log.warn(
-                    "peer restarted: its old state is gone",
-                    &[("node", &from), ("old", &old), ("new", &incarnation)],
-                );
-                self.node_failed(from, false)?;
-                self.groups.node_recovered(from);
-            }
-            _ => {}
-        }
-        self.groups.adopt_registry(registry, epoch);
-        if !self.groups.registry_confirmed()
-            && (self.peer_incarnations.len() + 1) * 2 > self.cfg.peers.len() + 1
-        {
-            let (r, e) = self.groups.registry_epoch();
-            self.log.info(
-                "registry known: a majority of the cluster heard",
-                &[("registry", &r), ("moves", &e)],
-            );
-            self.groups.confirm_registry();
         }
         Ok(())
     }
@@ -927,16 +887,9 @@ impl<T: Transport> Daemon<T> {
     /// Node `n` is declared failed: it leaves every view this node is the
     /// agent of, and the link to it starts afresh (what was queued for it
     /// is dropped; if it comes back it gets a new link epoch).
-    /// `tell`: until it comes back as a new incarnation, tell it in every
-    /// beat that it was declared failed (false when it already restarted).
-    fn node_failed(&mut self, n: NodeId, tell: bool) -> Result<(), EngineError> {
+    fn node_failed(&mut self, n: NodeId) -> Result<(), EngineError> {
         self.counters.nodes_failed += 1;
-        if tell {
-            if let Some(&inc) = self.peer_incarnations.get(&n) {
-                self.evicted.insert(n, inc);
-            }
-        }
-        let bound_ms = self.detector.config().detection_bound() / 1_000_000;
+        let bound_ms = self.live.detector().config().detection_bound() / 1_000_000;
         self.log.warn(
             "peer failed: no beat or probe answer",
             &[("node", &n), ("detection_bound_ms", &bound_ms)],
@@ -988,7 +941,7 @@ impl<T: Transport> Daemon<T> {
     // ---- links and group events ------------------------------------------
 
     fn send_link(&mut self, peer: NodeId, msg: LinkMessage) {
-        if self.detector.state(peer) == Some(PeerState::Failed) {
+        if self.live.detector().state(peer) == Some(PeerState::Failed) {
             self.counters.link_backlog_drops += 1;
             return;
         }
@@ -1049,9 +1002,9 @@ impl<T: Transport> Daemon<T> {
         let inbound = std::mem::take(&mut self.links.inbound);
         let work = !inbound.is_empty();
         let now = mcast_engine::sys::monotonic_ns();
-        let mut out = std::mem::take(&mut self.detector_out);
+        let mut out = std::mem::take(&mut self.live_events);
         for (from, bytes) in inbound {
-            self.detector.heard(from, now, &mut out);
+            self.live.heard(from, now, &mut out);
             self.counters.link_messages_received += 1;
             match LinkMessage::decode(&bytes) {
                 Ok(LinkMessage::Groups(b)) => {
@@ -1129,6 +1082,7 @@ impl<T: Transport> Daemon<T> {
                             ("rank", &rank),
                         ],
                     );
+                    self.rejoining.remove(&req);
                     if let Some(Pending::Join { client, req }) = self.pending.remove(&req) {
                         self.server.reply(
                             client,
@@ -1155,6 +1109,20 @@ impl<T: Transport> Daemon<T> {
                     }
                 }
                 GroupEvent::Failed { req, error } => {
+                    if let Some((c, name)) = self.rejoining.remove(&req) {
+                        self.log.warn(
+                            "a client's join after the rejoin failed",
+                            &[("client", &c.0), ("group", &name), ("error", &error)],
+                        );
+                        self.server.notify(
+                            c,
+                            Notice::Error {
+                                message: format!(
+                                    "this node was declared failed and could not join {name} again: {error}"
+                                ),
+                            },
+                        );
+                    }
                     if let Some(p) = self.pending.remove(&req) {
                         self.server.reply(
                             p.client(),
@@ -1281,7 +1249,7 @@ impl<T: Transport> Daemon<T> {
         let failed: Vec<NodeId> = gone
             .iter()
             .copied()
-            .filter(|&n| self.detector.state(n) == Some(PeerState::Failed))
+            .filter(|&n| self.live.detector().state(n) == Some(PeerState::Failed))
             .collect();
         let event = json!({
             "epoch": view.epoch,
@@ -1446,7 +1414,7 @@ impl<T: Transport> Daemon<T> {
                 "link_resets": c.link_resets, "role_moves": c.role_moves, "rejoins": c.rejoins,
                 "registry": self.groups.registry(),
             },
-            "peers": self.detector.peers().map(|(n, st, last)| json!({
+            "peers": self.live.detector().peers().map(|(n, st, last)| json!({
                 "node": n,
                 "state": match st {
                     PeerState::Alive => "alive".to_string(),

@@ -48,15 +48,27 @@ impl Daemon {
     }
 }
 
+/// One cluster at a time: four daemons per test already load two cores, and
+/// a daemon starved of CPU for 150 ms is (rightly) suspected by its peers.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 pub struct Cluster {
     pub daemons: Vec<Daemon>,
     pub dir: PathBuf,
     // Dropped after the daemons (field order).
     _topo: Topology,
+    // Released last, once the namespaces are gone.
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 /// Extra lines for every node's config (e.g. slow_subscriber = "hold").
 pub fn start(test: &str, extra: &str) -> Option<Cluster> {
+    start_with(test, |_| extra.to_owned())
+}
+
+/// [`start`] with extra config lines per node.
+pub fn start_with(test: &str, extra: impl Fn(u32) -> String) -> Option<Cluster> {
+    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let topo = Topology::new(test)?;
     let dir = std::env::temp_dir().join(format!("mcastd-test-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -69,8 +81,9 @@ pub fn start(test: &str, extra: &str) -> Option<Cluster> {
         let node = i as u32 + 1;
         let socket = dir.join(format!("node{node}.sock"));
         let mut cfg = format!(
-            "node = {node}\ninterface = \"{IFNAME}\"\nregistry = 1\nsocket = \"{}\"\ndatapath = \"xdp\"\nxdp_mode = \"skb\"\nlog = \"info\"\n{extra}\n",
-            socket.display()
+            "node = {node}\ninterface = \"{IFNAME}\"\nregistry = 1\nsocket = \"{}\"\ndatapath = \"xdp\"\nxdp_mode = \"skb\"\nlog = \"info\"\n{}\n",
+            socket.display(),
+            extra(node)
         );
         for (j, peer) in endpoints.iter().enumerate() {
             if j != i {
@@ -94,6 +107,7 @@ pub fn start(test: &str, extra: &str) -> Option<Cluster> {
     Some(Cluster {
         daemons,
         dir,
+        _turn: turn,
         _topo: topo,
     })
 }

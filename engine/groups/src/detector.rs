@@ -11,6 +11,7 @@
 //! 300 ms), and a pause shorter than `suspect_after × interval` (150 ms)
 //! never even makes it suspect. A failed peer that is heard again is
 //! reported as recovered (it rejoins as a new member: the caller decides).
+//! A peer never heard from (not started yet) is beaten to but not suspected.
 
 use crate::NodeId;
 
@@ -86,6 +87,9 @@ pub enum DetectorOutput {
 struct Peer {
     node: NodeId,
     state: PeerState,
+    /// False until the first frame from it: a peer that never came up (yet)
+    /// is beaten to but never suspected.
+    seen: bool,
     last_heard: u64,
     /// When the next probe (or the failure verdict) is due, while suspect.
     next_probe: u64,
@@ -114,6 +118,7 @@ impl Detector {
                 .map(|&node| Peer {
                     node,
                     state: PeerState::Alive,
+                    seen: false,
                     last_heard: now,
                     next_probe: 0,
                 })
@@ -132,6 +137,7 @@ impl Detector {
             return;
         };
         p.last_heard = p.last_heard.max(now);
+        p.seen = true;
         if p.state == PeerState::Failed {
             self.recoveries += 1;
             out.push(DetectorOutput::Recovered(node));
@@ -151,7 +157,7 @@ impl Detector {
         let silence = u64::from(self.cfg.suspect_after) * self.cfg.interval;
         for p in &mut self.peers {
             match p.state {
-                PeerState::Alive if now.saturating_sub(p.last_heard) >= silence => {
+                PeerState::Alive if p.seen && now.saturating_sub(p.last_heard) >= silence => {
                     p.state = PeerState::Suspect { probes: 1 };
                     p.next_probe = now + self.cfg.probe_interval;
                     self.suspicions += 1;
@@ -182,6 +188,7 @@ impl Detector {
         self.peers
             .iter()
             .map(|p| match p.state {
+                PeerState::Alive if !p.seen => u64::MAX,
                 PeerState::Alive => p.last_heard + silence,
                 PeerState::Suspect { .. } => p.next_probe,
                 PeerState::Failed => u64::MAX,
@@ -302,15 +309,20 @@ mod tests {
         let mut d = Detector::new(DetectorConfig::default(), &[2], 0);
         let mut out = Vec::new();
         d.poll(1000 * MS, &mut out);
-        d.poll(1100 * MS, &mut out);
-        d.poll(1200 * MS, &mut out);
-        d.poll(1300 * MS, &mut out);
-        assert!(out.contains(&DetectorOutput::Failed(2)));
+        assert!(
+            !out.iter().any(|o| matches!(o, DetectorOutput::Suspect(_))),
+            "never heard: never suspected"
+        );
+        d.heard(2, 1000 * MS, &mut out);
+        for t in [1150, 1200, 1250, 1300] {
+            d.poll(t * MS, &mut out);
+        }
+        assert!(out.contains(&DetectorOutput::Failed(2)), "{out:?}");
         out.clear();
-        d.heard(2, 1400 * MS, &mut out);
+        d.heard(2, 1500 * MS, &mut out);
         assert_eq!(out, vec![DetectorOutput::Recovered(2)]);
         assert_eq!(d.state(2), Some(PeerState::Alive));
-        assert!(d.next_deadline() <= 1400 * MS + 150 * MS);
+        assert!(d.next_deadline() <= 1500 * MS + 150 * MS);
         assert!(DetectorConfig {
             probes: 0,
             ..DetectorConfig::default()

@@ -67,6 +67,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 pub mod detector;
+pub mod liveness;
 mod types;
 pub mod wire;
 

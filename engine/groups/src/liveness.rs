@@ -1,0 +1,206 @@
+//! What a daemon's beats say and what it makes of its peers' (sans-IO): the
+//! [`Detector`] plus incarnations (restarts), the registry's whereabouts,
+//! and telling an evicted node that it must rejoin. The daemon turns each
+//! [`LiveEvent`] into effects on its group service, engine and clients;
+//! the failure simulation in this crate's tests does the same.
+//!
+//! A beat's payload (18 bytes, big-endian): type u8 (1 beat, 2 probe, 3
+//! probe answer), the sender's incarnation u32, the registry's node u32 and
+//! how many times the role has moved u32 as the sender knows them, a flag u8
+//! (1: "I declared you failed") and the destination's incarnation that was
+//! declared failed u32.
+
+use std::collections::BTreeMap;
+
+use crate::detector::{Detector, DetectorConfig, DetectorOutput};
+use crate::NodeId;
+
+/// Bytes of a beat payload.
+pub const BEAT_LEN: usize = 18;
+const BEAT: u8 = 1;
+const PROBE: u8 = 2;
+const PROBE_REPLY: u8 = 3;
+
+/// What the caller must do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveEvent {
+    /// Send this beat payload to `to` (unreliably).
+    Send { to: NodeId, payload: [u8; BEAT_LEN] },
+    /// `node` is suspect and being probed.
+    Suspect(NodeId),
+    /// `node` is declared failed: `GroupService::node_failed`, reset its link.
+    Failed(NodeId),
+    /// `node` restarted (new incarnation): its old state is gone; handle it
+    /// as failed and at once alive (`node_failed`, `node_recovered`).
+    Restarted(NodeId),
+    /// A failed `node` is heard again: `GroupService::node_recovered`.
+    Recovered(NodeId),
+    /// Node `by` declared *this* node failed in its current incarnation:
+    /// rejoin as a new member (then call [`Liveness::rejoined`]).
+    Rejoin { by: NodeId },
+    /// A peer knows of more registry moves: `GroupService::adopt_registry`.
+    Registry { node: NodeId, epoch: u32 },
+    /// A majority of the cluster has been heard (once): `confirm_registry`.
+    Majority,
+}
+
+/// Counts for `mcast stat`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LiveCounters {
+    pub beats_received: u64,
+    pub probes_answered: u64,
+    pub restarts_seen: u64,
+    pub malformed: u64,
+}
+
+/// One daemon's liveness state.
+#[derive(Debug, Clone)]
+pub struct Liveness {
+    incarnation: u32,
+    cluster_size: usize,
+    detector: Detector,
+    peer_incarnations: BTreeMap<NodeId, u32>,
+    /// Peers declared failed, with the incarnation they failed in: told so
+    /// in every beat until they come back as a new one.
+    evicted: BTreeMap<NodeId, u32>,
+    majority: bool,
+    /// A Rejoin was emitted and [`Liveness::rejoined`] not called yet: the
+    /// other peers' flags in the same batch say the same thing.
+    rejoining: bool,
+    out: Vec<DetectorOutput>,
+    pub counters: LiveCounters,
+}
+
+impl Liveness {
+    /// `peers`: every other node of the cluster.
+    pub fn new(incarnation: u32, peers: &[NodeId], cfg: DetectorConfig, now: u64) -> Liveness {
+        Liveness {
+            incarnation,
+            cluster_size: peers.len() + 1,
+            detector: Detector::new(cfg, peers, now),
+            peer_incarnations: BTreeMap::new(),
+            evicted: BTreeMap::new(),
+            majority: peers.is_empty(),
+            rejoining: false,
+            out: Vec::new(),
+            counters: LiveCounters::default(),
+        }
+    }
+
+    pub fn incarnation(&self) -> u32 {
+        self.incarnation
+    }
+
+    pub fn detector(&self) -> &Detector {
+        &self.detector
+    }
+
+    /// When [`Liveness::poll`] must next run.
+    pub fn next_deadline(&self) -> u64 {
+        self.detector.next_deadline()
+    }
+
+    /// After a rejoin: a new incarnation, so every peer drops the old state.
+    pub fn rejoined(&mut self) {
+        self.incarnation += 1;
+        self.rejoining = false;
+    }
+
+    /// Beats and probes due, suspicions and verdicts. `registry`: the
+    /// group service's `registry_epoch()`, carried in the beats.
+    pub fn poll(&mut self, now: u64, registry: (NodeId, u32), out: &mut Vec<LiveEvent>) {
+        self.detector.poll(now, &mut self.out);
+        self.translate(registry, out);
+    }
+
+    /// Any frame from `from` other than a beat (a link message): it is alive.
+    pub fn heard(&mut self, from: NodeId, now: u64, out: &mut Vec<LiveEvent>) {
+        self.detector.heard(from, now, &mut self.out);
+        self.translate((0, 0), out);
+    }
+
+    /// A beat payload from `from`.
+    pub fn on_beat(
+        &mut self,
+        from: NodeId,
+        payload: &[u8],
+        now: u64,
+        registry: (NodeId, u32),
+        out: &mut Vec<LiveEvent>,
+    ) {
+        if payload.len() < BEAT_LEN {
+            self.counters.malformed += 1;
+            return;
+        }
+        self.counters.beats_received += 1;
+        let word = |i: usize| u32::from_be_bytes(payload[i..i + 4].try_into().expect("4 bytes"));
+        let (incarnation, reg, epoch) = (word(1), word(5), word(9));
+        self.detector.heard(from, now, &mut self.out);
+        self.translate(registry, out);
+        // Declared failed in this very incarnation (not an earlier one).
+        if payload[13] == 1 && word(14) == self.incarnation {
+            if !self.rejoining {
+                self.rejoining = true;
+                out.push(LiveEvent::Rejoin { by: from });
+            }
+            return;
+        }
+        if let Some(old) = self.peer_incarnations.insert(from, incarnation) {
+            if old != incarnation {
+                self.evicted.remove(&from);
+                self.counters.restarts_seen += 1;
+                out.push(LiveEvent::Restarted(from));
+            }
+        }
+        if epoch > registry.1 {
+            out.push(LiveEvent::Registry { node: reg, epoch });
+        }
+        if !self.majority && (self.peer_incarnations.len() + 1) * 2 > self.cluster_size {
+            self.majority = true;
+            out.push(LiveEvent::Majority);
+        }
+        if payload[0] == PROBE {
+            self.counters.probes_answered += 1;
+            out.push(LiveEvent::Send {
+                to: from,
+                payload: self.payload(PROBE_REPLY, from, registry),
+            });
+        }
+    }
+
+    fn translate(&mut self, registry: (NodeId, u32), out: &mut Vec<LiveEvent>) {
+        for o in std::mem::take(&mut self.out) {
+            out.push(match o {
+                DetectorOutput::Beat(n) => LiveEvent::Send {
+                    to: n,
+                    payload: self.payload(BEAT, n, registry),
+                },
+                DetectorOutput::Probe(n) => LiveEvent::Send {
+                    to: n,
+                    payload: self.payload(PROBE, n, registry),
+                },
+                DetectorOutput::Suspect(n) => LiveEvent::Suspect(n),
+                DetectorOutput::Failed(n) => {
+                    if let Some(&inc) = self.peer_incarnations.get(&n) {
+                        self.evicted.insert(n, inc);
+                    }
+                    LiveEvent::Failed(n)
+                }
+                DetectorOutput::Recovered(n) => LiveEvent::Recovered(n),
+            });
+        }
+    }
+
+    fn payload(&self, kind: u8, to: NodeId, registry: (NodeId, u32)) -> [u8; BEAT_LEN] {
+        let mut b = [0u8; BEAT_LEN];
+        b[0] = kind;
+        b[1..5].copy_from_slice(&self.incarnation.to_be_bytes());
+        b[5..9].copy_from_slice(&registry.0.to_be_bytes());
+        b[9..13].copy_from_slice(&registry.1.to_be_bytes());
+        if let Some(inc) = self.evicted.get(&to) {
+            b[13] = 1;
+            b[14..18].copy_from_slice(&inc.to_be_bytes());
+        }
+        b
+    }
+}
