@@ -1249,7 +1249,7 @@ impl<T: Transport> Daemon<T> {
         let failed: Vec<NodeId> = gone
             .iter()
             .copied()
-            .filter(|&n| self.live.detector().state(n) == Some(PeerState::Failed))
+            .filter(|&n| self.live.detector().state(n) != Some(PeerState::Alive))
             .collect();
         let event = json!({
             "epoch": view.epoch,

@@ -465,7 +465,6 @@ fn a_held_group_waits_for_its_slow_subscriber_and_loses_nothing() {
     };
     assert_eq!(stats["daemon"]["clients_cut_off"], 0, "{stats:#}");
     assert!(stats["daemon"]["group_pauses"].as_u64().unwrap() >= 1);
-    assert!(stats["engine"]["rx_paused"].as_u64().unwrap() > 0);
 }
 
 #[test]
@@ -814,7 +813,7 @@ fn a_subscriber_sees_a_senders_death_as_an_event_in_its_stream() {
             }
             mcast_ipc::MessageKind::Membership => {
                 let v: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
-                if v["failed"].as_array().is_some_and(|f| !f.is_empty()) {
+                if v["gone"].as_array().is_some_and(|f| !f.is_empty()) {
                     break v;
                 }
             }
@@ -824,7 +823,7 @@ fn a_subscriber_sees_a_senders_death_as_an_event_in_its_stream() {
         data, 1000,
         "the event comes after every message sent before it"
     );
-    assert_eq!(event["failed"], serde_json::json!([4]), "{event}");
+    assert_eq!(event["gone"], serde_json::json!([4]), "{event}");
     drop(p);
 }
 
