@@ -203,6 +203,7 @@ impl<T: Transport> Daemon<T> {
             .chain(cfg.peers.iter().map(|p| p.node))
             .collect();
         groups.set_cluster(&cluster);
+        groups.tick(mcast_engine::sys::monotonic_ns());
         let ms = 1_000_000;
         let dcfg = DetectorConfig {
             interval: cfg.heartbeat_ms * ms,
@@ -260,6 +261,8 @@ impl<T: Transport> Daemon<T> {
     /// One round: clients' requests, publications, the engine (with sleep),
     /// link messages, group events, overflowing subscribers.
     pub fn run_once(&mut self) -> Result<bool, EngineError> {
+        // The group service's clock (request deadlines) before any request.
+        self.groups.tick(mcast_engine::sys::monotonic_ns());
         let mut work = self.serve_clients();
         work |= self.take_publications()?;
         self.fds.clear();
@@ -740,6 +743,7 @@ impl<T: Transport> Daemon<T> {
     /// Beats, probes and their answers; the detector's verdicts.
     fn liveness(&mut self) -> Result<bool, EngineError> {
         let now = mcast_engine::sys::monotonic_ns();
+        self.groups.tick(now);
         let mut events = std::mem::take(&mut self.live_events);
         while let Some((from, payload)) = self.engine.poll_beat() {
             self.live.on_beat(
@@ -863,6 +867,7 @@ impl<T: Transport> Daemon<T> {
             .chain(self.cfg.peers.iter().map(|p| p.node))
             .collect();
         groups.set_cluster(&cluster);
+        groups.tick(mcast_engine::sys::monotonic_ns());
         groups.adopt_registry(registry, epoch);
         groups.confirm_registry();
         self.groups = groups;

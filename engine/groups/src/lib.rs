@@ -107,7 +107,26 @@ pub struct GroupService {
     confirmed: bool,
     /// Registry requests waiting for `confirmed`.
     held: VecDeque<Message>,
+    /// The time of the last [`GroupService::tick`] (ns) and each request's deadline.
+    now: u64,
+    deadlines: BTreeMap<u64, u64>,
+    /// Members of this node that joined and have not left, with the epoch
+    /// of the view they joined in: views are checked against them.
+    joined: BTreeMap<(GroupId, MemberId), u64>,
+    /// As a registry that took the role over: the nodes that have announced
+    /// everything they serve; new names wait until every live node has.
+    synced: std::collections::BTreeSet<NodeId>,
+    sync_needed: bool,
+    /// Creating lookups waiting for the sync: (from, token, name).
+    deferred: VecDeque<(NodeId, u64, String)>,
 }
+
+/// View epochs: the bits above this count agent takeovers, those below the
+/// changes under one agent.
+pub const EPOCH_GENERATION_SHIFT: u32 = 40;
+
+/// How long a request waits for its answer before it fails (ns).
+pub const REQUEST_TIMEOUT: u64 = 2_000_000_000;
 
 #[derive(Debug)]
 struct AgentGroup {
@@ -206,6 +225,12 @@ impl GroupService {
             registry_epoch: 0,
             confirmed: true,
             held: VecDeque::new(),
+            now: 0,
+            deadlines: BTreeMap::new(),
+            joined: BTreeMap::new(),
+            synced: Default::default(),
+            sync_needed: false,
+            deferred: VecDeque::new(),
         }
     }
 
@@ -217,6 +242,7 @@ impl GroupService {
     /// done here.)
     pub fn node_failed(&mut self, node: NodeId) -> Vec<GroupId> {
         self.failed.insert(node);
+        self.release_deferred();
         if node == self.registry_node {
             self.move_registry();
         }
@@ -258,6 +284,59 @@ impl GroupService {
         changed
     }
 
+    /// Time passes (a monotonic clock, ns): requests unanswered for
+    /// [`REQUEST_TIMEOUT`] fail with [`GroupError::NoAnswer`] (an answer can
+    /// be lost when a link is reset while the cluster changes; the client
+    /// retries). Call it now and then; without it nothing times out.
+    pub fn tick(&mut self, now: u64) {
+        self.now = now;
+        let registry = self.registry_node;
+        let expired: Vec<u64> = self
+            .deadlines
+            .iter()
+            .filter(|(_, &d)| d <= now)
+            .map(|(&t, _)| t)
+            .collect();
+        for t in expired {
+            self.deadlines.remove(&t);
+            let Some(p) = self.pending.remove(&t) else {
+                continue;
+            };
+            let node = p.peer(registry);
+            let req = match p {
+                Pending::JoinLookup { req, cancelled, .. }
+                | Pending::JoinRegister { req, cancelled, .. }
+                | Pending::Leave { req, cancelled, .. } => (!cancelled).then_some(req),
+                Pending::QueryLookup { req, .. }
+                | Pending::QueryView { req, .. }
+                | Pending::List { req } => Some(req),
+            };
+            if let Some(req) = req {
+                self.fail(req, GroupError::NoAnswer { node });
+            }
+        }
+        self.pump();
+    }
+
+    /// Requests in flight: (request id, deadline ns); and whether the
+    /// registry is confirmed. For counters and diagnostics.
+    pub fn requests_in_flight(&self) -> Vec<(ReqId, u64)> {
+        self.pending
+            .iter()
+            .map(|(t, p)| {
+                let req = match p {
+                    Pending::JoinLookup { req, .. }
+                    | Pending::JoinRegister { req, .. }
+                    | Pending::Leave { req, .. }
+                    | Pending::QueryLookup { req, .. }
+                    | Pending::QueryView { req, .. }
+                    | Pending::List { req } => *req,
+                };
+                (req, self.deadlines.get(t).copied().unwrap_or(0))
+            })
+            .collect()
+    }
+
     /// The nodes of the cluster (this one included): the registry role moves
     /// among them when its node fails. Without it the role never moves.
     pub fn set_cluster(&mut self, nodes: &[NodeId]) {
@@ -295,6 +374,8 @@ impl GroupService {
         self.registry_node = next;
         self.registry_moves += 1;
         self.registry_epoch += 1;
+        self.synced.clear();
+        self.sync_needed = next == self.node;
         if next == self.node {
             // Never hand out a number this node already knows to be taken.
             let known = self.views.keys().chain(self.agent_of.keys()).copied().max();
@@ -302,6 +383,7 @@ impl GroupService {
         }
         // Tell it what this node serves (to itself: through the loopback).
         self.announce_all();
+        self.reask_registry();
         self.pump();
     }
 
@@ -322,6 +404,7 @@ impl GroupService {
         self.registry_node = node;
         self.registry_epoch = epoch;
         self.announce_all();
+        self.reask_registry();
         self.pump();
     }
 
@@ -344,9 +427,64 @@ impl GroupService {
         self.confirmed
     }
 
+    /// The registry moved: what was asked of the old one and not answered
+    /// is asked again of the new one (same tokens; an old answer arriving
+    /// late is ignored, answers are accepted only from the registry).
+    fn reask_registry(&mut self) {
+        if !self.confirmed {
+            return; // held requests go out on confirmation
+        }
+        let registry = self.registry_node;
+        let again: Vec<Message> = self
+            .pending
+            .iter()
+            .filter_map(|(&token, p)| match p {
+                Pending::JoinLookup {
+                    name,
+                    cancelled: false,
+                    ..
+                } => Some(Message::Lookup {
+                    token,
+                    create: true,
+                    name: name.clone(),
+                }),
+                Pending::QueryLookup { name, .. } => Some(Message::Lookup {
+                    token,
+                    create: false,
+                    name: name.clone(),
+                }),
+                Pending::List { .. } => Some(Message::List { token }),
+                _ => None,
+            })
+            .collect();
+        for m in again {
+            self.send(registry, m);
+        }
+    }
+
+    /// Whether this registry knows every group that exists (it has been the
+    /// registry from the start, or every live node has synced with it).
+    fn registry_synced(&self) -> bool {
+        !self.sync_needed
+            || self
+                .cluster
+                .iter()
+                .all(|n| self.failed.contains(n) || self.synced.contains(n))
+    }
+
+    fn release_deferred(&mut self) {
+        if !self.registry_synced() {
+            return;
+        }
+        for (from, token, name) in std::mem::take(&mut self.deferred) {
+            self.registry_lookup(from, token, true, name);
+        }
+    }
+
     fn announce_all(&mut self) {
         let next = self.registry_node;
         let groups: Vec<View> = self.agent_of.values().map(|a| a.view.clone()).collect();
+        let epoch = self.registry_epoch;
         for view in groups {
             self.send(
                 next,
@@ -358,6 +496,7 @@ impl GroupService {
                 },
             );
         }
+        self.send(next, Message::Synced { epoch });
     }
 
     /// Times the registry role moved (as this node saw it).
@@ -395,10 +534,26 @@ impl GroupService {
             if live.first() != Some(&self.node) || live.len() * 2 <= nodes.len() {
                 continue;
             }
+            // And a majority of the whole cluster: a partition's minority side
+            // may hold a majority of one group's members, and must still not
+            // take its agent role (the other side may keep the agent).
+            if !self.cluster.is_empty() {
+                let live_cluster = self
+                    .cluster
+                    .iter()
+                    .filter(|n| !self.failed.contains(n))
+                    .count();
+                if live_cluster * 2 <= self.cluster.len() {
+                    continue;
+                }
+            }
             let mut view = old.clone();
             view.members.retain(|m| !self.failed.contains(&m.node));
             view.agent = self.node;
-            view.epoch += 1;
+            // A takeover starts a new generation of epochs (the high bits):
+            // every survivor accepts it, even one that saw views of the old
+            // agent this node missed.
+            view.epoch = ((old.epoch >> EPOCH_GENERATION_SHIFT) + 1) << EPOCH_GENERATION_SHIFT;
             let next_rank = old.members.iter().map(|m| m.rank + 1).max().unwrap_or(0);
             self.agent_of.insert(
                 view.group,
@@ -464,6 +619,7 @@ impl GroupService {
     /// Local client `member` asks to leave `group`. Answered by exactly one `Left`
     /// or `Failed` (unless the member vanishes first).
     pub fn leave(&mut self, req: ReqId, member: MemberId, group: GroupId) {
+        self.joined.remove(&(group, member));
         let Some(view) = self.views.get(&group) else {
             return self.fail(req, GroupError::UnknownGroup { group });
         };
@@ -494,6 +650,7 @@ impl GroupService {
     /// Local client `member` vanished: it leaves every group it is in, and its
     /// requests in flight get no answers.
     pub fn member_gone(&mut self, member: MemberId) {
+        self.joined.retain(|&(_, m), _| m != member);
         for p in self.pending.values_mut() {
             match p {
                 Pending::JoinLookup {
@@ -644,6 +801,7 @@ impl GroupService {
         let token = self.next_token;
         self.next_token += 1;
         self.pending.insert(token, pending);
+        self.deadlines.insert(token, self.now + REQUEST_TIMEOUT);
         Some(token)
     }
 
@@ -698,6 +856,12 @@ impl GroupService {
                 members,
                 name,
             } => self.registry_announce(from, group, epoch, members, name),
+            Message::Synced { epoch } => {
+                if self.is_registry() && epoch == self.registry_epoch {
+                    self.synced.insert(from);
+                    self.release_deferred();
+                }
+            }
             // agent
             Message::Register {
                 token,
@@ -727,9 +891,29 @@ impl GroupService {
                 result,
             } => self.oa_leave_reply(from, token, group, result),
             Message::View(view) => {
-                if view.agent == from {
-                    self.apply_view(view);
+                if view.agent != from {
+                    return;
                 }
+                // Two agents for one group (two nodes took it over on
+                // different verdicts): the newer epoch wins, then the lower
+                // node; the other steps down and its members join again.
+                if let Some(a) = self
+                    .agent_of
+                    .get(&view.group)
+                    .filter(|_| view.agent != self.node)
+                {
+                    let theirs = (view.epoch, std::cmp::Reverse(view.agent));
+                    let ours = (a.view.epoch, std::cmp::Reverse(self.node));
+                    if theirs > ours {
+                        self.agent_of.remove(&view.group);
+                        self.views.remove(&view.group);
+                    } else {
+                        let mine = a.view.clone();
+                        self.send(from, Message::View(mine));
+                        return;
+                    }
+                }
+                self.apply_view(view);
             }
             Message::QueryReply { token, group, view } => {
                 self.oa_query_reply(from, token, group, view)
@@ -755,15 +939,17 @@ impl GroupService {
             LookupResult::Found { group, agent }
         } else if !create {
             LookupResult::NotFound
+        } else if !self.registry_synced() {
+            // A new name, before every live node has told this new registry
+            // what exists: it may exist already. Answer once it is known.
+            self.deferred.push_back((from, token, name));
+            return;
         } else if self.registry.groups.len() >= self.limits.max_groups {
             LookupResult::Error(GroupError::TooManyGroups {
                 limit: limit_u32(self.limits.max_groups),
             })
-        } else if self.registry.last_group >= RESERVED_GROUPS - 1 {
-            LookupResult::Error(GroupError::NumbersExhausted)
-        } else {
-            self.registry.last_group += 1;
-            let group = self.registry.last_group;
+        } else if let Some(group) = self.next_group_number() {
+            self.registry.last_group = group;
             self.registry.by_name.insert(name.clone(), group);
             self.registry.groups.insert(
                 group,
@@ -775,8 +961,21 @@ impl GroupService {
                 },
             );
             LookupResult::Found { group, agent: from }
+        } else {
+            LookupResult::Error(GroupError::NumbersExhausted)
         };
         self.send(from, Message::LookupReply { token, result });
+    }
+
+    /// The next group number: each registry epoch (the role's moves so far)
+    /// numbers from its own range, `epoch × 65536 + 1 ..`, so a registry
+    /// that took over can never hand out a number an earlier one gave,
+    /// whether or not every announcement has reached it yet.
+    fn next_group_number(&self) -> Option<GroupId> {
+        let base = u64::from(self.registry_epoch) << 16;
+        let next = u64::from(self.registry.last_group).max(base) + 1;
+        let ok = next < base + (1 << 16) && next < u64::from(RESERVED_GROUPS);
+        ok.then_some(next as GroupId)
     }
 
     /// A group's agent tells this (new) registry about the group.
@@ -1064,6 +1263,10 @@ impl GroupService {
                     }
                     return;
                 }
+                if !cancelled {
+                    // Before the view: it must not look like a stale member.
+                    self.joined.insert((group, member), view.epoch);
+                }
                 self.apply_view(view.clone());
                 if cancelled {
                     self.send(
@@ -1171,7 +1374,12 @@ impl GroupService {
     fn apply_view(&mut self, view: View) {
         let group = view.group;
         let held = self.views.get(&group);
-        if held.is_some_and(|v| v.epoch >= view.epoch) {
+        // A newer epoch; or the view of a node that took the agent role over
+        // from one declared failed (its epochs continue from the view *it*
+        // last had, which may be older than ours).
+        let takeover =
+            held.is_some_and(|v| v.agent != view.agent && self.failed.contains(&v.agent));
+        if held.is_some_and(|v| v.epoch >= view.epoch) && !takeover {
             return;
         }
         let had = held.is_some();
@@ -1182,8 +1390,61 @@ impl GroupService {
         } else {
             return;
         }
+        self.reconcile(&view);
         self.events
             .push_back(GroupEvent::ViewChanged { group, view });
+    }
+
+    /// Checks a new view against this node's own members (anti-entropy: a
+    /// message lost when a link was reset must not leave a member out for
+    /// good): a member that joined and is missing from a later view without
+    /// having left (its membership was lost, e.g. by an eviction) joins
+    /// again, and the daemon sees a `Joined` it did not ask for. (The
+    /// converse, a LEAVE lost on a reset link, leaves a stale member in the
+    /// view until its node fails.)
+    fn reconcile(&mut self, view: &View) {
+        let g = view.group;
+        let in_flight = |s: &Self, member: MemberId| {
+            s.pending.values().any(|p| match p {
+                Pending::JoinRegister {
+                    group, member: m, ..
+                }
+                | Pending::Leave {
+                    group, member: m, ..
+                } => *group == g && *m == member,
+                _ => false,
+            })
+        };
+        let lost: Vec<MemberId> = self
+            .joined
+            .iter()
+            .filter(|(&(gg, m), &epoch)| {
+                gg == g && epoch < view.epoch && view.find(self.node, m).is_none()
+            })
+            .map(|(&(_, m), _)| m)
+            .filter(|&m| !in_flight(self, m))
+            .collect();
+        for member in lost {
+            self.joined.remove(&(g, member));
+            let pending = Pending::JoinRegister {
+                req: 0,
+                member,
+                group: g,
+                agent: view.agent,
+                cancelled: false,
+            };
+            if let Some(token) = self.start(0, pending) {
+                self.send(
+                    view.agent,
+                    Message::Register {
+                        token,
+                        group: g,
+                        member,
+                        name: view.name.clone(),
+                    },
+                );
+            }
+        }
     }
 }
 

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::detector::{Detector, DetectorConfig, DetectorOutput};
+use crate::detector::{Detector, DetectorConfig, DetectorOutput, PeerState};
 use crate::NodeId;
 
 /// Bytes of a beat payload.
@@ -181,8 +181,20 @@ impl Liveness {
                 },
                 DetectorOutput::Suspect(n) => LiveEvent::Suspect(n),
                 DetectorOutput::Failed(n) => {
-                    if let Some(&inc) = self.peer_incarnations.get(&n) {
-                        self.evicted.insert(n, inc);
+                    // Only a node that still sees a majority tells the other
+                    // it was evicted: the minority side of a partition,
+                    // which declares everybody else failed, must not make
+                    // the majority rejoin.
+                    let failed = self
+                        .detector
+                        .peers()
+                        .filter(|(_, st, _)| *st == PeerState::Failed)
+                        .count();
+                    let live = self.cluster_size - failed;
+                    if live * 2 > self.cluster_size {
+                        if let Some(&inc) = self.peer_incarnations.get(&n) {
+                            self.evicted.insert(n, inc);
+                        }
                     }
                     LiveEvent::Failed(n)
                 }

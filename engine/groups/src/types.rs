@@ -194,6 +194,8 @@ pub enum GroupError {
     TooManyPending { limit: u32 },
     /// The node the request waited for was declared failed.
     NodeFailed { node: NodeId },
+    /// No answer from the node the request waited for in time.
+    NoAnswer { node: NodeId },
 }
 
 impl fmt::Display for GroupError {
@@ -226,6 +228,10 @@ impl fmt::Display for GroupError {
             GroupError::NodeFailed { node } => write!(
                 f,
                 "node {node}, which this request needed, was declared failed"
+            ),
+            GroupError::NoAnswer { node } => write!(
+                f,
+                "node {node} did not answer in time (its answer may have been lost while the cluster changed): retry"
             ),
         }
     }

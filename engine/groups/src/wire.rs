@@ -112,6 +112,12 @@ pub enum Message {
         epoch: u64,
         members: u32,
     },
+    /// A node has announced every group it serves to the registry of this
+    /// epoch (after a move): the registry may create new names once every
+    /// live node has said so.
+    Synced {
+        epoch: u32,
+    },
     /// An agent tells a new registry (the old one failed) a group it serves.
     Announce {
         group: GroupId,
@@ -283,6 +289,10 @@ impl Writer {
                 self.u8(9);
                 self.u32(*node);
             }
+            GroupError::NoAnswer { node } => {
+                self.u8(10);
+                self.u32(*node);
+            }
         }
     }
 }
@@ -393,6 +403,10 @@ impl Message {
                 w.u32(*group);
                 w.u64(*epoch);
                 w.u32(*members);
+            }
+            Message::Synced { epoch } => {
+                w.u8(14);
+                w.u32(*epoch);
             }
             Message::Announce {
                 group,
@@ -550,6 +564,7 @@ impl Message {
                 Message::QueryReply { token, group, view }
             }
             11 => Message::List { token: r.u64()? },
+            14 => Message::Synced { epoch: r.u32()? },
             13 => Message::Announce {
                 group: r.u32()?,
                 epoch: r.u64()?,
@@ -705,6 +720,7 @@ impl<'a> Reader<'a> {
             7 => GroupError::UnknownGroup { group: self.u32()? },
             8 => GroupError::TooManyPending { limit: self.u32()? },
             9 => GroupError::NodeFailed { node: self.u32()? },
+            10 => GroupError::NoAnswer { node: self.u32()? },
             value => {
                 return Err(DecodeError::InvalidValue {
                     field: "error code",

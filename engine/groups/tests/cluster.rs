@@ -1027,7 +1027,10 @@ fn the_lowest_live_member_takes_over_a_failed_agents_group_with_a_majority_only(
                 (3, vec![3, 4]),
                 "seed {seed} node {n}"
             );
-            assert_eq!(v.epoch, before + 1);
+            assert!(
+                v.epoch > before,
+                "a takeover starts a newer generation of epochs"
+            );
         }
         assert_eq!(c.get(3).takeovers(), 1, "seed {seed}");
         // "b": {3} is not a majority of {2, 3}: nobody takes it over (a

@@ -61,6 +61,7 @@ fn error() -> impl Strategy<Value = GroupError> {
         any::<u32>().prop_map(|group| GroupError::UnknownGroup { group }),
         any::<u32>().prop_map(|limit| GroupError::TooManyPending { limit }),
         any::<u32>().prop_map(|node| GroupError::NodeFailed { node }),
+        any::<u32>().prop_map(|node| GroupError::NoAnswer { node }),
     ]
 }
 
@@ -140,6 +141,7 @@ fn message() -> impl Strategy<Value = Message> {
                 name
             }
         ),
+        any::<u32>().prop_map(|epoch| Message::Synced { epoch }),
         (any::<u64>(), any::<u32>()).prop_map(|(token, group)| Message::Query { token, group }),
         (any::<u64>(), any::<u32>(), proptest::option::of(view()))
             .prop_map(|(token, group, view)| Message::QueryReply { token, group, view }),
@@ -241,8 +243,8 @@ fn wrong_version_unknown_tag_and_bad_values_are_rejected() {
         Err(DecodeError::UnknownTag(0))
     );
     assert_eq!(
-        Message::decode(&[VERSION, 14]),
-        Err(DecodeError::UnknownTag(14))
+        Message::decode(&[VERSION, 15]),
+        Err(DecodeError::UnknownTag(15))
     );
     let mut lookup = Message::Lookup {
         token: 1,
