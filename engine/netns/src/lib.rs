@@ -127,21 +127,37 @@ impl Netns {
     }
 }
 
-/// Sender, bridge and three receivers; removed on drop.
+/// Sender, bridge and receivers (three by [`Topology::new`], up to
+/// [`MAX_RECEIVERS`] by [`Topology::with_receivers`]); removed on drop.
 #[derive(Debug)]
 pub struct Topology {
     /// Holds the bridge `br0` and the bridge-side veth ends.
     pub bridge: Netns,
     /// The sender endpoint.
     pub sender: Netns,
-    /// Three receiver endpoints.
+    /// The receiver endpoints (three unless built by [`Topology::with_receivers`]).
     pub receivers: Vec<Netns>,
     created: Vec<String>,
 }
 
+/// The most receivers [`Topology::with_receivers`] builds.
+pub const MAX_RECEIVERS: usize = 16;
+
 impl Topology {
-    /// Builds the topology, or returns None when the test must be skipped.
+    /// Builds the topology with three receivers, or returns None when the
+    /// test must be skipped.
     pub fn new(test: &str) -> Option<Topology> {
+        Topology::with_receivers(test, 3)
+    }
+
+    /// Builds the topology with `receivers` receivers (1 to
+    /// [`MAX_RECEIVERS`]; the first three are those of [`Topology::new`]), or
+    /// returns None when the test must be skipped.
+    pub fn with_receivers(test: &str, receivers: usize) -> Option<Topology> {
+        assert!(
+            (1..=MAX_RECEIVERS).contains(&receivers),
+            "{receivers} receivers: 1 to {MAX_RECEIVERS} supported"
+        );
         if !privileged_or_skip(test) {
             return None;
         }
@@ -156,7 +172,9 @@ impl Topology {
         let mut topo = Topology {
             bridge: endpoint("br", 254),
             sender: endpoint("s", 1),
-            receivers: vec![endpoint("r1", 11), endpoint("r2", 12), endpoint("r3", 13)],
+            receivers: (1..=receivers)
+                .map(|i| endpoint(&format!("r{i}"), 10 + i as u8))
+                .collect(),
             created: Vec::new(),
         };
         // From here on, Drop cleans up whatever was created, even on panic.
@@ -196,6 +214,34 @@ impl Topology {
         }
         topo.wait_carrier();
         Some(topo)
+    }
+
+    /// Caps every link at `rate` (a `tc` rate such as `10mbit`) with a
+    /// token-bucket filter on the bridge-side veth ends (`p0` is the
+    /// sender's port, `p1..` the receivers'), inside the bridge namespace,
+    /// and on the sender's own `eth0`: everything the sender puts on the
+    /// wire (every unicast copy of the iterative algorithm one after the
+    /// other) and everything converging on it (ACKs, NAKs) is serialized at
+    /// `rate`, as on a shared segment of that speed. `burst` is the bucket
+    /// (`32kbit`). Only interfaces inside the topology's namespaces change.
+    pub fn limit_rate(&self, rate: &str, burst: &str) -> Result<(), String> {
+        let ports = (0..=self.receivers.len()).map(|i| (self.bridge.name.clone(), format!("p{i}")));
+        let sender = std::iter::once((self.sender.name.clone(), IFNAME.to_owned()));
+        for (ns, port) in ports.chain(sender) {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &ns, "tc", "qdisc", "replace"])
+                .args(["dev", &port, "root", "tbf", "rate", rate, "burst", burst])
+                .args(["latency", "50ms"])
+                .output()
+                .map_err(|e| format!("running tc: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "tc qdisc replace dev {port} root tbf rate {rate}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn wait_carrier(&self) {
