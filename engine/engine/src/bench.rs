@@ -755,7 +755,7 @@ fn paper_protocol(
             let base = monotonic_ns();
             let _ = t0.set(base);
             let deadline = base + deadline_ns;
-            for i in 0..messages {
+            for (i, slot) in sent.iter_mut().enumerate() {
                 let at = match mode {
                     PaperMode::Rate(rate) => {
                         let at = base + i as u64 * 1_000_000_000 / u64::from(rate.max(1));
@@ -766,7 +766,7 @@ fn paper_protocol(
                     }
                     _ => monotonic_ns(),
                 };
-                sent[i] = at;
+                *slot = at;
                 msg[..8].copy_from_slice(&(i as u64).to_le_bytes());
                 msg[8..16].copy_from_slice(&at.to_le_bytes());
                 loop {
