@@ -675,6 +675,10 @@ fn all_reached(c: &[AtomicUsize], n: usize) -> bool {
     c.iter().all(|x| x.load(Ordering::Acquire) >= n)
 }
 
+/// The paper runs' sender sleeps at most this long in the engine, so that
+/// it wakes in time for a scheduled send.
+const SENDER_MAX_SLEEP: Duration = Duration::from_micros(100);
+
 /// How long the ping-pong sender waits for a message before giving up on it.
 const PING_TIMEOUT_NS: u64 = 200_000_000;
 
@@ -698,10 +702,8 @@ fn paper_protocol(
     let open = xdp(PAPER_FRAMES);
     let config = |node: NodeId| {
         let mut c = scenario::config(&spec, node);
-        if let PaperMode::Rate(rate) = mode {
-            c.max_sleep = c
-                .max_sleep
-                .min(Duration::from_nanos(1_000_000_000 / u64::from(rate.max(1))));
+        if node == SENDER {
+            c.max_sleep = c.max_sleep.min(SENDER_MAX_SLEEP);
         }
         c
     };
@@ -759,8 +761,18 @@ fn paper_protocol(
                 let at = match mode {
                     PaperMode::Rate(rate) => {
                         let at = base + i as u64 * 1_000_000_000 / u64::from(rate.max(1));
-                        while monotonic_ns() < at {
-                            e.run_once().expect("engine");
+                        // Sleep in the engine while the slot is far, then
+                        // spin: never send late because of a long sleep.
+                        loop {
+                            let now = monotonic_ns();
+                            if now >= at {
+                                break;
+                            }
+                            if at - now > 2 * SENDER_MAX_SLEEP.as_nanos() as u64 {
+                                e.run_once().expect("engine");
+                            } else {
+                                e.poll().expect("engine");
+                            }
                         }
                         at
                     }
@@ -925,8 +937,16 @@ fn paper_blast(
                 let at = match mode {
                     PaperMode::Rate(rate) => {
                         let at = base + i as u64 * 1_000_000_000 / u64::from(rate.max(1));
-                        while monotonic_ns() < at {
-                            std::hint::spin_loop();
+                        loop {
+                            let now = monotonic_ns();
+                            if now >= at {
+                                break;
+                            }
+                            if at - now > 200_000 {
+                                std::thread::sleep(Duration::from_nanos(at - now - 150_000));
+                            } else {
+                                std::hint::spin_loop();
+                            }
                         }
                         at
                     }
