@@ -139,7 +139,11 @@ enum Command {
         #[arg(long, value_delimiter = ',', default_value = "sim,xdp")]
         backends: Vec<paper::Backend>,
         /// Modes, comma-separated: pingpong (the paper's send-and-wait), rate, saturation.
-        #[arg(long, value_delimiter = ',', default_value = "pingpong,rate,saturation")]
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "pingpong,rate,saturation"
+        )]
         modes: Vec<paper::ModeKind>,
         /// Receiver counts, comma-separated (default 1,2,4,6 as in the paper; --quick: 1,6).
         #[arg(long, value_delimiter = ',')]
@@ -198,77 +202,78 @@ const SIM_FLAGS: &str = "Simulator flags (defaults in brackets):
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Demo {
-            receivers,
-            loss,
-            messages,
-            trace,
-            seed,
-        } => demo::run(receivers, loss, messages, trace, seed),
-        Command::Run { args } => run_one(&args),
-        Command::Sweep {
-            seeds,
-            start,
-            algo,
-            jobs,
-        } => sweep::run(start, seeds, algo, jobs),
-        Command::Table {
-            receivers,
-            loss,
-            messages,
-            algos,
-            seed,
-            window_frames,
-        } => table::run(&receivers, &loss, messages, &algos, seed, window_frames),
-        Command::Xdp {
-            messages,
-            latency_messages,
-            json,
-        } => xdp::run(messages, latency_messages, json.as_deref()),
-        Command::Paper {
-            out,
-            quick,
-            backends,
-            modes,
-            receivers,
-            sizes,
-            pingpong_messages,
-            messages,
-            rate,
-            sim_rate,
-            link_rate,
-            sim_bandwidth_bps,
-            sim_latency_ns,
-            no_progress,
-        } => paper::run(&paper::Opts {
-            out,
-            backends,
-            modes,
-            receivers: receivers.unwrap_or_else(|| {
-                if quick {
-                    vec![1, 6]
-                } else {
-                    vec![1, 2, 4, 6]
-                }
+    let result =
+        match cli.command {
+            Command::Demo {
+                receivers,
+                loss,
+                messages,
+                trace,
+                seed,
+            } => demo::run(receivers, loss, messages, trace, seed),
+            Command::Run { args } => run_one(&args),
+            Command::Sweep {
+                seeds,
+                start,
+                algo,
+                jobs,
+            } => sweep::run(start, seeds, algo, jobs),
+            Command::Table {
+                receivers,
+                loss,
+                messages,
+                algos,
+                seed,
+                window_frames,
+            } => table::run(&receivers, &loss, messages, &algos, seed, window_frames),
+            Command::Xdp {
+                messages,
+                latency_messages,
+                json,
+            } => xdp::run(messages, latency_messages, json.as_deref()),
+            Command::Paper {
+                out,
+                quick,
+                backends,
+                modes,
+                receivers,
+                sizes,
+                pingpong_messages,
+                messages,
+                rate,
+                sim_rate,
+                link_rate,
+                sim_bandwidth_bps,
+                sim_latency_ns,
+                no_progress,
+            } => paper::run(&paper::Opts {
+                out,
+                backends,
+                modes,
+                receivers: receivers.unwrap_or_else(|| {
+                    if quick {
+                        vec![1, 6]
+                    } else {
+                        vec![1, 2, 4, 6]
+                    }
+                }),
+                sizes,
+                pingpong_messages: pingpong_messages.unwrap_or(if quick { 100 } else { 300 }),
+                messages: messages.unwrap_or(if quick { 500 } else { 2000 }),
+                rate: rate.unwrap_or(if link_rate.is_some() { 100 } else { 1000 }),
+                sim_rate,
+                link_rate,
+                sim_link: paper::SimLink {
+                    bandwidth_bps: sim_bandwidth_bps,
+                    latency: Duration::from_nanos(sim_latency_ns),
+                },
+                command: std::iter::once("mcast-bench".to_owned())
+                    .chain(std::env::args().skip(1))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                progress: !no_progress,
             }),
-            sizes,
-            pingpong_messages: pingpong_messages.unwrap_or(if quick { 100 } else { 300 }),
-            messages: messages.unwrap_or(if quick { 500 } else { 2000 }),
-            rate: rate.unwrap_or(if link_rate.is_some() { 100 } else { 1000 }),
-            sim_rate,
-            link_rate,
-            sim_link: paper::SimLink {
-                bandwidth_bps: sim_bandwidth_bps,
-                latency: Duration::from_nanos(sim_latency_ns),
-            },
-            command: std::iter::once("mcast-bench".to_owned())
-                .chain(std::env::args().skip(1))
-                .collect::<Vec<_>>()
-                .join(" "),
-            progress: !no_progress,
-        }),
-    };
+        };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -74,9 +74,7 @@ impl std::str::FromStr for ModeKind {
             "pingpong" => Ok(ModeKind::PingPong),
             "rate" => Ok(ModeKind::Rate),
             "saturation" => Ok(ModeKind::Saturation),
-            _ => Err(format!(
-                "unknown mode {s:?} (pingpong, rate, saturation)"
-            )),
+            _ => Err(format!("unknown mode {s:?} (pingpong, rate, saturation)")),
         }
     }
 }
@@ -367,9 +365,10 @@ impl Env {
 
 /// Runs the whole comparison and writes every output into `o.out`.
 pub fn run(o: &Opts) -> Result<(), String> {
-    if o.receivers.is_empty() || o.sizes.is_empty() || o.modes.is_empty() || o.backends.is_empty()
-    {
-        return Err("nothing to run: receivers, sizes, modes and backends must not be empty".into());
+    if o.receivers.is_empty() || o.sizes.is_empty() || o.modes.is_empty() || o.backends.is_empty() {
+        return Err(
+            "nothing to run: receivers, sizes, modes and backends must not be empty".into(),
+        );
     }
     if o.receivers.iter().any(|&r| r == 0 || r > 16) {
         return Err("receivers must be 1 to 16".into());
@@ -479,7 +478,10 @@ pub fn run(o: &Opts) -> Result<(), String> {
         command: o.command.clone(),
     };
     let written = out::write_all(&o.out, &env, &results)?;
-    print!("{}", std::fs::read_to_string(o.out.join("table.txt")).unwrap_or_default());
+    print!(
+        "{}",
+        std::fs::read_to_string(o.out.join("table.txt")).unwrap_or_default()
+    );
     eprintln!(
         "wrote {} files under {} in {:.1} s",
         written,
@@ -502,6 +504,9 @@ pub struct Growth {
     pub to_us: f64,
     /// Least-squares slope of the median over every receiver count, µs per receiver.
     pub slope_us: f64,
+    /// The median round trip (send until every ACK was in) at the fewest and
+    /// the most receivers, for the acknowledged algorithms.
+    pub rtt_us: Option<(f64, f64)>,
 }
 
 impl Growth {
@@ -539,12 +544,31 @@ pub fn growth(results: &[RunResult]) -> Vec<Growth> {
                     && r.algo == algo
                     && !r.completion.is_empty()
             })
-            .map(|r| (r.receivers, r.completion.value_at_quantile(0.5) as f64 / 1e3))
+            .map(|r| {
+                (
+                    r.receivers,
+                    r.completion.value_at_quantile(0.5) as f64 / 1e3,
+                )
+            })
             .collect();
         pts.sort_by_key(|p| p.0);
         let (Some(&first), Some(&last)) = (pts.first(), pts.last()) else {
             continue;
         };
+        let rtt_at = |rx: usize| {
+            results
+                .iter()
+                .find(|r| {
+                    r.mode == ModeKind::PingPong
+                        && r.backend == backend
+                        && r.len == len
+                        && r.algo == algo
+                        && r.receivers == rx
+                })
+                .and_then(|r| r.round_trip.as_ref())
+                .map(|h| h.value_at_quantile(0.5) as f64 / 1e3)
+        };
+        let rtt_us = rtt_at(first.0).zip(rtt_at(last.0));
         let n = pts.len() as f64;
         let mx = pts.iter().map(|p| p.0 as f64).sum::<f64>() / n;
         let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
@@ -559,6 +583,7 @@ pub fn growth(results: &[RunResult]) -> Vec<Growth> {
             from_us: first.1,
             to_us: last.1,
             slope_us: if sxx > 0.0 { sxy / sxx } else { 0.0 },
+            rtt_us,
         });
     }
     v
@@ -612,7 +637,8 @@ fn table(env: &Env, results: &[RunResult]) -> String {
          any receiver; rtt p50 (ping-pong, acknowledged algorithms) is send until the sender held every ACK;\n\
          msgs/s and MB/s at the slowest receiver; 'got' is what the slowest receiver delivered."
     );
-    let mut groups: Vec<(Backend, ModeKind)> = results.iter().map(|r| (r.backend, r.mode)).collect();
+    let mut groups: Vec<(Backend, ModeKind)> =
+        results.iter().map(|r| (r.backend, r.mode)).collect();
     groups.dedup();
     for (backend, mode) in groups {
         let _ = writeln!(s);
@@ -626,8 +652,20 @@ fn table(env: &Env, results: &[RunResult]) -> String {
         let _ = writeln!(
             s,
             "{:<10} {:>3} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>7} {:>7}",
-            "algo", "rx", "bytes", "p50", "p90", "p99", "p99.9", "max", "1way p50", "rtt p50", "msgs/s",
-            "MB/s", "got", "x blast"
+            "algo",
+            "rx",
+            "bytes",
+            "p50",
+            "p90",
+            "p99",
+            "p99.9",
+            "max",
+            "1way p50",
+            "rtt p50",
+            "msgs/s",
+            "MB/s",
+            "got",
+            "x blast"
         );
         let mut rows: Vec<&RunResult> = results
             .iter()
@@ -645,7 +683,10 @@ fn table(env: &Env, results: &[RunResult]) -> String {
             });
             let x = blast
                 .filter(|b| b.msgs_per_sec > 0.0 && r.algo != "blast")
-                .map_or_else(|| "-".into(), |b| format!("{:.2}", r.msgs_per_sec / b.msgs_per_sec));
+                .map_or_else(
+                    || "-".into(),
+                    |b| format!("{:.2}", r.msgs_per_sec / b.msgs_per_sec),
+                );
             let _ = writeln!(
                 s,
                 "{:<10} {:>3} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10.0} {:>8.2} {:>6.1}% {:>7}",
@@ -675,8 +716,17 @@ fn table(env: &Env, results: &[RunResult]) -> String {
         );
         let _ = writeln!(
             s,
-            "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>7} {:>10}   {}",
-            "backend", "bytes", "algo", "rx", "from us", "to us", "growth", "us/rx", "paper (1,024 B, 1 -> 6 receivers)"
+            "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>7} {:>10} {:>17}   {}",
+            "backend",
+            "bytes",
+            "algo",
+            "rx",
+            "from us",
+            "to us",
+            "growth",
+            "us/rx",
+            "rtt from->to us",
+            "paper (1,024 B, 1 -> 6 receivers)"
         );
         for x in g {
             let paper = PAPER_1K
@@ -688,7 +738,7 @@ fn table(env: &Env, results: &[RunResult]) -> String {
                 });
             let _ = writeln!(
                 s,
-                "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>6.2}x {:>10.1}   {}",
+                "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>6.2}x {:>10.1} {:>17}   {}",
                 x.backend.name(),
                 x.len,
                 x.algo,
@@ -697,9 +747,161 @@ fn table(env: &Env, results: &[RunResult]) -> String {
                 fmt_us(x.to_us),
                 x.ratio(),
                 x.slope_us,
+                x.rtt_us.map_or_else(
+                    || "-".to_owned(),
+                    |(a, b)| format!("{}->{} {:.2}x", fmt_us(a), fmt_us(b), b / a.max(1e-9))
+                ),
                 paper
             );
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+    use hdrhistogram::serialization::Deserializer;
+
+    /// The paper scenario end to end on the simulator with a tiny grid:
+    /// every output file exists and its contents parse.
+    #[test]
+    fn paper_on_the_simulator_writes_every_output() {
+        let out = std::env::temp_dir().join(format!("mcast-paper-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let o = Opts {
+            out: out.clone(),
+            backends: vec![Backend::Sim],
+            modes: vec![ModeKind::PingPong, ModeKind::Rate, ModeKind::Saturation],
+            receivers: vec![1, 2],
+            sizes: vec![512],
+            pingpong_messages: 20,
+            messages: 50,
+            rate: 1000,
+            sim_rate: 100,
+            link_rate: None,
+            sim_link: SimLink {
+                bandwidth_bps: 10_000_000,
+                latency: std::time::Duration::from_micros(10),
+            },
+            command: "test".into(),
+            progress: false,
+        };
+        run(&o).expect("paper run");
+
+        // The table: every algorithm, every mode, and the growth section.
+        let table = std::fs::read_to_string(out.join("table.txt")).expect("table");
+        for needle in [
+            "== sim pingpong",
+            "== sim rate at 100",
+            "== sim saturation",
+            "growth",
+        ] {
+            assert!(table.contains(needle), "table lacks {needle:?}:\n{table}");
+        }
+        for algo in ["iterative", "ack", "nak", "mak", "gbn"] {
+            assert!(table.contains(algo), "table lacks {algo}");
+        }
+
+        // The JSON: 3 modes x (4 algorithms x 2 receiver counts + gbn) runs,
+        // each with its environment and a completion histogram.
+        let v: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap())
+                .expect("results.json parses");
+        let runs = v["runs"].as_array().expect("runs");
+        assert_eq!(runs.len(), 3 * (4 * 2 + 1));
+        for r in runs {
+            assert_eq!(r["delivered_min"], r["messages"], "{r}");
+            assert!(r["completion"]["p50_ns"].as_u64().unwrap() > 0, "{r}");
+            assert_eq!(r["environment"]["message_len"], 512);
+        }
+        assert_eq!(v["growth"].as_array().unwrap().len(), 4);
+        // Iterative sends one copy per receiver: two receivers take longer.
+        let p50 = |algo: &str, rx: u64| {
+            runs.iter()
+                .find(|r| r["mode"] == "pingpong" && r["algo"] == algo && r["receivers"] == rx)
+                .unwrap()["completion"]["p50_ns"]
+                .as_u64()
+                .unwrap()
+        };
+        assert!(p50("iterative", 2) > p50("iterative", 1) * 3 / 2);
+        assert_eq!(p50("mak", 2), p50("mak", 1));
+
+        // Every .hgrm has HdrHistogram's header and footer, and its last
+        // percentile line is 100 % with the run's count.
+        let hgrm = out.join("hgrm/sim-pingpong-mak-2rx-512B.hgrm");
+        let text = std::fs::read_to_string(&hgrm).expect("hgrm");
+        assert!(
+            text.starts_with("       Value     Percentile TotalCount 1/(1-Percentile)\n\n"),
+            "{text}"
+        );
+        assert!(text.contains("#[Mean    ="), "{text}");
+        assert!(text.contains("#[Buckets ="), "{text}");
+        let last = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .last()
+            .unwrap();
+        let cols: Vec<&str> = last.split_whitespace().collect();
+        assert_eq!(cols[1], "1.000000000000");
+        assert_eq!(cols[2], "20");
+        assert!(out.join("hgrm/sim-pingpong-mak-2rx-512B.rtt.hgrm").exists());
+        assert!(out.join("hgrm/sim-rate-nak-1rx-512B.oneway.hgrm").exists());
+
+        // The interval log decodes back into histograms holding every message.
+        let log = std::fs::read(out.join("hlog/sim-rate-mak-2rx-512B.hlog")).expect("hlog");
+        let mut total = 0;
+        let mut de = Deserializer::new();
+        for entry in IntervalLogIterator::new(&log) {
+            if let LogEntry::Interval(i) = entry.expect("log entry") {
+                assert_eq!(i.tag().map(|t| t.as_str()), Some("sim-rate-mak-2rx-512B"));
+                let bytes = base64_decode(i.encoded_histogram());
+                let h: Histogram<u64> =
+                    de.deserialize(&mut bytes.as_slice()).expect("V2 histogram");
+                total += h.len();
+            }
+        }
+        assert_eq!(total, 50);
+
+        // The plots are well-formed SVG with one series per algorithm.
+        let plots: Vec<_> = std::fs::read_dir(out.join("plots"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(plots.len(), 4, "{plots:?}");
+        for p in &plots {
+            let text = std::fs::read_to_string(p).unwrap();
+            let doc = roxmltree::Document::parse(&text)
+                .unwrap_or_else(|e| panic!("{}: not XML: {e}", p.display()));
+            assert_eq!(doc.root_element().tag_name().name(), "svg");
+            let series = doc
+                .descendants()
+                .filter(|n| n.attribute("class") == Some("series"))
+                .count();
+            assert_eq!(series, 4, "{}", p.display());
+        }
+        std::fs::remove_dir_all(&out).unwrap();
+    }
+
+    /// Standard base64 (the interval log's encoding), for the test only.
+    fn base64_decode(s: &str) -> Vec<u8> {
+        let val = |c: u8| match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            _ => 63,
+        };
+        let bytes: Vec<u8> = s.bytes().filter(|&c| c != b'=').collect();
+        let mut out = Vec::new();
+        for chunk in bytes.chunks(4) {
+            let mut n = 0u32;
+            for (i, &c) in chunk.iter().enumerate() {
+                n |= u32::from(val(c)) << (18 - 6 * i);
+            }
+            out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
+        }
+        out
+    }
 }

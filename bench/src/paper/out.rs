@@ -31,7 +31,11 @@ pub fn write_all(dir: &Path, env: &Env, results: &[RunResult]) -> Result<usize, 
         ];
         for (suffix, h) in hists {
             if let Some(h) = h.filter(|h| !h.is_empty()) {
-                write(&dir.join("hgrm"), &format!("{stem}{suffix}.hgrm"), &hgrm(h, 1000.0))?;
+                write(
+                    &dir.join("hgrm"),
+                    &format!("{stem}{suffix}.hgrm"),
+                    &hgrm(h, 1000.0),
+                )?;
                 files += 1;
             }
         }
@@ -92,11 +96,13 @@ pub fn hgrm(h: &Histogram<u64>, scale: f64) -> String {
         h.max() as f64 / scale,
         h.len()
     );
+    // As HdrHistogram computes them: sub-buckets enough for the precision.
+    let sub_buckets = 2u64.pow((2.0 * 10f64.powi(i32::from(h.sigfig()))).log2().ceil() as u32);
     let _ = writeln!(
         s,
         "#[Buckets = {:>12}, SubBuckets     = {:>12}]",
         h.buckets(),
-        h.distinct_values()
+        sub_buckets
     );
     s
 }
@@ -198,6 +204,7 @@ fn to_json(env: &Env, results: &[RunResult]) -> Value {
                 "to_p50_us": x.to_us,
                 "growth": x.ratio(),
                 "us_per_receiver": x.slope_us,
+                "round_trip_p50_us": x.rtt_us.map(|(a, b)| json!({"from": a, "to": b})),
             })
         })
         .collect();
@@ -267,7 +274,12 @@ fn plots(results: &[RunResult]) -> Vec<(String, Chart)> {
                     points: pick(b, len, ModeKind::PingPong, a)
                         .iter()
                         .filter(|r| !r.completion.is_empty())
-                        .map(|r| (r.receivers as f64, r.completion.value_at_quantile(0.5) as f64 / 1e3))
+                        .map(|r| {
+                            (
+                                r.receivers as f64,
+                                r.completion.value_at_quantile(0.5) as f64 / 1e3,
+                            )
+                        })
                         .collect(),
                     dashed: false,
                 })
@@ -310,7 +322,9 @@ fn plots(results: &[RunResult]) -> Vec<(String, Chart)> {
             let series: Vec<Series> = algos
                 .iter()
                 .filter_map(|a| {
-                    let r = pick(b, len, mode, a).into_iter().find(|r| r.receivers == max_rx)?;
+                    let r = pick(b, len, mode, a)
+                        .into_iter()
+                        .find(|r| r.receivers == max_rx)?;
                     Some(Series {
                         name: a.to_string(),
                         points: percentile_points(&r.completion),
@@ -326,12 +340,19 @@ fn plots(results: &[RunResult]) -> Vec<(String, Chart)> {
                 .map(|r| format!(" at {r}/s"))
                 .unwrap_or_default();
             out.push((
-                format!("{}-{}-percentiles-{len}B-{max_rx}rx.svg", b.name(), mode.name()),
+                format!(
+                    "{}-{}-percentiles-{len}B-{max_rx}rx.svg",
+                    b.name(),
+                    mode.name()
+                ),
                 Chart {
                     title: format!(
-                        "Latency percentiles, {} {}{rate}, {len} B, {max_rx} receivers ({where_})",
-                        mode.name(),
-                        if mode == ModeKind::Rate { "mode" } else { "" }
+                        "Latency percentiles, {}{rate}, {len} B, {max_rx} receivers ({where_})",
+                        if mode == ModeKind::Rate {
+                            "offered rate"
+                        } else {
+                            "send-and-wait"
+                        }
                     ),
                     x_label: "percentile".into(),
                     y_label: "latency to the last receiver (us)".into(),

@@ -37,6 +37,21 @@ const COLORS: [&str; 8] = [
     "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#7f7f7f", "#8c564b", "#17becf",
 ];
 
+/// A fixed colour per algorithm (the paper's reference lines, named
+/// "paper <algo>", take their algorithm's colour).
+fn color_of(name: &str) -> Option<&'static str> {
+    let algo = name.strip_prefix("paper ").unwrap_or(name);
+    Some(match algo {
+        "blast" => "#7f7f7f",
+        "iterative" => "#1f77b4",
+        "ack" => "#d62728",
+        "nak" => "#2ca02c",
+        "mak" => "#9467bd",
+        "gbn" => "#8c564b",
+        _ => return None,
+    })
+}
+
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -235,8 +250,16 @@ pub fn render(chart: &Chart) -> String {
         esc(&chart.y_label)
     );
     // Series and legend.
+    let solid = chart.series.iter().filter(|s| !s.dashed).count();
     for (i, se) in chart.series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
+        let color = color_of(&se.name).unwrap_or(COLORS[i % COLORS.len()]);
+        // Earlier solid lines are drawn wider, so lines that coincide show
+        // as stacked bands instead of hiding each other.
+        let width = if se.dashed {
+            2.0
+        } else {
+            2.0 + 2.0 * (solid.saturating_sub(i + 1)) as f64
+        };
         let dash = if se.dashed {
             r#" stroke-dasharray="6 4""#
         } else {
@@ -255,7 +278,7 @@ pub fn render(chart: &Chart) -> String {
             .collect();
         let _ = writeln!(
             s,
-            r#"<polyline fill="none" stroke-width="2"{dash} points="{}"/>"#,
+            r#"<polyline fill="none" stroke-width="{width}" stroke-opacity="0.85"{dash} points="{}"/>"#,
             line.join(" ")
         );
         if se.points.len() <= 40 {

@@ -905,8 +905,8 @@ fn paper_blast(
                         }
                         quiet = now;
                         for d in &batch {
-                            let bytes = &t.frame(d.frame)
-                                [d.offset as usize..(d.offset + d.len) as usize];
+                            let bytes =
+                                &t.frame(d.frame)[d.offset as usize..(d.offset + d.len) as usize];
                             if let Ok(f) = Frame::new_checked(bytes, ETHERTYPE_DEFAULT) {
                                 let i = f.seq().0 as usize;
                                 if i < messages && at[i] == u64::MAX {
