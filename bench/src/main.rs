@@ -154,7 +154,8 @@ enum Command {
         /// Messages per send-and-wait run (default 300; --quick: 100).
         #[arg(long)]
         pingpong_messages: Option<usize>,
-        /// Messages per offered-rate and saturation run (default 2000; --quick: 500).
+        /// Messages per saturation run, and per offered-rate run up to 3 s of load (default 2000,
+        /// with --link-rate 300; --quick: 500).
         #[arg(long)]
         messages: Option<usize>,
         /// Offered rate, messages per second (default 1000; with --link-rate, 100).
@@ -175,6 +176,10 @@ enum Command {
         /// No progress bar.
         #[arg(long)]
         no_progress: bool,
+        /// The longest one AF_XDP protocol run may take, seconds; what was delivered by then counts
+        /// (plain NAK never recovers a lost tail, e.g. when a capped link drops).
+        #[arg(long, default_value_t = 15)]
+        deadline_secs: u64,
     },
 }
 
@@ -259,7 +264,13 @@ fn main() -> ExitCode {
                 }),
                 sizes,
                 pingpong_messages: pingpong_messages.unwrap_or(if quick { 100 } else { 300 }),
-                messages: messages.unwrap_or(if quick { 500 } else { 2000 }),
+                messages: messages.unwrap_or(if quick {
+                    500
+                } else if link_rate.is_some() {
+                    300
+                } else {
+                    2000
+                }),
                 rate: rate.unwrap_or(if link_rate.is_some() { 100 } else { 1000 }),
                 sim_rate,
                 link_rate,

@@ -103,6 +103,8 @@ pub struct Opts {
     pub command: String,
     /// Draw a progress bar on stderr.
     pub progress: bool,
+    /// The longest one AF_XDP run may take.
+    pub deadline: std::time::Duration,
 }
 
 /// The algorithms of the paper's figures, in its order.
@@ -247,10 +249,11 @@ fn jobs(o: &Opts) -> Vec<Job> {
     let mut v = Vec::new();
     for &backend in &o.backends {
         for &mode in &o.modes {
-            let messages = if mode == ModeKind::PingPong {
-                o.pingpong_messages
-            } else {
-                o.messages
+            let messages = match mode {
+                ModeKind::PingPong => o.pingpong_messages,
+                // At most 3 s of offered load per run.
+                ModeKind::Rate => o.messages.min(3 * rate_of(o, backend) as usize).max(1),
+                ModeKind::Saturation => o.messages,
             };
             for &len in &o.sizes {
                 let mut push = |algo, algorithm, receivers| {
@@ -436,6 +439,7 @@ pub fn run(o: &Opts) -> Result<(), String> {
                     job.len,
                     mode,
                     job.messages,
+                    o.deadline,
                 ),
             };
             let rate = (job.mode == ModeKind::Rate).then_some(rate_of(o, job.backend));
@@ -787,6 +791,7 @@ mod tests {
             },
             command: "test".into(),
             progress: false,
+            deadline: std::time::Duration::from_secs(10),
         };
         run(&o).expect("paper run");
 

@@ -262,7 +262,7 @@ fn plots(results: &[RunResult]) -> Vec<(String, Chart)> {
     for (b, len) in keys {
         let where_ = match b {
             Backend::Sim => "simulator",
-            Backend::Xdp => "AF_XDP, namespaces",
+            Backend::Xdp => "AF_XDP",
         };
         // Latency against receivers.
         let algos = algos_of(b, len, ModeKind::PingPong);
@@ -304,6 +304,7 @@ fn plots(results: &[RunResult]) -> Vec<(String, Chart)> {
                     x_log: false,
                     y_log: true,
                     x_percentile: false,
+                    stacked: true,
                     series,
                 },
             ));
@@ -347,7 +348,7 @@ fn plots(results: &[RunResult]) -> Vec<(String, Chart)> {
                 ),
                 Chart {
                     title: format!(
-                        "Latency percentiles, {}{rate}, {len} B, {max_rx} receivers ({where_})",
+                        "Latency percentiles: {}{rate}, {len} B, {max_rx} receivers ({where_})",
                         if mode == ModeKind::Rate {
                             "offered rate"
                         } else {
@@ -359,6 +360,7 @@ fn plots(results: &[RunResult]) -> Vec<(String, Chart)> {
                     x_log: true,
                     y_log: true,
                     x_percentile: true,
+                    stacked: false,
                     series,
                 },
             ));
@@ -386,6 +388,7 @@ fn plots(results: &[RunResult]) -> Vec<(String, Chart)> {
                     x_log: false,
                     y_log: true,
                     x_percentile: false,
+                    stacked: true,
                     series,
                 },
             ));

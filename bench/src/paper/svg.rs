@@ -24,6 +24,9 @@ pub struct Chart {
     pub y_log: bool,
     /// Tick labels of a log x axis drawn as percentiles (x = 1/(1-q)).
     pub x_percentile: bool,
+    /// Draw earlier solid lines wider, so that lines that coincide show as
+    /// stacked bands (for few points; percentile curves cross too often).
+    pub stacked: bool,
     pub series: Vec<Series>,
 }
 
@@ -190,8 +193,9 @@ pub fn render(chart: &Chart) -> String {
         r#"<?xml version="1.0" encoding="UTF-8"?>
 <svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">
 <rect x="0" y="0" width="{W}" height="{H}" fill="white"/>
-<text x="{:.1}" y="22" text-anchor="middle" font-size="15" font-weight="bold">{}</text>"#,
-        LEFT + pw / 2.0,
+<text x="{:.1}" y="22" text-anchor="middle" font-size="{}" font-weight="bold">{}</text>"#,
+        W / 2.0,
+        if chart.title.len() > 70 { 13 } else { 15 },
         esc(&chart.title)
     );
     // Grid and ticks.
@@ -255,7 +259,7 @@ pub fn render(chart: &Chart) -> String {
         let color = color_of(&se.name).unwrap_or(COLORS[i % COLORS.len()]);
         // Earlier solid lines are drawn wider, so lines that coincide show
         // as stacked bands instead of hiding each other.
-        let width = if se.dashed {
+        let width = if se.dashed || !chart.stacked {
             2.0
         } else {
             2.0 + 2.0 * (solid.saturating_sub(i + 1)) as f64
