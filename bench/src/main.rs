@@ -251,6 +251,7 @@ fn main() -> ExitCode {
                 sim_bandwidth_bps,
                 sim_latency_ns,
                 no_progress,
+                deadline_secs,
             } => paper::run(&paper::Opts {
                 out,
                 backends,
@@ -283,6 +284,7 @@ fn main() -> ExitCode {
                     .collect::<Vec<_>>()
                     .join(" "),
                 progress: !no_progress,
+                deadline: Duration::from_secs(deadline_secs),
             }),
         };
     match result {
