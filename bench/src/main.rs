@@ -154,10 +154,14 @@ enum Command {
         /// Messages per send-and-wait run (default 300; --quick: 100).
         #[arg(long)]
         pingpong_messages: Option<usize>,
-        /// Messages per saturation run, and per offered-rate run up to 3 s of load (default 2000,
-        /// with --link-rate 300; --quick: 500).
+        /// Messages per simulated saturation run, and per offered-rate run up to 3 s of load
+        /// (default 2000, with --link-rate 300; --quick: 500).
         #[arg(long)]
         messages: Option<usize>,
+        /// Messages per saturation run over AF_XDP (default 20000, with --link-rate 300; --quick:
+        /// 5000); plain NAK's runs at most 4000, as its sender never frees.
+        #[arg(long)]
+        xdp_saturation_messages: Option<usize>,
         /// Offered rate, messages per second (default 1000; with --link-rate, 100).
         #[arg(long)]
         rate: Option<u32>,
@@ -245,6 +249,7 @@ fn main() -> ExitCode {
                 sizes,
                 pingpong_messages,
                 messages,
+                xdp_saturation_messages,
                 rate,
                 sim_rate,
                 link_rate,
@@ -271,6 +276,13 @@ fn main() -> ExitCode {
                     300
                 } else {
                     2000
+                }),
+                xdp_saturation_messages: xdp_saturation_messages.unwrap_or(if quick {
+                    5000
+                } else if link_rate.is_some() {
+                    300
+                } else {
+                    20_000
                 }),
                 rate: rate.unwrap_or(if link_rate.is_some() { 100 } else { 1000 }),
                 sim_rate,

@@ -89,8 +89,11 @@ pub struct Opts {
     pub sizes: Vec<usize>,
     /// Messages per ping-pong run.
     pub pingpong_messages: usize,
-    /// Messages per offered-rate and saturation run.
+    /// Messages per offered-rate (at most 3 s of load) and simulated saturation run.
     pub messages: usize,
+    /// Messages per saturation run over AF_XDP (plain NAK: at most
+    /// [`eb::PAPER_MAX_MESSAGES`]).
+    pub xdp_saturation_messages: usize,
     /// The offered rate over AF_XDP, messages per second.
     pub rate: u32,
     /// The offered rate in the simulator, messages per second.
@@ -253,10 +256,17 @@ fn jobs(o: &Opts) -> Vec<Job> {
                 ModeKind::PingPong => o.pingpong_messages,
                 // At most 3 s of offered load per run.
                 ModeKind::Rate => o.messages.min(3 * rate_of(o, backend) as usize).max(1),
+                ModeKind::Saturation if backend == Backend::Xdp => o.xdp_saturation_messages,
                 ModeKind::Saturation => o.messages,
             };
             for &len in &o.sizes {
-                let mut push = |algo, algorithm, receivers| {
+                let mut push = |algo, algorithm: Option<Algorithm>, receivers| {
+                    // Plain NAK's sender never frees: its runs fit its window.
+                    let messages = if algorithm == Some(Algorithm::Nak) {
+                        messages.min(eb::PAPER_MAX_MESSAGES)
+                    } else {
+                        messages
+                    };
                     v.push(Job {
                         backend,
                         mode,
@@ -379,10 +389,8 @@ pub fn run(o: &Opts) -> Result<(), String> {
     if o.sizes.iter().any(|&s| !(16..=1400).contains(&s)) {
         return Err("message sizes must be 16 to 1,400 bytes (one frame)".into());
     }
-    let cap = eb::PAPER_MAX_MESSAGES;
-    if o.messages == 0 || o.pingpong_messages == 0 || o.messages > cap || o.pingpong_messages > cap
-    {
-        return Err(format!("messages per run must be 1 to {cap}"));
+    if o.messages == 0 || o.pingpong_messages == 0 || o.xdp_saturation_messages == 0 {
+        return Err("messages per run must be at least 1".into());
     }
     if o.backends.contains(&Backend::Xdp) {
         if let Some(why) = eb::missing_privileges() {
@@ -395,6 +403,10 @@ pub fn run(o: &Opts) -> Result<(), String> {
     std::fs::create_dir_all(o.out.join("hlog")).map_err(|e| format!("{}: {e}", o.out.display()))?;
     std::fs::create_dir_all(o.out.join("plots"))
         .map_err(|e| format!("{}: {e}", o.out.display()))?;
+    let link_bps = match &o.link_rate {
+        Some(r) => Some(parse_rate(r)?),
+        None => None,
+    };
     let all = jobs(o);
     let total = all.len();
     let max_rx = o.receivers.iter().copied().max().unwrap_or(1);
@@ -440,6 +452,7 @@ pub fn run(o: &Opts) -> Result<(), String> {
                     mode,
                     job.messages,
                     o.deadline,
+                    link_bps,
                 ),
             };
             let rate = (job.mode == ModeKind::Rate).then_some(rate_of(o, job.backend));
@@ -493,6 +506,24 @@ pub fn run(o: &Opts) -> Result<(), String> {
         wall.as_secs_f64()
     );
     Ok(())
+}
+
+/// A `tc` rate (`10mbit`, `512kbit`, `1gbit`, `100000bit`) in bit/s.
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let digits = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: f64 = num.parse().map_err(|_| format!("bad rate {s:?}"))?;
+    let mult = match unit {
+        "bit" | "" => 1.0,
+        "kbit" => 1e3,
+        "mbit" => 1e6,
+        "gbit" => 1e9,
+        _ => return Err(format!("bad rate {s:?}: use bit, kbit, mbit or gbit")),
+    };
+    Ok((n * mult) as u64)
 }
 
 /// The growth of the paper's latency (ping-pong completion, median) from the
@@ -782,6 +813,7 @@ mod tests {
             sizes: vec![512],
             pingpong_messages: 20,
             messages: 50,
+            xdp_saturation_messages: 50,
             rate: 1000,
             sim_rate: 100,
             link_rate: None,
@@ -887,6 +919,13 @@ mod tests {
             assert_eq!(series, 4, "{}", p.display());
         }
         std::fs::remove_dir_all(&out).unwrap();
+    }
+
+    #[test]
+    fn tc_rates_parse() {
+        assert_eq!(parse_rate("10mbit"), Ok(10_000_000));
+        assert_eq!(parse_rate("512kbit"), Ok(512_000));
+        assert!(parse_rate("10mbps").is_err());
     }
 
     /// Standard base64 (the interval log's encoding), for the test only.

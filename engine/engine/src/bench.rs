@@ -643,7 +643,7 @@ pub struct PaperRaw {
 /// the messages of a run) must fit.
 const PAPER_FRAMES: u32 = 8192;
 
-/// The most messages one paper run may send (NAK's window holds them all).
+/// The most messages one plain-NAK paper run may send (its window holds them all).
 pub const PAPER_MAX_MESSAGES: usize = 4000;
 
 /// Runs `algorithm` (None: the raw unreliable blast) from the topology's
@@ -659,12 +659,13 @@ pub fn paper_run(
     mode: PaperMode,
     messages: usize,
     deadline: Duration,
+    link_bps: Option<u64>,
 ) -> PaperRaw {
     assert!(receivers >= 1 && receivers <= topo.receivers.len());
-    assert!(messages <= PAPER_MAX_MESSAGES);
+    assert!(algorithm != Some(Algorithm::Nak) || messages <= PAPER_MAX_MESSAGES);
     let len = len.max(STAMP_LEN);
     match algorithm {
-        Some(a) => paper_protocol(topo, a, receivers, len, mode, messages, deadline),
+        Some(a) => paper_protocol(topo, a, receivers, len, mode, messages, deadline, link_bps),
         None => paper_blast(topo, receivers, len, mode, messages),
     }
 }
@@ -693,8 +694,31 @@ fn paper_protocol(
     mode: PaperMode,
     messages: usize,
     deadline: Duration,
+    link_bps: Option<u64>,
 ) -> PaperRaw {
     let mut spec = spec(topo, algorithm, receivers, messages, len, 0.0);
+    spec.window_frames = spec.window_frames.min(PAPER_FRAMES / 4);
+    // On a capped link (`Topology::limit_rate`) a frame takes ~1 ms at
+    // 10 Mbit/s: timers sized for veth (5 ms) would resend what is merely
+    // queued, and Go-Back-N then collapses. Size them to outlast a full
+    // window of every copy on the wire, and keep that window small.
+    let timer_floor = link_bps.map(|bps| {
+        if algorithm != Algorithm::Nak {
+            spec.window_frames = spec.window_frames.min(64);
+        }
+        let wire = (len as u64 + 100) * 8 * 1_000_000_000 / bps.max(1);
+        let copies = if algorithm == Algorithm::Iterative {
+            receivers as u64
+        } else {
+            1
+        };
+        let inflight = if mode == PaperMode::PingPong {
+            1
+        } else {
+            u64::from(spec.window_frames.min(64))
+        };
+        Duration::from_nanos(2 * inflight * copies * wire + 5_000_000)
+    });
     if algorithm == Algorithm::Nak {
         // Plain NAK never frees its buffer: give it the whole run.
         spec.window_frames = (messages as u32 + 64).next_power_of_two();
@@ -708,6 +732,13 @@ fn paper_protocol(
         let mut c = scenario::config(&spec, node);
         if node == SENDER {
             c.max_sleep = c.max_sleep.min(SENDER_MAX_SLEEP);
+        }
+        if let Some(t) = timer_floor {
+            let p = &mut c.protocol;
+            p.mak.ack_wait = p.mak.ack_wait.max(t);
+            p.ack.retransmit_timeout = p.ack.retransmit_timeout.max(t);
+            p.gbn.retransmit_timeout = p.gbn.retransmit_timeout.max(t);
+            p.nak.nak_retry = p.nak.nak_retry.max(t);
         }
         c
     };

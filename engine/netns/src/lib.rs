@@ -216,27 +216,50 @@ impl Topology {
         Some(topo)
     }
 
-    /// Caps every link at `rate` (a `tc` rate such as `10mbit`) with a
-    /// token-bucket filter on the bridge-side veth ends (`p0` is the
-    /// sender's port, `p1..` the receivers'), inside the bridge namespace,
-    /// and on the sender's own `eth0`: everything the sender puts on the
+    /// Caps every link at `rate` (a `tc` rate such as `10mbit`) with
+    /// token-bucket filters inside the bridge namespace, to emulate a slow
+    /// segment: a `tbf` on each bridge-side veth end (`p0` is the sender's
+    /// port, `p1..` the receivers'), which shapes what leaves the bridge
+    /// towards each endpoint (ACKs and NAKs converging on the sender queue on
+    /// `p0`), and a `tbf` on an `ifb` device that `p0`'s ingress is
+    /// redirected through, which shapes everything the sender puts on the
     /// wire (every unicast copy of the iterative algorithm one after the
-    /// other) and everything converging on it (ACKs, NAKs) is serialized at
-    /// `rate`, as on a shared segment of that speed. `burst` is the bucket
-    /// (`32kbit`). Only interfaces inside the topology's namespaces change.
+    /// other, as on a shared segment). Shaping the sender's own `eth0` would
+    /// not do: AF_XDP's copy-mode transmit bypasses the qdisc. `burst` is
+    /// the bucket (`32kbit`). Only interfaces inside the topology's
+    /// namespaces are touched.
     pub fn limit_rate(&self, rate: &str, burst: &str) -> Result<(), String> {
-        let ports = (0..=self.receivers.len()).map(|i| (self.bridge.name.clone(), format!("p{i}")));
-        let sender = std::iter::once((self.sender.name.clone(), IFNAME.to_owned()));
-        for (ns, port) in ports.chain(sender) {
+        let br = self.bridge.name.as_str();
+        let tbf = |dev: &str| -> Vec<String> {
+            [
+                "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
+            ]
+            .iter()
+            .chain(&["burst", burst, "latency", "50ms"])
+            .map(|s| s.to_string())
+            .collect()
+        };
+        let mut cmds: Vec<Vec<String>> = (0..=self.receivers.len())
+            .map(|i| tbf(&format!("p{i}")))
+            .collect();
+        let words = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        cmds.push(words("ip link add ifb0 type ifb"));
+        cmds.push(words("ip link set ifb0 up"));
+        cmds.push(tbf("ifb0"));
+        cmds.push(words("tc qdisc replace dev p0 handle ffff: ingress"));
+        cmds.push(words(
+            "tc filter add dev p0 parent ffff: protocol all u32 match u32 0 0 action mirred egress redirect dev ifb0",
+        ));
+        for cmd in cmds {
             let out = Command::new("ip")
-                .args(["netns", "exec", &ns, "tc", "qdisc", "replace"])
-                .args(["dev", &port, "root", "tbf", "rate", rate, "burst", burst])
-                .args(["latency", "50ms"])
+                .args(["netns", "exec", br])
+                .args(&cmd)
                 .output()
-                .map_err(|e| format!("running tc: {e}"))?;
+                .map_err(|e| format!("running {}: {e}", cmd[0]))?;
             if !out.status.success() {
                 return Err(format!(
-                    "tc qdisc replace dev {port} root tbf rate {rate}: {}",
+                    "{}: {}",
+                    cmd.join(" "),
                     String::from_utf8_lossy(&out.stderr).trim()
                 ));
             }
