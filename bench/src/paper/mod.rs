@@ -446,13 +446,15 @@ pub fn run(o: &Opts) -> Result<(), String> {
                 )?,
                 Backend::Xdp => eb::paper_run(
                     topo.as_ref().expect("topology"),
-                    job.algorithm,
-                    job.receivers,
-                    job.len,
-                    mode,
-                    job.messages,
-                    o.deadline,
-                    link_bps,
+                    &eb::PaperRun {
+                        algorithm: job.algorithm,
+                        receivers: job.receivers,
+                        len: job.len,
+                        mode,
+                        messages: job.messages,
+                        deadline: o.deadline,
+                        link_bps,
+                    },
                 ),
             };
             let rate = (job.mode == ModeKind::Rate).then_some(rate_of(o, job.backend));
@@ -751,7 +753,7 @@ fn table(env: &Env, results: &[RunResult]) -> String {
         );
         let _ = writeln!(
             s,
-            "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>7} {:>10} {:>17}   {}",
+            "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>7} {:>10} {:>17}   paper (1,024 B, 1 -> 6 receivers)",
             "backend",
             "bytes",
             "algo",
@@ -760,8 +762,7 @@ fn table(env: &Env, results: &[RunResult]) -> String {
             "to us",
             "growth",
             "us/rx",
-            "rtt from->to us",
-            "paper (1,024 B, 1 -> 6 receivers)"
+            "rtt from->to us"
         );
         for x in g {
             let paper = PAPER_1K
@@ -878,7 +879,7 @@ mod tests {
         let last = text
             .lines()
             .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .last()
+            .next_back()
             .unwrap();
         let cols: Vec<&str> = last.split_whitespace().collect();
         assert_eq!(cols[1], "1.000000000000");

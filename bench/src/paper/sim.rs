@@ -225,7 +225,7 @@ pub fn run(
         ..Log::default()
     }));
     let acked = mode == PaperMode::PingPong && algorithm != Algorithm::Nak;
-    let protocol = cfg.protocol.clone();
+    let protocol = cfg.protocol;
     let report = mcast_sim::run_with(
         &cfg,
         |stream, members| RecSender {

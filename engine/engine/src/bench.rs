@@ -646,27 +646,34 @@ const PAPER_FRAMES: u32 = 8192;
 /// The most messages one plain-NAK paper run may send (its window holds them all).
 pub const PAPER_MAX_MESSAGES: usize = 4000;
 
-/// Runs `algorithm` (None: the raw unreliable blast) from the topology's
-/// sender to its first `receivers` receivers: `messages` messages of `len`
-/// bytes (at least 16) offered in `mode`. A protocol run stops at
-/// `deadline` even if some receiver still misses messages (plain NAK never
-/// recovers a lost tail); what was delivered by then is reported.
-pub fn paper_run(
-    topo: &Topology,
-    algorithm: Option<Algorithm>,
-    receivers: usize,
-    len: usize,
-    mode: PaperMode,
-    messages: usize,
-    deadline: Duration,
-    link_bps: Option<u64>,
-) -> PaperRaw {
-    assert!(receivers >= 1 && receivers <= topo.receivers.len());
-    assert!(algorithm != Some(Algorithm::Nak) || messages <= PAPER_MAX_MESSAGES);
-    let len = len.max(STAMP_LEN);
-    match algorithm {
-        Some(a) => paper_protocol(topo, a, receivers, len, mode, messages, deadline, link_bps),
-        None => paper_blast(topo, receivers, len, mode, messages),
+/// One paper run: `algorithm` (None: the raw unreliable blast) from the
+/// topology's sender to its first `receivers` receivers, `messages`
+/// messages of `len` bytes (at least 16) offered in `mode`. A protocol run
+/// stops at `deadline` even if some receiver still misses messages (plain
+/// NAK never recovers a lost tail); what was delivered by then is reported.
+/// `link_bps`: the rate the topology's links are capped at, if they are.
+#[derive(Debug, Clone, Copy)]
+pub struct PaperRun {
+    pub algorithm: Option<Algorithm>,
+    pub receivers: usize,
+    pub len: usize,
+    pub mode: PaperMode,
+    pub messages: usize,
+    pub deadline: Duration,
+    pub link_bps: Option<u64>,
+}
+
+/// Performs `run` on `topo` (see [`PaperRun`]).
+pub fn paper_run(topo: &Topology, run: &PaperRun) -> PaperRaw {
+    assert!(run.receivers >= 1 && run.receivers <= topo.receivers.len());
+    assert!(run.algorithm != Some(Algorithm::Nak) || run.messages <= PAPER_MAX_MESSAGES);
+    let run = PaperRun {
+        len: run.len.max(STAMP_LEN),
+        ..*run
+    };
+    match run.algorithm {
+        Some(a) => paper_protocol(topo, a, &run),
+        None => paper_blast(topo, run.receivers, run.len, run.mode, run.messages),
     }
 }
 
@@ -686,16 +693,16 @@ const SENDER_MAX_SLEEP: Duration = Duration::from_micros(100);
 /// How long the ping-pong sender waits for a message before giving up on it.
 const PING_TIMEOUT_NS: u64 = 200_000_000;
 
-fn paper_protocol(
-    topo: &Topology,
-    algorithm: Algorithm,
-    receivers: usize,
-    len: usize,
-    mode: PaperMode,
-    messages: usize,
-    deadline: Duration,
-    link_bps: Option<u64>,
-) -> PaperRaw {
+fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> PaperRaw {
+    let PaperRun {
+        receivers,
+        len,
+        mode,
+        messages,
+        deadline,
+        link_bps,
+        ..
+    } = *run;
     let mut spec = spec(topo, algorithm, receivers, messages, len, 0.0);
     spec.window_frames = spec.window_frames.min(PAPER_FRAMES / 4);
     // On a capped link (`Topology::limit_rate`) a frame takes ~1 ms at
