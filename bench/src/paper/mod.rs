@@ -878,8 +878,7 @@ mod tests {
         assert!(text.contains("#[Buckets ="), "{text}");
         let last = text
             .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .next_back()
+            .rfind(|l| !l.starts_with('#') && !l.trim().is_empty())
             .unwrap();
         let cols: Vec<&str> = last.split_whitespace().collect();
         assert_eq!(cols[1], "1.000000000000");
