@@ -52,7 +52,7 @@ pub fn write_all(dir: &Path, env: &Env, results: &[RunResult]) -> Result<usize, 
         &(serde_json::to_string_pretty(&v).map_err(|e| e.to_string())? + "\n"),
     )?;
     files += 2;
-    for (name, chart) in plots(results) {
+    for (name, chart) in plots(results, env.link_rate.as_deref()) {
         write(&dir.join("plots"), &name, &svg::render(&chart))?;
         files += 1;
     }
@@ -236,7 +236,7 @@ fn percentile_points(h: &Histogram<u64>) -> Vec<(f64, f64)> {
 /// The plots: per backend and size, latency against receivers (ping-pong),
 /// percentile curves at the most receivers (ping-pong, offered rate) and
 /// throughput against receivers (saturation).
-fn plots(results: &[RunResult]) -> Vec<(String, Chart)> {
+fn plots(results: &[RunResult], link_rate: Option<&str>) -> Vec<(String, Chart)> {
     let mut out = Vec::new();
     let mut keys: Vec<(Backend, usize)> = results.iter().map(|r| (r.backend, r.len)).collect();
     keys.sort_by_key(|k| (k.0.name(), k.1));
@@ -260,9 +260,10 @@ fn plots(results: &[RunResult]) -> Vec<(String, Chart)> {
         v
     };
     for (b, len) in keys {
-        let where_ = match b {
-            Backend::Sim => "simulator",
-            Backend::Xdp => "AF_XDP",
+        let where_ = match (b, link_rate) {
+            (Backend::Sim, _) => "simulator".to_owned(),
+            (Backend::Xdp, None) => "AF_XDP".to_owned(),
+            (Backend::Xdp, Some(r)) => format!("AF_XDP, links at {r}"),
         };
         // Latency against receivers.
         let algos = algos_of(b, len, ModeKind::PingPong);
