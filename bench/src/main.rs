@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 use mcast_sim::{Algorithm, SimConfig};
 
 mod demo;
+mod paper;
 mod sweep;
 mod table;
 mod xdp;
@@ -34,7 +35,8 @@ mod xdp;
         mcast-bench run --algo mak --receivers 64 --loss 0.01 --messages 10000\n  \
         mcast-bench sweep --seeds 1000\n  \
         mcast-bench table --receivers 1,8,64,512 --loss 0,0.01,0.05\n  \
-        sudo -E mcast-bench xdp --json xdp.json"
+        sudo -E mcast-bench xdp --json xdp.json\n  \
+        sudo -E mcast-bench paper --out target/bench-paper"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -122,6 +124,67 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         json: Option<String>,
     },
+    /// Seed 000 §4's comparison (Figures 8-10): iterative, ACK, NAK and MAK to 1..6 receivers at
+    /// 512 and 1,024 B, plus Go-Back-N and the raw blast, over the simulator and AF_XDP (root),
+    /// send-and-wait, offered-rate and saturation modes. Writes a table, JSON, .hgrm
+    /// percentile distributions, .hlog interval logs and SVG plots into --out.
+    Paper {
+        /// The output folder.
+        #[arg(long, default_value = "target/bench-paper")]
+        out: std::path::PathBuf,
+        /// A smaller grid (1 and 6 receivers, fewer messages): about a minute.
+        #[arg(long)]
+        quick: bool,
+        /// Backends, comma-separated: sim, xdp (xdp needs root).
+        #[arg(long, value_delimiter = ',', default_value = "sim,xdp")]
+        backends: Vec<paper::Backend>,
+        /// Modes, comma-separated: pingpong (the paper's send-and-wait), rate, saturation.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "pingpong,rate,saturation"
+        )]
+        modes: Vec<paper::ModeKind>,
+        /// Receiver counts, comma-separated (default 1,2,4,6 as in the paper; --quick: 1,6).
+        #[arg(long, value_delimiter = ',')]
+        receivers: Option<Vec<usize>>,
+        /// Message sizes in bytes, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "512,1024")]
+        sizes: Vec<usize>,
+        /// Messages per send-and-wait run (default 300; --quick: 100).
+        #[arg(long)]
+        pingpong_messages: Option<usize>,
+        /// Messages per simulated saturation run, and per offered-rate run up to 3 s of load
+        /// (default 2000, with --link-rate 300; --quick: 500).
+        #[arg(long)]
+        messages: Option<usize>,
+        /// Messages per saturation run over AF_XDP (default 20000, with --link-rate 300; --quick:
+        /// 5000); plain NAK's runs at most 4000, as its sender never frees.
+        #[arg(long)]
+        xdp_saturation_messages: Option<usize>,
+        /// Offered rate, messages per second (default 1000; with --link-rate, 100).
+        #[arg(long)]
+        rate: Option<u32>,
+        /// Offered rate in the simulator, messages per second (its segment runs at 10 Mbit/s).
+        #[arg(long, default_value_t = 100)]
+        sim_rate: u32,
+        /// Cap every namespace link with a tbf qdisc at this tc rate, e.g. 10mbit (the paper's Ethernet).
+        #[arg(long)]
+        link_rate: Option<String>,
+        /// The simulated segment's rate, bit/s (default: the paper's 10 Mbit/s).
+        #[arg(long, default_value_t = 10_000_000)]
+        sim_bandwidth_bps: u64,
+        /// The simulated one-way latency, ns.
+        #[arg(long, default_value_t = 10_000)]
+        sim_latency_ns: u64,
+        /// No progress bar.
+        #[arg(long)]
+        no_progress: bool,
+        /// The longest one AF_XDP protocol run may take, seconds; what was delivered by then counts
+        /// (plain NAK never recovers a lost tail, e.g. when a capped link drops).
+        #[arg(long, default_value_t = 15)]
+        deadline_secs: u64,
+    },
 }
 
 const SIM_FLAGS: &str = "Simulator flags (defaults in brackets):
@@ -148,35 +211,94 @@ const SIM_FLAGS: &str = "Simulator flags (defaults in brackets):
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Demo {
-            receivers,
-            loss,
-            messages,
-            trace,
-            seed,
-        } => demo::run(receivers, loss, messages, trace, seed),
-        Command::Run { args } => run_one(&args),
-        Command::Sweep {
-            seeds,
-            start,
-            algo,
-            jobs,
-        } => sweep::run(start, seeds, algo, jobs),
-        Command::Table {
-            receivers,
-            loss,
-            messages,
-            algos,
-            seed,
-            window_frames,
-        } => table::run(&receivers, &loss, messages, &algos, seed, window_frames),
-        Command::Xdp {
-            messages,
-            latency_messages,
-            json,
-        } => xdp::run(messages, latency_messages, json.as_deref()),
-    };
+    let result =
+        match cli.command {
+            Command::Demo {
+                receivers,
+                loss,
+                messages,
+                trace,
+                seed,
+            } => demo::run(receivers, loss, messages, trace, seed),
+            Command::Run { args } => run_one(&args),
+            Command::Sweep {
+                seeds,
+                start,
+                algo,
+                jobs,
+            } => sweep::run(start, seeds, algo, jobs),
+            Command::Table {
+                receivers,
+                loss,
+                messages,
+                algos,
+                seed,
+                window_frames,
+            } => table::run(&receivers, &loss, messages, &algos, seed, window_frames),
+            Command::Xdp {
+                messages,
+                latency_messages,
+                json,
+            } => xdp::run(messages, latency_messages, json.as_deref()),
+            Command::Paper {
+                out,
+                quick,
+                backends,
+                modes,
+                receivers,
+                sizes,
+                pingpong_messages,
+                messages,
+                xdp_saturation_messages,
+                rate,
+                sim_rate,
+                link_rate,
+                sim_bandwidth_bps,
+                sim_latency_ns,
+                no_progress,
+                deadline_secs,
+            } => paper::run(&paper::Opts {
+                out,
+                backends,
+                modes,
+                receivers: receivers.unwrap_or_else(|| {
+                    if quick {
+                        vec![1, 6]
+                    } else {
+                        vec![1, 2, 4, 6]
+                    }
+                }),
+                sizes,
+                pingpong_messages: pingpong_messages.unwrap_or(if quick { 100 } else { 300 }),
+                messages: messages.unwrap_or(if quick {
+                    500
+                } else if link_rate.is_some() {
+                    300
+                } else {
+                    2000
+                }),
+                xdp_saturation_messages: xdp_saturation_messages.unwrap_or(if quick {
+                    5000
+                } else if link_rate.is_some() {
+                    300
+                } else {
+                    20_000
+                }),
+                rate: rate.unwrap_or(if link_rate.is_some() { 100 } else { 1000 }),
+                sim_rate,
+                link_rate,
+                sim_link: paper::SimLink {
+                    bandwidth_bps: sim_bandwidth_bps,
+                    latency: Duration::from_nanos(sim_latency_ns),
+                },
+                command: std::iter::once("mcast-bench".to_owned())
+                    .chain(std::env::args().skip(1))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                progress: !no_progress,
+                deadline: Duration::from_secs(deadline_secs),
+            }),
+        };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

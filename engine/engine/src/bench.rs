@@ -602,3 +602,458 @@ fn latency_run(
         samples_ns: results.into_iter().flat_map(|r| r.1).collect(),
     }
 }
+
+// ---------------------------------------------------------------------------
+// The paper's comparison (seed 000 §4, issue 6): one run of one algorithm
+// (or the raw blast) to the first `receivers` receivers of a topology, in one
+// of three modes. Raw times only; `mcast-bench paper` makes the histograms.
+// ---------------------------------------------------------------------------
+
+/// How the sender offers messages in a paper run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaperMode {
+    /// The paper's measurement: send one message, wait until every receiver
+    /// delivered it (and, for the acknowledged algorithms, until the sender
+    /// holds every acknowledgment), then send the next.
+    PingPong,
+    /// A fixed offered rate, messages per second; latency counts from each
+    /// message's scheduled send time (no coordinated omission).
+    Rate(u32),
+    /// As fast as the window allows; latency counts from the moment the
+    /// application first tried to publish the message.
+    Saturation,
+}
+
+/// What a paper run measured, in CLOCK_MONOTONIC nanoseconds since the run
+/// started. `u64::MAX` marks a message a receiver never delivered.
+#[derive(Debug, Clone, Default)]
+pub struct PaperRaw {
+    /// Per message: when it was (to be) sent.
+    pub sent_ns: Vec<u64>,
+    /// Per receiver, per message: when that receiver delivered it.
+    pub delivered_ns: Vec<Vec<u64>>,
+    /// Ping-pong only, acknowledged algorithms only: per message, from the
+    /// publish until the sender held every receiver's acknowledgment.
+    pub round_trip_ns: Vec<u64>,
+    /// XDP attach mode and AF_XDP bind mode seen.
+    pub modes: (String, String),
+}
+
+/// The UMEM of a paper run: NAK's sender never frees, so its window (and
+/// the messages of a run) must fit.
+const PAPER_FRAMES: u32 = 8192;
+
+/// The most messages one plain-NAK paper run may send (its window holds them all).
+pub const PAPER_MAX_MESSAGES: usize = 4000;
+
+/// One paper run: `algorithm` (None: the raw unreliable blast) from the
+/// topology's sender to its first `receivers` receivers, `messages`
+/// messages of `len` bytes (at least 16) offered in `mode`. A protocol run
+/// stops at `deadline` even if some receiver still misses messages (plain
+/// NAK never recovers a lost tail); what was delivered by then is reported.
+/// `link_bps`: the rate the topology's links are capped at, if they are.
+#[derive(Debug, Clone, Copy)]
+pub struct PaperRun {
+    pub algorithm: Option<Algorithm>,
+    pub receivers: usize,
+    pub len: usize,
+    pub mode: PaperMode,
+    pub messages: usize,
+    pub deadline: Duration,
+    pub link_bps: Option<u64>,
+}
+
+/// Performs `run` on `topo` (see [`PaperRun`]).
+pub fn paper_run(topo: &Topology, run: &PaperRun) -> PaperRaw {
+    assert!(run.receivers >= 1 && run.receivers <= topo.receivers.len());
+    assert!(run.algorithm != Some(Algorithm::Nak) || run.messages <= PAPER_MAX_MESSAGES);
+    let run = PaperRun {
+        len: run.len.max(STAMP_LEN),
+        ..*run
+    };
+    match run.algorithm {
+        Some(a) => paper_protocol(topo, a, &run),
+        None => paper_blast(topo, run.receivers, run.len, run.mode, run.messages),
+    }
+}
+
+/// Per-receiver progress shared with the sender: messages delivered so far.
+fn counters(n: usize) -> Vec<AtomicUsize> {
+    (0..n).map(|_| AtomicUsize::new(0)).collect()
+}
+
+fn all_reached(c: &[AtomicUsize], n: usize) -> bool {
+    c.iter().all(|x| x.load(Ordering::Acquire) >= n)
+}
+
+/// The paper runs' sender sleeps at most this long in the engine, so that
+/// it wakes in time for a scheduled send.
+const SENDER_MAX_SLEEP: Duration = Duration::from_micros(100);
+
+/// How long the ping-pong sender waits for a message before giving up on it.
+const PING_TIMEOUT_NS: u64 = 200_000_000;
+
+fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> PaperRaw {
+    let PaperRun {
+        receivers,
+        len,
+        mode,
+        messages,
+        deadline,
+        link_bps,
+        ..
+    } = *run;
+    let mut spec = spec(topo, algorithm, receivers, messages, len, 0.0);
+    spec.window_frames = spec.window_frames.min(PAPER_FRAMES / 4);
+    // On a capped link (`Topology::limit_rate`) a frame takes ~1 ms at
+    // 10 Mbit/s: timers sized for veth (5 ms) would resend what is merely
+    // queued, and Go-Back-N then collapses. Size them to outlast a full
+    // window of every copy on the wire, and keep that window small.
+    let timer_floor = link_bps.map(|bps| {
+        if algorithm != Algorithm::Nak {
+            spec.window_frames = spec.window_frames.min(64);
+        }
+        let wire = (len as u64 + 100) * 8 * 1_000_000_000 / bps.max(1);
+        let copies = if algorithm == Algorithm::Iterative {
+            receivers as u64
+        } else {
+            1
+        };
+        let inflight = if mode == PaperMode::PingPong {
+            1
+        } else {
+            u64::from(spec.window_frames.min(64))
+        };
+        Duration::from_nanos(2 * inflight * copies * wire + 5_000_000)
+    });
+    if algorithm == Algorithm::Nak {
+        // Plain NAK never frees its buffer: give it the whole run.
+        spec.window_frames = (messages as u32 + 64).next_power_of_two();
+    }
+    let progress = counters(receivers);
+    let start = Barrier::new(receivers + 1);
+    let sender_done = AtomicBool::new(false);
+    let t0 = std::sync::OnceLock::<u64>::new();
+    let open = xdp(PAPER_FRAMES);
+    let config = |node: NodeId| {
+        let mut c = scenario::config(&spec, node);
+        if node == SENDER {
+            c.max_sleep = c.max_sleep.min(SENDER_MAX_SLEEP);
+        }
+        if let Some(t) = timer_floor {
+            let p = &mut c.protocol;
+            p.mak.ack_wait = p.mak.ack_wait.max(t);
+            p.ack.retransmit_timeout = p.ack.retransmit_timeout.max(t);
+            p.gbn.retransmit_timeout = p.gbn.retransmit_timeout.max(t);
+            p.nak.nak_retry = p.nak.nak_retry.max(t);
+        }
+        c
+    };
+    let deadline_ns = deadline.as_nanos() as u64;
+    let (sent, rtt, delivered) = std::thread::scope(|sc| {
+        let hs: Vec<_> = spec
+            .receivers
+            .iter()
+            .zip(&topo.receivers)
+            .enumerate()
+            .map(|(ri, (&(node, _), ns))| {
+                let (open, config, progress, start, sender_done) =
+                    (&open, &config, &progress, &start, &sender_done);
+                sc.spawn(move || {
+                    ns.enter();
+                    let mut e = Engine::new(open(ns), config(node))
+                        .unwrap_or_else(|e| panic!("engine on {}: {e}", ns.name));
+                    e.open_receiver(SENDER).expect("open receiver");
+                    let mut at = vec![u64::MAX; messages];
+                    start.wait();
+                    let mut got = 0usize;
+                    while !sender_done.load(Ordering::SeqCst) {
+                        e.run_once().expect("engine");
+                        while let Some(m) = e.recv_message() {
+                            let now = monotonic_ns();
+                            if let Some(b) = m.data.get(..8) {
+                                let i = u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize;
+                                if i < messages {
+                                    at[i] = now;
+                                }
+                            }
+                            got += 1;
+                            progress[ri].store(got, Ordering::Release);
+                        }
+                    }
+                    let _ = e.shutdown();
+                    at
+                })
+            })
+            .collect();
+        let s = sc.spawn(|| {
+            topo.sender.enter();
+            let mut e = Engine::new(open(&topo.sender), config(SENDER))
+                .unwrap_or_else(|e| panic!("engine on {}: {e}", topo.sender.name));
+            let members: Vec<NodeId> = spec.receivers.iter().map(|r| r.0).collect();
+            e.open_sender(&members).expect("open sender");
+            let mut msg = vec![0x5au8; len];
+            let mut sent = vec![0u64; messages];
+            let mut rtt = Vec::new();
+            start.wait();
+            let base = monotonic_ns();
+            let _ = t0.set(base);
+            let deadline = base + deadline_ns;
+            for (i, slot) in sent.iter_mut().enumerate() {
+                let at = match mode {
+                    PaperMode::Rate(rate) => {
+                        let at = base + i as u64 * 1_000_000_000 / u64::from(rate.max(1));
+                        // Sleep in the engine while the slot is far, then
+                        // spin: never send late because of a long sleep.
+                        loop {
+                            let now = monotonic_ns();
+                            if now >= at {
+                                break;
+                            }
+                            if at - now > 2 * SENDER_MAX_SLEEP.as_nanos() as u64 {
+                                e.run_once().expect("engine");
+                            } else {
+                                e.poll().expect("engine");
+                            }
+                        }
+                        at
+                    }
+                    _ => monotonic_ns(),
+                };
+                *slot = at;
+                msg[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                msg[8..16].copy_from_slice(&at.to_le_bytes());
+                loop {
+                    match e.publish(&msg) {
+                        Ok(()) => break,
+                        Err(PublishError::WouldBlock) => {
+                            e.run_once().expect("engine");
+                        }
+                        Err(err) => panic!("publish: {err}"),
+                    }
+                    if monotonic_ns() > deadline {
+                        break;
+                    }
+                }
+                if mode == PaperMode::PingPong {
+                    let give_up = monotonic_ns() + PING_TIMEOUT_NS;
+                    let mut acked = algorithm == Algorithm::Nak;
+                    loop {
+                        e.run_once().expect("engine");
+                        if !acked && e.send_idle() {
+                            rtt.push(monotonic_ns() - at);
+                            acked = true;
+                        }
+                        if (acked && all_reached(&progress, i + 1)) || monotonic_ns() > give_up {
+                            break;
+                        }
+                    }
+                }
+            }
+            while !all_reached(&progress, messages) && monotonic_ns() < deadline {
+                e.run_once().expect("engine");
+            }
+            if algorithm != Algorithm::Nak {
+                let _ = e.flush(Duration::from_secs(2));
+            }
+            sender_done.store(true, Ordering::SeqCst);
+            let _ = e.shutdown();
+            (sent, rtt)
+        });
+        let (sent, rtt) = s.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        let delivered: Vec<Vec<u64>> = hs
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect();
+        (sent, rtt, delivered)
+    });
+    let base = t0.get().copied().unwrap_or(0);
+    rebase(base, sent, delivered, rtt, (String::new(), String::new()))
+}
+
+fn rebase(
+    base: u64,
+    sent: Vec<u64>,
+    delivered: Vec<Vec<u64>>,
+    round_trip_ns: Vec<u64>,
+    modes: (String, String),
+) -> PaperRaw {
+    let rel = |t: u64| {
+        if t == u64::MAX {
+            u64::MAX
+        } else {
+            t.saturating_sub(base)
+        }
+    };
+    PaperRaw {
+        sent_ns: sent.into_iter().map(rel).collect(),
+        delivered_ns: delivered
+            .into_iter()
+            .map(|v| v.into_iter().map(rel).collect())
+            .collect(),
+        round_trip_ns,
+        modes,
+    }
+}
+
+/// The raw unreliable multicast blast in a paper run: frames straight onto
+/// AF_XDP, no protocol. Ping-pong waits for every receiver or 20 ms.
+fn paper_blast(
+    topo: &Topology,
+    receivers: usize,
+    len: usize,
+    mode: PaperMode,
+    messages: usize,
+) -> PaperRaw {
+    let progress = counters(receivers);
+    let start = Barrier::new(receivers + 1);
+    let done = AtomicBool::new(false);
+    let t0 = std::sync::OnceLock::<u64>::new();
+    let open = xdp(FRAME_COUNT);
+    let (sent, delivered, modes) = std::thread::scope(|sc| {
+        let hs: Vec<_> = topo.receivers[..receivers]
+            .iter()
+            .enumerate()
+            .map(|(ri, ns)| {
+                let (start, done, open, progress) = (&start, &done, &open, &progress);
+                sc.spawn(move || {
+                    ns.enter();
+                    let mut t = open(ns);
+                    t.subscribe(group_mac(GROUP)).expect("subscribe");
+                    let info = t.info();
+                    let modes = (
+                        info.attach_mode
+                            .map_or_else(|| "none".to_owned(), |m| format!("{m:?}").to_lowercase()),
+                        info.bind_mode
+                            .map_or_else(|| "none".to_owned(), |m| format!("{m:?}").to_lowercase()),
+                    );
+                    let mut at = vec![u64::MAX; messages];
+                    start.wait();
+                    let mut batch = Vec::new();
+                    let mut quiet = monotonic_ns();
+                    let mut got = 0usize;
+                    loop {
+                        batch.clear();
+                        t.recv(&mut batch).expect("recv");
+                        let now = monotonic_ns();
+                        if batch.is_empty() {
+                            if done.load(Ordering::SeqCst) && now - quiet > 100_000_000 {
+                                break;
+                            }
+                            if now - quiet > BLAST_SPIN.as_nanos() as u64 {
+                                t.wait(Duration::from_millis(1)).expect("wait");
+                            }
+                            continue;
+                        }
+                        quiet = now;
+                        for d in &batch {
+                            let bytes =
+                                &t.frame(d.frame)[d.offset as usize..(d.offset + d.len) as usize];
+                            if let Ok(f) = Frame::new_checked(bytes, ETHERTYPE_DEFAULT) {
+                                let i = f.seq().0 as usize;
+                                if i < messages && at[i] == u64::MAX {
+                                    at[i] = now;
+                                    got += 1;
+                                }
+                            }
+                            t.release(d.frame);
+                        }
+                        progress[ri].store(got, Ordering::Release);
+                    }
+                    (at, modes)
+                })
+            })
+            .collect();
+        let s = sc.spawn(|| {
+            topo.sender.enter();
+            let mut t = open(&topo.sender);
+            let src = t.mac();
+            let mut sent = vec![0u64; messages];
+            start.wait();
+            let base = monotonic_ns();
+            let _ = t0.set(base);
+            let mut kept = Vec::new();
+            let mut batch = Vec::with_capacity(64);
+            let mut i = 0usize;
+            while i < messages {
+                t.reap(&mut kept).expect("reap");
+                let at = match mode {
+                    PaperMode::Rate(rate) => {
+                        let at = base + i as u64 * 1_000_000_000 / u64::from(rate.max(1));
+                        loop {
+                            let now = monotonic_ns();
+                            if now >= at {
+                                break;
+                            }
+                            if at - now > 200_000 {
+                                std::thread::sleep(Duration::from_nanos(at - now - 150_000));
+                            } else {
+                                std::hint::spin_loop();
+                            }
+                        }
+                        at
+                    }
+                    _ => monotonic_ns(),
+                };
+                // Saturation sends batches of up to 64 frames per kick, as
+                // the engine does; the other modes one frame at a time.
+                let want = if mode == PaperMode::Saturation {
+                    64.min(messages - i)
+                } else {
+                    1
+                };
+                batch.clear();
+                while batch.len() < want {
+                    let Some(f) = t.alloc() else { break };
+                    let buf = t.frame_mut(f);
+                    let mut h = Header::new(Kind::Data);
+                    h.flags = Flags::WHOLE;
+                    h.group = GROUP;
+                    h.src = SENDER;
+                    h.seq = Seq((i + batch.len()) as u32);
+                    h.payload_len = len as u16;
+                    buf[FRAME_OVERHEAD..FRAME_OVERHEAD + len].fill(0x5a);
+                    let (_, flen) =
+                        Frame::emit(&mut buf[..], group_mac(GROUP), src, ETHERTYPE_DEFAULT, &h)
+                            .expect("emit");
+                    batch.push(TxDesc {
+                        frame: f,
+                        len: flen as u32,
+                    });
+                }
+                let n = t.transmit(&batch, false).expect("transmit");
+                for d in &batch[n..] {
+                    t.release(d.frame);
+                }
+                for s in &mut sent[i..i + n] {
+                    *s = at;
+                }
+                i += n;
+                if n == 0 {
+                    continue;
+                }
+                if mode == PaperMode::PingPong {
+                    let give_up = monotonic_ns() + 20_000_000;
+                    while !all_reached(&progress, i) && monotonic_ns() < give_up {
+                        t.reap(&mut kept).expect("reap");
+                    }
+                }
+            }
+            done.store(true, Ordering::SeqCst);
+            sent
+        });
+        let sent = s.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        let mut modes = (String::new(), String::new());
+        let delivered: Vec<Vec<u64>> = hs
+            .into_iter()
+            .map(|h| {
+                let (at, m) = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                modes = m;
+                at
+            })
+            .collect();
+        (sent, delivered, modes)
+    });
+    let base = t0.get().copied().unwrap_or(0);
+    rebase(base, sent, delivered, Vec::new(), modes)
+}

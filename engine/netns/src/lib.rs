@@ -127,21 +127,37 @@ impl Netns {
     }
 }
 
-/// Sender, bridge and three receivers; removed on drop.
+/// Sender, bridge and receivers (three by [`Topology::new`], up to
+/// [`MAX_RECEIVERS`] by [`Topology::with_receivers`]); removed on drop.
 #[derive(Debug)]
 pub struct Topology {
     /// Holds the bridge `br0` and the bridge-side veth ends.
     pub bridge: Netns,
     /// The sender endpoint.
     pub sender: Netns,
-    /// Three receiver endpoints.
+    /// The receiver endpoints (three unless built by [`Topology::with_receivers`]).
     pub receivers: Vec<Netns>,
     created: Vec<String>,
 }
 
+/// The most receivers [`Topology::with_receivers`] builds.
+pub const MAX_RECEIVERS: usize = 16;
+
 impl Topology {
-    /// Builds the topology, or returns None when the test must be skipped.
+    /// Builds the topology with three receivers, or returns None when the
+    /// test must be skipped.
     pub fn new(test: &str) -> Option<Topology> {
+        Topology::with_receivers(test, 3)
+    }
+
+    /// Builds the topology with `receivers` receivers (1 to
+    /// [`MAX_RECEIVERS`]; the first three are those of [`Topology::new`]), or
+    /// returns None when the test must be skipped.
+    pub fn with_receivers(test: &str, receivers: usize) -> Option<Topology> {
+        assert!(
+            (1..=MAX_RECEIVERS).contains(&receivers),
+            "{receivers} receivers: 1 to {MAX_RECEIVERS} supported"
+        );
         if !privileged_or_skip(test) {
             return None;
         }
@@ -156,7 +172,9 @@ impl Topology {
         let mut topo = Topology {
             bridge: endpoint("br", 254),
             sender: endpoint("s", 1),
-            receivers: vec![endpoint("r1", 11), endpoint("r2", 12), endpoint("r3", 13)],
+            receivers: (1..=receivers)
+                .map(|i| endpoint(&format!("r{i}"), 10 + i as u8))
+                .collect(),
             created: Vec::new(),
         };
         // From here on, Drop cleans up whatever was created, even on panic.
@@ -196,6 +214,57 @@ impl Topology {
         }
         topo.wait_carrier();
         Some(topo)
+    }
+
+    /// Caps every link at `rate` (a `tc` rate such as `10mbit`) with
+    /// token-bucket filters inside the bridge namespace, to emulate a slow
+    /// segment: a `tbf` on each bridge-side veth end (`p0` is the sender's
+    /// port, `p1..` the receivers'), which shapes what leaves the bridge
+    /// towards each endpoint (ACKs and NAKs converging on the sender queue on
+    /// `p0`), and a `tbf` on an `ifb` device that `p0`'s ingress is
+    /// redirected through, which shapes everything the sender puts on the
+    /// wire (every unicast copy of the iterative algorithm one after the
+    /// other, as on a shared segment). Shaping the sender's own `eth0` would
+    /// not do: AF_XDP's copy-mode transmit bypasses the qdisc. `burst` is
+    /// the bucket (`32kbit`). Only interfaces inside the topology's
+    /// namespaces are touched.
+    pub fn limit_rate(&self, rate: &str, burst: &str) -> Result<(), String> {
+        let br = self.bridge.name.as_str();
+        let tbf = |dev: &str| -> Vec<String> {
+            [
+                "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
+            ]
+            .iter()
+            .chain(&["burst", burst, "latency", "50ms"])
+            .map(|s| s.to_string())
+            .collect()
+        };
+        let mut cmds: Vec<Vec<String>> = (0..=self.receivers.len())
+            .map(|i| tbf(&format!("p{i}")))
+            .collect();
+        let words = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        cmds.push(words("ip link add ifb0 type ifb"));
+        cmds.push(words("ip link set ifb0 up"));
+        cmds.push(tbf("ifb0"));
+        cmds.push(words("tc qdisc replace dev p0 handle ffff: ingress"));
+        cmds.push(words(
+            "tc filter add dev p0 parent ffff: protocol all u32 match u32 0 0 action mirred egress redirect dev ifb0",
+        ));
+        for cmd in cmds {
+            let out = Command::new("ip")
+                .args(["netns", "exec", br])
+                .args(&cmd)
+                .output()
+                .map_err(|e| format!("running {}: {e}", cmd[0]))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "{}: {}",
+                    cmd.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn wait_carrier(&self) {
