@@ -41,7 +41,7 @@ const COLORS: [&str; 8] = [
 ];
 
 /// A fixed colour per algorithm (the paper's reference lines, named
-/// "paper <algo>", take their algorithm's colour).
+/// `"paper <algo>"`, take their algorithm's colour).
 fn color_of(name: &str) -> Option<&'static str> {
     let algo = name.strip_prefix("paper ").unwrap_or(name);
     Some(match algo {
