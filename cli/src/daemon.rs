@@ -158,6 +158,9 @@ pub struct Daemon<T: Transport> {
     live_events: Vec<LiveEvent>,
     /// Joins made again after a rejoin, by request id, until answered.
     rejoining: HashMap<u64, (ClientId, String)>,
+    /// Joins of a rejoin waiting until `rejoin_at` (ns).
+    rejoin_queue: Vec<(ClientId, String)>,
+    rejoin_at: u64,
     counters: DaemonCounters,
     log: Logger,
     shutdown: Arc<AtomicBool>,
@@ -232,6 +235,8 @@ impl<T: Transport> Daemon<T> {
             link_epochs,
             live_events: Vec::new(),
             rejoining: HashMap::new(),
+            rejoin_queue: Vec::new(),
+            rejoin_at: 0,
             counters: DaemonCounters::default(),
             log,
             shutdown,
@@ -800,6 +805,7 @@ impl<T: Transport> Daemon<T> {
             }
         }
         self.live_events = events;
+        self.rejoin_joins();
         let d = self.live.detector();
         self.counters.probes_sent = d.probes_sent;
         self.counters.probes_answered = self.live.counters.probes_answered;
@@ -877,7 +883,21 @@ impl<T: Transport> Daemon<T> {
             *e = (*e).max(self.incarnation);
             self.reset_link(p)?;
         }
-        for (c, name) in again {
+        // The joins wait a few beats, until every peer has seen the new
+        // incarnation: a peer that sees it only later drops this node's
+        // members as a restart's leftovers, new ones included.
+        let interval = self.live.detector().config().interval;
+        self.rejoin_at = mcast_engine::sys::monotonic_ns() + 3 * interval;
+        self.rejoin_queue = again;
+        Ok(())
+    }
+
+    /// Issues the joins of a rejoin once their wait is over.
+    fn rejoin_joins(&mut self) {
+        if self.rejoin_queue.is_empty() || mcast_engine::sys::monotonic_ns() < self.rejoin_at {
+            return;
+        }
+        for (c, name) in std::mem::take(&mut self.rejoin_queue) {
             if !self.clients.contains_key(&c) {
                 continue;
             }
@@ -886,7 +906,6 @@ impl<T: Transport> Daemon<T> {
             self.rejoining.insert(id, (c, name.clone()));
             self.groups.join(id, c.0, &name);
         }
-        Ok(())
     }
 
     /// Node `n` is declared failed: it leaves every view this node is the
