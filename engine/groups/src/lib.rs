@@ -115,7 +115,7 @@ pub struct GroupService {
     joined: BTreeMap<(GroupId, MemberId), u64>,
     /// As a registry that took the role over: the nodes that have announced
     /// everything they serve; new names wait until every live node has.
-    synced: std::collections::BTreeSet<NodeId>,
+    synced: BTreeMap<NodeId, u32>,
     sync_needed: bool,
     /// Creating lookups waiting for the sync: (from, token, name).
     deferred: VecDeque<(NodeId, u64, String)>,
@@ -374,7 +374,6 @@ impl GroupService {
         self.registry_node = next;
         self.registry_moves += 1;
         self.registry_epoch += 1;
-        self.synced.clear();
         self.sync_needed = next == self.node;
         if next == self.node {
             // Never hand out a number this node already knows to be taken.
@@ -469,7 +468,10 @@ impl GroupService {
             || self
                 .cluster
                 .iter()
-                .all(|n| self.failed.contains(n) || self.synced.contains(n))
+                .all(|n| {
+                    self.failed.contains(n)
+                        || self.synced.get(n).is_some_and(|&e| e >= self.registry_epoch)
+                })
     }
 
     fn release_deferred(&mut self) {
@@ -857,10 +859,11 @@ impl GroupService {
                 name,
             } => self.registry_announce(from, group, epoch, members, name),
             Message::Synced { epoch } => {
-                if self.is_registry() && epoch == self.registry_epoch {
-                    self.synced.insert(from);
-                    self.release_deferred();
-                }
+                // Kept even before this node becomes the registry of that
+                // epoch: a peer may see the move a moment earlier.
+                let e = self.synced.entry(from).or_insert(epoch);
+                *e = (*e).max(epoch);
+                self.release_deferred();
             }
             // agent
             Message::Register {
