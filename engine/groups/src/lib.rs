@@ -465,13 +465,13 @@ impl GroupService {
     /// registry from the start, or every live node has synced with it).
     fn registry_synced(&self) -> bool {
         !self.sync_needed
-            || self
-                .cluster
-                .iter()
-                .all(|n| {
-                    self.failed.contains(n)
-                        || self.synced.get(n).is_some_and(|&e| e >= self.registry_epoch)
-                })
+            || self.cluster.iter().all(|n| {
+                self.failed.contains(n)
+                    || self
+                        .synced
+                        .get(n)
+                        .is_some_and(|&e| e >= self.registry_epoch)
+            })
     }
 
     fn release_deferred(&mut self) {
