@@ -393,12 +393,20 @@ impl GroupService {
     }
 
     /// A peer says the registry is `node` after `epoch` moves: a node that
-    /// knows of fewer moves (e.g. it restarted) adopts it, and tells it the
-    /// groups it serves.
+    /// knows of fewer moves (e.g. it restarted), or of as many but a higher
+    /// registry node, adopts it, and tells it the groups it serves.
     pub fn adopt_registry(&mut self, node: NodeId, epoch: u32) {
-        if epoch <= self.registry_epoch || node == self.registry_node {
+        // Nodes that moved the role on different verdicts may name different
+        // registries after the same number of moves: the lower node wins.
+        let tie = epoch == self.registry_epoch
+            && node < self.registry_node
+            && !self.failed.contains(&node);
+        if !(epoch > self.registry_epoch || tie) || node == self.registry_node {
             self.registry_epoch = self.registry_epoch.max(epoch);
             return;
+        }
+        if self.registry_node == self.node {
+            self.sync_needed = false;
         }
         self.registry_node = node;
         self.registry_epoch = epoch;

@@ -152,7 +152,7 @@ impl Liveness {
                 out.push(LiveEvent::Restarted(from));
             }
         }
-        if epoch > registry.1 {
+        if epoch > registry.1 || (epoch == registry.1 && reg < registry.0) {
             out.push(LiveEvent::Registry { node: reg, epoch });
         }
         if !self.majority && (self.peer_incarnations.len() + 1) * 2 > self.cluster_size {
