@@ -839,20 +839,14 @@ impl<T: Transport> Daemon<T> {
                 source: 0,
                 flags: FLAG_FIRST | FLAG_LAST | mcast_ipc::ring::EVENT,
             };
-            for &c in &lg.members {
-                again.push((c, lg.name.clone()));
+            let members = lg.members.clone();
+            again.extend(members.iter().map(|&c| (c, lg.name.clone())));
+            for &c in &members {
                 if let Some(state) = self.clients.get_mut(&c) {
                     state.groups.remove(&g);
-                    deliver_to(
-                        &mut self.server,
-                        c,
-                        state,
-                        hdr,
-                        event.as_bytes(),
-                        &mut self.counters,
-                    );
                 }
             }
+            self.event_to(&members, hdr, event.as_bytes());
             self.retire(g)?;
         }
         for (_, p) in std::mem::take(&mut self.pending) {
@@ -890,6 +884,15 @@ impl<T: Transport> Daemon<T> {
         self.rejoin_at = mcast_engine::sys::monotonic_ns() + 3 * interval;
         self.rejoin_queue = again;
         Ok(())
+    }
+
+    /// A membership event record into each of `members`' rings, in order with their data.
+    fn event_to(&mut self, members: &[ClientId], hdr: RecordHeader, event: &[u8]) {
+        for &c in members {
+            if let Some(state) = self.clients.get_mut(&c) {
+                deliver_to(&mut self.server, c, state, hdr, event, &mut self.counters);
+            }
+        }
     }
 
     /// Issues the joins of a rejoin once their wait is over.
@@ -1289,21 +1292,12 @@ impl<T: Transport> Daemon<T> {
             source: 0,
             flags: FLAG_FIRST | FLAG_LAST | mcast_ipc::ring::EVENT,
         };
-        let lg = self.local.get_mut(&group).expect("ensured");
-        for &c in &lg.members {
+        let members = self.local[&group].members.clone();
+        for &c in &members {
             self.server.notify(c, notice.clone());
-            if let Some(state) = self.clients.get_mut(&c) {
-                deliver_to(
-                    &mut self.server,
-                    c,
-                    state,
-                    hdr,
-                    event.as_bytes(),
-                    &mut self.counters,
-                );
-            }
         }
-        lg.view = Some(view);
+        self.event_to(&members, hdr, event.as_bytes());
+        self.local.get_mut(&group).expect("ensured").view = Some(view);
         Ok(())
     }
 

@@ -189,6 +189,29 @@ enum Pending {
 }
 
 impl Pending {
+    /// The client's request this answers.
+    fn req(&self) -> ReqId {
+        match self {
+            Pending::JoinLookup { req, .. }
+            | Pending::JoinRegister { req, .. }
+            | Pending::Leave { req, .. }
+            | Pending::QueryLookup { req, .. }
+            | Pending::QueryView { req, .. }
+            | Pending::List { req } => *req,
+        }
+    }
+
+    /// The request to answer if it ends without a reply (None: the member
+    /// is gone and its requests get no answer).
+    fn answer_to(&self) -> Option<ReqId> {
+        match self {
+            Pending::JoinLookup { cancelled, .. }
+            | Pending::JoinRegister { cancelled, .. }
+            | Pending::Leave { cancelled, .. } => (!cancelled).then_some(self.req()),
+            _ => Some(self.req()),
+        }
+    }
+
     /// The node whose reply this request waits for.
     fn peer(&self, registry: NodeId) -> NodeId {
         match self {
@@ -268,15 +291,7 @@ impl GroupService {
             .collect();
         for t in waiting {
             let p = self.pending.remove(&t).expect("listed");
-            let req = match p {
-                Pending::JoinLookup { req, cancelled, .. }
-                | Pending::JoinRegister { req, cancelled, .. }
-                | Pending::Leave { req, cancelled, .. } => (!cancelled).then_some(req),
-                Pending::QueryLookup { req, .. }
-                | Pending::QueryView { req, .. }
-                | Pending::List { req } => Some(req),
-            };
-            if let Some(req) = req {
+            if let Some(req) = p.answer_to() {
                 self.fail(req, GroupError::NodeFailed { node });
             }
         }
@@ -303,15 +318,7 @@ impl GroupService {
                 continue;
             };
             let node = p.peer(registry);
-            let req = match p {
-                Pending::JoinLookup { req, cancelled, .. }
-                | Pending::JoinRegister { req, cancelled, .. }
-                | Pending::Leave { req, cancelled, .. } => (!cancelled).then_some(req),
-                Pending::QueryLookup { req, .. }
-                | Pending::QueryView { req, .. }
-                | Pending::List { req } => Some(req),
-            };
-            if let Some(req) = req {
+            if let Some(req) = p.answer_to() {
                 self.fail(req, GroupError::NoAnswer { node });
             }
         }
@@ -323,17 +330,7 @@ impl GroupService {
     pub fn requests_in_flight(&self) -> Vec<(ReqId, u64)> {
         self.pending
             .iter()
-            .map(|(t, p)| {
-                let req = match p {
-                    Pending::JoinLookup { req, .. }
-                    | Pending::JoinRegister { req, .. }
-                    | Pending::Leave { req, .. }
-                    | Pending::QueryLookup { req, .. }
-                    | Pending::QueryView { req, .. }
-                    | Pending::List { req } => *req,
-                };
-                (req, self.deadlines.get(t).copied().unwrap_or(0))
-            })
+            .map(|(t, p)| (p.req(), self.deadlines.get(t).copied().unwrap_or(0)))
             .collect()
     }
 
