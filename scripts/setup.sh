@@ -6,6 +6,9 @@ need=()
 command -v clang >/dev/null 2>&1 || need+=(clang llvm)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+# The mcastd namespace tests signal daemons with kill(1) and drop privileges with setpriv(1).
+[ -x /bin/kill ] || [ -x /usr/bin/kill ] || need+=(procps)
+command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: missing ${need[*]}; run as root or: sudo apt-get install -y ${need[*]}" >&2

@@ -253,6 +253,42 @@ pub fn run_xdp(cfg: &XdpBenchConfig, mut progress: impl FnMut(&str)) -> Result<X
     })
 }
 
+/// Writes up to `want` raw data frames of `len` bytes (sequence numbers from
+/// `first`) and hands them to the transport as one batch; returns how many
+/// it took (the rest go back to the pool).
+fn send_blast_batch<T: Transport>(
+    t: &mut T,
+    batch: &mut Vec<TxDesc>,
+    dst: MacAddr,
+    src: MacAddr,
+    first: usize,
+    want: usize,
+    len: usize,
+) -> usize {
+    batch.clear();
+    while batch.len() < want {
+        let Some(f) = t.alloc() else { break };
+        let buf = t.frame_mut(f);
+        let mut h = Header::new(Kind::Data);
+        h.flags = Flags::WHOLE;
+        h.group = GROUP;
+        h.src = SENDER;
+        h.seq = Seq((first + batch.len()) as u32);
+        h.payload_len = len as u16;
+        buf[FRAME_OVERHEAD..FRAME_OVERHEAD + len].fill(0x5a);
+        let (_, flen) = Frame::emit(&mut buf[..], dst, src, ETHERTYPE_DEFAULT, &h).expect("emit");
+        batch.push(TxDesc {
+            frame: f,
+            len: flen as u32,
+        });
+    }
+    let n = t.transmit(batch, false).expect("transmit");
+    for d in &batch[n..] {
+        t.release(d.frame);
+    }
+    n
+}
+
 fn line(name: &str, t: &Throughput) -> String {
     format!(
         "{name} {}% loss, {} receiver(s): {:.1} Mbit/s, {:.0} frames/s, {:.1}% delivered",
@@ -346,28 +382,8 @@ fn blast(
             let mut kept = Vec::new();
             while sent < frames {
                 t.reap(&mut kept).expect("reap");
-                batch.clear();
-                while batch.len() < 64 && sent + batch.len() < frames {
-                    let Some(f) = t.alloc() else { break };
-                    let buf = t.frame_mut(f);
-                    let mut h = Header::new(Kind::Data);
-                    h.flags = Flags::WHOLE;
-                    h.group = GROUP;
-                    h.src = SENDER;
-                    h.seq = Seq((sent + batch.len()) as u32);
-                    h.payload_len = len as u16;
-                    buf[FRAME_OVERHEAD..FRAME_OVERHEAD + len].fill(0x5a);
-                    let (_, flen) =
-                        Frame::emit(&mut buf[..], dst, src, ETHERTYPE_DEFAULT, &h).expect("emit");
-                    batch.push(TxDesc {
-                        frame: f,
-                        len: flen as u32,
-                    });
-                }
-                let n = t.transmit(&batch, false).expect("transmit");
-                for d in &batch[n..] {
-                    t.release(d.frame);
-                }
+                let want = 64.min(frames - sent);
+                let n = send_blast_batch(&mut t, &mut batch, dst, src, sent, want, len);
                 sent += n;
             }
             done.store(true, Ordering::SeqCst);
@@ -1002,29 +1018,7 @@ fn paper_blast(
                 } else {
                     1
                 };
-                batch.clear();
-                while batch.len() < want {
-                    let Some(f) = t.alloc() else { break };
-                    let buf = t.frame_mut(f);
-                    let mut h = Header::new(Kind::Data);
-                    h.flags = Flags::WHOLE;
-                    h.group = GROUP;
-                    h.src = SENDER;
-                    h.seq = Seq((i + batch.len()) as u32);
-                    h.payload_len = len as u16;
-                    buf[FRAME_OVERHEAD..FRAME_OVERHEAD + len].fill(0x5a);
-                    let (_, flen) =
-                        Frame::emit(&mut buf[..], group_mac(GROUP), src, ETHERTYPE_DEFAULT, &h)
-                            .expect("emit");
-                    batch.push(TxDesc {
-                        frame: f,
-                        len: flen as u32,
-                    });
-                }
-                let n = t.transmit(&batch, false).expect("transmit");
-                for d in &batch[n..] {
-                    t.release(d.frame);
-                }
+                let n = send_blast_batch(&mut t, &mut batch, group_mac(GROUP), src, i, want, len);
                 for s in &mut sent[i..i + n] {
                     *s = at;
                 }

@@ -123,6 +123,14 @@ impl EngineConfig {
         }
     }
 
+    /// Where the configuration group's streams start.
+    pub fn start(&self) -> StreamStart {
+        StreamStart {
+            epoch: self.epoch,
+            seq: self.initial_seq,
+        }
+    }
+
     /// The settings of the configuration's own group.
     pub fn group_options(&self) -> GroupOptions {
         GroupOptions {
@@ -495,11 +503,7 @@ impl<T: Transport> Engine<T> {
 
     /// Opens this node's send stream in the configuration's group to `members`.
     pub fn open_sender(&mut self, members: &[NodeId]) -> Result<(), EngineError> {
-        let start = StreamStart {
-            epoch: self.cfg.epoch,
-            seq: self.cfg.initial_seq,
-        };
-        self.open_sender_in(self.cfg.group, members, start)
+        self.open_sender_in(self.cfg.group, members, self.cfg.start())
     }
 
     /// Opens this node's send stream in `group` to `members`, starting at `start`.
@@ -577,11 +581,7 @@ impl<T: Transport> Engine<T> {
 
     /// Opens a receive stream in the configuration's group for node `sender`'s data.
     pub fn open_receiver(&mut self, sender: NodeId) -> Result<(), EngineError> {
-        let start = StreamStart {
-            epoch: self.cfg.epoch,
-            seq: self.cfg.initial_seq,
-        };
-        self.open_receiver_in(self.cfg.group, sender, start)
+        self.open_receiver_in(self.cfg.group, sender, self.cfg.start())
     }
 
     /// Opens a receive stream in `group` for node `sender`'s data, expecting
