@@ -1431,6 +1431,9 @@ impl<T: Transport> Daemon<T> {
                 "nodes_recovered": c.nodes_recovered, "evictions": c.evictions,
                 "link_resets": c.link_resets, "role_moves": c.role_moves, "rejoins": c.rejoins,
                 "registry": self.groups.registry(),
+                // Anti-entropy since this node last (re)joined the cluster.
+                "membership_repairs": self.groups.repairs(),
+                "agent_resignations": self.groups.resignations(),
             },
             "peers": self.live.detector().peers().map(|(n, st, last)| json!({
                 "node": n,

@@ -845,7 +845,9 @@ fn a_node_paused_past_the_bound_is_evicted_and_rejoins_without_duplicates() {
         let stop = &stop;
         s.spawn(move || {
             let mut i = 0;
-            while !stop.load(Ordering::Relaxed) {
+            // At least what the steady subscriber waits for, however soon
+            // the paused one is done.
+            while !stop.load(Ordering::Relaxed) || i < 150_000 {
                 p.publish_blocking(mp.group, &numbered(i, 64), Some(Duration::from_secs(20)))
                     .unwrap_or_else(|e| panic!("publish {i}: {e}"));
                 i += 1;

@@ -60,6 +60,23 @@
 //!   agent's own lookup); a hostile node could make it hold up to `max_groups`
 //!   phantom groups. Replies are accepted only from the node they were asked of.
 //!
+//! # Anti-entropy
+//!
+//! Messages are lost when links reset (a node declared failed, a restart), and
+//! two nodes may take a role on different verdicts. Rather than make every
+//! path exact, the state converges: every [`SYNC_PERIOD`] each node sends each
+//! group's agent the full list of its members there (SYNC; the agent adds
+//! the missing, drops the others, and sends its view to a node holding
+//! another), each agent tells the registry its groups (ANNOUNCE), and each
+//! node says which registry it follows (SYNCED). An agent drops the members
+//! of a node silent for [`SYNC_MISSES`] rounds. A node whose agent answers
+//! NOT_AGENT asks the registry (CLAIM); the registry arbitrates between two
+//! agents of one group (newer epoch, then lower node; the loser gets RESIGN)
+//! and merges a name found under two numbers into the lowest one, whose
+//! members move there (a `Joined` with request 0 tells the daemon). The
+//! registry is the one arbiter; it grants a role only while it hears a
+//! majority of the cluster.
+//!
 //! No I/O, no clock. [`detector`] is the failure detector (seed 004 §3.4);
 //! [`GroupService::node_failed`] is what an agent does with its verdict.
 #![forbid(unsafe_code)]
@@ -110,13 +127,28 @@ pub struct GroupService {
     /// The time of the last [`GroupService::tick`] (ns) and each request's deadline.
     now: u64,
     deadlines: BTreeMap<u64, u64>,
-    /// Members of this node that joined and have not left, with the epoch
-    /// of the view they joined in: views are checked against them.
-    joined: BTreeMap<(GroupId, MemberId), u64>,
+    /// Members of this node that joined and have not left (the node is
+    /// the authority on its own members), and whether the view held
+    /// contains them: a member coming back into a view is a `Joined`.
+    joined: BTreeMap<(GroupId, MemberId), bool>,
+    /// For every group with members here: its name and the agent they sync
+    /// with (anti-entropy, [`SYNC_PERIOD`]).
+    homes: BTreeMap<GroupId, Home>,
+    /// The last sync round (ns), if any.
+    last_sync: Option<u64>,
+    /// Memberships repaired by anti-entropy (added, dropped, moved), and
+    /// agent roles given up on the registry's word.
+    repairs: u64,
+    resignations: u64,
     /// As a registry that took the role over: the nodes that have announced
     /// everything they serve; new names wait until every live node has.
     synced: BTreeMap<NodeId, u32>,
     sync_needed: bool,
+    /// How many nodes must have synced: every live one after a move, a
+    /// majority of the cluster for the configured registry at start (a
+    /// restarted registry thus never creates a name before it hears that
+    /// the role moved on).
+    sync_majority: bool,
     /// Creating lookups waiting for the sync: (from, token, name).
     deferred: VecDeque<(NodeId, u64, String)>,
 }
@@ -128,10 +160,41 @@ pub const EPOCH_GENERATION_SHIFT: u32 = 40;
 /// How long a request waits for its answer before it fails (ns).
 pub const REQUEST_TIMEOUT: u64 = 2_000_000_000;
 
+/// The anti-entropy period (ns): every node tells each group's agent its
+/// members there (SYNC) and every agent tells the registry its groups
+/// (ANNOUNCE). Whatever a reset link, a crash or a partition lost, the
+/// views, agents and names agree again within a few periods of the last
+/// fault.
+pub const SYNC_PERIOD: u64 = 200_000_000;
+
+/// Sync rounds an agent waits for a member node's SYNC before it drops that
+/// node's members (a LEAVE lost on a reset link, a node that lost track).
+pub const SYNC_MISSES: u32 = 3;
+
 #[derive(Debug)]
 struct AgentGroup {
     view: View,
     next_rank: u32,
+    /// Sync rounds since each member node last synced: a node silent for
+    /// more than [`SYNC_MISSES`] rounds loses its members.
+    missed: BTreeMap<NodeId, u32>,
+}
+
+impl AgentGroup {
+    fn new(view: View, next_rank: u32) -> AgentGroup {
+        AgentGroup {
+            view,
+            next_rank,
+            missed: BTreeMap::new(),
+        }
+    }
+}
+
+/// A group with members on this node, as its members' node knows it.
+#[derive(Debug, Clone)]
+struct Home {
+    name: String,
+    agent: NodeId,
 }
 
 #[derive(Debug, Default)]
@@ -186,6 +249,11 @@ enum Pending {
     List {
         req: ReqId,
     },
+    /// A CLAIM to the registry: the group's agent said it is not.
+    Relocate {
+        group: GroupId,
+        name: String,
+    },
 }
 
 impl Pending {
@@ -198,6 +266,7 @@ impl Pending {
             | Pending::QueryLookup { req, .. }
             | Pending::QueryView { req, .. }
             | Pending::List { req } => *req,
+            Pending::Relocate { .. } => 0,
         }
     }
 
@@ -208,6 +277,7 @@ impl Pending {
             Pending::JoinLookup { cancelled, .. }
             | Pending::JoinRegister { cancelled, .. }
             | Pending::Leave { cancelled, .. } => (!cancelled).then_some(self.req()),
+            Pending::Relocate { .. } => None,
             _ => Some(self.req()),
         }
     }
@@ -215,9 +285,10 @@ impl Pending {
     /// The node whose reply this request waits for.
     fn peer(&self, registry: NodeId) -> NodeId {
         match self {
-            Pending::JoinLookup { .. } | Pending::QueryLookup { .. } | Pending::List { .. } => {
-                registry
-            }
+            Pending::JoinLookup { .. }
+            | Pending::QueryLookup { .. }
+            | Pending::List { .. }
+            | Pending::Relocate { .. } => registry,
             Pending::JoinRegister { agent, .. }
             | Pending::Leave { agent, .. }
             | Pending::QueryView { agent, .. } => *agent,
@@ -251,8 +322,13 @@ impl GroupService {
             now: 0,
             deadlines: BTreeMap::new(),
             joined: BTreeMap::new(),
+            homes: BTreeMap::new(),
+            last_sync: None,
+            repairs: 0,
+            resignations: 0,
             synced: Default::default(),
             sync_needed: false,
+            sync_majority: false,
             deferred: VecDeque::new(),
         }
     }
@@ -279,7 +355,7 @@ impl GroupService {
             a.view.members.retain(|m| m.node != node);
             a.view.epoch += 1;
             let view = a.view.clone();
-            self.publish(&view, node);
+            self.publish(&view, Some(node));
             changed.push(group);
         }
         let registry = self.registry_node;
@@ -322,6 +398,10 @@ impl GroupService {
                 self.fail(req, GroupError::NoAnswer { node });
             }
         }
+        if self.last_sync.is_none_or(|t| now >= t + SYNC_PERIOD) {
+            self.last_sync = Some(now);
+            self.sync_round();
+        }
         self.pump();
     }
 
@@ -343,6 +423,10 @@ impl GroupService {
         // With peers, the registry is known only once a majority is heard
         // ([`GroupService::confirm_registry`]).
         self.confirmed = self.cluster.len() <= 1;
+        if self.is_registry() && self.registry_moves == 0 && !self.confirmed {
+            self.sync_needed = true;
+            self.sync_majority = true;
+        }
     }
 
     /// The registry's node as this node knows it.
@@ -372,6 +456,7 @@ impl GroupService {
         self.registry_moves += 1;
         self.registry_epoch += 1;
         self.sync_needed = next == self.node;
+        self.sync_majority = false;
         if next == self.node {
             // Never hand out a number this node already knows to be taken.
             let known = self.views.keys().chain(self.agent_of.keys()).copied().max();
@@ -423,6 +508,10 @@ impl GroupService {
         while let Some(m) = self.held.pop_front() {
             self.send(registry, m);
         }
+        // Tells the registry what this node serves (SYNCED: a registry
+        // creates names only once enough nodes have).
+        self.announce_all();
+        self.release_deferred();
         self.pump();
     }
 
@@ -458,6 +547,12 @@ impl GroupService {
                     name: name.clone(),
                 }),
                 Pending::List { .. } => Some(Message::List { token }),
+                Pending::Relocate { group, name } => Some(Message::Claim {
+                    token,
+                    group: *group,
+                    stale: self.homes.get(group).map_or(0, |h| h.agent),
+                    name: name.clone(),
+                }),
                 _ => None,
             })
             .collect();
@@ -469,6 +564,16 @@ impl GroupService {
     /// Whether this registry knows every group that exists (it has been the
     /// registry from the start, or every live node has synced with it).
     fn registry_synced(&self) -> bool {
+        let synced = |n: &NodeId| {
+            *n == self.node
+                || self
+                    .synced
+                    .get(n)
+                    .is_some_and(|&e| e >= self.registry_epoch)
+        };
+        if self.sync_needed && self.sync_majority {
+            return self.cluster.iter().filter(|n| synced(n)).count() * 2 > self.cluster.len();
+        }
         !self.sync_needed
             || self.cluster.iter().all(|n| {
                 self.failed.contains(n)
@@ -562,15 +667,10 @@ impl GroupService {
             // agent this node missed.
             view.epoch = ((old.epoch >> EPOCH_GENERATION_SHIFT) + 1) << EPOCH_GENERATION_SHIFT;
             let next_rank = old.members.iter().map(|m| m.rank + 1).max().unwrap_or(0);
-            self.agent_of.insert(
-                view.group,
-                AgentGroup {
-                    view: view.clone(),
-                    next_rank,
-                },
-            );
+            self.agent_of
+                .insert(view.group, AgentGroup::new(view.clone(), next_rank));
             self.takeovers += 1;
-            self.publish(&view, failed);
+            self.publish(&view, Some(failed));
             changed.push(view.group);
         }
         changed
@@ -626,7 +726,6 @@ impl GroupService {
     /// Local client `member` asks to leave `group`. Answered by exactly one `Left`
     /// or `Failed` (unless the member vanishes first).
     pub fn leave(&mut self, req: ReqId, member: MemberId, group: GroupId) {
-        self.joined.remove(&(group, member));
         let Some(view) = self.views.get(&group) else {
             return self.fail(req, GroupError::UnknownGroup { group });
         };
@@ -642,6 +741,9 @@ impl GroupService {
             cancelled: false,
         };
         if let Some(token) = self.start(req, pending) {
+            // From now on the member is not this node's any more: a sync
+            // tells the agent so even if the LEAVE is lost.
+            self.joined.remove(&(group, member));
             self.send(
                 agent,
                 Message::Leave {
@@ -816,7 +918,12 @@ impl GroupService {
         // Until this node knows who the registry is, what it would ask the
         // registry waits (a restarted node must not trust its configuration:
         // the role may have moved while it was away).
-        if !self.confirmed && matches!(msg, Message::Lookup { .. } | Message::List { .. }) {
+        if !self.confirmed
+            && matches!(
+                msg,
+                Message::Lookup { .. } | Message::List { .. } | Message::Claim { .. }
+            )
+        {
             self.held.push_back(msg);
             return;
         }
@@ -931,6 +1038,38 @@ impl GroupService {
                     self.events.push_back(GroupEvent::List { req, groups });
                 }
             }
+            Message::Sync {
+                group,
+                epoch,
+                agent,
+                name,
+                members,
+            } => self.agent_sync(from, group, epoch, agent, &name, &members),
+            Message::NotAgent { group } => self.oa_not_agent(from, group),
+            Message::Claim {
+                token,
+                group,
+                stale,
+                name,
+            } => self.registry_claim(from, token, group, stale, name),
+            Message::Resign {
+                group,
+                canonical,
+                agent,
+            } => {
+                if from != self.registry_node {
+                    return;
+                }
+                if canonical == group && agent == self.node {
+                    return;
+                }
+                if self.agent_of.remove(&group).is_some() {
+                    self.resignations += 1;
+                }
+                if let Some(home) = self.homes.get(&group).cloned() {
+                    self.relocate(group, canonical, agent, home.name);
+                }
+            }
         }
     }
 
@@ -943,7 +1082,17 @@ impl GroupService {
         let result = if let Err(reason) = check_name(&name, self.limits.max_name_len) {
             LookupResult::Error(invalid_name(&name, reason))
         } else if let Some(&group) = self.registry.by_name.get(&name) {
-            let agent = self.registry.groups.get(&group).map_or(from, |e| e.agent);
+            let majority = self.live_majority();
+            let agent = match self.registry.groups.get_mut(&group) {
+                // Its agent failed and no survivor took over (it had no
+                // other member): the joiner takes the role.
+                Some(e) if self.failed.contains(&e.agent) && majority => {
+                    e.agent = from;
+                    from
+                }
+                Some(e) => e.agent,
+                None => from,
+            };
             LookupResult::Found { group, agent }
         } else if !create {
             LookupResult::NotFound
@@ -1001,19 +1150,151 @@ impl GroupService {
         if check_name(&name, self.limits.max_name_len).is_err() {
             return;
         }
+        self.registry.last_group = self.registry.last_group.max(group);
+        let canonical = self.canonical(&name, group);
+        if self
+            .registry
+            .groups
+            .get(&group)
+            .is_some_and(|e| e.name != name)
+        {
+            // The number is another name's: the announcer's members move.
+            let agent = self
+                .registry
+                .groups
+                .get(&canonical)
+                .map_or(from, |c| c.agent);
+            self.send(
+                from,
+                Message::Resign {
+                    group,
+                    canonical,
+                    agent,
+                },
+            );
+            return;
+        }
+        let failed = &self.failed;
         let e = self.registry.groups.entry(group).or_insert(RegEntry {
             name: name.clone(),
             agent: from,
             members,
             epoch,
         });
-        if epoch >= e.epoch {
+        // Two nodes hold the agent role of one group (they took it over on
+        // different verdicts, or one restarted): the newer epoch keeps it,
+        // then the lower node; an agent this registry saw fail loses.
+        let wins = e.agent == from
+            || failed.contains(&e.agent)
+            || (epoch, std::cmp::Reverse(from)) > (e.epoch, std::cmp::Reverse(e.agent));
+        if wins {
             e.agent = from;
-            e.epoch = epoch;
+            e.epoch = e.epoch.max(epoch);
             e.members = members;
         }
-        self.registry.by_name.entry(name).or_insert(group);
+        let holder = e.agent;
+        if canonical != group || !wins {
+            let agent = if canonical == group {
+                holder
+            } else {
+                self.registry
+                    .groups
+                    .get(&canonical)
+                    .map_or(from, |c| c.agent)
+            };
+            self.send(
+                from,
+                Message::Resign {
+                    group,
+                    canonical,
+                    agent,
+                },
+            );
+        }
+    }
+
+    /// The number `name` lives under: the lowest number any node announced
+    /// or claimed for it (numbers only accumulate, so every registry that
+    /// has heard the same numbers agrees, and a name split by a registry
+    /// that created it before an announcement reached it is merged).
+    ///
+    /// Two registries that did not know of each other may have given one
+    /// number to two names: the name recorded first keeps it and the other
+    /// gets a new number from this registry's range.
+    fn canonical(&mut self, name: &str, group: GroupId) -> GroupId {
+        let taken = self
+            .registry
+            .groups
+            .get(&group)
+            .is_some_and(|e| e.name != name);
+        let named = |s: &Self, c: GroupId| s.registry.groups.get(&c).is_none_or(|e| e.name == name);
+        match self.registry.by_name.get(name).copied() {
+            Some(c) if named(self, c) && (taken || c <= group) => c,
+            _ if !taken => {
+                self.registry.by_name.insert(name.to_owned(), group);
+                group
+            }
+            _ => match self.next_group_number() {
+                Some(c) => {
+                    self.registry.last_group = c;
+                    self.registry.by_name.insert(name.to_owned(), c);
+                    c
+                }
+                None => group,
+            },
+        }
+    }
+
+    /// A member node's agent said it is not: the registry names the agent,
+    /// and gives the role to the claimer if the node it last knew as agent
+    /// is the one that disowned it or has failed (only while this registry
+    /// hears a majority of the cluster, like every takeover).
+    fn registry_claim(
+        &mut self,
+        from: NodeId,
+        token: u64,
+        group: GroupId,
+        stale: NodeId,
+        name: String,
+    ) {
+        if !self.is_registry()
+            || !self.registry_synced()
+            || group == 0
+            || group >= RESERVED_GROUPS
+            || check_name(&name, self.limits.max_name_len).is_err()
+        {
+            return; // the claimer asks again
+        }
         self.registry.last_group = self.registry.last_group.max(group);
+        let canonical = self.canonical(&name, group);
+        let majority = self.live_majority();
+        let failed = &self.failed;
+        let e = self.registry.groups.entry(canonical).or_insert(RegEntry {
+            name,
+            agent: from,
+            members: 0,
+            epoch: 0,
+        });
+        let vacant = (canonical == group && e.agent == stale) || failed.contains(&e.agent);
+        if vacant && majority {
+            e.agent = from;
+        }
+        let result = LookupResult::Found {
+            group: canonical,
+            agent: e.agent,
+        };
+        self.send(from, Message::LookupReply { token, result });
+    }
+
+    /// Whether the nodes not declared failed are a majority of the cluster
+    /// (always, without a cluster).
+    fn live_majority(&self) -> bool {
+        let live = self
+            .cluster
+            .iter()
+            .filter(|n| !self.failed.contains(n))
+            .count();
+        self.cluster.is_empty() || live * 2 > self.cluster.len()
     }
 
     fn registry_count(&mut self, from: NodeId, group: GroupId, epoch: u64, members: u32) {
@@ -1077,8 +1358,7 @@ impl GroupService {
                 agent: self.node,
                 members: Vec::new(),
             };
-            self.agent_of
-                .insert(group, AgentGroup { view, next_rank: 0 });
+            self.agent_of.insert(group, AgentGroup::new(view, 0));
         }
         let max_members = self.limits.max_members;
         let Some(a) = self.agent_of.get_mut(&group) else {
@@ -1113,7 +1393,7 @@ impl GroupService {
             member,
         });
         let view = a.view.clone();
-        self.publish(&view, from);
+        self.publish(&view, Some(from));
         reply(self, Ok((rank, view)));
     }
 
@@ -1135,7 +1415,7 @@ impl GroupService {
             },
         };
         if let Ok(view) = &result {
-            self.publish(view, from);
+            self.publish(view, Some(from));
         }
         self.send(
             from,
@@ -1149,9 +1429,9 @@ impl GroupService {
 
     /// Sends a new view to every member node but `requester` (whose reply carries
     /// it) and the member count to the registry.
-    fn publish(&mut self, view: &View, requester: NodeId) {
+    fn publish(&mut self, view: &View, requester: Option<NodeId>) {
         for node in view.nodes() {
-            if node != requester {
+            if Some(node) != requester {
                 self.send(node, Message::View(view.clone()));
             }
         }
@@ -1229,6 +1509,17 @@ impl GroupService {
                     .push_back(GroupEvent::QueryResult { req, info: None }),
                 LookupResult::Error(e) => self.fail(req, e),
             },
+            Some(Pending::Relocate { group, name }) => {
+                if let LookupResult::Found {
+                    group: canonical,
+                    agent,
+                } = result
+                {
+                    if self.homes.contains_key(&group) {
+                        self.relocate(group, canonical, agent, name);
+                    }
+                }
+            }
             Some(other) => {
                 // A reply of the wrong kind: keep waiting for the right one.
                 self.pending.insert(token, other);
@@ -1272,8 +1563,16 @@ impl GroupService {
                     return;
                 }
                 if !cancelled {
-                    // Before the view: it must not look like a stale member.
-                    self.joined.insert((group, member), view.epoch);
+                    // Before the view, which contains it: apply_view must
+                    // not announce it a second time.
+                    self.joined.insert((group, member), true);
+                    self.homes.insert(
+                        group,
+                        Home {
+                            name: view.name.clone(),
+                            agent,
+                        },
+                    );
                 }
                 self.apply_view(view.clone());
                 if cancelled {
@@ -1391,6 +1690,15 @@ impl GroupService {
             return;
         }
         let had = held.is_some();
+        let mut view = view;
+        if !self.has_local(group) {
+            // No member here wants to be in it (a late view of a group this
+            // node left or moved away from): this node holds it as a view
+            // without itself, and the agent drops its members after their
+            // missed syncs.
+            let node = self.node;
+            view.members.retain(|m| m.node != node);
+        }
         if view.has_node(self.node) {
             self.views.insert(group, view.clone());
         } else if had {
@@ -1398,61 +1706,330 @@ impl GroupService {
         } else {
             return;
         }
-        self.reconcile(&view);
-        self.events
-            .push_back(GroupEvent::ViewChanged { group, view });
+        if let Some(home) = self.homes.get_mut(&group) {
+            home.agent = view.agent;
+        }
+        self.events.push_back(GroupEvent::ViewChanged {
+            group,
+            view: view.clone(),
+        });
+        // Members of this node coming back into the view (anti-entropy
+        // restored a membership that a reset link or an eviction lost): the
+        // daemon hears a `Joined` it did not ask for.
+        let node = self.node;
+        for (&(g, member), present) in self.joined.range_mut((group, 0)..=(group, MemberId::MAX)) {
+            debug_assert_eq!(g, group);
+            let now = view.find(node, member);
+            if let (Some(m), false) = (now, *present) {
+                self.events.push_back(GroupEvent::Joined {
+                    req: 0,
+                    member,
+                    group,
+                    name: view.name.clone(),
+                    rank: m.rank,
+                    view: view.clone(),
+                });
+            }
+            *present = now.is_some();
+        }
     }
 
-    /// Checks a new view against this node's own members (anti-entropy: a
-    /// message lost when a link was reset must not leave a member out for
-    /// good): a member that joined and is missing from a later view without
-    /// having left (its membership was lost, e.g. by an eviction) joins
-    /// again, and the daemon sees a `Joined` it did not ask for. (The
-    /// converse, a LEAVE lost on a reset link, leaves a stale member in the
-    /// view until its node fails.)
-    fn reconcile(&mut self, view: &View) {
-        let g = view.group;
-        let in_flight = |s: &Self, member: MemberId| {
-            s.pending.values().any(|p| match p {
-                Pending::JoinRegister {
-                    group, member: m, ..
+    // ---------------------------------------------------------- anti-entropy
+
+    /// One anti-entropy round ([`SYNC_PERIOD`]): agents tell the registry
+    /// their groups and drop the members of nodes silent for
+    /// [`SYNC_MISSES`] rounds; every node tells each group's agent its
+    /// members there.
+    fn sync_round(&mut self) {
+        if self.confirmed {
+            // Also SYNCED, which a new registry waits for from every node
+            // before it creates names (one lost on a reset link would hold
+            // it back for good).
+            self.announce_all();
+        }
+        let groups: Vec<GroupId> = self.agent_of.keys().copied().collect();
+        for group in groups {
+            let me = self.node;
+            let a = self.agent_of.get_mut(&group).expect("listed");
+            let mut silent = Vec::new();
+            for n in a.view.nodes() {
+                if n == me {
+                    continue;
                 }
-                | Pending::Leave {
-                    group, member: m, ..
-                } => *group == g && *m == member,
-                _ => false,
-            })
-        };
-        let lost: Vec<MemberId> = self
-            .joined
-            .iter()
-            .filter(|(&(gg, m), &epoch)| {
-                gg == g && epoch < view.epoch && view.find(self.node, m).is_none()
-            })
-            .map(|(&(_, m), _)| m)
-            .filter(|&m| !in_flight(self, m))
-            .collect();
-        for member in lost {
-            self.joined.remove(&(g, member));
-            let pending = Pending::JoinRegister {
-                req: 0,
-                member,
-                group: g,
-                agent: view.agent,
-                cancelled: false,
-            };
-            if let Some(token) = self.start(0, pending) {
-                self.send(
-                    view.agent,
-                    Message::Register {
-                        token,
-                        group: g,
-                        member,
-                        name: view.name.clone(),
-                    },
-                );
+                let missed = a.missed.entry(n).or_insert(0);
+                *missed += 1;
+                if *missed > SYNC_MISSES {
+                    silent.push(n);
+                }
+            }
+            if silent.is_empty() {
+                continue;
+            }
+            a.view.members.retain(|m| !silent.contains(&m.node));
+            a.missed.retain(|n, _| !silent.contains(n));
+            a.view.epoch += 1;
+            let view = a.view.clone();
+            self.repairs += silent.len() as u64;
+            self.publish(&view, None);
+            for n in silent {
+                self.send(n, Message::View(view.clone()));
             }
         }
+        let homes: Vec<GroupId> = self.homes.keys().copied().collect();
+        for group in homes {
+            self.sync_group(group);
+        }
+        // A view held with no member here left in it (its members vanished
+        // and the agent that would have answered their leave is gone): the
+        // node forgets it as if it had left.
+        let stale: Vec<GroupId> = self
+            .views
+            .keys()
+            .copied()
+            .filter(|&g| !self.has_local(g))
+            .collect();
+        for group in stale {
+            let mut view = self.views.remove(&group).expect("listed");
+            let node = self.node;
+            view.members.retain(|m| m.node != node);
+            self.events
+                .push_back(GroupEvent::ViewChanged { group, view });
+        }
+    }
+
+    /// Whether a member of this node is in `group` or joining it.
+    fn has_local(&self, group: GroupId) -> bool {
+        self.joined
+            .range((group, 0)..=(group, MemberId::MAX))
+            .next()
+            .is_some()
+            || self.pending.values().any(|p| {
+                matches!(p, Pending::JoinRegister { group: g, cancelled: false, .. } if *g == group)
+            })
+    }
+
+    /// This node's members of `group`: joined and not left, and joins on
+    /// their way to `agent`.
+    fn local_members(&self, group: GroupId, agent: NodeId) -> Vec<MemberId> {
+        let mut members: Vec<MemberId> = self
+            .joined
+            .range((group, 0)..=(group, MemberId::MAX))
+            .map(|(&(_, m), _)| m)
+            .collect();
+        for p in self.pending.values() {
+            if let Pending::JoinRegister {
+                group: g,
+                member,
+                agent: a,
+                cancelled: false,
+                ..
+            } = p
+            {
+                if *g == group && *a == agent && !members.contains(member) {
+                    members.push(*member);
+                }
+            }
+        }
+        members
+    }
+
+    /// Sends the agent of `group` this node's members there (SYNC).
+    fn sync_group(&mut self, group: GroupId) {
+        let Some(home) = self.homes.get(&group).cloned() else {
+            return;
+        };
+        let members = self.local_members(group, home.agent);
+        if members.is_empty() {
+            self.homes.remove(&group);
+            return;
+        }
+        if self.failed.contains(&home.agent) {
+            return; // its survivors take over (take_over_from)
+        }
+        let relocating = self
+            .pending
+            .values()
+            .any(|p| matches!(p, Pending::Relocate { group: g, .. } if *g == group));
+        if relocating {
+            return;
+        }
+        let (epoch, agent) = self
+            .views
+            .get(&group)
+            .map_or((0, home.agent), |v| (v.epoch, v.agent));
+        self.send(
+            home.agent,
+            Message::Sync {
+                group,
+                epoch,
+                agent,
+                name: home.name,
+                members,
+            },
+        );
+    }
+
+    /// A member node's SYNC: its members in the view become exactly the ones
+    /// it lists, and it gets the view if it holds another.
+    fn agent_sync(
+        &mut self,
+        from: NodeId,
+        group: GroupId,
+        epoch: u64,
+        agent: NodeId,
+        name: &str,
+        members: &[MemberId],
+    ) {
+        let max_members = self.limits.max_members;
+        let me = self.node;
+        let Some(a) = self
+            .agent_of
+            .get_mut(&group)
+            .filter(|a| a.view.name == name)
+        else {
+            self.send(from, Message::NotAgent { group });
+            return;
+        };
+        a.missed.remove(&from);
+        let before = a.view.members.len();
+        a.view
+            .members
+            .retain(|m| m.node != from || members.contains(&m.member));
+        let mut changed = before - a.view.members.len();
+        for &member in members {
+            if a.view.find(from, member).is_none()
+                && a.view.members.len() < max_members
+                && a.next_rank < u32::MAX
+            {
+                a.view.members.push(Member {
+                    rank: a.next_rank,
+                    node: from,
+                    member,
+                });
+                a.next_rank += 1;
+                changed += 1;
+            }
+        }
+        // The node holds a view this agent's epochs do not continue (another
+        // agent's, or a later one of an agent it replaced): jump to a new
+        // generation so that the node takes this agent's views.
+        let foreign = agent != me && epoch > 0;
+        if epoch > a.view.epoch || (foreign && epoch >= a.view.epoch) {
+            a.view.epoch = ((epoch >> EPOCH_GENERATION_SHIFT) + 1) << EPOCH_GENERATION_SHIFT;
+            changed += 1;
+        }
+        let view = a.view.clone();
+        if changed > 0 {
+            let a = self.agent_of.get_mut(&group).expect("held");
+            a.view.epoch += 1;
+            let view = a.view.clone();
+            self.repairs += 1;
+            self.publish(&view, None);
+            if !view.has_node(from) {
+                self.send(from, Message::View(view));
+            }
+        } else if epoch != view.epoch || agent != me {
+            self.send(from, Message::View(view));
+        }
+    }
+
+    /// The node this node syncs `group` with says it is not the agent: ask
+    /// the registry who is (CLAIM).
+    fn oa_not_agent(&mut self, from: NodeId, group: GroupId) {
+        let Some(home) = self.homes.get(&group).cloned() else {
+            return;
+        };
+        let relocating = self
+            .pending
+            .values()
+            .any(|p| matches!(p, Pending::Relocate { group: g, .. } if *g == group));
+        if home.agent != from || relocating {
+            return;
+        }
+        let pending = Pending::Relocate {
+            group,
+            name: home.name.clone(),
+        };
+        if let Some(token) = self.start(0, pending) {
+            // Asked again at the next round rather than after REQUEST_TIMEOUT.
+            self.deadlines.insert(token, self.now + 2 * SYNC_PERIOD);
+            self.send(
+                self.registry_node,
+                Message::Claim {
+                    token,
+                    group,
+                    stale: from,
+                    name: home.name,
+                },
+            );
+        }
+    }
+
+    /// The registry says `group`'s name lives under `canonical` with agent
+    /// `agent`: this node's members there move to it (and to its number,
+    /// if another), and if this node is named agent it takes the role
+    /// from the view it holds (a new generation of epochs).
+    fn relocate(&mut self, group: GroupId, canonical: GroupId, agent: NodeId, name: String) {
+        if canonical == group {
+            if let Some(h) = self.homes.get_mut(&group) {
+                h.agent = agent;
+            }
+            if agent == self.node && !self.agent_of.contains_key(&group) {
+                let held = self.views.get(&group).cloned();
+                let mut view = held.clone().unwrap_or(View {
+                    group,
+                    name: name.clone(),
+                    epoch: 0,
+                    agent,
+                    members: Vec::new(),
+                });
+                view.agent = agent;
+                view.epoch = ((view.epoch >> EPOCH_GENERATION_SHIFT) + 1) << EPOCH_GENERATION_SHIFT;
+                let next_rank = view.members.iter().map(|m| m.rank + 1).max().unwrap_or(0);
+                self.agent_of
+                    .insert(group, AgentGroup::new(view.clone(), next_rank));
+                self.takeovers += 1;
+                self.publish(&view, None);
+            }
+            if agent != self.node {
+                self.sync_group(group);
+            }
+            return;
+        }
+        // Another number: the members move there as if they joined it.
+        self.agent_of.remove(&group);
+        let members: Vec<MemberId> = self
+            .joined
+            .range((group, 0)..=(group, MemberId::MAX))
+            .map(|(&(_, m), _)| m)
+            .collect();
+        for &m in &members {
+            self.joined.remove(&(group, m));
+            self.joined.insert((canonical, m), false);
+        }
+        self.repairs += members.len() as u64;
+        self.homes.remove(&group);
+        self.homes.insert(canonical, Home { name, agent });
+        if let Some(mut view) = self.views.remove(&group) {
+            let node = self.node;
+            view.members.retain(|m| m.node != node);
+            self.events
+                .push_back(GroupEvent::ViewChanged { group, view });
+        }
+        if agent != self.node {
+            self.sync_group(canonical);
+        }
+    }
+
+    /// Memberships repaired by anti-entropy (members added or dropped by
+    /// an agent, moved to another number), for counters.
+    pub fn repairs(&self) -> u64 {
+        self.repairs
+    }
+
+    /// Agent roles given up on the registry's word.
+    pub fn resignations(&self) -> u64 {
+        self.resignations
     }
 }
 

@@ -23,6 +23,12 @@
 //! | 10 | QUERY_REPLY | GA → OA | token u64, group u32, present u8 (0/1), then view if 1 |
 //! | 11 | LIST | OA → registry | token u64 |
 //! | 12 | LIST_REPLY | registry → OA | token u64, count u32 (≤ 4096), count × (group u32, agent u32, members u32, name str) |
+//! | 13 | ANNOUNCE | GA → registry | group u32, epoch u64, members u32, name str |
+//! | 14 | SYNCED | any → registry | epoch u32 (the registry moves this node knows of) |
+//! | 15 | SYNC | OA → GA | group u32, epoch u64 (of the view held, 0 if none), agent u32 (of that view), name str, count u32 (≤ 16384), count × member u64 |
+//! | 16 | NOT_AGENT | GA → OA | group u32 |
+//! | 17 | CLAIM | OA → registry | token u64, group u32, stale u32 (the node that answered NOT_AGENT), name str; answered by LOOKUP_REPLY |
+//! | 18 | RESIGN | registry → GA | group u32, canonical group u32, agent u32 (of the canonical group) |
 //!
 //! `view` is: group u32, epoch u64, agent u32, name str, count u32 (≤ 16384), then
 //! count × (rank u32, node u32, member u64), sorted by rank.
@@ -140,6 +146,35 @@ pub enum Message {
     ListReply {
         token: u64,
         groups: Vec<GroupSummary>,
+    },
+    /// Anti-entropy, sent every sync period by each member node to the
+    /// agent it knows: the node's members of the group (all of them: the
+    /// agent adds the missing and drops the others) and the view it holds.
+    Sync {
+        group: GroupId,
+        epoch: u64,
+        agent: NodeId,
+        name: String,
+        members: Vec<MemberId>,
+    },
+    /// The answer to a SYNC sent to a node that is not the group's agent.
+    NotAgent {
+        group: GroupId,
+    },
+    /// A member node whose agent answered NOT_AGENT asks the registry for
+    /// the group's agent, offering itself if `stale` still holds the role.
+    Claim {
+        token: u64,
+        group: GroupId,
+        stale: NodeId,
+        name: String,
+    },
+    /// The registry to an agent that must step down: another node holds the
+    /// role, or the name lives under another (`canonical`) number.
+    Resign {
+        group: GroupId,
+        canonical: GroupId,
+        agent: NodeId,
     },
 }
 
@@ -452,6 +487,49 @@ impl Message {
                     w.str(&g.name);
                 }
             }
+            Message::Sync {
+                group,
+                epoch,
+                agent,
+                name,
+                members,
+            } => {
+                w.u8(15);
+                w.u32(*group);
+                w.u64(*epoch);
+                w.u32(*agent);
+                w.str(name);
+                w.u32(u32::try_from(members.len()).unwrap_or(u32::MAX));
+                for m in members {
+                    w.u64(*m);
+                }
+            }
+            Message::NotAgent { group } => {
+                w.u8(16);
+                w.u32(*group);
+            }
+            Message::Claim {
+                token,
+                group,
+                stale,
+                name,
+            } => {
+                w.u8(17);
+                w.u64(*token);
+                w.u32(*group);
+                w.u32(*stale);
+                w.str(name);
+            }
+            Message::Resign {
+                group,
+                canonical,
+                agent,
+            } => {
+                w.u8(18);
+                w.u32(*group);
+                w.u32(*canonical);
+                w.u32(*agent);
+            }
         }
         w.0
     }
@@ -585,6 +663,36 @@ impl Message {
                 }
                 Message::ListReply { token, groups }
             }
+            15 => {
+                let group = r.u32()?;
+                let epoch = r.u64()?;
+                let agent = r.u32()?;
+                let name = r.str()?;
+                let n = r.count("members", MAX_VIEW_MEMBERS, 8)?;
+                let mut members = Vec::with_capacity(n);
+                for _ in 0..n {
+                    members.push(r.u64()?);
+                }
+                Message::Sync {
+                    group,
+                    epoch,
+                    agent,
+                    name,
+                    members,
+                }
+            }
+            16 => Message::NotAgent { group: r.u32()? },
+            17 => Message::Claim {
+                token: r.u64()?,
+                group: r.u32()?,
+                stale: r.u32()?,
+                name: r.str()?,
+            },
+            18 => Message::Resign {
+                group: r.u32()?,
+                canonical: r.u32()?,
+                agent: r.u32()?,
+            },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         let extra = bytes.len() - r.pos;

@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use mcast_groups::{
-    GroupError, GroupEvent, GroupId, GroupService, Limits, MemberId, NameError, NodeId, ReqId, View,
+    GroupError, GroupEvent, GroupId, GroupService, Limits, MemberId, NameError, NodeId, ReqId,
+    View, SYNC_MISSES, SYNC_PERIOD,
 };
 use proptest::prelude::*;
 
@@ -113,6 +114,18 @@ impl Cluster {
         while self.step() {
             n += 1;
             assert!(n < 1_000_000, "the cluster does not go quiet");
+        }
+    }
+
+    /// Settles, then runs `rounds` anti-entropy rounds (each node's
+    /// `tick` one [`SYNC_PERIOD`] apart), settling after each.
+    fn settle_synced(&mut self, rounds: u64) {
+        self.settle();
+        for r in 1..=rounds {
+            for n in self.ids() {
+                self.svc(n).tick(r * SYNC_PERIOD);
+            }
+            self.settle();
         }
     }
 
@@ -299,7 +312,11 @@ impl Cluster {
             };
             assert_eq!(*group, view.group);
             if let Some(prev) = last.get(group) {
-                if prev.has_node(n) {
+                if prev.has_node(n) && view.epoch == prev.epoch {
+                    // The node forgot the group by itself (no member of
+                    // its own wants it any more): the view it held, without it.
+                    assert!(!view.has_node(n), "node {n} saw epoch {} twice", view.epoch);
+                } else if prev.has_node(n) {
                     assert_eq!(
                         view.epoch,
                         prev.epoch + 1,
@@ -649,7 +666,13 @@ fn member_gone_leaves_every_group_without_answers() {
         c.settle();
         assert!(c.answers(1, j).is_empty());
         assert!(c.agent_view(a).unwrap().find(1, 5).is_none(), "seed {seed}");
-        assert_eq!(c.epochs(1, a).len(), 2, "node 1 saw itself join and leave");
+        // Node 1 never shows its vanished member in a view: a view reaching
+        // a node with no member wanting the group is held without the node.
+        for e in &c.events[0] {
+            if let GroupEvent::ViewChanged { view, .. } = e {
+                assert!(view.find(1, 5).is_none(), "seed {seed}: {view:?}");
+            }
+        }
         assert_eq!(c.get(1).view(a), None);
         c.check();
     }
@@ -940,7 +963,9 @@ proptest! {
                 }
             }
         }
-        c.settle();
+        // Anti-entropy repairs what the races left (a view reaching a node
+        // whose member already left, a stale member): a few rounds.
+        c.settle_synced(2 + u64::from(SYNC_MISSES));
         c.check();
         // The members each agent holds are exactly the answered joins not undone.
         let mut expect: BTreeSet<(GroupId, NodeId, MemberId)> = BTreeSet::new();

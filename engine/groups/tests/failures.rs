@@ -70,6 +70,8 @@ struct Sim {
     next_req: u64,
     /// Clients whose join failed, to try again.
     retry: Vec<(NodeId, MemberId)>,
+    /// No new client joins or leaves (before the check).
+    quiet: bool,
 }
 
 fn cluster() -> Vec<NodeId> {
@@ -110,6 +112,7 @@ impl Sim {
             next_member: 1,
             next_req: 1,
             retry: Vec::new(),
+            quiet: false,
         }
     }
 
@@ -131,10 +134,14 @@ impl Sim {
     /// One millisecond.
     fn step(&mut self, faults: bool) {
         self.now += MS;
+        if std::env::var("MCAST_FAILURE_TRACE").is_ok() && self.now % (100 * MS) == 0 {
+            let queued: usize = self.links.values().map(|l| l.len()).sum();
+            eprintln!("t={}ms queued={queued}", self.now / MS);
+        }
         if faults {
             self.fault();
         }
-        self.clients();
+        self.clients(!self.quiet);
         // Deliver link messages that are due (held while partitioned: the
         // reliable links retransmit until the partition heals).
         let keys: Vec<(NodeId, NodeId)> = self.links.keys().copied().collect();
@@ -260,7 +267,8 @@ impl Sim {
         }
     }
 
-    fn clients(&mut self) {
+    /// Retries failed joins and, if `new`, starts random joins and leaves.
+    fn clients(&mut self, new: bool) {
         for (id, m) in std::mem::take(&mut self.retry) {
             if !self.active(id) {
                 self.retry.push((id, m));
@@ -276,7 +284,7 @@ impl Sim {
             node.svc.join(req, m, g);
             self.pump(id);
         }
-        if !self.rng.chance(20) {
+        if !new || !self.rng.chance(20) {
             return;
         }
         let id = 1 + self.rng.below(u64::from(N)) as NodeId;
@@ -425,15 +433,26 @@ impl Sim {
                 .expect("agent")
                 .clone();
             // Every client that wants to be a member and has no request in
-            // flight is one. Known gap (issue 5): a LEAVE lost on a link reset
-            // leaves a stale member, and a membership lost in some fault
-            // sequences is not always restored; so this part is checked only
-            // with MCAST_FAILURE_STRICT=1.
-            if std::env::var("MCAST_FAILURE_STRICT").is_ok() {
-                let mut want: Vec<(NodeId, MemberId)> = members.clone();
+            // flight is one, and nobody else (anti-entropy restores lost
+            // memberships and drops stale ones). Known gap (issue 5): with
+            // many seeds (MCAST_FAILURE_SEEDS=200) about 1 run in 120 still
+            // ends with one member missing or stale; MCAST_FAILURE_LAX=1
+            // skips this part.
+            if std::env::var("MCAST_FAILURE_LAX").is_err() {
+                // A member whose join is still in flight may be in or out.
+                let settled = |&(n, m): &(NodeId, MemberId)| {
+                    let node = &self.nodes[n as usize - 1];
+                    !node.joining.values().any(|&j| j == m) && !self.retry.contains(&(n, m))
+                };
+                let mut want: Vec<(NodeId, MemberId)> =
+                    members.iter().copied().filter(settled).collect();
                 want.sort();
-                let mut got: Vec<(NodeId, MemberId)> =
-                    view.members.iter().map(|m| (m.node, m.member)).collect();
+                let mut got: Vec<(NodeId, MemberId)> = view
+                    .members
+                    .iter()
+                    .map(|m| (m.node, m.member))
+                    .filter(settled)
+                    .collect();
                 got.sort();
                 assert_eq!(
                     got, want,
@@ -471,23 +490,48 @@ fn run(faults: Faults, default_seeds: u64) {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default_seeds);
-    for seed in 0..seeds {
-        let mut sim = Sim::new(seed, faults);
-        // Everyone hears everyone first (a cluster that came up).
-        sim.settle(200);
-        for _ in 0..4000 {
-            sim.step(true);
+    // Every seed runs; the failures are listed together.
+    let mut failed = Vec::new();
+    let first: u64 = std::env::var("MCAST_FAILURE_FIRST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    for seed in first..first + seeds {
+        if std::env::var("MCAST_FAILURE_TRACE").is_ok() {
+            eprintln!("seed {seed}");
         }
-        sim.settle(3000);
-        sim.check(seed);
+        let outcome = std::panic::catch_unwind(|| {
+            let mut sim = Sim::new(seed, faults);
+            // Everyone hears everyone first (a cluster that came up).
+            sim.settle(200);
+            for _ in 0..4000 {
+                sim.step(true);
+            }
+            sim.settle(2000);
+            // The clients stop joining and leaving; what is in flight ends.
+            sim.quiet = true;
+            sim.settle(1000);
+            sim.check(seed);
+        });
+        if let Err(e) = outcome {
+            let why = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            failed.push(why);
+        }
     }
+    assert!(
+        failed.is_empty(),
+        "{} of {seeds} seeds failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
 }
 
-/// KNOWN GAP (issue 5, left open): seeds 0-5 pass; seed 6 ends with a
-/// member node holding a view of an agent lineage the current agent does
-/// not continue. Run with `cargo test -p mcast-groups --test failures -- --ignored`.
+/// Crashes and restarts of any node (registry and agents included).
 #[test]
-#[ignore = "known gap: split view lineage after some crash/restart sequences (issue 5)"]
 fn random_crashes_and_restarts_end_with_one_agent_and_agreeing_views() {
     run(
         Faults {
@@ -499,12 +543,9 @@ fn random_crashes_and_restarts_end_with_one_agent_and_agreeing_views() {
     );
 }
 
-/// KNOWN GAP (issue 5, left open): with some seeds (2 with the defaults)
-/// pauses past the bound end with one name under two group numbers (a
-/// registry that took over created a name an announcement had not reached
-/// it for yet). Run with `--ignored`.
+/// Pauses (SIGSTOP) of 50-800 ms: past the detection bound the node is
+/// evicted and rejoins.
 #[test]
-#[ignore = "known gap: a name split across two numbers after some pause sequences (issue 5)"]
 fn random_pauses_end_with_one_agent_and_agreeing_views() {
     run(
         Faults {
@@ -516,13 +557,8 @@ fn random_pauses_end_with_one_agent_and_agreeing_views() {
     );
 }
 
-/// Every fault at once. KNOWN GAP (issue 5, left open): combinations of an
-/// agent takeover with the new agent's own restart or eviction can leave
-/// two lineages of a group's views (a member node holding the last view of
-/// an agent that is gone, another node agent of an older lineage). Run it
-/// with `cargo test -p mcast-groups --test failures -- --ignored`.
+/// Every fault at once.
 #[test]
-#[ignore = "known gap: split view lineages after takeover + restart (issue 5)"]
 fn random_crashes_restarts_pauses_and_partitions_end_with_one_agent_and_agreeing_views() {
     run(
         Faults {
@@ -532,4 +568,66 @@ fn random_crashes_restarts_pauses_and_partitions_end_with_one_agent_and_agreeing
         },
         40,
     );
+}
+
+/// Prints the end state of one seed (MCAST_FAILURE_FIRST_SEED, all faults).
+#[test]
+#[ignore = "a debugging aid"]
+fn debug_end_state() {
+    let seed: u64 = std::env::var("MCAST_FAILURE_FIRST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let all = std::env::var("MCAST_FAILURE_CRASHES_ONLY").is_err();
+    let pauses_only = std::env::var("MCAST_FAILURE_PAUSES_ONLY").is_ok();
+    let mut sim = Sim::new(
+        seed,
+        Faults {
+            crashes: !pauses_only,
+            pauses: all,
+            partitions: all && !pauses_only,
+        },
+    );
+    sim.settle(200);
+    for _ in 0..4000 {
+        sim.step(true);
+    }
+    sim.settle(2000);
+    sim.quiet = true;
+    sim.settle(1000);
+    for n in 1..=N {
+        let svc = &sim.nodes[n as usize - 1].svc;
+        println!("node {n}: registry {:?}", svc.registry_epoch());
+        for (g, name) in svc.local_groups() {
+            let v = svc.view(g).unwrap();
+            println!(
+                "  member of {g} {name} agent {} epoch {:#x} members {}",
+                v.agent,
+                v.epoch,
+                v.members.len()
+            );
+        }
+        for g in svc.agent_groups() {
+            let v = svc.agent_view(g).unwrap();
+            println!(
+                "  agent of {g} {} epoch {:#x} members {}",
+                v.name,
+                v.epoch,
+                v.members.len()
+            );
+        }
+        if let Ok(d) = std::env::var("MCAST_FAILURE_DUMP") {
+            if d.parse::<NodeId>().ok() == Some(n) {
+                let node = &sim.nodes[n as usize - 1];
+                println!("wants {:?} joining {:?}", node.wants, node.joining);
+                println!("{svc:#?}");
+            }
+        }
+        for e in svc.registry_groups() {
+            println!(
+                "  registry: {} {} agent {} members {}",
+                e.group, e.name, e.agent, e.members
+            );
+        }
+    }
 }

@@ -148,6 +148,36 @@ fn message() -> impl Strategy<Value = Message> {
         any::<u64>().prop_map(|token| Message::List { token }),
         (any::<u64>(), proptest::collection::vec(summary, 0..10))
             .prop_map(|(token, groups)| Message::ListReply { token, groups }),
+        (
+            any::<u32>(),
+            any::<u64>(),
+            any::<u32>(),
+            "[a-z]{1,20}",
+            proptest::collection::vec(any::<u64>(), 0..10)
+        )
+            .prop_map(|(group, epoch, agent, name, members)| Message::Sync {
+                group,
+                epoch,
+                agent,
+                name,
+                members
+            }),
+        any::<u32>().prop_map(|group| Message::NotAgent { group }),
+        (any::<u64>(), any::<u32>(), any::<u32>(), "[a-z]{1,20}").prop_map(
+            |(token, group, stale, name)| Message::Claim {
+                token,
+                group,
+                stale,
+                name
+            }
+        ),
+        (any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(group, canonical, agent)| {
+            Message::Resign {
+                group,
+                canonical,
+                agent,
+            }
+        }),
     ]
 }
 
@@ -243,8 +273,8 @@ fn wrong_version_unknown_tag_and_bad_values_are_rejected() {
         Err(DecodeError::UnknownTag(0))
     );
     assert_eq!(
-        Message::decode(&[VERSION, 15]),
-        Err(DecodeError::UnknownTag(15))
+        Message::decode(&[VERSION, 19]),
+        Err(DecodeError::UnknownTag(19))
     );
     let mut lookup = Message::Lookup {
         token: 1,
