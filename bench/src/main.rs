@@ -126,8 +126,8 @@ enum Command {
     },
     /// Seed 000 §4's comparison (Figures 8-10): iterative, ACK, NAK and MAK to 1..6 receivers at
     /// 512 and 1,024 B, plus Go-Back-N and the raw blast, over the simulator and AF_XDP (root),
-    /// send-and-wait, offered-rate and saturation modes. Writes a table, JSON, .hgrm
-    /// percentile distributions, .hlog interval logs and SVG plots into --out.
+    /// send-and-wait, echo round-trip, offered-rate and saturation modes. Writes a table, JSON,
+    /// .hgrm percentile distributions, .hlog interval logs and SVG plots into --out.
     Paper {
         /// The output folder.
         #[arg(long, default_value = "target/bench-paper")]
@@ -138,11 +138,12 @@ enum Command {
         /// Backends, comma-separated: sim, xdp (xdp needs root).
         #[arg(long, value_delimiter = ',', default_value = "sim,xdp")]
         backends: Vec<paper::Backend>,
-        /// Modes, comma-separated: pingpong (the paper's send-and-wait), rate, saturation.
+        /// Modes, comma-separated: pingpong (the paper's send-and-wait), echo (the last receiver
+        /// replies to each message; the round trip), rate, saturation.
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "pingpong,rate,saturation"
+            default_value = "pingpong,echo,rate,saturation"
         )]
         modes: Vec<paper::ModeKind>,
         /// Receiver counts, comma-separated (default 1,2,4,6 as in the paper; --quick: 1,6).
@@ -151,7 +152,7 @@ enum Command {
         /// Message sizes in bytes, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "512,1024")]
         sizes: Vec<usize>,
-        /// Messages per send-and-wait run (default 300; --quick: 100).
+        /// Messages per send-and-wait and per echo run (default 300; --quick: 100).
         #[arg(long)]
         pingpong_messages: Option<usize>,
         /// Messages per simulated saturation run, and per offered-rate run up to 3 s of load
