@@ -160,7 +160,8 @@ enum Command {
         #[arg(long)]
         messages: Option<usize>,
         /// Messages per saturation run over AF_XDP (default 20000, with --link-rate 300; --quick:
-        /// 5000); plain NAK's runs at most 4000, as its sender never frees.
+        /// 5000). Plain NAK's sender never frees, so its runs hold the whole run in the window:
+        /// each engine gets a UMEM of (messages + 4,160) x 2 KiB (47 MiB at 20,000); at most 32,768.
         #[arg(long)]
         xdp_saturation_messages: Option<usize>,
         /// Offered rate, messages per second (default 1000; with --link-rate, 100).

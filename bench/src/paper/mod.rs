@@ -295,7 +295,9 @@ fn jobs(o: &Opts) -> Vec<Job> {
             };
             for &len in &o.sizes {
                 let mut push = |algo, algorithm: Option<Algorithm>, receivers| {
-                    // Plain NAK's sender never frees: its runs fit its window.
+                    // Plain NAK's sender never frees: its window holds the
+                    // whole run, and its UMEM grows with it (bounded by
+                    // the cap, see `eb::paper_frames`).
                     let messages = if algorithm == Some(Algorithm::Nak) {
                         messages.min(eb::PAPER_MAX_MESSAGES)
                     } else {

@@ -676,12 +676,38 @@ pub struct PaperRaw {
     pub modes: (String, String),
 }
 
-/// The UMEM of a paper run: NAK's sender never frees, so its window (and
-/// the messages of a run) must fit.
+/// The UMEM of a paper run's engine (2 KiB frames: 16 MiB), plain NAK's
+/// excepted (see [`paper_frames`]).
 const PAPER_FRAMES: u32 = 8192;
 
-/// The most messages one plain-NAK paper run may send (its window holds them all).
-pub const PAPER_MAX_MESSAGES: usize = 4000;
+/// UMEM frames an engine needs beyond its window: the fill and TX rings
+/// (2,048 each), the messages queued ahead of the window and the spares
+/// (the default socket's whole UMEM).
+const PAPER_FRAMES_BEYOND_WINDOW: u32 = 4096;
+
+/// The most messages one plain-NAK paper run may send. Its sender never
+/// frees a frame (seed 000's first weakness), so its window holds the whole
+/// run, and every engine of the run gets a UMEM of
+/// [`paper_frames`]`(messages)` frames of 2 KiB: 47 MiB each for 20,000
+/// messages (330 MiB for the 7 engines of a 6-receiver run), 72 MiB each at
+/// this cap.
+pub const PAPER_MAX_MESSAGES: usize = 32_768;
+
+/// Plain NAK's window in a paper run of `messages` messages: all of them,
+/// and room for the fence slack the harness keeps.
+fn nak_window(messages: usize) -> u32 {
+    messages as u32 + 64
+}
+
+/// The UMEM frames of each engine of a paper run of `algorithm` sending
+/// `messages` messages: 8,192 (16 MiB), or for plain NAK its whole-run
+/// window (messages + 64) plus 4,096 when that is more.
+pub fn paper_frames(algorithm: Option<Algorithm>, messages: usize) -> u32 {
+    match algorithm {
+        Some(Algorithm::Nak) => PAPER_FRAMES.max(nak_window(messages) + PAPER_FRAMES_BEYOND_WINDOW),
+        _ => PAPER_FRAMES,
+    }
+}
 
 /// One paper run: `algorithm` (None: the raw unreliable blast) from the
 /// topology's sender to its first `receivers` receivers, `messages`
@@ -766,7 +792,7 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
     });
     if algorithm == Algorithm::Nak {
         // Plain NAK never frees its buffer: give it the whole run.
-        spec.window_frames = (messages as u32 + 64).next_power_of_two();
+        spec.window_frames = nak_window(messages);
     }
     let echo = mode == PaperMode::Echo;
     // The receiver that answers in an echo run: the last one, which the
@@ -776,7 +802,7 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
     let start = Barrier::new(receivers + 1);
     let sender_done = AtomicBool::new(false);
     let t0 = std::sync::OnceLock::<u64>::new();
-    let open = xdp(PAPER_FRAMES);
+    let open = xdp(paper_frames(Some(algorithm), messages));
     let config = |node: NodeId| {
         let mut c = scenario::config(&spec, node);
         if node == SENDER {
