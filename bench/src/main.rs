@@ -4,8 +4,10 @@
 //! `demo` tells one lossy multicast step by step, `run` performs (or replays)
 //! one seeded run, `sweep` checks thousands of seeds with random faults, and
 //! `table` prints the MAK-versus-plain-NAK scaling table. `xdp` is the one
-//! real-kernel scenario: AF_XDP across network namespaces (needs root). Wall
-//! time is read here, in the binary, never in the protocol core.
+//! real-kernel scenario: AF_XDP across network namespaces (needs root); so
+//! is most of `paper`. Both remove their namespaces when interrupted (SIGINT
+//! or SIGTERM: see [`clean_up_on_signals`]). Wall time is read here, in the
+//! binary, never in the protocol core.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -213,6 +215,12 @@ const SIM_FLAGS: &str = "Simulator flags (defaults in brackets):
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Xdp { .. } | Command::Paper { .. }) {
+        if let Err(e) = clean_up_on_signals() {
+            eprintln!("mcast-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let result =
         match cli.command {
             Command::Demo {
@@ -308,6 +316,47 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// On the first SIGINT or SIGTERM: stop, remove every network namespace
+/// this process created (their `Drop` would not run: the process exits from
+/// the handler's thread) and exit with 128 + the signal's number and a
+/// message saying so. A second signal during that cleanup exits at once.
+fn clean_up_on_signals() -> Result<(), String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let cleaning = Arc::new(AtomicBool::new(false));
+    for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, cleaning.clone())
+            .map_err(|e| format!("installing the signal handler: {e}"))?;
+    }
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| format!("installing the signal handler: {e}"))?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let Some(sig) = signals.forever().next() else {
+                return;
+            };
+            cleaning.store(true, std::sync::atomic::Ordering::SeqCst);
+            let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+            eprintln!("
+mcast-bench: interrupted by {name}: stopping and removing the network namespaces");
+            let removed = mcast_engine::harness::netns::remove_all_for_exit();
+            eprintln!(
+                "mcast-bench: interrupted by {name}: the run stopped, no results written; removed {} network namespace(s){}",
+                removed.len(),
+                if removed.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", removed.join(", "))
+                }
+            );
+            std::process::exit(128 + sig);
+        })
+        .map_err(|e| format!("starting the signal thread: {e}"))?;
+    Ok(())
 }
 
 fn run_one(args: &[String]) -> Result<(), String> {

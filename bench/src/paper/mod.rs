@@ -455,6 +455,7 @@ pub fn run(o: &Opts) -> Result<(), String> {
             if let Some(rate) = &o.link_rate {
                 t.limit_rate(rate, "32kbit")?;
             }
+            eprintln!("mcast-bench paper: {}", namespaces_line(&t));
             Some(t)
         } else {
             None
@@ -545,6 +546,19 @@ pub fn run(o: &Opts) -> Result<(), String> {
         wall.as_secs_f64()
     );
     Ok(())
+}
+
+/// Names the namespaces of `t`, for the log: what an interrupted run removes.
+pub fn namespaces_line(t: &Topology) -> String {
+    let names: Vec<&str> = [&t.bridge, &t.sender]
+        .into_iter()
+        .chain(&t.receivers)
+        .map(|n| n.name.as_str())
+        .collect();
+    format!(
+        "network namespaces {} created (removed at the end, or on SIGINT/SIGTERM)",
+        names.join(" ")
+    )
 }
 
 /// A `tc` rate (`10mbit`, `512kbit`, `1gbit`, `100000bit`) in bit/s.

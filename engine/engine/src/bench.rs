@@ -162,6 +162,16 @@ pub fn run_xdp(cfg: &XdpBenchConfig, mut progress: impl FnMut(&str)) -> Result<X
         return Err(format!("needs root ({why})"));
     }
     let topo = Topology::new("mcast-bench xdp").ok_or("could not build the topology")?;
+    progress(&format!(
+        "network namespaces {} {} {} created",
+        topo.bridge.name,
+        topo.sender.name,
+        topo.receivers
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
     let len = cfg.message_len;
     let n = cfg.messages;
     let mut throughput = Vec::new();
