@@ -1199,14 +1199,22 @@ fn paper_blast(
                         }
                     }
                     PaperMode::Echo => {
-                        // Spin on the RX ring, as the engine's sender does
-                        // between sleeps of at most SENDER_MAX_SLEEP.
+                        // Poll the RX ring, yielding the CPU between polls:
+                        // a sender spinning throughout starves the other
+                        // receivers of a 2-CPU machine, and one sleeping on
+                        // the socket pays a wake-up the engine's sender,
+                        // whose sleeps end at its next deadline, mostly does
+                        // not.
                         let want = i - 1;
                         while echoed[want] == u64::MAX && monotonic_ns() < give_up {
                             t.reap(&mut kept).expect("reap");
                             rx.clear();
                             t.recv(&mut rx).expect("recv");
                             let now = monotonic_ns();
+                            if rx.is_empty() {
+                                std::thread::yield_now();
+                                continue;
+                            }
                             for d in &rx {
                                 let bytes = &t.frame(d.frame)
                                     [d.offset as usize..(d.offset + d.len) as usize];
