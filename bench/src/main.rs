@@ -4,8 +4,10 @@
 //! `demo` tells one lossy multicast step by step, `run` performs (or replays)
 //! one seeded run, `sweep` checks thousands of seeds with random faults, and
 //! `table` prints the MAK-versus-plain-NAK scaling table. `xdp` is the one
-//! real-kernel scenario: AF_XDP across network namespaces (needs root). Wall
-//! time is read here, in the binary, never in the protocol core.
+//! real-kernel scenario: AF_XDP across network namespaces (needs root); so
+//! is most of `paper`. Both remove their namespaces when interrupted (SIGINT
+//! or SIGTERM: see [`clean_up_on_signals`]). Wall time is read here, in the
+//! binary, never in the protocol core.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -126,8 +128,8 @@ enum Command {
     },
     /// Seed 000 §4's comparison (Figures 8-10): iterative, ACK, NAK and MAK to 1..6 receivers at
     /// 512 and 1,024 B, plus Go-Back-N and the raw blast, over the simulator and AF_XDP (root),
-    /// send-and-wait, offered-rate and saturation modes. Writes a table, JSON, .hgrm
-    /// percentile distributions, .hlog interval logs and SVG plots into --out.
+    /// send-and-wait, echo round-trip, offered-rate and saturation modes. Writes a table, JSON,
+    /// .hgrm percentile distributions, .hlog interval logs and SVG plots into --out.
     Paper {
         /// The output folder.
         #[arg(long, default_value = "target/bench-paper")]
@@ -138,11 +140,12 @@ enum Command {
         /// Backends, comma-separated: sim, xdp (xdp needs root).
         #[arg(long, value_delimiter = ',', default_value = "sim,xdp")]
         backends: Vec<paper::Backend>,
-        /// Modes, comma-separated: pingpong (the paper's send-and-wait), rate, saturation.
+        /// Modes, comma-separated: pingpong (the paper's send-and-wait), echo (the last receiver
+        /// replies to each message; the round trip), rate, saturation.
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "pingpong,rate,saturation"
+            default_value = "pingpong,echo,rate,saturation"
         )]
         modes: Vec<paper::ModeKind>,
         /// Receiver counts, comma-separated (default 1,2,4,6 as in the paper; --quick: 1,6).
@@ -151,7 +154,7 @@ enum Command {
         /// Message sizes in bytes, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "512,1024")]
         sizes: Vec<usize>,
-        /// Messages per send-and-wait run (default 300; --quick: 100).
+        /// Messages per send-and-wait and per echo run (default 300; --quick: 100).
         #[arg(long)]
         pingpong_messages: Option<usize>,
         /// Messages per simulated saturation run, and per offered-rate run up to 3 s of load
@@ -159,7 +162,8 @@ enum Command {
         #[arg(long)]
         messages: Option<usize>,
         /// Messages per saturation run over AF_XDP (default 20000, with --link-rate 300; --quick:
-        /// 5000); plain NAK's runs at most 4000, as its sender never frees.
+        /// 5000). Plain NAK's sender never frees, so its runs hold the whole run in the window:
+        /// each engine gets a UMEM of (messages + 4,160) x 2 KiB (47 MiB at 20,000); at most 32,768.
         #[arg(long)]
         xdp_saturation_messages: Option<usize>,
         /// Offered rate, messages per second (default 1000; with --link-rate, 100).
@@ -211,6 +215,12 @@ const SIM_FLAGS: &str = "Simulator flags (defaults in brackets):
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Xdp { .. } | Command::Paper { .. }) {
+        if let Err(e) = clean_up_on_signals() {
+            eprintln!("mcast-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let result =
         match cli.command {
             Command::Demo {
@@ -306,6 +316,47 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// On the first SIGINT or SIGTERM: stop, remove every network namespace
+/// this process created (their `Drop` would not run: the process exits from
+/// the handler's thread) and exit with 128 + the signal's number and a
+/// message saying so. A second signal during that cleanup exits at once.
+fn clean_up_on_signals() -> Result<(), String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let cleaning = Arc::new(AtomicBool::new(false));
+    for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, cleaning.clone())
+            .map_err(|e| format!("installing the signal handler: {e}"))?;
+    }
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| format!("installing the signal handler: {e}"))?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let Some(sig) = signals.forever().next() else {
+                return;
+            };
+            cleaning.store(true, std::sync::atomic::Ordering::SeqCst);
+            let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+            eprintln!("
+mcast-bench: interrupted by {name}: stopping and removing the network namespaces");
+            let removed = mcast_engine::harness::netns::remove_all_for_exit();
+            eprintln!(
+                "mcast-bench: interrupted by {name}: the run stopped, no results written; removed {} network namespace(s){}",
+                removed.len(),
+                if removed.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", removed.join(", "))
+                }
+            );
+            std::process::exit(128 + sig);
+        })
+        .map_err(|e| format!("starting the signal thread: {e}"))?;
+    Ok(())
 }
 
 fn run_one(args: &[String]) -> Result<(), String> {

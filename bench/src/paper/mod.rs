@@ -2,8 +2,9 @@
 //! engine. Iterative, ACK, NAK and MAK to 1..6 receivers at 512 and 1,024-byte
 //! messages, plus Go-Back-N (one receiver) and the raw unreliable blast (the
 //! ceiling), over the simulator and over real AF_XDP in network namespaces,
-//! in three modes: the paper's send-one-and-wait ("ping-pong"), a fixed
-//! offered rate and saturation. Everything lands in one folder: a table,
+//! in four modes: the paper's send-one-and-wait ("ping-pong"), an echo round
+//! trip (the last receiver answers each message, the sender sends the next
+//! when the answer is in), a fixed offered rate and saturation. Everything lands in one folder: a table,
 //! JSON, HdrHistogram percentile distributions (.hgrm) and interval logs
 //! (.hlog), and SVG plots.
 
@@ -49,10 +50,11 @@ impl std::str::FromStr for Backend {
     }
 }
 
-/// The three ways of offering messages.
+/// The four ways of offering messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModeKind {
     PingPong,
+    Echo,
     Rate,
     Saturation,
 }
@@ -61,6 +63,7 @@ impl ModeKind {
     pub fn name(self) -> &'static str {
         match self {
             ModeKind::PingPong => "pingpong",
+            ModeKind::Echo => "echo",
             ModeKind::Rate => "rate",
             ModeKind::Saturation => "saturation",
         }
@@ -72,9 +75,12 @@ impl std::str::FromStr for ModeKind {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "pingpong" => Ok(ModeKind::PingPong),
+            "echo" => Ok(ModeKind::Echo),
             "rate" => Ok(ModeKind::Rate),
             "saturation" => Ok(ModeKind::Saturation),
-            _ => Err(format!("unknown mode {s:?} (pingpong, rate, saturation)")),
+            _ => Err(format!(
+                "unknown mode {s:?} (pingpong, echo, rate, saturation)"
+            )),
         }
     }
 }
@@ -87,7 +93,7 @@ pub struct Opts {
     pub modes: Vec<ModeKind>,
     pub receivers: Vec<usize>,
     pub sizes: Vec<usize>,
-    /// Messages per ping-pong run.
+    /// Messages per ping-pong and per echo run.
     pub pingpong_messages: usize,
     /// Messages per offered-rate (at most 3 s of load) and simulated saturation run.
     pub messages: usize,
@@ -141,9 +147,16 @@ pub struct RunResult {
     /// Per message, from (scheduled) send until the last receiver delivered
     /// it: the paper's multicast latency.
     pub completion: Histogram<u64>,
-    /// Ping-pong, acknowledged algorithms: send until every ACK was in.
-    pub round_trip: Option<Histogram<u64>>,
-    /// Completion latencies by the interval of their send time.
+    /// Ping-pong, acknowledged algorithms: send until the sender held every
+    /// ACK (the "acked" round trip).
+    pub acked: Option<Histogram<u64>>,
+    /// Echo: send until the last receiver's reply was delivered at the
+    /// sender (the echo round trip).
+    pub echo: Option<Histogram<u64>>,
+    /// Echo: messages whose reply came back in time.
+    pub replies: usize,
+    /// The run's main latency (echo: the round trip; otherwise the
+    /// completion) by the interval of the send time.
     pub intervals: Vec<(f64, f64, Histogram<u64>)>,
     pub delivered_min: usize,
     pub secs: f64,
@@ -208,13 +221,32 @@ fn summarize(job: &Job, rate: Option<u32>, raw: PaperRaw) -> RunResult {
     } else {
         (last_delivered - first_sent) as f64 / 1e9
     };
-    let round_trip = (!raw.round_trip_ns.is_empty()).then(|| {
+    let acked = (!raw.acked_ns.is_empty()).then(|| {
         let mut h = histogram();
-        for &v in &raw.round_trip_ns {
+        for &v in &raw.acked_ns {
             h.saturating_record(v.max(1));
         }
         h
     });
+    let mut replies = 0;
+    let echo = (job.mode == ModeKind::Echo).then(|| {
+        let mut h = histogram();
+        for &v in raw.echo_ns.iter().filter(|&&v| v != u64::MAX) {
+            h.saturating_record(v.max(1));
+            replies += 1;
+        }
+        h
+    });
+    if job.mode == ModeKind::Echo {
+        // The interval log follows the round trip.
+        done = raw
+            .sent_ns
+            .iter()
+            .zip(&raw.echo_ns)
+            .filter(|(_, &v)| v != u64::MAX)
+            .map(|(&sent, &v)| (sent, v.max(1)))
+            .collect();
+    }
     // Interval histograms: tenths of the run, at least 1 ms each.
     let span_ns = done.iter().map(|d| d.0).max().unwrap_or(0).max(1);
     let step = (span_ns / 10).max(1_000_000);
@@ -238,7 +270,9 @@ fn summarize(job: &Job, rate: Option<u32>, raw: PaperRaw) -> RunResult {
         messages: job.messages,
         one_way,
         completion,
-        round_trip,
+        acked,
+        echo,
+        replies,
         intervals,
         delivered_min,
         secs,
@@ -253,7 +287,7 @@ fn jobs(o: &Opts) -> Vec<Job> {
     for &backend in &o.backends {
         for &mode in &o.modes {
             let messages = match mode {
-                ModeKind::PingPong => o.pingpong_messages,
+                ModeKind::PingPong | ModeKind::Echo => o.pingpong_messages,
                 // At most 3 s of offered load per run.
                 ModeKind::Rate => o.messages.min(3 * rate_of(o, backend) as usize).max(1),
                 ModeKind::Saturation if backend == Backend::Xdp => o.xdp_saturation_messages,
@@ -261,7 +295,9 @@ fn jobs(o: &Opts) -> Vec<Job> {
             };
             for &len in &o.sizes {
                 let mut push = |algo, algorithm: Option<Algorithm>, receivers| {
-                    // Plain NAK's sender never frees: its runs fit its window.
+                    // Plain NAK's sender never frees: its window holds the
+                    // whole run, and its UMEM grows with it (bounded by
+                    // the cap, see `eb::paper_frames`).
                     let messages = if algorithm == Some(Algorithm::Nak) {
                         messages.min(eb::PAPER_MAX_MESSAGES)
                     } else {
@@ -299,6 +335,7 @@ fn jobs(o: &Opts) -> Vec<Job> {
 fn mode_of(o: &Opts, b: Backend, m: ModeKind) -> PaperMode {
     match m {
         ModeKind::PingPong => PaperMode::PingPong,
+        ModeKind::Echo => PaperMode::Echo,
         ModeKind::Rate => PaperMode::Rate(rate_of(o, b)),
         ModeKind::Saturation => PaperMode::Saturation,
     }
@@ -418,6 +455,7 @@ pub fn run(o: &Opts) -> Result<(), String> {
             if let Some(rate) = &o.link_rate {
                 t.limit_rate(rate, "32kbit")?;
             }
+            eprintln!("mcast-bench paper: {}", namespaces_line(&t));
             Some(t)
         } else {
             None
@@ -510,6 +548,19 @@ pub fn run(o: &Opts) -> Result<(), String> {
     Ok(())
 }
 
+/// Names the namespaces of `t`, for the log: what an interrupted run removes.
+pub fn namespaces_line(t: &Topology) -> String {
+    let names: Vec<&str> = [&t.bridge, &t.sender]
+        .into_iter()
+        .chain(&t.receivers)
+        .map(|n| n.name.as_str())
+        .collect();
+    format!(
+        "network namespaces {} created (removed at the end, or on SIGINT/SIGTERM)",
+        names.join(" ")
+    )
+}
+
 /// A `tc` rate (`10mbit`, `512kbit`, `1gbit`, `100000bit`) in bit/s.
 pub fn parse_rate(s: &str) -> Result<u64, String> {
     let t = s.trim().to_ascii_lowercase();
@@ -528,11 +579,14 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
     Ok((n * mult) as u64)
 }
 
-/// The growth of the paper's latency (ping-pong completion, median) from the
-/// fewest to the most receivers, per backend, size and algorithm.
+/// The growth of a send-and-wait latency (median) from the fewest to the
+/// most receivers, per backend, size and algorithm: in ping-pong runs the
+/// paper's latency (the send until the last receiver delivered), in echo
+/// runs the round trip (the send until the reply was in).
 #[derive(Debug, Clone)]
 pub struct Growth {
     pub backend: Backend,
+    pub mode: ModeKind,
     pub len: usize,
     pub algo: &'static str,
     pub from_rx: usize,
@@ -541,9 +595,12 @@ pub struct Growth {
     pub to_us: f64,
     /// Least-squares slope of the median over every receiver count, µs per receiver.
     pub slope_us: f64,
-    /// The median round trip (send until every ACK was in) at the fewest and
-    /// the most receivers, for the acknowledged algorithms.
-    pub rtt_us: Option<(f64, f64)>,
+    /// Ping-pong: the median acked round trip (send until every ACK was in)
+    /// at the fewest and the most receivers, for the acknowledged algorithms.
+    pub acked_us: Option<(f64, f64)>,
+    /// Echo: the median round trip over the blast's in the same run, at the
+    /// fewest and the most receivers (AF_XDP only: the simulator has no blast).
+    pub over_blast: Option<(f64, f64)>,
 }
 
 impl Growth {
@@ -561,51 +618,54 @@ pub const PAPER_1K: [(&str, Option<f64>, Option<f64>, &str); 4] = [
     ("mak", None, None, "<1.15x, 14 us/receiver"),
 ];
 
-pub fn growth(results: &[RunResult]) -> Vec<Growth> {
+/// The median a growth follows: ping-pong, the completion; echo, the round trip.
+fn growth_median(r: &RunResult) -> Option<f64> {
+    let h = match r.mode {
+        ModeKind::Echo => r.echo.as_ref()?,
+        _ => &r.completion,
+    };
+    (!h.is_empty()).then(|| h.value_at_quantile(0.5) as f64 / 1e3)
+}
+
+/// The growths of `mode`'s runs (ping-pong or echo).
+pub fn growth(results: &[RunResult], mode: ModeKind) -> Vec<Growth> {
     let mut v = Vec::new();
     let mut keys: Vec<(Backend, usize, &'static str)> = results
         .iter()
-        .filter(|r| r.mode == ModeKind::PingPong && r.algo != "gbn")
+        .filter(|r| r.mode == mode && r.algo != "gbn")
         .map(|r| (r.backend, r.len, r.algo))
         .collect();
-    keys.dedup();
     keys.sort_by_key(|k| (k.0.name(), k.1, order(k.2)));
     keys.dedup();
+    let run = |backend: Backend, len: usize, algo: &str, rx: usize| {
+        results.iter().find(|r| {
+            r.mode == mode
+                && r.backend == backend
+                && r.len == len
+                && r.algo == algo
+                && r.receivers == rx
+        })
+    };
     for (backend, len, algo) in keys {
         let mut pts: Vec<(usize, f64)> = results
             .iter()
-            .filter(|r| {
-                r.mode == ModeKind::PingPong
-                    && r.backend == backend
-                    && r.len == len
-                    && r.algo == algo
-                    && !r.completion.is_empty()
-            })
-            .map(|r| {
-                (
-                    r.receivers,
-                    r.completion.value_at_quantile(0.5) as f64 / 1e3,
-                )
-            })
+            .filter(|r| r.mode == mode && r.backend == backend && r.len == len && r.algo == algo)
+            .filter_map(|r| Some((r.receivers, growth_median(r)?)))
             .collect();
         pts.sort_by_key(|p| p.0);
         let (Some(&first), Some(&last)) = (pts.first(), pts.last()) else {
             continue;
         };
-        let rtt_at = |rx: usize| {
-            results
-                .iter()
-                .find(|r| {
-                    r.mode == ModeKind::PingPong
-                        && r.backend == backend
-                        && r.len == len
-                        && r.algo == algo
-                        && r.receivers == rx
-                })
-                .and_then(|r| r.round_trip.as_ref())
+        let acked_at = |rx: usize| {
+            run(backend, len, algo, rx)
+                .and_then(|r| r.acked.as_ref())
+                .filter(|h| !h.is_empty())
                 .map(|h| h.value_at_quantile(0.5) as f64 / 1e3)
         };
-        let rtt_us = rtt_at(first.0).zip(rtt_at(last.0));
+        let over_blast_at = |rx: usize, us: f64| {
+            let b = growth_median(run(backend, len, "blast", rx)?)?;
+            (algo != "blast" && mode == ModeKind::Echo).then(|| us / b.max(1e-9))
+        };
         let n = pts.len() as f64;
         let mx = pts.iter().map(|p| p.0 as f64).sum::<f64>() / n;
         let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
@@ -613,6 +673,7 @@ pub fn growth(results: &[RunResult]) -> Vec<Growth> {
         let sxy: f64 = pts.iter().map(|p| (p.0 as f64 - mx) * (p.1 - my)).sum();
         v.push(Growth {
             backend,
+            mode,
             len,
             algo,
             from_rx: first.0,
@@ -620,7 +681,8 @@ pub fn growth(results: &[RunResult]) -> Vec<Growth> {
             from_us: first.1,
             to_us: last.1,
             slope_us: if sxx > 0.0 { sxy / sxx } else { 0.0 },
-            rtt_us,
+            acked_us: acked_at(first.0).zip(acked_at(last.0)),
+            over_blast: over_blast_at(first.0, first.1).zip(over_blast_at(last.0, last.1)),
         });
     }
     v
@@ -659,6 +721,25 @@ pub fn fmt_us(v: f64) -> String {
     }
 }
 
+/// The run of the raw blast beside `r` (same backend, mode, size and receivers).
+fn blast_of<'a>(results: &'a [RunResult], r: &RunResult) -> Option<&'a RunResult> {
+    results.iter().find(|b| {
+        b.backend == r.backend
+            && b.mode == r.mode
+            && b.len == r.len
+            && b.receivers == r.receivers
+            && b.algo == "blast"
+    })
+}
+
+/// `a / b` to two places, or "-".
+fn ratio_text(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 && a.is_finite() => format!("{:.2}", a / b),
+        _ => "-".into(),
+    }
+}
+
 /// The table, as text.
 fn table(env: &Env, results: &[RunResult]) -> String {
     let mut s = String::new();
@@ -671,8 +752,12 @@ fn table(env: &Env, results: &[RunResult]) -> String {
         s,
         "latency: per message, from its (scheduled) send until the LAST receiver delivered it (the paper's\n\
          multicast latency), microseconds, HdrHistogram 3 significant figures; one-way p50 is per delivery at\n\
-         any receiver; rtt p50 (ping-pong, acknowledged algorithms) is send until the sender held every ACK;\n\
-         msgs/s and MB/s at the slowest receiver; 'got' is what the slowest receiver delivered."
+         any receiver; acked p50 (ping-pong, acknowledged algorithms) is the send until the sender held every\n\
+         ACK; msgs/s and MB/s at the slowest receiver; 'got' is what the slowest receiver delivered.\n\
+         echo tables: the round trip, from the send until the last receiver's reply (16 bytes, unicast back\n\
+         over the same transport) was delivered at the sender; the next message goes when the reply is in;\n\
+         'last rx p50' is the send until the last receiver delivered; 'x blast' is the p50 over the raw\n\
+         blast's echo p50 in the same run."
     );
     let mut groups: Vec<(Backend, ModeKind)> =
         results.iter().map(|r| (r.backend, r.mode)).collect();
@@ -685,6 +770,61 @@ fn table(env: &Env, results: &[RunResult]) -> String {
             .and_then(|r| r.rate)
             .map(|r| format!(" at {r} msgs/s"))
             .unwrap_or_default();
+        let mut rows: Vec<&RunResult> = results
+            .iter()
+            .filter(|r| r.backend == backend && r.mode == mode)
+            .collect();
+        rows.sort_by_key(|r| (r.len, order(r.algo), r.receivers));
+        if mode == ModeKind::Echo {
+            let _ = writeln!(
+                s,
+                "== {} echo: round trip, send -> reply delivered at the sender ==",
+                backend.name()
+            );
+            let _ = writeln!(
+                s,
+                "{:<10} {:>3} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>10} {:>8} {:>7}",
+                "algo",
+                "rx",
+                "bytes",
+                "rtt p50",
+                "p90",
+                "p99",
+                "p99.9",
+                "max",
+                "last rx p50",
+                "1way p50",
+                "rtt/s",
+                "replies",
+                "x blast"
+            );
+            for r in rows {
+                let Some(h) = r.echo.as_ref() else { continue };
+                let blast = blast_of(results, r)
+                    .filter(|_| r.algo != "blast")
+                    .and_then(|b| b.echo.as_ref())
+                    .filter(|b| !b.is_empty())
+                    .map(|b| us(b, 0.5));
+                let _ = writeln!(
+                    s,
+                    "{:<10} {:>3} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>10.0} {:>7.1}% {:>7}",
+                    r.algo,
+                    r.receivers,
+                    r.len,
+                    fmt_us(us(h, 0.5)),
+                    fmt_us(us(h, 0.9)),
+                    fmt_us(us(h, 0.99)),
+                    fmt_us(us(h, 0.999)),
+                    fmt_us(if h.is_empty() { f64::NAN } else { h.max() as f64 / 1e3 }),
+                    fmt_us(us(&r.completion, 0.5)),
+                    fmt_us(us(&r.one_way, 0.5)),
+                    r.replies as f64 / r.secs,
+                    100.0 * r.replies as f64 / r.messages.max(1) as f64,
+                    ratio_text((!h.is_empty()).then(|| us(h, 0.5)), blast)
+                );
+            }
+            continue;
+        }
         let _ = writeln!(s, "== {} {}{} ==", backend.name(), mode.name(), rate);
         let _ = writeln!(
             s,
@@ -698,32 +838,18 @@ fn table(env: &Env, results: &[RunResult]) -> String {
             "p99.9",
             "max",
             "1way p50",
-            "rtt p50",
+            "acked p50",
             "msgs/s",
             "MB/s",
             "got",
             "x blast"
         );
-        let mut rows: Vec<&RunResult> = results
-            .iter()
-            .filter(|r| r.backend == backend && r.mode == mode)
-            .collect();
-        rows.sort_by_key(|r| (r.len, order(r.algo), r.receivers));
         for r in rows {
             let c = &r.completion;
-            let blast = results.iter().find(|b| {
-                b.backend == r.backend
-                    && b.mode == r.mode
-                    && b.len == r.len
-                    && b.receivers == r.receivers
-                    && b.algo == "blast"
-            });
-            let x = blast
-                .filter(|b| b.msgs_per_sec > 0.0 && r.algo != "blast")
-                .map_or_else(
-                    || "-".into(),
-                    |b| format!("{:.2}", r.msgs_per_sec / b.msgs_per_sec),
-                );
+            let x = ratio_text(
+                Some(r.msgs_per_sec).filter(|_| r.algo != "blast"),
+                blast_of(results, r).map(|b| b.msgs_per_sec),
+            );
             let _ = writeln!(
                 s,
                 "{:<10} {:>3} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10.0} {:>8.2} {:>6.1}% {:>7}",
@@ -736,7 +862,7 @@ fn table(env: &Env, results: &[RunResult]) -> String {
                 fmt_us(us(c, 0.999)),
                 fmt_us(if c.is_empty() { f64::NAN } else { c.max() as f64 / 1e3 }),
                 fmt_us(us(&r.one_way, 0.5)),
-                r.round_trip.as_ref().map_or_else(|| "-".into(), |h| fmt_us(us(h, 0.5))),
+                r.acked.as_ref().map_or_else(|| "-".into(), |h| fmt_us(us(h, 0.5))),
                 r.msgs_per_sec,
                 r.mb_per_sec,
                 100.0 * r.delivered_min as f64 / r.messages.max(1) as f64,
@@ -744,7 +870,7 @@ fn table(env: &Env, results: &[RunResult]) -> String {
             );
         }
     }
-    let g = growth(results);
+    let g = growth(results, ModeKind::PingPong);
     if !g.is_empty() {
         let _ = writeln!(s);
         let _ = writeln!(
@@ -753,7 +879,7 @@ fn table(env: &Env, results: &[RunResult]) -> String {
         );
         let _ = writeln!(
             s,
-            "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>7} {:>10} {:>17}   paper (1,024 B, 1 -> 6 receivers)",
+            "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>7} {:>10} {:>19}   paper (1,024 B, 1 -> 6 receivers)",
             "backend",
             "bytes",
             "algo",
@@ -762,7 +888,7 @@ fn table(env: &Env, results: &[RunResult]) -> String {
             "to us",
             "growth",
             "us/rx",
-            "rtt from->to us"
+            "acked from->to us"
         );
         for x in g {
             let paper = PAPER_1K
@@ -774,7 +900,7 @@ fn table(env: &Env, results: &[RunResult]) -> String {
                 });
             let _ = writeln!(
                 s,
-                "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>6.2}x {:>10.1} {:>17}   {}",
+                "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>6.2}x {:>10.1} {:>19}   {}",
                 x.backend.name(),
                 x.len,
                 x.algo,
@@ -783,11 +909,48 @@ fn table(env: &Env, results: &[RunResult]) -> String {
                 fmt_us(x.to_us),
                 x.ratio(),
                 x.slope_us,
-                x.rtt_us.map_or_else(
+                x.acked_us.map_or_else(
                     || "-".to_owned(),
                     |(a, b)| format!("{}->{} {:.2}x", fmt_us(a), fmt_us(b), b / a.max(1e-9))
                 ),
                 paper
+            );
+        }
+    }
+    let g = growth(results, ModeKind::Echo);
+    if !g.is_empty() {
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "== growth of the echo round trip (median) from the fewest to the most receivers =="
+        );
+        let _ = writeln!(
+            s,
+            "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>7} {:>10} {:>17}",
+            "backend",
+            "bytes",
+            "algo",
+            "rx",
+            "from us",
+            "to us",
+            "growth",
+            "us/rx",
+            "x blast from->to"
+        );
+        for x in g {
+            let _ = writeln!(
+                s,
+                "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>6.2}x {:>10.1} {:>17}",
+                x.backend.name(),
+                x.len,
+                x.algo,
+                format!("{}->{}", x.from_rx, x.to_rx),
+                fmt_us(x.from_us),
+                fmt_us(x.to_us),
+                x.ratio(),
+                x.slope_us,
+                x.over_blast
+                    .map_or_else(|| "-".to_owned(), |(a, b)| format!("{a:.2}->{b:.2}")),
             );
         }
     }
@@ -809,7 +972,12 @@ mod tests {
         let o = Opts {
             out: out.clone(),
             backends: vec![Backend::Sim],
-            modes: vec![ModeKind::PingPong, ModeKind::Rate, ModeKind::Saturation],
+            modes: vec![
+                ModeKind::PingPong,
+                ModeKind::Echo,
+                ModeKind::Rate,
+                ModeKind::Saturation,
+            ],
             receivers: vec![1, 2],
             sizes: vec![512],
             pingpong_messages: 20,
@@ -832,9 +1000,11 @@ mod tests {
         let table = std::fs::read_to_string(out.join("table.txt")).expect("table");
         for needle in [
             "== sim pingpong",
+            "== sim echo: round trip",
             "== sim rate at 100",
             "== sim saturation",
-            "growth",
+            "growth of the ping-pong latency",
+            "growth of the echo round trip",
         ] {
             assert!(table.contains(needle), "table lacks {needle:?}:\n{table}");
         }
@@ -842,19 +1012,57 @@ mod tests {
             assert!(table.contains(algo), "table lacks {algo}");
         }
 
-        // The JSON: 3 modes x (4 algorithms x 2 receiver counts + gbn) runs,
+        // The JSON: 4 modes x (4 algorithms x 2 receiver counts + gbn) runs,
         // each with its environment and a completion histogram.
         let v: Value =
             serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap())
                 .expect("results.json parses");
         let runs = v["runs"].as_array().expect("runs");
-        assert_eq!(runs.len(), 3 * (4 * 2 + 1));
+        assert_eq!(runs.len(), 4 * (4 * 2 + 1));
         for r in runs {
             assert_eq!(r["delivered_min"], r["messages"], "{r}");
             assert!(r["completion"]["p50_ns"].as_u64().unwrap() > 0, "{r}");
             assert_eq!(r["environment"]["message_len"], 512);
+            // The acked round trip only in ping-pong, and not for plain NAK.
+            let acked = r["mode"] == "pingpong" && r["algo"] != "nak";
+            assert_eq!(r["acked_round_trip"].is_object(), acked, "{r}");
+            assert_eq!(r["echo_round_trip"].is_object(), r["mode"] == "echo", "{r}");
         }
         assert_eq!(v["growth"].as_array().unwrap().len(), 4);
+        assert_eq!(v["echo_growth"].as_array().unwrap().len(), 4);
+
+        // Echo: every message of every algorithm, plain NAK included, was
+        // answered; the reply comes after the last receiver delivered, by
+        // the reply's (and at most an ACK's) time on the 10 Mbit/s wire.
+        let echo = |algo: &str, rx: u64| {
+            runs.iter()
+                .find(|r| r["mode"] == "echo" && r["algo"] == algo && r["receivers"] == rx)
+                .unwrap_or_else(|| panic!("echo {algo} {rx}"))
+        };
+        let rtt = |algo: &str, rx: u64| {
+            echo(algo, rx)["echo_round_trip"]["p50_ns"]
+                .as_u64()
+                .unwrap()
+        };
+        for algo in ["iterative", "ack", "nak", "mak"] {
+            for rx in [1, 2] {
+                let r = echo(algo, rx);
+                assert_eq!(r["echo_replies"], 20, "{r}");
+                assert_eq!(r["echo_round_trip"]["samples"], 20, "{r}");
+                let last = r["completion"]["p50_ns"].as_u64().unwrap();
+                let rtt = rtt(algo, rx);
+                assert!(
+                    rtt > last && rtt - last < 200_000,
+                    "{algo} {rx}: rtt {rtt} ns, last receiver {last} ns"
+                );
+            }
+        }
+        assert_eq!(echo("gbn", 1)["echo_replies"], 20);
+        // Iterative's reply waits for one more 512-byte copy (~0.5 ms at
+        // 10 Mbit/s) per receiver; one multicast reaches both at once.
+        assert!(rtt("iterative", 2) > rtt("iterative", 1) + 400_000);
+        assert_eq!(rtt("nak", 2), rtt("nak", 1));
+        assert_eq!(rtt("mak", 2), rtt("mak", 1));
         // Iterative sends one copy per receiver: two receivers take longer.
         let p50 = |algo: &str, rx: u64| {
             runs.iter()
@@ -883,7 +1091,13 @@ mod tests {
         let cols: Vec<&str> = last.split_whitespace().collect();
         assert_eq!(cols[1], "1.000000000000");
         assert_eq!(cols[2], "20");
-        assert!(out.join("hgrm/sim-pingpong-mak-2rx-512B.rtt.hgrm").exists());
+        assert!(out
+            .join("hgrm/sim-pingpong-mak-2rx-512B.acked.hgrm")
+            .exists());
+        assert!(!out
+            .join("hgrm/sim-pingpong-nak-2rx-512B.acked.hgrm")
+            .exists());
+        assert!(out.join("hgrm/sim-echo-nak-2rx-512B.echo.hgrm").exists());
         assert!(out.join("hgrm/sim-rate-nak-1rx-512B.oneway.hgrm").exists());
 
         // The interval log decodes back into histograms holding every message.
@@ -900,13 +1114,31 @@ mod tests {
             }
         }
         assert_eq!(total, 50);
+        // An echo run's interval log holds its round trips.
+        let log = std::fs::read(out.join("hlog/sim-echo-nak-2rx-512B.hlog")).expect("hlog");
+        let mut total = 0;
+        for entry in IntervalLogIterator::new(&log) {
+            if let LogEntry::Interval(i) = entry.expect("log entry") {
+                let bytes = base64_decode(i.encoded_histogram());
+                let h: Histogram<u64> =
+                    de.deserialize(&mut bytes.as_slice()).expect("V2 histogram");
+                total += h.len();
+            }
+        }
+        assert_eq!(total, 20);
 
         // The plots are well-formed SVG with one series per algorithm.
         let plots: Vec<_> = std::fs::read_dir(out.join("plots"))
             .unwrap()
             .map(|e| e.unwrap().path())
             .collect();
-        assert_eq!(plots.len(), 4, "{plots:?}");
+        // Latency and echo round trip against receivers, percentiles of
+        // ping-pong, echo and offered rate, saturation throughput.
+        assert_eq!(plots.len(), 6, "{plots:?}");
+        assert!(out
+            .join("plots/sim-echo-rtt-vs-receivers-512B.svg")
+            .exists());
+        assert!(out.join("plots/sim-echo-percentiles-512B-2rx.svg").exists());
         for p in &plots {
             let text = std::fs::read_to_string(p).unwrap();
             let doc = roxmltree::Document::parse(&text)

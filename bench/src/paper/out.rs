@@ -17,17 +17,18 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
 use super::svg::{self, Chart, Series};
-use super::{growth, order, table, write, Backend, Env, ModeKind, RunResult, PAPER_1K};
+use super::{blast_of, growth, order, table, write, Backend, Env, ModeKind, RunResult, PAPER_1K};
 
 /// Writes everything; returns how many files.
 pub fn write_all(dir: &Path, env: &Env, results: &[RunResult]) -> Result<usize, String> {
     let mut files = 0;
     for r in results {
         let stem = r.stem();
-        let hists: [(&str, Option<&Histogram<u64>>); 3] = [
+        let hists: [(&str, Option<&Histogram<u64>>); 4] = [
             ("", Some(&r.completion)),
             (".oneway", Some(&r.one_way)),
-            (".rtt", r.round_trip.as_ref()),
+            (".acked", r.acked.as_ref()),
+            (".echo", r.echo.as_ref()),
         ];
         for (suffix, h) in hists {
             if let Some(h) = h.filter(|h| !h.is_empty()) {
@@ -107,14 +108,20 @@ pub fn hgrm(h: &Histogram<u64>, scale: f64) -> String {
     s
 }
 
-/// The interval log of a run: its completion latencies by send-time interval.
+/// The interval log of a run: its completion latencies (echo runs: its
+/// round trips) by send-time interval.
 fn hlog(r: &RunResult) -> Result<Vec<u8>, String> {
+    let what = if r.mode == ModeKind::Echo {
+        "echo round trip"
+    } else {
+        "completion latency"
+    };
     let mut buf = Vec::new();
     let mut ser = V2DeflateSerializer::new();
     let now = std::time::SystemTime::now();
     let mut w = IntervalLogWriterBuilder::new()
         .add_comment(&format!(
-            "mcast-bench paper {}: completion latency (ns) per message, by send-time interval",
+            "mcast-bench paper {}: {what} (ns) per message, by send-time interval",
             r.stem()
         ))
         .with_start_time(now)
@@ -156,13 +163,7 @@ fn to_json(env: &Env, results: &[RunResult]) -> Value {
         .iter()
         .map(|r| {
             let stem = r.stem();
-            let blast = results.iter().find(|b| {
-                b.backend == r.backend
-                    && b.mode == r.mode
-                    && b.len == r.len
-                    && b.receivers == r.receivers
-                    && b.algo == "blast"
-            });
+            let blast = blast_of(results, r);
             let mut e = env.json();
             e["message_len"] = json!(r.len);
             e["receivers"] = json!(r.receivers);
@@ -178,7 +179,15 @@ fn to_json(env: &Env, results: &[RunResult]) -> Value {
                 "delivered_min": r.delivered_min,
                 "completion": hist_json(&r.completion),
                 "one_way": hist_json(&r.one_way),
-                "round_trip": r.round_trip.as_ref().map_or(Value::Null, hist_json),
+                "acked_round_trip": r.acked.as_ref().map_or(Value::Null, hist_json),
+                "echo_round_trip": r.echo.as_ref().map_or(Value::Null, hist_json),
+                "echo_replies": r.echo.as_ref().map(|_| r.replies),
+                "echo_p50_over_blast": r.echo.as_ref().filter(|h| !h.is_empty()).and_then(|h| {
+                    let b = blast.filter(|_| r.algo != "blast")?.echo.as_ref()?;
+                    (!b.is_empty()).then(|| {
+                        h.value_at_quantile(0.5) as f64 / b.value_at_quantile(0.5) as f64
+                    })
+                }),
                 "seconds": r.secs,
                 "msgs_per_sec": r.msgs_per_sec,
                 "mb_per_sec": r.mb_per_sec,
@@ -191,23 +200,27 @@ fn to_json(env: &Env, results: &[RunResult]) -> Value {
             })
         })
         .collect();
-    let g: Vec<Value> = growth(results)
-        .iter()
-        .map(|x| {
-            json!({
-                "backend": x.backend.name(),
-                "message_len": x.len,
-                "algo": x.algo,
-                "from_receivers": x.from_rx,
-                "to_receivers": x.to_rx,
-                "from_p50_us": x.from_us,
-                "to_p50_us": x.to_us,
-                "growth": x.ratio(),
-                "us_per_receiver": x.slope_us,
-                "round_trip_p50_us": x.rtt_us.map(|(a, b)| json!({"from": a, "to": b})),
+    let growth_json = |mode: ModeKind| -> Vec<Value> {
+        growth(results, mode)
+            .iter()
+            .map(|x| {
+                json!({
+                    "backend": x.backend.name(),
+                    "mode": x.mode.name(),
+                    "message_len": x.len,
+                    "algo": x.algo,
+                    "from_receivers": x.from_rx,
+                    "to_receivers": x.to_rx,
+                    "from_p50_us": x.from_us,
+                    "to_p50_us": x.to_us,
+                    "growth": x.ratio(),
+                    "us_per_receiver": x.slope_us,
+                    "acked_round_trip_p50_us": x.acked_us.map(|(a, b)| json!({"from": a, "to": b})),
+                    "p50_over_blast": x.over_blast.map(|(a, b)| json!({"from": a, "to": b})),
+                })
             })
-        })
-        .collect();
+            .collect()
+    };
     let paper: Vec<Value> = PAPER_1K
         .iter()
         .map(|p| json!({"algo": p.0, "one_receiver_us": p.1, "six_receivers_us": p.2, "growth": p.3}))
@@ -216,7 +229,8 @@ fn to_json(env: &Env, results: &[RunResult]) -> Value {
         "scenario": "paper",
         "environment": env.json(),
         "runs": runs,
-        "growth": g,
+        "growth": growth_json(ModeKind::PingPong),
+        "echo_growth": growth_json(ModeKind::Echo),
         "paper_1024B": paper,
     })
 }
@@ -234,8 +248,9 @@ fn percentile_points(h: &Histogram<u64>) -> Vec<(f64, f64)> {
 }
 
 /// The plots: per backend and size, latency against receivers (ping-pong),
-/// percentile curves at the most receivers (ping-pong, offered rate) and
-/// throughput against receivers (saturation).
+/// the echo round trip against receivers, percentile curves at the most
+/// receivers (ping-pong, echo, offered rate) and throughput against
+/// receivers (saturation).
 fn plots(results: &[RunResult], link_rate: Option<&str>) -> Vec<(String, Chart)> {
     let mut out = Vec::new();
     let mut keys: Vec<(Backend, usize)> = results.iter().map(|r| (r.backend, r.len)).collect();
@@ -310,8 +325,39 @@ fn plots(results: &[RunResult], link_rate: Option<&str>) -> Vec<(String, Chart)>
                 },
             ));
         }
+        // The echo round trip against receivers.
+        let algos = algos_of(b, len, ModeKind::Echo);
+        if !algos.is_empty() {
+            let series: Vec<Series> = algos
+                .iter()
+                .map(|a| Series {
+                    name: a.to_string(),
+                    points: pick(b, len, ModeKind::Echo, a)
+                        .iter()
+                        .filter_map(|r| {
+                            let h = r.echo.as_ref().filter(|h| !h.is_empty())?;
+                            Some((r.receivers as f64, h.value_at_quantile(0.5) as f64 / 1e3))
+                        })
+                        .collect(),
+                    dashed: false,
+                })
+                .collect();
+            out.push((
+                format!("{}-echo-rtt-vs-receivers-{len}B.svg", b.name()),
+                Chart {
+                    title: format!("Echo round trip, {len} B messages ({where_})"),
+                    x_label: "receivers (the last one replies)".into(),
+                    y_label: "median round trip, send to reply (us)".into(),
+                    x_log: false,
+                    y_log: true,
+                    x_percentile: false,
+                    stacked: true,
+                    series,
+                },
+            ));
+        }
         // Percentile curves at the most receivers.
-        for mode in [ModeKind::PingPong, ModeKind::Rate] {
+        for mode in [ModeKind::PingPong, ModeKind::Echo, ModeKind::Rate] {
             let algos = algos_of(b, len, mode);
             let Some(max_rx) = results
                 .iter()
@@ -327,9 +373,13 @@ fn plots(results: &[RunResult], link_rate: Option<&str>) -> Vec<(String, Chart)>
                     let r = pick(b, len, mode, a)
                         .into_iter()
                         .find(|r| r.receivers == max_rx)?;
+                    let h = match mode {
+                        ModeKind::Echo => r.echo.as_ref()?,
+                        _ => &r.completion,
+                    };
                     Some(Series {
                         name: a.to_string(),
-                        points: percentile_points(&r.completion),
+                        points: percentile_points(h),
                         dashed: false,
                     })
                 })
@@ -349,15 +399,24 @@ fn plots(results: &[RunResult], link_rate: Option<&str>) -> Vec<(String, Chart)>
                 ),
                 Chart {
                     title: format!(
-                        "Latency percentiles: {}{rate}, {len} B, {max_rx} receivers ({where_})",
-                        if mode == ModeKind::Rate {
-                            "offered rate"
+                        "{}: {}{rate}, {len} B, {max_rx} receivers ({where_})",
+                        if mode == ModeKind::Echo {
+                            "Round-trip percentiles"
                         } else {
-                            "send-and-wait"
+                            "Latency percentiles"
+                        },
+                        match mode {
+                            ModeKind::Rate => "offered rate",
+                            ModeKind::Echo => "echo",
+                            _ => "send-and-wait",
                         }
                     ),
                     x_label: "percentile".into(),
-                    y_label: "latency to the last receiver (us)".into(),
+                    y_label: if mode == ModeKind::Echo {
+                        "round trip, send to reply (us)".into()
+                    } else {
+                        "latency to the last receiver (us)".into()
+                    },
                     x_log: true,
                     y_log: true,
                     x_percentile: true,

@@ -3,19 +3,28 @@
 //! accepted each frame, when each receiver delivered it and when the sender
 //! next held every acknowledgment. Every message fits one frame here, so a
 //! sequence number names a message.
+//!
+//! Echo runs: the simulator carries one stream (node 1 to the rest), so the
+//! reply is not a Go-Back-N stream as over AF_XDP but one header-only frame
+//! (a `Pack` marked by [`REPLY_EPOCH`]) that the last receiver's recorder
+//! sends to the sender when it delivers a message, and the sender's recorder
+//! takes out of the stream; it crosses the simulated segment like any frame
+//! (the receiver's NIC serializes it, the link delays it). The sender's
+//! recorder refuses the next message (window full) until the reply is in.
+//! The paper runs are lossless, so the reply needs no repair.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::Duration;
 
 use mcast_engine::bench::{PaperMode, PaperRaw};
 use mcast_proto::any::{AnyReceiver, AnySender};
 use mcast_proto::{
-    Counters, Endpoint, Event, Header, Instant, NodeId, OutFrame, RxBody, SendError, Sender, Seq,
-    Transmit,
+    Counters, Dest, Endpoint, Event, GroupId, Header, Instant, Kind, NodeId, OutFrame, RxBody,
+    SendError, Sender, Seq, Transmit, TxBody,
 };
-use mcast_sim::{Algorithm, LinkConfig, SimConfig};
+use mcast_sim::{Algorithm, LinkConfig, SimConfig, SENDER};
 
 /// The simulated segment of the paper runs.
 #[derive(Debug, Clone, Copy)]
@@ -31,13 +40,28 @@ struct Log {
     delivered: Vec<Vec<u64>>,
     /// Accept time of the message whose acknowledgments are awaited.
     awaiting_ack: Option<u64>,
-    round_trips: Vec<u64>,
+    /// Send until the sender held every ACK, per message (ping-pong).
+    acked: Vec<u64>,
+    /// Echo: the message whose reply is awaited, and its accept time.
+    awaiting_reply: Option<(usize, u64)>,
+    /// Echo: send until the reply reached the sender, per message.
+    echoed: Vec<u64>,
+}
+
+/// Marks the simulated echo reply (a `Pack` no machine sends with it).
+pub const REPLY_EPOCH: u32 = 0xec40_ec40;
+
+/// True for the recorders' echo reply frame.
+fn is_reply(h: &Header) -> bool {
+    h.kind == Kind::Pack && h.epoch == REPLY_EPOCH
 }
 
 struct RecSender {
     inner: AnySender,
     log: Rc<RefCell<Log>>,
     acked: bool,
+    /// Echo mode: one message at a time, the next when the reply is in.
+    echo: bool,
 }
 
 impl RecSender {
@@ -45,7 +69,7 @@ impl RecSender {
         if self.acked && self.inner.is_idle() {
             let mut log = self.log.borrow_mut();
             if let Some(t) = log.awaiting_ack.take() {
-                log.round_trips.push(now.0 - t);
+                log.acked.push(now.0 - t);
             }
         }
     }
@@ -53,6 +77,17 @@ impl RecSender {
 
 impl Endpoint for RecSender {
     fn handle_frame(&mut self, now: Instant, header: &Header, body: RxBody<'_>) {
+        if is_reply(header) {
+            let mut log = self.log.borrow_mut();
+            let i = log.seq_to_msg.get(&header.seq.0).copied();
+            if let Some((want, at)) = log.awaiting_reply {
+                if i == Some(want) {
+                    log.echoed[want] = now.0 - at;
+                    log.awaiting_reply = None;
+                }
+            }
+            return;
+        }
         self.inner.handle_frame(now, header, body);
         self.check_idle(now);
     }
@@ -80,8 +115,22 @@ impl Endpoint for RecSender {
     }
 }
 
+impl RecSender {
+    fn awaiting_reply(&self) -> bool {
+        self.echo && self.log.borrow().awaiting_reply.is_some()
+    }
+}
+
 impl Sender for RecSender {
-    fn send(&mut self, now: Instant, frame: OutFrame) -> Result<Seq, SendError> {
+    fn send(&mut self, now: Instant, mut frame: OutFrame) -> Result<Seq, SendError> {
+        if self.awaiting_reply() {
+            return Err(SendError::WindowFull(frame.buf));
+        }
+        if self.echo {
+            // Nothing is queued behind it: the application waits for the
+            // reply (the engine marks such a frame the end of a burst too).
+            frame.last = true;
+        }
         let seq = self.inner.send(now, frame)?;
         let mut log = self.log.borrow_mut();
         let i = log.accepted.len();
@@ -90,13 +139,18 @@ impl Sender for RecSender {
         if self.acked {
             log.awaiting_ack = Some(now.0);
         }
+        if self.echo {
+            log.awaiting_reply = Some((i, now.0));
+        }
         Ok(seq)
     }
     fn can_send(&self) -> bool {
-        self.inner.can_send()
+        !self.awaiting_reply() && self.inner.can_send()
     }
+    /// Not idle while a reply is awaited, so the run does not end before
+    /// the last one arrives.
     fn is_idle(&self) -> bool {
-        self.inner.is_idle()
+        !self.awaiting_reply() && self.inner.is_idle()
     }
     fn set_members(&mut self, now: Instant, members: &[NodeId]) {
         self.inner.set_members(now, members);
@@ -106,6 +160,12 @@ impl Sender for RecSender {
 struct RecReceiver {
     inner: AnyReceiver,
     index: usize,
+    /// This node and its group, and whether it answers each delivery (echo mode).
+    node: NodeId,
+    group: GroupId,
+    replies: bool,
+    /// Sequence numbers delivered and not yet answered.
+    to_answer: VecDeque<Seq>,
     now: u64,
     log: Rc<RefCell<Log>>,
 }
@@ -121,11 +181,28 @@ impl Endpoint for RecReceiver {
     }
     fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
         self.now = now.0;
-        self.inner.poll_transmit(now)
+        if let Some(t) = self.inner.poll_transmit(now) {
+            return Some(t);
+        }
+        let seq = self.to_answer.pop_front()?;
+        let mut header = Header::new(Kind::Pack);
+        header.group = self.group;
+        header.src = self.node;
+        header.peer = SENDER;
+        header.epoch = REPLY_EPOCH;
+        header.seq = seq;
+        Some(Transmit {
+            dest: Dest::Node(SENDER),
+            header,
+            body: TxBody::None,
+        })
     }
     fn poll_event(&mut self) -> Option<Event> {
         let e = self.inner.poll_event();
         if let Some(Event::Deliver { seq, .. }) = e {
+            if self.replies {
+                self.to_answer.push_back(seq);
+            }
             let mut log = self.log.borrow_mut();
             if let Some(&i) = log.seq_to_msg.get(&seq.0) {
                 if let Some(slot) = log.delivered[self.index].get_mut(i) {
@@ -216,15 +293,26 @@ pub fn run(
             Some((1_000_000_000 / gap).max(1))
         }
         PaperMode::Rate(r) => Some(u64::from(r)),
-        PaperMode::Saturation => None,
+        // Echo: the next message as soon as the sender's recorder takes it
+        // (when the reply is in).
+        PaperMode::Saturation | PaperMode::Echo => None,
     };
     cfg.messages_per_sec = rate;
     cfg.liveness_bound = Duration::from_secs(30);
     let log = Rc::new(RefCell::new(Log {
         delivered: vec![vec![u64::MAX; messages]; receivers],
+        echoed: if mode == PaperMode::Echo {
+            vec![u64::MAX; messages]
+        } else {
+            Vec::new()
+        },
         ..Log::default()
     }));
     let acked = mode == PaperMode::PingPong && algorithm != Algorithm::Nak;
+    let echo = mode == PaperMode::Echo;
+    // The receiver that answers: the last, which the iterative sender's last
+    // copy reaches.
+    let replier = receivers as NodeId + 1;
     let protocol = cfg.protocol;
     let report = mcast_sim::run_with(
         &cfg,
@@ -232,10 +320,15 @@ pub fn run(
             inner: AnySender::new(algorithm, stream, &protocol, members),
             log: log.clone(),
             acked,
+            echo,
         },
         |stream| RecReceiver {
             inner: AnyReceiver::new(algorithm, stream, &protocol),
             index: (stream.local as usize).saturating_sub(2),
+            node: stream.local,
+            group: stream.group,
+            replies: echo && stream.local == replier,
+            to_answer: VecDeque::new(),
             now: 0,
             log: log.clone(),
         },
@@ -254,7 +347,7 @@ pub fn run(
         Some(r) if !matches!(mode, PaperMode::PingPong) => (0..messages as u64)
             .map(|i| (u128::from(i) * 1_000_000_000 / u128::from(r)) as u64)
             .collect(),
-        // Ping-pong: the message is sent when it is accepted. Saturation: the
+        // Ping-pong and echo: the message is sent when it is accepted. Saturation: the
         // application wanted to send it as soon as the previous one was taken.
         _ if mode == PaperMode::Saturation => std::iter::once(0)
             .chain(log.accepted.iter().copied())
@@ -265,7 +358,8 @@ pub fn run(
     Ok(PaperRaw {
         sent_ns,
         delivered_ns: log.delivered,
-        round_trip_ns: log.round_trips,
+        acked_ns: log.acked,
+        echo_ns: log.echoed,
         modes: ("simulator".into(), "simulator".into()),
     })
 }

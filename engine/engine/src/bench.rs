@@ -35,7 +35,9 @@ use crate::harness::netns::{Netns, Topology};
 use crate::harness::runs::{run_nodes, xdp};
 use crate::harness::scenario::{self, Spec, GROUP, SENDER};
 use crate::sys::monotonic_ns;
-use crate::{Algorithm, Engine, PublishError, Transport, TxDesc};
+use crate::{
+    Algorithm, Engine, EngineConfig, GroupOptions, PublishError, StreamStart, Transport, TxDesc,
+};
 
 /// UMEM frames per socket (a stash of spares about twice the ring slots).
 const FRAME_COUNT: u32 = 4096;
@@ -160,6 +162,16 @@ pub fn run_xdp(cfg: &XdpBenchConfig, mut progress: impl FnMut(&str)) -> Result<X
         return Err(format!("needs root ({why})"));
     }
     let topo = Topology::new("mcast-bench xdp").ok_or("could not build the topology")?;
+    progress(&format!(
+        "network namespaces {} {} {} created",
+        topo.bridge.name,
+        topo.sender.name,
+        topo.receivers
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
     let len = cfg.message_len;
     let n = cfg.messages;
     let mut throughput = Vec::new();
@@ -638,7 +650,23 @@ pub enum PaperMode {
     /// As fast as the window allows; latency counts from the moment the
     /// application first tried to publish the message.
     Saturation,
+    /// Ping-pong with a reply: send one message; the run's last receiver
+    /// answers each message it delivers with a 16-byte reply, unicast back
+    /// to the sender over the same engine and transport (a Go-Back-N stream
+    /// in the sender's inbox group [`ECHO_GROUP`]; the blast answers with one
+    /// raw frame); the sender sends the next message when the reply is in.
+    /// The round trip is from the send until the reply was delivered at the
+    /// sender. Works for every algorithm, plain NAK included.
+    Echo,
 }
+
+/// The sender's inbox in an echo run: the replies' Go-Back-N stream (the
+/// iterative machine with a group of one, unicast, opened by its first
+/// frame, as the daemons' links are).
+pub const ECHO_GROUP: u32 = 0x8000_0001;
+
+/// Bytes of an echo reply: the message's index and its send time.
+pub const ECHO_REPLY_LEN: usize = 16;
 
 /// What a paper run measured, in CLOCK_MONOTONIC nanoseconds since the run
 /// started. `u64::MAX` marks a message a receiver never delivered.
@@ -650,17 +678,46 @@ pub struct PaperRaw {
     pub delivered_ns: Vec<Vec<u64>>,
     /// Ping-pong only, acknowledged algorithms only: per message, from the
     /// publish until the sender held every receiver's acknowledgment.
-    pub round_trip_ns: Vec<u64>,
+    pub acked_ns: Vec<u64>,
+    /// Echo only: per message, from the send until the reply was delivered
+    /// at the sender (`u64::MAX`: no reply in time). Empty in other modes.
+    pub echo_ns: Vec<u64>,
     /// XDP attach mode and AF_XDP bind mode seen.
     pub modes: (String, String),
 }
 
-/// The UMEM of a paper run: NAK's sender never frees, so its window (and
-/// the messages of a run) must fit.
+/// The UMEM of a paper run's engine (2 KiB frames: 16 MiB), plain NAK's
+/// excepted (see [`paper_frames`]).
 const PAPER_FRAMES: u32 = 8192;
 
-/// The most messages one plain-NAK paper run may send (its window holds them all).
-pub const PAPER_MAX_MESSAGES: usize = 4000;
+/// UMEM frames an engine needs beyond its window: the fill and TX rings
+/// (2,048 each), the messages queued ahead of the window and the spares
+/// (the default socket's whole UMEM).
+const PAPER_FRAMES_BEYOND_WINDOW: u32 = 4096;
+
+/// The most messages one plain-NAK paper run may send. Its sender never
+/// frees a frame (seed 000's first weakness), so its window holds the whole
+/// run, and every engine of the run gets a UMEM of
+/// [`paper_frames`]`(messages)` frames of 2 KiB: 47 MiB each for 20,000
+/// messages (330 MiB for the 7 engines of a 6-receiver run), 72 MiB each at
+/// this cap.
+pub const PAPER_MAX_MESSAGES: usize = 32_768;
+
+/// Plain NAK's window in a paper run of `messages` messages: all of them,
+/// and room for the fence slack the harness keeps.
+fn nak_window(messages: usize) -> u32 {
+    messages as u32 + 64
+}
+
+/// The UMEM frames of each engine of a paper run of `algorithm` sending
+/// `messages` messages: 8,192 (16 MiB), or for plain NAK its whole-run
+/// window (messages + 64) plus 4,096 when that is more.
+pub fn paper_frames(algorithm: Option<Algorithm>, messages: usize) -> u32 {
+    match algorithm {
+        Some(Algorithm::Nak) => PAPER_FRAMES.max(nak_window(messages) + PAPER_FRAMES_BEYOND_WINDOW),
+        _ => PAPER_FRAMES,
+    }
+}
 
 /// One paper run: `algorithm` (None: the raw unreliable blast) from the
 /// topology's sender to its first `receivers` receivers, `messages`
@@ -721,6 +778,7 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
     } = *run;
     let mut spec = spec(topo, algorithm, receivers, messages, len, 0.0);
     spec.window_frames = spec.window_frames.min(PAPER_FRAMES / 4);
+    let one_at_a_time = matches!(mode, PaperMode::PingPong | PaperMode::Echo);
     // On a capped link (`Topology::limit_rate`) a frame takes ~1 ms at
     // 10 Mbit/s: timers sized for veth (5 ms) would resend what is merely
     // queued, and Go-Back-N then collapses. Size them to outlast a full
@@ -735,7 +793,7 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
         } else {
             1
         };
-        let inflight = if mode == PaperMode::PingPong {
+        let inflight = if one_at_a_time {
             1
         } else {
             u64::from(spec.window_frames.min(64))
@@ -744,17 +802,24 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
     });
     if algorithm == Algorithm::Nak {
         // Plain NAK never frees its buffer: give it the whole run.
-        spec.window_frames = (messages as u32 + 64).next_power_of_two();
+        spec.window_frames = nak_window(messages);
     }
+    let echo = mode == PaperMode::Echo;
+    // The receiver that answers in an echo run: the last one, which the
+    // iterative sender's last copy reaches.
+    let replier = receivers - 1;
     let progress = counters(receivers);
     let start = Barrier::new(receivers + 1);
     let sender_done = AtomicBool::new(false);
     let t0 = std::sync::OnceLock::<u64>::new();
-    let open = xdp(PAPER_FRAMES);
+    let open = xdp(paper_frames(Some(algorithm), messages));
     let config = |node: NodeId| {
         let mut c = scenario::config(&spec, node);
         if node == SENDER {
             c.max_sleep = c.max_sleep.min(SENDER_MAX_SLEEP);
+        } else {
+            // The replier sends unicast to the sender from the start.
+            c.peers.push((SENDER, topo.sender.mac));
         }
         if let Some(t) = timer_floor {
             let p = &mut c.protocol;
@@ -765,21 +830,43 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
         }
         c
     };
+    // The replies' stream: Go-Back-N (the iterative machine to one member),
+    // unicast; the sender opens its receive stream on the first reply.
+    let echo_group = |c: &EngineConfig, accept_any_sender: bool| GroupOptions {
+        algorithm: Algorithm::Iterative,
+        protocol: c.protocol,
+        window_frames: 64,
+        subscribe: false,
+        accept_any_sender,
+        max_queued_frames: c.max_queued_frames,
+    };
     let deadline_ns = deadline.as_nanos() as u64;
-    let (sent, rtt, delivered) = std::thread::scope(|sc| {
+    let (sent, acked, echoed, delivered) = std::thread::scope(|sc| {
         let hs: Vec<_> = spec
             .receivers
             .iter()
             .zip(&topo.receivers)
             .enumerate()
             .map(|(ri, (&(node, _), ns))| {
-                let (open, config, progress, start, sender_done) =
-                    (&open, &config, &progress, &start, &sender_done);
+                let (open, config, progress, start, sender_done, echo_group) =
+                    (&open, &config, &progress, &start, &sender_done, &echo_group);
                 sc.spawn(move || {
                     ns.enter();
-                    let mut e = Engine::new(open(ns), config(node))
+                    let c = config(node);
+                    let mut e = Engine::new(open(ns), c.clone())
                         .unwrap_or_else(|e| panic!("engine on {}: {e}", ns.name));
                     e.open_receiver(SENDER).expect("open receiver");
+                    let replies = echo && ri == replier;
+                    if replies {
+                        e.add_group(ECHO_GROUP, echo_group(&c, false))
+                            .expect("echo group");
+                        let from_zero = StreamStart {
+                            epoch: c.epoch,
+                            seq: Seq(0),
+                        };
+                        e.open_sender_in(ECHO_GROUP, &[SENDER], from_zero)
+                            .expect("echo stream");
+                    }
                     let mut at = vec![u64::MAX; messages];
                     start.wait();
                     let mut got = 0usize;
@@ -793,6 +880,20 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
                                     at[i] = now;
                                 }
                             }
+                            if replies {
+                                // The reply: the message's index and send time.
+                                let reply = &m.data[..ECHO_REPLY_LEN];
+                                while let Err(err) = e.publish_in(ECHO_GROUP, reply) {
+                                    assert!(
+                                        matches!(err, PublishError::WouldBlock),
+                                        "echo reply: {err}"
+                                    );
+                                    if sender_done.load(Ordering::SeqCst) {
+                                        break;
+                                    }
+                                    e.run_once().expect("engine");
+                                }
+                            }
                             got += 1;
                             progress[ri].store(got, Ordering::Release);
                         }
@@ -804,13 +905,23 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
             .collect();
         let s = sc.spawn(|| {
             topo.sender.enter();
-            let mut e = Engine::new(open(&topo.sender), config(SENDER))
+            let c = config(SENDER);
+            let mut e = Engine::new(open(&topo.sender), c.clone())
                 .unwrap_or_else(|e| panic!("engine on {}: {e}", topo.sender.name));
             let members: Vec<NodeId> = spec.receivers.iter().map(|r| r.0).collect();
             e.open_sender(&members).expect("open sender");
+            if echo {
+                e.add_group(ECHO_GROUP, echo_group(&c, true))
+                    .expect("echo group");
+            }
             let mut msg = vec![0x5au8; len];
             let mut sent = vec![0u64; messages];
-            let mut rtt = Vec::new();
+            let mut acked = Vec::new();
+            let mut echoed = if echo {
+                vec![u64::MAX; messages]
+            } else {
+                Vec::new()
+            };
             start.wait();
             let base = monotonic_ns();
             let _ = t0.set(base);
@@ -851,19 +962,37 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
                         break;
                     }
                 }
-                if mode == PaperMode::PingPong {
-                    let give_up = monotonic_ns() + PING_TIMEOUT_NS;
-                    let mut acked = algorithm == Algorithm::Nak;
-                    loop {
-                        e.run_once().expect("engine");
-                        if !acked && e.send_idle() {
-                            rtt.push(monotonic_ns() - at);
-                            acked = true;
-                        }
-                        if (acked && all_reached(&progress, i + 1)) || monotonic_ns() > give_up {
-                            break;
+                match mode {
+                    PaperMode::PingPong => {
+                        let give_up = monotonic_ns() + PING_TIMEOUT_NS;
+                        let mut done = algorithm == Algorithm::Nak;
+                        loop {
+                            e.run_once().expect("engine");
+                            if !done && e.send_idle() {
+                                acked.push(monotonic_ns() - at);
+                                done = true;
+                            }
+                            if (done && all_reached(&progress, i + 1)) || monotonic_ns() > give_up {
+                                break;
+                            }
                         }
                     }
+                    PaperMode::Echo => {
+                        let give_up = monotonic_ns() + PING_TIMEOUT_NS;
+                        while echoed[i] == u64::MAX && monotonic_ns() <= give_up {
+                            e.run_once().expect("engine");
+                            while let Some(m) = e.recv_message() {
+                                let now = monotonic_ns();
+                                let index = m.data.get(..8).map(|b| {
+                                    u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize
+                                });
+                                if m.group == ECHO_GROUP && index == Some(i) {
+                                    echoed[i] = now - at;
+                                }
+                            }
+                        }
+                    }
+                    _ => {}
                 }
             }
             while !all_reached(&progress, messages) && monotonic_ns() < deadline {
@@ -874,24 +1003,29 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
             }
             sender_done.store(true, Ordering::SeqCst);
             let _ = e.shutdown();
-            (sent, rtt)
+            (sent, acked, echoed)
         });
-        let (sent, rtt) = s.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        let (sent, acked, echoed) = s.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         let delivered: Vec<Vec<u64>> = hs
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect();
-        (sent, rtt, delivered)
+        (sent, acked, echoed, delivered)
     });
     let base = t0.get().copied().unwrap_or(0);
-    rebase(base, sent, delivered, rtt, (String::new(), String::new()))
+    PaperRaw {
+        acked_ns: acked,
+        echo_ns: echoed,
+        ..rebase(base, sent, delivered, (String::new(), String::new()))
+    }
 }
 
+/// The raw times of a run, relative to its start `base` (acked and echo
+/// round trips left empty).
 fn rebase(
     base: u64,
     sent: Vec<u64>,
     delivered: Vec<Vec<u64>>,
-    round_trip_ns: Vec<u64>,
     modes: (String, String),
 ) -> PaperRaw {
     let rel = |t: u64| {
@@ -907,13 +1041,16 @@ fn rebase(
             .into_iter()
             .map(|v| v.into_iter().map(rel).collect())
             .collect(),
-        round_trip_ns,
+        acked_ns: Vec::new(),
+        echo_ns: Vec::new(),
         modes,
     }
 }
 
 /// The raw unreliable multicast blast in a paper run: frames straight onto
-/// AF_XDP, no protocol. Ping-pong waits for every receiver or 20 ms.
+/// AF_XDP, no protocol. Ping-pong waits for every receiver or 20 ms; echo
+/// waits up to 20 ms for the last receiver's reply, one raw 16-byte frame
+/// unicast back to the sender as soon as the message arrived.
 fn paper_blast(
     topo: &Topology,
     receivers: usize,
@@ -926,12 +1063,15 @@ fn paper_blast(
     let done = AtomicBool::new(false);
     let t0 = std::sync::OnceLock::<u64>::new();
     let open = xdp(FRAME_COUNT);
-    let (sent, delivered, modes) = std::thread::scope(|sc| {
+    let echo = mode == PaperMode::Echo;
+    let replier = receivers - 1;
+    let (sent, echoed, delivered, modes) = std::thread::scope(|sc| {
         let hs: Vec<_> = topo.receivers[..receivers]
             .iter()
             .enumerate()
             .map(|(ri, ns)| {
                 let (start, done, open, progress) = (&start, &done, &open, &progress);
+                let sender_mac = topo.sender.mac;
                 sc.spawn(move || {
                     ns.enter();
                     let mut t = open(ns);
@@ -943,9 +1083,13 @@ fn paper_blast(
                         info.bind_mode
                             .map_or_else(|| "none".to_owned(), |m| format!("{m:?}").to_lowercase()),
                     );
+                    let src = t.mac();
+                    let replies = echo && ri == replier;
                     let mut at = vec![u64::MAX; messages];
                     start.wait();
                     let mut batch = Vec::new();
+                    let mut reply = Vec::with_capacity(1);
+                    let mut kept = Vec::new();
                     let mut quiet = monotonic_ns();
                     let mut got = 0usize;
                     loop {
@@ -965,14 +1109,29 @@ fn paper_blast(
                         for d in &batch {
                             let bytes =
                                 &t.frame(d.frame)[d.offset as usize..(d.offset + d.len) as usize];
+                            let mut new = None;
                             if let Ok(f) = Frame::new_checked(bytes, ETHERTYPE_DEFAULT) {
                                 let i = f.seq().0 as usize;
                                 if i < messages && at[i] == u64::MAX {
                                     at[i] = now;
                                     got += 1;
+                                    new = Some(i);
                                 }
                             }
                             t.release(d.frame);
+                            if let (true, Some(i)) = (replies, new) {
+                                t.reap(&mut kept).expect("reap");
+                                let sent = send_blast_batch(
+                                    &mut t,
+                                    &mut reply,
+                                    sender_mac,
+                                    src,
+                                    i,
+                                    1,
+                                    ECHO_REPLY_LEN,
+                                );
+                                assert_eq!(sent, 1, "the echo reply found no room");
+                            }
                         }
                         progress[ri].store(got, Ordering::Release);
                     }
@@ -985,11 +1144,17 @@ fn paper_blast(
             let mut t = open(&topo.sender);
             let src = t.mac();
             let mut sent = vec![0u64; messages];
+            let mut echoed = if echo {
+                vec![u64::MAX; messages]
+            } else {
+                Vec::new()
+            };
             start.wait();
             let base = monotonic_ns();
             let _ = t0.set(base);
             let mut kept = Vec::new();
             let mut batch = Vec::with_capacity(64);
+            let mut rx = Vec::new();
             let mut i = 0usize;
             while i < messages {
                 t.reap(&mut kept).expect("reap");
@@ -1026,17 +1191,49 @@ fn paper_blast(
                 if n == 0 {
                     continue;
                 }
-                if mode == PaperMode::PingPong {
-                    let give_up = monotonic_ns() + 20_000_000;
-                    while !all_reached(&progress, i) && monotonic_ns() < give_up {
-                        t.reap(&mut kept).expect("reap");
+                let give_up = monotonic_ns() + 20_000_000;
+                match mode {
+                    PaperMode::PingPong => {
+                        while !all_reached(&progress, i) && monotonic_ns() < give_up {
+                            t.reap(&mut kept).expect("reap");
+                        }
                     }
+                    PaperMode::Echo => {
+                        // Poll the RX ring, yielding the CPU between polls:
+                        // a sender spinning throughout starves the other
+                        // receivers of a 2-CPU machine, and one sleeping on
+                        // the socket pays a wake-up the engine's sender,
+                        // whose sleeps end at its next deadline, mostly does
+                        // not.
+                        let want = i - 1;
+                        while echoed[want] == u64::MAX && monotonic_ns() < give_up {
+                            t.reap(&mut kept).expect("reap");
+                            rx.clear();
+                            t.recv(&mut rx).expect("recv");
+                            let now = monotonic_ns();
+                            if rx.is_empty() {
+                                std::thread::yield_now();
+                                continue;
+                            }
+                            for d in &rx {
+                                let bytes = &t.frame(d.frame)
+                                    [d.offset as usize..(d.offset + d.len) as usize];
+                                if let Ok(f) = Frame::new_checked(bytes, ETHERTYPE_DEFAULT) {
+                                    if f.seq().0 as usize == want {
+                                        echoed[want] = now - at;
+                                    }
+                                }
+                                t.release(d.frame);
+                            }
+                        }
+                    }
+                    _ => {}
                 }
             }
             done.store(true, Ordering::SeqCst);
-            sent
+            (sent, echoed)
         });
-        let sent = s.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        let (sent, echoed) = s.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         let mut modes = (String::new(), String::new());
         let delivered: Vec<Vec<u64>> = hs
             .into_iter()
@@ -1046,8 +1243,11 @@ fn paper_blast(
                 at
             })
             .collect();
-        (sent, delivered, modes)
+        (sent, echoed, delivered, modes)
     });
     let base = t0.get().copied().unwrap_or(0);
-    rebase(base, sent, delivered, Vec::new(), modes)
+    PaperRaw {
+        echo_ns: echoed,
+        ..rebase(base, sent, delivered, modes)
+    }
 }

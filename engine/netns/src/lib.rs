@@ -8,7 +8,9 @@
 //! administered MACs, brings links up and assigns addresses from
 //! 198.18.0.0/15 (RFC 2544 benchmarking range, test-only) inside the
 //! namespaces only. Everything is removed in `Drop`, which also runs when a
-//! test panics. [`Netns::run`] executes a closure on a dedicated thread that
+//! test panics; a process that is interrupted (and so runs no `Drop`) removes
+//! what it still has with [`remove_all_for_exit`], e.g. from its signal
+//! handler. [`Netns::run`] executes a closure on a dedicated thread that
 //! has entered the namespace with `setns`, so the test's other threads stay
 //! in the root namespace.
 //!
@@ -29,6 +31,7 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mcast_wire::MacAddr;
@@ -37,6 +40,51 @@ use mcast_wire::MacAddr;
 pub const IFNAME: &str = "eth0";
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// Every namespace this process created and has not removed yet. Held while
+/// a namespace is added or deleted, so that [`remove_all_for_exit`] misses
+/// none.
+static LIVE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn live() -> MutexGuard<'static, Vec<String>> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Creates namespace `name` and records it.
+fn add_netns(name: &str) {
+    let mut live = live();
+    ip(&["netns", "add", name]);
+    live.push(name.to_owned());
+}
+
+/// Deletes namespace `name` (best effort) and forgets it.
+fn del_netns(name: &str) {
+    let mut live = live();
+    let _ = Command::new("ip").args(["netns", "del", name]).output();
+    live.retain(|n| n != name);
+}
+
+/// The namespaces this process created and still has, oldest first.
+pub fn live_namespaces() -> Vec<String> {
+    live().clone()
+}
+
+/// Removes every namespace this process created and still has (newest
+/// first) and returns their names. For a process about to exit without
+/// running `Drop`, such as one interrupted by a signal: afterwards this
+/// process can neither create nor remove a namespace (the registry stays
+/// locked, so one half-built now cannot escape), and a thread that tries
+/// blocks until the process exits. Threads still inside a removed namespace
+/// keep it alive, unnamed, until they end with the process.
+pub fn remove_all_for_exit() -> Vec<String> {
+    let mut live = live();
+    let names = std::mem::take(&mut *live);
+    for name in names.iter().rev() {
+        let _ = Command::new("ip").args(["netns", "del", name]).output();
+    }
+    std::mem::forget(live);
+    names
+}
 
 /// Why this process cannot build the topology (missing capabilities or no
 /// `ip` tool), or None when it can.
@@ -179,7 +227,7 @@ impl Topology {
         };
         // From here on, Drop cleans up whatever was created, even on panic.
         let br = topo.bridge.name.clone();
-        ip(&["netns", "add", &br]);
+        add_netns(&br);
         topo.created.push(br.clone());
         ipn(&br, &["link", "add", "br0", "type", "bridge"]);
         ipn(&br, &["link", "set", "br0", "up"]);
@@ -188,7 +236,7 @@ impl Topology {
             .chain(topo.receivers.clone())
             .collect();
         for (i, ep) in endpoints.iter().enumerate() {
-            ip(&["netns", "add", &ep.name]);
+            add_netns(&ep.name);
             topo.created.push(ep.name.clone());
             let port = format!("p{i}");
             // Created inside the bridge namespace, the far end moved straight
@@ -296,7 +344,7 @@ impl Drop for Topology {
     fn drop(&mut self) {
         // Deleting a namespace destroys its veth ends, and with them the peers.
         for name in self.created.iter().rev() {
-            let _ = Command::new("ip").args(["netns", "del", name]).output();
+            del_netns(name);
         }
     }
 }
@@ -525,4 +573,40 @@ fn checksum(data: &[u8]) -> u16 {
         sum = (sum & 0xffff) + (sum >> 16);
     }
     !(sum as u16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The registry that an interrupted process cleans up from holds exactly
+    /// the namespaces a topology created, until its `Drop` removes them.
+    #[test]
+    fn the_registry_follows_a_topology_from_creation_to_drop() {
+        let Some(topo) = Topology::with_receivers("the_registry_follows_a_topology", 2) else {
+            return;
+        };
+        let names: Vec<String> = [&topo.bridge, &topo.sender]
+            .into_iter()
+            .chain(&topo.receivers)
+            .map(|n| n.name.clone())
+            .collect();
+        let live = live_namespaces();
+        for n in &names {
+            assert!(live.contains(n), "{n} not in {live:?}");
+        }
+        let listed = |n: &str| {
+            let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(n))
+        };
+        assert!(names.iter().all(|n| listed(n)));
+        drop(topo);
+        let live = live_namespaces();
+        for n in &names {
+            assert!(!live.contains(n), "{n} still registered: {live:?}");
+            assert!(!listed(n), "{n} still exists");
+        }
+    }
 }
