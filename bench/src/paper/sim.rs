@@ -204,8 +204,11 @@ pub fn run(
     let t = Duration::from_nanos(2 * u64::from(SIM_WINDOW) * copies * wire + 2_000_000);
     let p = &mut cfg.protocol;
     p.mak.ack_wait = p.mak.ack_wait.max(t);
-    p.ack.retransmit_timeout = p.ack.retransmit_timeout.max(t);
-    p.gbn.retransmit_timeout = p.gbn.retransmit_timeout.max(t);
+    for rto in [&mut p.ack.rto, &mut p.gbn.rto] {
+        rto.initial = rto.initial.max(t);
+        rto.min = rto.min.max(t);
+        rto.max = rto.max.max(t);
+    }
     p.nak.nak_retry = p.nak.nak_retry.max(t);
     let rate = match mode {
         // Messages far enough apart that each is delivered and acknowledged

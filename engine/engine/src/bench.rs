@@ -759,8 +759,11 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
         if let Some(t) = timer_floor {
             let p = &mut c.protocol;
             p.mak.ack_wait = p.mak.ack_wait.max(t);
-            p.ack.retransmit_timeout = p.ack.retransmit_timeout.max(t);
-            p.gbn.retransmit_timeout = p.gbn.retransmit_timeout.max(t);
+            for rto in [&mut p.ack.rto, &mut p.gbn.rto] {
+                rto.initial = rto.initial.max(t);
+                rto.min = rto.min.max(t);
+                rto.max = rto.max.max(t);
+            }
             p.nak.nak_retry = p.nak.nak_retry.max(t);
         }
         c

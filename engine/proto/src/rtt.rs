@@ -56,6 +56,22 @@ impl RtoConfig {
     }
 }
 
+/// The default retransmission timeout of the ACK baseline and Go-Back-N: 500 µs
+/// until a round trip is measured (the old static value: a few LAN round
+/// trips), then the estimate, between 200 µs and 1 s.
+pub const DEFAULT_RTO: RtoConfig = RtoConfig {
+    initial: Duration::from_micros(500),
+    min: Duration::from_micros(200),
+    max: Duration::from_secs(1),
+};
+
+/// `base` doubled `backoff` times, at most `cfg.max` (RFC 6298 §5.5).
+pub fn backed_off(base: Duration, backoff: u32, cfg: &RtoConfig) -> Duration {
+    let max = cfg.max.max(cfg.min);
+    base.checked_mul(1 << backoff.min(MAX_BACKOFF))
+        .map_or(max, |d| d.min(max))
+}
+
 /// Doublings of the timeout at most (2^16: the `max` bound comes first in practice).
 const MAX_BACKOFF: u32 = 16;
 
@@ -115,10 +131,7 @@ impl RttEstimator {
 
     /// The timeout: the base doubled once per unanswered expiry, at most `max`.
     pub fn rto(&self, cfg: &RtoConfig) -> Duration {
-        let max = cfg.max.max(cfg.min);
-        self.base_rto(cfg)
-            .checked_mul(1 << self.backoff)
-            .map_or(max, |d| d.min(max))
+        backed_off(self.base_rto(cfg), self.backoff, cfg)
     }
 
     /// The timer expired without an answer: double the timeout (RFC 6298 §5.5).

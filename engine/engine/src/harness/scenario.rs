@@ -105,8 +105,8 @@ pub fn config(spec: &Spec, node: NodeId) -> EngineConfig {
     c.initial_seq = mcast_wire::Seq(u32::MAX - 100);
     // Timers sized for a noisy 2-vCPU machine running four engines at once.
     c.protocol.mak.ack_wait = Duration::from_millis(2);
-    c.protocol.ack.retransmit_timeout = Duration::from_millis(5);
-    c.protocol.gbn.retransmit_timeout = Duration::from_millis(5);
+    c.protocol.ack.rto = mcast_proto::RtoConfig::fixed(Duration::from_millis(5));
+    c.protocol.gbn.rto = mcast_proto::RtoConfig::fixed(Duration::from_millis(5));
     c.protocol.nak.nak_retry = Duration::from_millis(2);
     c.spin = Duration::from_micros(10);
     c
