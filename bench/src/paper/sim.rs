@@ -203,13 +203,16 @@ pub fn run(
     };
     let t = Duration::from_nanos(2 * u64::from(SIM_WINDOW) * copies * wire + 2_000_000);
     let p = &mut cfg.protocol;
-    p.mak.ack_wait = p.mak.ack_wait.max(t);
-    for rto in [&mut p.ack.rto, &mut p.gbn.rto] {
+    for rto in [
+        &mut p.mak.ack_wait,
+        &mut p.ack.rto,
+        &mut p.gbn.rto,
+        &mut p.nak.nak_retry,
+    ] {
         rto.initial = rto.initial.max(t);
         rto.min = rto.min.max(t);
         rto.max = rto.max.max(t);
     }
-    p.nak.nak_retry = p.nak.nak_retry.max(t);
     let rate = match mode {
         // Messages far enough apart that each is delivered and acknowledged
         // before the next: the paper's send-and-wait, in virtual time.

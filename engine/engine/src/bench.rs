@@ -758,13 +758,16 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
         }
         if let Some(t) = timer_floor {
             let p = &mut c.protocol;
-            p.mak.ack_wait = p.mak.ack_wait.max(t);
-            for rto in [&mut p.ack.rto, &mut p.gbn.rto] {
+            for rto in [
+                &mut p.mak.ack_wait,
+                &mut p.ack.rto,
+                &mut p.gbn.rto,
+                &mut p.nak.nak_retry,
+            ] {
                 rto.initial = rto.initial.max(t);
                 rto.min = rto.min.max(t);
                 rto.max = rto.max.max(t);
             }
-            p.nak.nak_retry = p.nak.nak_retry.max(t);
         }
         c
     };

@@ -635,7 +635,13 @@ mod tests {
         let mut now = 1000;
         for (i, b) in (0..20u32).enumerate() {
             s.send(t(now), frame(b)).unwrap();
-            expect_data(&mut s, t(now), (u32::MAX - 1).wrapping_add(i as u32), b, false);
+            expect_data(
+                &mut s,
+                t(now),
+                (u32::MAX - 1).wrapping_add(i as u32),
+                b,
+                false,
+            );
             let ack = u32::MAX.wrapping_add(i as u32);
             // Receiver 2 answers in 100 us, receiver 3 in 2 ms.
             s.handle_frame(t(now + 100), &echoed(2, ack, now), RxBody::None);
@@ -643,18 +649,18 @@ mod tests {
             now += 2000;
         }
         assert_eq!(s.counters().timeouts, 0);
-        // SRTT 2 ms with a quarter of it as margin: receiver 3's.
-        assert_eq!(s.rto(), Duration::from_micros(2500));
+        // Twice the 2 ms round trip: receiver 3's.
+        assert_eq!(s.rto(), Duration::from_micros(4000));
         s.send(t(now), frame(20)).unwrap();
         expect_data(&mut s, t(now), 18, 20, false);
-        assert_eq!(s.poll_timeout(), Some(t(now + 2500)));
-        s.handle_timeout(t(now + 2500));
-        expect_data(&mut s, t(now + 2500), 18, 20, true);
-        assert_eq!(s.poll_timeout(), Some(t(now + 7500)), "doubled");
-        s.handle_frame(t(now + 2600), &echoed(2, 19, now + 2500), RxBody::None);
-        s.handle_frame(t(now + 4500), &echoed(3, 19, now + 2500), RxBody::None);
+        assert_eq!(s.poll_timeout(), Some(t(now + 4000)));
+        s.handle_timeout(t(now + 4000));
+        expect_data(&mut s, t(now + 4000), 18, 20, true);
+        assert_eq!(s.poll_timeout(), Some(t(now + 12000)), "doubled");
+        s.handle_frame(t(now + 4100), &echoed(2, 19, now + 4000), RxBody::None);
+        s.handle_frame(t(now + 6000), &echoed(3, 19, now + 4000), RxBody::None);
         assert!(s.is_idle());
-        assert_eq!(s.rto(), Duration::from_micros(2500), "progress resets it");
+        assert_eq!(s.rto(), Duration::from_micros(4000), "progress resets it");
     }
 
     #[test]

@@ -30,7 +30,8 @@
 //! ([`crate::rtt`]). One timer guards the oldest outstanding frame (RFC 6298
 //! §5): armed when a frame leaves and it is not running, restarted whenever a
 //! Pack or Nack acknowledges something new, stopped when nothing sent is
-//! outstanding. Timing the oldest frame from the last progress, rather than
+//! outstanding or the oldest frame is queued to be sent again (a Nack's go
+//! back: the timer then times the new copy, from its departure). Timing the oldest frame from the last progress, rather than
 //! each frame from its own departure, keeps a window queued behind a slow link
 //! from timing out frame by frame while it drains.
 //!
@@ -230,7 +231,10 @@ impl GbnSender {
         {
             self.probe = None;
         }
-        if self.probe_due.is_some_and(|r| !self.window.base().before(r)) {
+        if self
+            .probe_due
+            .is_some_and(|r| !self.window.base().before(r))
+        {
             self.probe_due = None;
         }
     }
@@ -295,11 +299,20 @@ impl GbnSender {
     }
 
     /// Queues every sent frame from the base up to `until` for retransmission.
+    /// The timer stops: it restarts when the first of them leaves, so that it
+    /// times the new copies, not the lost ones.
     fn go_back(&mut self, until: Seq) {
         let mut seq = self.window.base();
         while seq.before(until) && seq.before(self.next_new) {
             self.mark_for_retransmit(seq);
             seq = seq.next();
+        }
+        if self
+            .window
+            .get(self.window.base())
+            .is_some_and(|s| s.queued)
+        {
+            self.rto_deadline = None;
         }
     }
 
@@ -432,7 +445,7 @@ impl Endpoint for GbnSender {
     /// a probe (module docs) and the timer restarts when it actually leaves,
     /// with the timeout doubled.
     fn handle_timeout(&mut self, now: Instant) {
-        if !self.rto_deadline.is_some_and(|d| d <= now) {
+        if self.rto_deadline.is_none_or(|d| d > now) {
             return;
         }
         self.rto_deadline = None;
@@ -747,12 +760,7 @@ impl Endpoint for GbnReceiver {
             self.unacked = 0;
             self.ack_deadline = None;
             self.counters.packs_sent += 1;
-            return Some(self.control(
-                Kind::Pack,
-                self.pack_seq,
-                self.expected,
-                self.pack_echo,
-            ));
+            return Some(self.control(Kind::Pack, self.pack_seq, self.expected, self.pack_echo));
         }
         if let Some((seq, ack, echo)) = self.nack_due.take() {
             if ack == self.expected {
@@ -1095,20 +1103,20 @@ mod tests {
             expect_data(&mut s, t(1100), 100 + b, b, true);
         }
         assert_eq!(s.send(t(1100), frame(3)), Ok(Seq(103)));
-        // Every retransmission was lost. The Nack acknowledged nothing new, so
-        // the timer still runs from the first departure.
-        assert_eq!(s.poll_timeout(), Some(t(1500)));
-        s.handle_timeout(t(1500));
-        expect_data(&mut s, t(1500), 100, 0, true);
-        expect_nothing(&mut s, t(1500));
+        // Every retransmission was lost. The timer restarted when the first
+        // of them left.
+        assert_eq!(s.poll_timeout(), Some(t(1600)));
+        s.handle_timeout(t(1600));
+        expect_data(&mut s, t(1600), 100, 0, true);
+        expect_nothing(&mut s, t(1600));
         assert!(s.is_stalled());
         // The probe is answered: the rest goes again, and Stall ends.
-        s.handle_frame(t(1600), &echoed(Kind::Pack, 101, 1500), RxBody::None);
+        s.handle_frame(t(1700), &echoed(Kind::Pack, 101, 1600), RxBody::None);
         assert_eq!(released(&mut s), vec![0]);
         assert!(!s.is_stalled());
-        expect_data(&mut s, t(1600), 101, 1, true);
-        expect_data(&mut s, t(1600), 102, 2, true);
-        expect_data(&mut s, t(1600), 103, 3, false);
+        expect_data(&mut s, t(1700), 101, 1, true);
+        expect_data(&mut s, t(1700), 102, 2, true);
+        expect_data(&mut s, t(1700), 103, 3, false);
         let c = s.counters();
         assert_eq!((c.stalls, c.timeouts, c.data_retransmitted), (1, 1, 6));
     }
@@ -1155,14 +1163,10 @@ mod tests {
         for i in 1..40u32 {
             let at = 4000 + u64::from(i) * 3000;
             send_and_transmit(&mut s, t(at), 100, i, 1);
-            s.handle_frame(
-                t(at + 3000),
-                &echoed(Kind::Pack, 101 + i, at),
-                RxBody::None,
-            );
+            s.handle_frame(t(at + 3000), &echoed(Kind::Pack, 101 + i, at), RxBody::None);
         }
-        // Steady: SRTT 3 ms with a quarter of it as margin.
-        assert_eq!(s.rto(), Duration::from_micros(3750));
+        // Steady: twice the 3 ms round trip.
+        assert_eq!(s.rto(), Duration::from_micros(6000));
         assert_eq!(s.counters().timeouts, 0);
     }
 

@@ -7,16 +7,20 @@
 //! `SRTT = 7/8·SRTT + 1/8·R`. The timeout is
 //!
 //! ```text
-//! RTO = clamp(SRTT + max(4·RTTVAR, SRTT/4), min, max) · 2^backoff   (at most max)
+//! RTO = clamp(max(SRTT + 4·RTTVAR, 2·SRTT), min, max) · 2^backoff   (at most max)
 //! ```
 //!
 //! and `initial` (clamped likewise) before the first sample. Two departures
 //! from RFC 6298, both for links measured in microseconds:
 //!
-//! - the variance term has a floor of `SRTT/4`, because a steady link (the
-//!   simulator's, a paced send-and-wait) drives RTTVAR towards zero, and a
-//!   timeout equal to the round trip fires at the first jitter; RFC 6298's own
-//!   floor is its 1 s minimum RTO, far too long here;
+//! - the timeout is at least twice the smoothed round trip (RFC 793's
+//!   `β·SRTT` with β = 2). A steady link (the simulator's, a paced stream)
+//!   drives RTTVAR towards zero, and RFC 6298 relies on its 1 s minimum RTO,
+//!   far too long here, to stay clear of the round trip. Twice the round trip
+//!   is what a timer restarted at each acknowledgment needs when one
+//!   acknowledgment of a stream is lost on a link whose round trip is mostly
+//!   one frame's serialization: the next one comes two frame times after the
+//!   restart;
 //! - `min` and `max` are configured per machine (defaults of a few hundred
 //!   microseconds up to a second) instead of 1 s and 60 s.
 //!
@@ -119,12 +123,12 @@ impl RttEstimator {
         Duration::from_nanos(self.rttvar)
     }
 
-    /// The timeout without backoff: `SRTT + max(4·RTTVAR, SRTT/4)` clamped to
+    /// The timeout without backoff: `max(SRTT + 4·RTTVAR, 2·SRTT)` clamped to
     /// `[min, max]`, or `initial` before the first sample.
     pub fn base_rto(&self, cfg: &RtoConfig) -> Duration {
         let d = match self.srtt {
             None => cfg.initial,
-            Some(s) => Duration::from_nanos(s.saturating_add((4 * self.rttvar).max(s / 4))),
+            Some(s) => Duration::from_nanos(s.saturating_add((4 * self.rttvar).max(s))),
         };
         d.clamp(cfg.min, cfg.max.max(cfg.min))
     }
@@ -199,14 +203,14 @@ mod tests {
     }
 
     #[test]
-    fn a_steady_link_keeps_a_quarter_of_the_round_trip_as_margin() {
+    fn a_steady_link_keeps_twice_the_round_trip() {
         let mut e = RttEstimator::new();
         for _ in 0..200 {
             e.sample(us(4000));
         }
         assert_eq!(e.srtt(), Some(us(4000)));
         assert!(e.rttvar() < us(1));
-        assert_eq!(e.rto(&CFG), us(5000));
+        assert_eq!(e.rto(&CFG), us(8000));
     }
 
     #[test]

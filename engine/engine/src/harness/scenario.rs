@@ -104,10 +104,10 @@ pub fn config(spec: &Spec, node: NodeId) -> EngineConfig {
     // A wrap of the sequence space in every run (docs/protocol.md §1.5).
     c.initial_seq = mcast_wire::Seq(u32::MAX - 100);
     // Timers sized for a noisy 2-vCPU machine running four engines at once.
-    c.protocol.mak.ack_wait = Duration::from_millis(2);
+    c.protocol.mak.ack_wait = mcast_proto::RtoConfig::fixed(Duration::from_millis(2));
     c.protocol.ack.rto = mcast_proto::RtoConfig::fixed(Duration::from_millis(5));
     c.protocol.gbn.rto = mcast_proto::RtoConfig::fixed(Duration::from_millis(5));
-    c.protocol.nak.nak_retry = Duration::from_millis(2);
+    c.protocol.nak.nak_retry = mcast_proto::RtoConfig::fixed(Duration::from_millis(2));
     c.spin = Duration::from_micros(10);
     c
 }
