@@ -729,26 +729,12 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
     let mut spec = spec(topo, algorithm, receivers, messages, len, 0.0);
     spec.window_frames = spec.window_frames.min(PAPER_FRAMES / 4);
     // On a capped link (`Topology::limit_rate`) a frame takes ~1 ms at
-    // 10 Mbit/s: timers sized for veth (5 ms) would resend what is merely
-    // queued, and Go-Back-N then collapses. Size them to outlast a full
-    // window of every copy on the wire, and keep that window small.
-    let timer_floor = link_bps.map(|bps| {
-        if algorithm != Algorithm::Nak {
-            spec.window_frames = spec.window_frames.min(64);
-        }
-        let wire = (len as u64 + 100) * 8 * 1_000_000_000 / bps.max(1);
-        let copies = if algorithm == Algorithm::Iterative {
-            receivers as u64
-        } else {
-            1
-        };
-        let inflight = if mode == PaperMode::PingPong {
-            1
-        } else {
-            u64::from(spec.window_frames.min(64))
-        };
-        Duration::from_nanos(2 * inflight * copies * wire + 5_000_000)
-    });
+    // 10 Mbit/s: keep the window small, so that a window of every copy stays
+    // within the tbf queue. The protocol timers need nothing: they measure
+    // the capped link's round trips.
+    if link_bps.is_some() && algorithm != Algorithm::Nak {
+        spec.window_frames = spec.window_frames.min(64);
+    }
     if algorithm == Algorithm::Nak {
         // Plain NAK never frees its buffer: give it the whole run.
         spec.window_frames = (messages as u32 + 64).next_power_of_two();
@@ -762,19 +748,6 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
         let mut c = scenario::config(&spec, node);
         if node == SENDER {
             c.max_sleep = c.max_sleep.min(SENDER_MAX_SLEEP);
-        }
-        if let Some(t) = timer_floor {
-            let p = &mut c.protocol;
-            for rto in [
-                &mut p.mak.ack_wait,
-                &mut p.ack.rto,
-                &mut p.gbn.rto,
-                &mut p.nak.nak_retry,
-            ] {
-                rto.initial = rto.initial.max(t);
-                rto.min = rto.min.max(t);
-                rto.max = rto.max.max(t);
-            }
         }
         c
     };
