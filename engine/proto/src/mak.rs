@@ -1422,6 +1422,83 @@ mod tests {
         assert_eq!(flagged, vec![3, 7], "every half window");
     }
 
+    /// An ACK from `node` up to `ack`, echoing the stamp `echo_us`.
+    fn ack_echo(node: NodeId, ack: Seq, echo_us: u64) -> Header {
+        let mut h = header_for(&stream(node), Kind::Ack);
+        h.ack = ack;
+        h.flags = Flags::ACK_VALID;
+        h.tstamp_us = echo_us as u32;
+        h
+    }
+
+    #[test]
+    fn the_ack_wait_starts_when_the_request_leaves() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+        for i in 0..W {
+            s.send(us(0), out(i, false)).unwrap();
+        }
+        // Nothing has left yet: no timer, however long the frames wait.
+        assert_eq!(s.poll_timeout(), None);
+        // The link takes one frame per 100 us; the watermark request is the
+        // fourth frame.
+        for k in 0..4u64 {
+            let t = s.poll_transmit(us(100 * k)).unwrap();
+            assert_eq!(t.header.flags.contains(Flags::ACK_REQ), k == 3);
+        }
+        assert_eq!(s.poll_timeout(), Some(us(300) + s.ack_wait()));
+    }
+
+    #[test]
+    fn the_grtt_is_the_slowest_members_smoothed_round_trip() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
+        let first = s.stream.initial_seq;
+        let mut now = 0;
+        for i in 0..40u32 {
+            s.send(us(now), out(i % W, true)).unwrap();
+            drain_tx(&mut s, us(now));
+            let next = first.add(i + 1);
+            // Receiver 2 answers in 20 us, receiver 3 in 50 us.
+            s.handle_frame(us(now + 20), &ack_echo(2, next, now), RxBody::None);
+            s.handle_frame(us(now + 50), &ack_echo(3, next, now), RxBody::None);
+            drain_events(&mut s);
+            now += 100;
+        }
+        assert_eq!(s.grtt(), Duration::from_micros(50), "the slower member's");
+        // One sample 5 ms late (a receiver descheduled) moves it by an eighth.
+        s.send(us(now), out(0, true)).unwrap();
+        drain_tx(&mut s, us(now));
+        let next = first.add(41);
+        s.handle_frame(us(now + 20), &ack_echo(2, next, now), RxBody::None);
+        s.handle_frame(us(now + 5000), &ack_echo(3, next, now), RxBody::None);
+        let g = s.grtt();
+        assert!(
+            g > Duration::from_micros(600) && g < Duration::from_micros(700),
+            "{g:?}: 50 us + (5 ms - 50 us) / 8"
+        );
+    }
+
+    #[test]
+    fn the_ack_wait_doubles_only_while_nothing_comes_back() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+        let first_seq = s.stream.initial_seq;
+        s.send(us(0), out(0, true)).unwrap();
+        drain_tx(&mut s, us(0));
+        let first = s.ack_wait();
+        let mut due = s.poll_timeout().unwrap();
+        for k in 1..4u32 {
+            s.handle_timeout(due);
+            let resend = drain_tx(&mut s, due);
+            assert_eq!(resend.len(), 2, "the last frame and an ACK_REQ");
+            assert_eq!(s.ack_wait(), first * (1 << k));
+            assert_eq!(s.poll_timeout(), Some(due + first * (1 << k)));
+            due = s.poll_timeout().unwrap();
+        }
+        // An ACK (of anything) shows the members are there: back to the estimate.
+        let echo = due.as_nanos() / 1_000;
+        s.handle_frame(due, &ack_echo(2, first_seq, echo), RxBody::None);
+        assert!(s.ack_wait() < first * 2, "{:?}", s.ack_wait());
+    }
+
     #[test]
     fn a_lost_last_frame_is_recovered_by_the_sender_timer() {
         let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
