@@ -1559,7 +1559,7 @@ fn deliver_to(
 /// peer that may be slow to start.
 fn link_options() -> GroupOptions {
     let mut protocol = ProtocolConfig::default();
-    protocol.gbn.retransmit_timeout = Duration::from_millis(2);
+    protocol.gbn.rto = mcast_proto::RtoConfig::fixed(Duration::from_millis(2));
     GroupOptions {
         algorithm: mcast_engine::Algorithm::Iterative,
         protocol,

@@ -265,25 +265,10 @@ pub fn run(
         Algorithm::Nak => (messages as u32 + 64).next_power_of_two(),
         _ => SIM_WINDOW,
     };
-    // A wire time at this rate, for the ping-pong spacing and the timers.
+    // A wire time at this rate, for the ping-pong spacing. The protocol
+    // timers are the defaults: they measure the round trip and follow the
+    // 10 Mbit/s wire by themselves.
     let wire = wire_ns(len, link);
-    // The protocol timers default to microseconds (a 10 Gbit/s segment). On
-    // the paper's 10 Mbit/s a frame takes ~0.8 ms on the wire and a full
-    // window waits in the sender's machine for tens of ms: timers shorter
-    // than that resend what is merely queued (MAK with the default 500 us
-    // ack_wait never completes at 10 Mbit/s). Size them to outlast a full
-    // window of every copy on the wire, as the paper's would have been.
-    let copies = if algorithm == Algorithm::Iterative {
-        receivers as u64
-    } else {
-        1
-    };
-    let t = Duration::from_nanos(2 * u64::from(SIM_WINDOW) * copies * wire + 2_000_000);
-    let p = &mut cfg.protocol;
-    p.mak.ack_wait = p.mak.ack_wait.max(t);
-    p.ack.retransmit_timeout = p.ack.retransmit_timeout.max(t);
-    p.gbn.retransmit_timeout = p.gbn.retransmit_timeout.max(t);
-    p.nak.nak_retry = p.nak.nak_retry.max(t);
     let rate = match mode {
         // Messages far enough apart that each is delivered and acknowledged
         // before the next: the paper's send-and-wait, in virtual time.

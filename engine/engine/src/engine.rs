@@ -10,7 +10,9 @@
 //! releases free the frame), and drains `poll_transmit` into TX batches
 //! (flushed at `batch` frames, >= 32). [`Engine::run_once`] adds adaptive
 //! waiting: busy-poll for `spin`, then sleep in `poll()`/`ppoll()` until a
-//! frame arrives or the next protocol deadline.
+//! frame arrives or `deadline_spin` before the next protocol deadline, and
+//! busy-poll to the deadline (with a 1 µs timer slack, so the sleep itself
+//! ends on time).
 //!
 //! Zero copy: a published fragment is written once into a transport frame at
 //! [`FRAME_OVERHEAD`]; the send machine holds that frame index as its
@@ -41,6 +43,7 @@
 //! loses track of a frame ([`Engine::check_conservation`]), and never blocks
 //! except in [`Engine::run_once`]'s wait and the `*_blocking` calls.
 
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -88,6 +91,10 @@ pub struct EngineConfig {
     pub spin: Duration,
     /// Never sleep longer than this (wakes to re-check the send queue).
     pub max_sleep: Duration,
+    /// Wake this long before a protocol deadline and busy-poll to it, so that
+    /// timers (a NAK's wait is tens of microseconds) fire on time rather than
+    /// a scheduler's wake-up late. Zero sleeps to the deadline itself.
+    pub deadline_spin: Duration,
     /// Pin the thread that creates the engine to this CPU.
     pub cpu: Option<usize>,
     /// Largest message accepted and reassembled.
@@ -116,6 +123,7 @@ impl EngineConfig {
             batch: 64,
             spin: Duration::from_micros(20),
             max_sleep: Duration::from_millis(1),
+            deadline_spin: Duration::from_micros(50),
             cpu: None,
             max_message: 1 << 20,
             max_queued_frames: 256,
@@ -903,11 +911,18 @@ impl<T: Transport> Engine<T> {
     /// One iteration with adaptive waiting: busy-polls for `spin` after the
     /// last work, then sleeps until a frame arrives or the next deadline.
     pub fn run_once(&mut self) -> Result<bool, EngineError> {
+        self.run_once_for(self.cfg.max_sleep)
+    }
+
+    /// [`Engine::run_once`] sleeping at most `max_sleep` (and never longer
+    /// than [`EngineConfig::max_sleep`]): for a caller with a deadline of its
+    /// own, such as the next message a paced sender must publish.
+    pub fn run_once_for(&mut self, max_sleep: Duration) -> Result<bool, EngineError> {
         if self.poll()? {
             self.idle_since = None;
             return Ok(true);
         }
-        self.idle(&[], None)?;
+        self.idle(&[], Some(max_sleep))?;
         Ok(false)
     }
 
@@ -939,7 +954,12 @@ impl<T: Transport> Engine<T> {
             .unwrap_or(self.cfg.max_sleep)
             .min(self.cfg.max_sleep);
         if let Some(d) = self.next_deadline() {
-            timeout = timeout.min(Duration::from_nanos(d.0.saturating_sub(now)));
+            // Wake `deadline_spin` before the deadline and spin to it: a wake
+            // from poll() takes tens of microseconds on a loaded host, all of
+            // which a sleep to the deadline itself adds to the timer.
+            let left = d.0.saturating_sub(now);
+            let early = left.saturating_sub(nanos(self.cfg.deadline_spin));
+            timeout = timeout.min(Duration::from_nanos(early));
         }
         if !self.tx_keep.is_empty() || !self.tx_copy.is_empty() || !self.deferred.is_empty() {
             // The TX ring was full or a frame is in flight: look again soon.
@@ -948,6 +968,7 @@ impl<T: Transport> Engine<T> {
         if timeout.is_zero() {
             return Ok(());
         }
+        precise_sleeps();
         self.counters.sleeps += 1;
         match (fds.is_empty(), self.transport.wait_fd()) {
             (true, _) => self.transport.wait(timeout),
@@ -1693,6 +1714,25 @@ fn emit(
     let (_, len) = Frame::emit(buf, dst, src, ethertype, &t.header)
         .map_err(|e| EngineError::Accounting(format!("frame does not fit: {e}")))?;
     Ok(len as u32)
+}
+
+thread_local! {
+    /// Whether this thread's timer slack has been set.
+    static PRECISE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The timer slack of a thread that sleeps towards protocol deadlines: 1 µs,
+/// not the default 50 µs (a sleep's timeout may otherwise end that much
+/// late, and NAK timers are tens of microseconds). Set once per thread, by
+/// the first sleep.
+fn precise_sleeps() {
+    PRECISE.with(|p| {
+        if !p.get() {
+            // Best effort: a thread that cannot change it keeps the default.
+            let _ = sys::set_timer_slack(Duration::from_micros(1));
+            p.set(true);
+        }
+    });
 }
 
 fn nanos(d: Duration) -> u64 {

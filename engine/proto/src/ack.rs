@@ -13,27 +13,35 @@
 //! One state per frame in the window: *unsent* (queued, not yet on the wire),
 //! *in flight* (sent, not yet acknowledged by every member). A frame is freed
 //! ([`Event::Release`]) once the cumulative ACK of every current member has
-//! passed it. One retransmission timer, `retransmit_timeout`, guards the window
-//! (go-back-N from the oldest unacknowledged frame, seed 000 §2 (2): "发送方重新
-//! 多播前一个数据包"):
+//! passed it. One retransmission timer guards the window (go-back-N from the
+//! oldest unacknowledged frame, seed 000 §2 (2): "发送方重新多播前一个数据包"):
 //!
 //! - armed when a frame leaves and the timer is not armed;
-//! - restarted (`now + retransmit_timeout`) whenever the oldest unacknowledged
-//!   frame advances and frames remain; stopped when the window empties;
+//! - restarted whenever the oldest unacknowledged frame advances and the new
+//!   oldest has left; stopped when nothing sent is unacknowledged;
 //! - on expiry every frame still in the window is multicast again (flagged
-//!   RETRANSMIT), in sequence order, and the timer is re-armed when the first of
-//!   them leaves.
+//!   RETRANSMIT), in sequence order, the timeout doubles until the next
+//!   progress, and the timer is re-armed when the first of them leaves.
+//!
+//! The timeout is not fixed: every ACK echoes the send stamp of the data frame
+//! that caused it, each member's round trip is estimated as in RFC 6298
+//! ([`crate::rtt`]), and the timeout is the largest member's (the sender waits
+//! for all of them). Restarting at each advance of the oldest frame means a
+//! window queued behind a slow link is timed frame by frame as it drains, not
+//! from its first departure.
 //!
 //! # Receiver
 //!
 //! Frames go through the shared in-order buffer (`recv::InOrder`). Every data
 //! frame of the right epoch, new, duplicate or beyond the window, is answered by
-//! one ACK carrying the cumulative next expected sequence number, so a lost ACK
-//! is repaired by the next retransmission. The receiver has no timer.
+//! one ACK carrying the cumulative next expected sequence number (so a lost ACK
+//! is repaired by the next retransmission) and echoing the frame's send stamp.
+//! The receiver has no timer.
 
 use std::collections::VecDeque;
 
 use crate::recv::InOrder;
+use crate::rtt::{backed_off, echo_rtt, RtoConfig, RttEstimator, DEFAULT_RTO};
 use crate::window::SeqWindow;
 use crate::{
     api::header_for, BufId, Counters, Dest, Duration, Endpoint, Event, Instant, OutFrame, RxBody,
@@ -46,15 +54,14 @@ use mcast_wire::{Flags, Header, Kind, NodeId, Seq};
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AckConfig {
     /// How long the sender waits for every ACK of its oldest unacknowledged
-    /// frame before multicasting the window again.
-    pub retransmit_timeout: Duration,
+    /// frame before multicasting the window again: measured from the echoed
+    /// round trips (module docs). [`RtoConfig::fixed`] gives a static timeout.
+    pub rto: RtoConfig,
 }
 
 impl Default for AckConfig {
     fn default() -> Self {
-        AckConfig {
-            retransmit_timeout: Duration::from_micros(500),
-        }
+        AckConfig { rto: DEFAULT_RTO }
     }
 }
 
@@ -75,6 +82,8 @@ pub struct AckSender {
     scan: Seq,
     /// The retransmission timer (see the module docs).
     rto_deadline: Option<Instant>,
+    /// Expiries since the oldest frame last advanced: each doubles the timeout.
+    backoff: u32,
     events: VecDeque<Event>,
     counters: Counters,
 }
@@ -83,6 +92,7 @@ pub struct AckSender {
 struct Member {
     node: NodeId,
     acked: Seq,
+    rtt: RttEstimator,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -107,6 +117,7 @@ impl AckSender {
             next_seq: stream.initial_seq,
             scan: stream.initial_seq,
             rto_deadline: None,
+            backoff: 0,
             events: VecDeque::with_capacity(stream.window_frames as usize),
             counters: Counters::default(),
         };
@@ -127,14 +138,35 @@ impl AckSender {
             {
                 continue;
             }
-            // A member we already know keeps its progress; a new one must
-            // acknowledge everything still held.
-            let acked = old
-                .iter()
-                .find(|m| m.node == node)
-                .map_or(base, |m| m.acked.max(base));
-            self.members.push(Member { node, acked });
+            // A member we already know keeps its progress and its round
+            // trip; a new one must acknowledge everything still held.
+            let known = old.iter().find(|m| m.node == node);
+            self.members.push(Member {
+                node,
+                acked: known.map_or(base, |m| m.acked.max(base)),
+                rtt: known.map_or(RttEstimator::new(), |m| m.rtt),
+            });
         }
+    }
+
+    /// The retransmission timeout: the largest member's (RFC 6298, the
+    /// initial value for a member not measured yet), doubled per expiry
+    /// since the last progress.
+    pub fn rto(&self) -> Duration {
+        let cfg = &self.cfg.rto;
+        let base = self
+            .members
+            .iter()
+            .map(|m| m.rtt.base_rto(cfg))
+            .max()
+            .unwrap_or(cfg.initial);
+        backed_off(base, self.backoff, cfg)
+    }
+
+    /// Arms the timer for the oldest frame if it has left.
+    fn restart_timer(&mut self, now: Instant) {
+        let oldest_sent = self.window.get(self.window.base()).is_some_and(|e| e.sent);
+        self.rto_deadline = oldest_sent.then(|| now + self.rto());
     }
 
     /// Frees every frame acknowledged by all members and restarts the timer on
@@ -153,11 +185,8 @@ impl AckSender {
         self.window
             .advance_to(all_acked, |_, e| events.push_back(Event::Release(e.buf)));
         self.scan = self.scan.max(self.window.base());
-        self.rto_deadline = if self.window.is_empty() {
-            None
-        } else {
-            Some(now + self.cfg.retransmit_timeout)
-        };
+        self.backoff = 0;
+        self.restart_timer(now);
     }
 
     fn handle_ack(&mut self, now: Instant, header: &Header) {
@@ -172,6 +201,11 @@ impl AckSender {
         }
         self.counters.acks_received += 1;
         let m = &mut self.members[i];
+        if header.flags.contains(Flags::ACK_VALID) {
+            if let Some(rtt) = echo_rtt(now, header.tstamp_us) {
+                m.rtt.sample(rtt);
+            }
+        }
         // An older cumulative ACK (reordered) carries no news.
         m.acked = m.acked.max(header.ack);
         self.release_acknowledged(now);
@@ -206,8 +240,9 @@ impl Endpoint for AckSender {
             return;
         }
         // Not every ACK came in time: multicast the window again, oldest first
-        // (seed 000 §2 (2)).
+        // (seed 000 §2 (2)), and wait twice as long for the answer.
         self.counters.timeouts += 1;
+        self.backoff = self.backoff.saturating_add(1);
         for i in 0..self.in_window() {
             let seq = self.window.base().add(i);
             if let Some(e) = self.window.get_mut(seq) {
@@ -238,7 +273,7 @@ impl Endpoint for AckSender {
             }
             let (buf, len) = (e.buf, e.len);
             if self.rto_deadline.is_none() {
-                self.rto_deadline = Some(now + self.cfg.retransmit_timeout);
+                self.rto_deadline = Some(now + self.rto());
             }
             let mut header = header_for(&self.stream, Kind::Data);
             header.seq = seq;
@@ -330,6 +365,8 @@ pub struct AckReceiver {
     /// ACKs owed, one per data frame received; each goes out carrying the
     /// cumulative next expected sequence at the time it leaves.
     acks_owed: u32,
+    /// The send stamp of the latest data frame, echoed in the ACKs.
+    echo_us: u32,
     events: VecDeque<Event>,
     counters: Counters,
 }
@@ -341,6 +378,7 @@ impl AckReceiver {
             stream,
             rx: InOrder::new(stream.sender, stream.initial_seq, stream.window_frames),
             acks_owed: 0,
+            echo_us: 0,
             events: VecDeque::with_capacity(stream.window_frames as usize),
             counters: Counters::default(),
         }
@@ -386,11 +424,12 @@ impl Endpoint for AckReceiver {
         // Receiver: "收到一个 multicast 包后,立即以点对点的通信方式给发送方返回一个
         // ack" (seed 000 §2 (2)), duplicates included, so a lost ACK is repaired.
         self.acks_owed = self.acks_owed.saturating_add(1);
+        self.echo_us = header.tstamp_us;
     }
 
     fn handle_timeout(&mut self, _now: Instant) {}
 
-    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+    fn poll_transmit(&mut self, _now: Instant) -> Option<Transmit> {
         if self.acks_owed == 0 {
             return None;
         }
@@ -398,7 +437,9 @@ impl Endpoint for AckReceiver {
         self.counters.acks_sent += 1;
         let mut header = header_for(&self.stream, Kind::Ack);
         header.ack = self.rx.next_expected();
-        header.tstamp_us = now.as_micros_u32();
+        // The sender's stamp back, for its round-trip estimate.
+        header.tstamp_us = self.echo_us;
+        header.flags = Flags::ACK_VALID;
         Some(Transmit {
             dest: Dest::Node(self.stream.sender),
             header,
@@ -450,8 +491,16 @@ mod tests {
 
     fn cfg() -> AckConfig {
         AckConfig {
-            retransmit_timeout: RTO,
+            rto: RtoConfig::fixed(RTO),
         }
+    }
+
+    /// An ACK echoing the send stamp `echo_us`.
+    fn echoed(node: NodeId, ack: u32, echo_us: u64) -> Header {
+        let mut h = ack_from(node, ack);
+        h.flags = Flags::ACK_VALID;
+        h.tstamp_us = echo_us as u32;
+        h
     }
 
     fn t(us: u64) -> Instant {
@@ -578,6 +627,77 @@ mod tests {
         assert_eq!(s.poll_timeout(), None);
         let c = *s.counters();
         assert_eq!((c.data_sent, c.data_retransmitted, c.timeouts), (3, 2, 1));
+    }
+
+    #[test]
+    fn the_timeout_is_the_slowest_members_and_backs_off() {
+        let mut s = AckSender::new(stream(SENDER, 1), AckConfig::default(), &[2, 3]);
+        let mut now = 1000;
+        for (i, b) in (0..20u32).enumerate() {
+            s.send(t(now), frame(b)).unwrap();
+            expect_data(
+                &mut s,
+                t(now),
+                (u32::MAX - 1).wrapping_add(i as u32),
+                b,
+                false,
+            );
+            let ack = u32::MAX.wrapping_add(i as u32);
+            // Receiver 2 answers in 100 us, receiver 3 in 2 ms.
+            s.handle_frame(t(now + 100), &echoed(2, ack, now), RxBody::None);
+            s.handle_frame(t(now + 2000), &echoed(3, ack, now), RxBody::None);
+            now += 2000;
+        }
+        assert_eq!(s.counters().timeouts, 0);
+        // Twice the 2 ms round trip: receiver 3's.
+        assert_eq!(s.rto(), Duration::from_micros(4000));
+        s.send(t(now), frame(20)).unwrap();
+        expect_data(&mut s, t(now), 18, 20, false);
+        assert_eq!(s.poll_timeout(), Some(t(now + 4000)));
+        s.handle_timeout(t(now + 4000));
+        expect_data(&mut s, t(now + 4000), 18, 20, true);
+        assert_eq!(s.poll_timeout(), Some(t(now + 12000)), "doubled");
+        s.handle_frame(t(now + 4100), &echoed(2, 19, now + 4000), RxBody::None);
+        s.handle_frame(t(now + 6000), &echoed(3, 19, now + 4000), RxBody::None);
+        assert!(s.is_idle());
+        assert_eq!(s.rto(), Duration::from_micros(4000), "progress resets it");
+    }
+
+    #[test]
+    fn a_window_queued_behind_a_slow_link_is_timed_as_it_drains() {
+        // 32 frames leave at once; the link delivers one per millisecond.
+        let mut s = AckSender::new(stream(SENDER, 32), AckConfig::default(), &[2]);
+        for b in 0..32u32 {
+            s.send(t(0), frame(b)).unwrap();
+        }
+        for b in 0..32u32 {
+            expect_data(&mut s, t(0), (u32::MAX - 1).wrapping_add(b), b, false);
+        }
+        for b in 0..32u32 {
+            let at = 1000 * u64::from(b + 1);
+            // The initial 500 us timeout is shorter than one frame's time: the
+            // first expiry is spurious; after it the measured round trip rules.
+            if b > 0 {
+                let due = s.poll_timeout().expect("frames outstanding");
+                assert!(due > t(at), "frame {b}: timer {due:?} before its ACK");
+            }
+            s.handle_timeout(t(at));
+            while s.poll_transmit(t(at)).is_some() {}
+            s.handle_frame(t(at), &echoed(2, u32::MAX.wrapping_add(b), 0), RxBody::None);
+        }
+        assert!(s.is_idle());
+        assert_eq!(s.counters().timeouts, 1);
+    }
+
+    #[test]
+    fn acks_echo_the_send_stamp_of_the_latest_frame() {
+        let mut r = AckReceiver::new(stream(2, 4), cfg());
+        let mut d = data(u32::MAX - 1);
+        d.tstamp_us = 4242;
+        r.handle_frame(t(1000), &d, RxBody::Data(BufId(1)));
+        let tx = r.poll_transmit(t(1001)).expect("an ACK");
+        assert!(tx.header.flags.contains(Flags::ACK_VALID));
+        assert_eq!(tx.header.tstamp_us, 4242);
     }
 
     #[test]

@@ -2,18 +2,17 @@
 //! Figure 4.1): the building block of the iterative baseline.
 //!
 //! The sender keeps a credit window of W_FC frames (the stream's
-//! `window_frames`) and a static retransmission timeout per outstanding frame.
-//! The receiver accepts in order only: it holds no reorder buffer.
+//! `window_frames`) and a retransmission timer. The receiver accepts in order
+//! only: it holds no reorder buffer.
 //!
 //! Sender states (Figure 4.1 (a)):
 //! - **Normal**: new frames go out while the window has credit. A Pack slides
-//!   the window (cumulatively). A timeout retransmits the frame that timed out
-//!   and resets its timer. A Nack backs up to the frame it names, resends every
-//!   outstanding frame from there and enters Stall.
+//!   the window (cumulatively). A timeout retransmits the oldest outstanding
+//!   frame and resets the timer. A Nack backs up to the frame it names, resends
+//!   every outstanding frame from there and enters Stall.
 //! - **Stall**: no new frame goes out (they are accepted into the window but
 //!   held) until the first Pack that acknowledges something new; timeouts
-//!   retransmit the timed-out frames and reset their timers; a further Nack goes
-//!   back again.
+//!   retransmit as in Normal; a further Nack goes back again.
 //!
 //! Receiver logic (Figure 4.1 (b)):
 //! - **Receiving**: the expected frame is delivered and acknowledged with a Pack
@@ -22,11 +21,38 @@
 //! - **Stall**: out-of-order frames are dropped without a Nack; the first
 //!   in-order frame is delivered, acknowledged at once, and ends Stall.
 //!
+//! # The retransmission timer (not static: seed 001's "static timeout value"
+//! was sized for one link)
+//!
+//! Every Pack and Nack echoes the send stamp of the data frame that caused it
+//! (`tstamp_us`, flag `ACK_VALID`), so the sender measures the round trip of
+//! each copy, retransmissions included, and keeps an RFC 6298 estimate
+//! ([`crate::rtt`]). One timer guards the oldest outstanding frame (RFC 6298
+//! §5): armed when a frame leaves and it is not running, restarted whenever a
+//! Pack or Nack acknowledges something new, stopped when nothing sent is
+//! outstanding or the oldest frame is queued to be sent again (a Nack's go
+//! back: the timer then times the new copy, from its departure). Timing the oldest frame from the last progress, rather than
+//! each frame from its own departure, keeps a window queued behind a slow link
+//! from timing out frame by frame while it drains.
+//!
+//! On expiry the oldest outstanding frame alone is retransmitted, the timeout
+//! doubles until the next progress, and that retransmission is a **probe**:
+//! the echo in the answer says which copy arrived. An answer to the probe
+//! proves the original was lost, and since an in-order receiver drops
+//! everything after a gap, every frame sent before the probe is sent again (go
+//! back N). An answer to an original shows the timeout was spurious (the
+//! network was just slow, as in Eifel, RFC 3522): nothing more is resent. If
+//! the timer expires again before the probe is answered (the probe or its
+//! answer was lost, or the receiver already had the frame and, stalled on a
+//! later gap, drops duplicates silently), every outstanding frame is sent
+//! again: seed 001's per-frame timeouts, all at once.
+//!
 //! Performs no I/O and reads no clock: time is an argument.
 
 use std::collections::VecDeque;
 
 use crate::api::header_for;
+use crate::rtt::{echo_rtt, RtoConfig, RttEstimator, DEFAULT_RTO};
 use crate::window::SeqWindow;
 use crate::{
     BufId, Counters, Dest, Duration, Endpoint, Event, Instant, OutFrame, RxBody, SendError, Sender,
@@ -55,9 +81,10 @@ pub enum AckPolicy {
 /// `window_frames`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GbnConfig {
-    /// The static per-frame retransmission timeout (seed 001: "a static timeout
-    /// value is used"). 500 µs by default: a few LAN round trips.
-    pub retransmit_timeout: Duration,
+    /// The retransmission timeout: measured from the echoed round trips
+    /// (see the module docs). [`RtoConfig::fixed`] restores seed 001's static
+    /// timeout.
+    pub rto: RtoConfig,
     /// When the receiver sends Packs.
     pub ack_policy: AckPolicy,
 }
@@ -65,7 +92,7 @@ pub struct GbnConfig {
 impl Default for GbnConfig {
     fn default() -> Self {
         GbnConfig {
-            retransmit_timeout: Duration::from_micros(500),
+            rto: DEFAULT_RTO,
             ack_policy: AckPolicy::Immediate,
         }
     }
@@ -77,8 +104,24 @@ struct Slot {
     buf: BufId,
     len: u16,
     frag: Flags,
-    /// When the frame times out; `None` while it waits to be (re)transmitted.
-    deadline: Option<Instant>,
+    /// Sent already and queued to be sent again.
+    queued: bool,
+}
+
+/// A timer retransmission of the oldest frame whose answer is awaited.
+#[derive(Debug, Clone, Copy)]
+struct Probe {
+    /// The send stamp of the first probe (wire microseconds): an echo at or
+    /// after it answers a probe, an earlier one an original.
+    stamp_us: u32,
+    /// Frames before this had been sent when the timer expired: they are the
+    /// ones to send again if the original is proven lost.
+    recover: Seq,
+}
+
+/// True when the wire stamp `a` is at or after `b` (32-bit microseconds, wrapping).
+fn stamp_at_or_after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) >= 0
 }
 
 /// Go-Back-N sender towards one peer (seed 001 §4.2.1, Figure 4.1 (a)).
@@ -103,8 +146,13 @@ pub struct GbnSender {
     /// sequence number that may be one (a scan hint).
     retx_pending: u32,
     retx_from: Seq,
-    /// The earliest retransmission deadline (may be early, never late).
-    next_deadline: Option<Instant>,
+    /// The retransmission timer (see the module docs).
+    rto_deadline: Option<Instant>,
+    rtt: RttEstimator,
+    /// The timer expired: the next transmission of the oldest frame is a probe
+    /// (`recover` as in [`Probe`]).
+    probe_due: Option<Seq>,
+    probe: Option<Probe>,
     events: VecDeque<Event>,
     counters: Counters,
 }
@@ -124,7 +172,10 @@ impl GbnSender {
             stalled: false,
             retx_pending: 0,
             retx_from: stream.initial_seq,
-            next_deadline: None,
+            rto_deadline: None,
+            rtt: RttEstimator::new(),
+            probe_due: None,
+            probe: None,
             events: VecDeque::with_capacity(w as usize),
             counters: Counters::default(),
         }
@@ -145,20 +196,56 @@ impl GbnSender {
         self.next_seq.distance(self.window.base()) as u32
     }
 
+    /// The round-trip estimate.
+    pub fn rtt(&self) -> &RttEstimator {
+        &self.rtt
+    }
+
+    /// The retransmission timeout now in force (backoff included).
+    pub fn rto(&self) -> Duration {
+        self.rtt.rto(&self.cfg.rto)
+    }
+
     /// An acknowledgment piggy-backed on the peer's reverse traffic (the layer
     /// above read it from a frame flagged [`Flags::ACK_VALID`]): handled exactly
-    /// as a Pack whose `ack` is `ack`, and counted in `packs_received`.
+    /// as a Pack whose `ack` is `ack` (without an echo, so without a round-trip
+    /// sample), and counted in `packs_received`.
     pub fn handle_piggyback_ack(&mut self, now: Instant, ack: Seq) {
         self.counters.packs_received += 1;
-        self.on_pack(now, ack);
+        self.on_pack(now, ack, None);
+    }
+
+    /// True when some frame has been sent and not acknowledged.
+    fn in_flight(&self) -> bool {
+        self.window.base().before(self.next_new)
+    }
+
+    /// A Pack or Nack acknowledged something new: the timeout is the
+    /// estimate's again and the timer restarts for the new oldest frame.
+    fn progress(&mut self, now: Instant) {
+        self.rtt.reset_backoff();
+        self.rto_deadline = self.in_flight().then(|| now + self.rto());
+        if self
+            .probe
+            .is_some_and(|p| !self.window.base().before(p.recover))
+        {
+            self.probe = None;
+        }
+        if self
+            .probe_due
+            .is_some_and(|r| !self.window.base().before(r))
+        {
+            self.probe_due = None;
+        }
     }
 
     /// Pack: `ack` is the next sequence number the receiver expects. A Pack that
     /// acknowledges something new slides the window and ends Stall (seed 001:
     /// "until the first Pack reply is returned"). A Pack at the window base (a
     /// receiver re-acknowledging a duplicate) does not end Stall: it shows the
-    /// receiver still lacks the frame that caused the Nack.
-    fn on_pack(&mut self, _now: Instant, ack: Seq) {
+    /// receiver still lacks the frame that caused the Nack. `echo`: the send
+    /// stamp the Pack echoes.
+    fn on_pack(&mut self, now: Instant, ack: Seq, echo: Option<u32>) {
         if ack.after(self.next_new) {
             // Acknowledges frames never sent: hostile or corrupt.
             self.counters.rejected += 1;
@@ -167,16 +254,28 @@ impl GbnSender {
         if !ack.after(self.window.base()) {
             return; // stale or duplicate
         }
+        let probe = self.probe.take();
         self.slide_to(ack);
         self.stalled = false;
-        self.recompute_deadline();
+        self.progress(now);
+        if let (Some(p), Some(e)) = (probe, echo) {
+            if stamp_at_or_after(e, p.stamp_us) {
+                // The probe was answered, not the original: the original was
+                // lost, and an in-order receiver dropped what followed it.
+                self.go_back(p.recover);
+            }
+            // An echo of an original: the timeout was spurious; nothing more.
+        } else if probe.is_some_and(|p| self.window.base().before(p.recover)) {
+            // No echo to decide by: keep waiting for one.
+            self.probe = probe;
+        }
     }
 
     /// Nack: `ack` is the first frame the receiver lacks. Everything before it
     /// arrived, so the window slides to it first (a Nack is cumulative too);
     /// then the sender "backs up to the first error packet ... and resends all
     /// outstanding packets. Then it transits into the Stall state" (seed 001).
-    fn on_nack(&mut self, _now: Instant, ack: Seq) {
+    fn on_nack(&mut self, now: Instant, ack: Seq) {
         if !ack.before(self.next_new) {
             // Names a frame never sent: hostile or corrupt.
             self.counters.rejected += 1;
@@ -185,17 +284,36 @@ impl GbnSender {
         if ack.before(self.window.base()) {
             return; // stale: that frame was acknowledged since
         }
-        self.slide_to(ack);
-        let mut seq = ack;
-        while seq.before(self.next_new) {
-            self.mark_for_retransmit(seq);
-            seq = seq.next();
+        if ack.after(self.window.base()) {
+            self.slide_to(ack);
+            self.progress(now);
         }
+        // Everything outstanding goes again: no probe to wait for.
+        self.probe = None;
+        self.probe_due = None;
+        self.go_back(self.next_new);
         if !self.stalled {
             self.stalled = true;
             self.counters.stalls += 1;
         }
-        self.recompute_deadline();
+    }
+
+    /// Queues every sent frame from the base up to `until` for retransmission.
+    /// The timer stops: it restarts when the first of them leaves, so that it
+    /// times the new copies, not the lost ones.
+    fn go_back(&mut self, until: Seq) {
+        let mut seq = self.window.base();
+        while seq.before(until) && seq.before(self.next_new) {
+            self.mark_for_retransmit(seq);
+            seq = seq.next();
+        }
+        if self
+            .window
+            .get(self.window.base())
+            .is_some_and(|s| s.queued)
+        {
+            self.rto_deadline = None;
+        }
     }
 
     /// Acknowledges everything before `ack` (callers check `ack <= next_new`),
@@ -203,11 +321,9 @@ impl GbnSender {
     fn slide_to(&mut self, ack: Seq) {
         debug_assert!(!ack.after(self.next_new));
         let events = &mut self.events;
-        let next_new = self.next_new;
         let mut was_pending = 0;
-        self.window.advance_to(ack, |seq, slot| {
-            // Sent frames without a deadline are queued retransmissions.
-            if seq.before(next_new) && slot.deadline.is_none() {
+        self.window.advance_to(ack, |_, slot| {
+            if slot.queued {
                 was_pending += 1;
             }
             events.push_back(Event::Release(slot.buf));
@@ -217,17 +333,14 @@ impl GbnSender {
 
     fn mark_for_retransmit(&mut self, seq: Seq) {
         if let Some(slot) = self.window.get_mut(seq) {
-            if slot.deadline.take().is_some() {
+            if !slot.queued {
+                slot.queued = true;
                 self.retx_pending += 1;
             }
             if seq.before(self.retx_from) {
                 self.retx_from = seq;
             }
         }
-    }
-
-    fn recompute_deadline(&mut self) {
-        self.next_deadline = self.window.iter().filter_map(|(_, s)| s.deadline).min();
     }
 
     /// The next frame to retransmit, lowest sequence number first.
@@ -242,7 +355,7 @@ impl GbnSender {
             self.retx_from
         };
         while seq.before(self.next_new) {
-            if self.window.get(seq).is_some_and(|s| s.deadline.is_none()) {
+            if self.window.get(seq).is_some_and(|s| s.queued) {
                 self.retx_from = seq.next();
                 return Some(seq);
             }
@@ -255,12 +368,22 @@ impl GbnSender {
     }
 
     fn data_transmit(&mut self, now: Instant, seq: Seq, retransmit: bool) -> Transmit {
-        let deadline = now + self.cfg.retransmit_timeout;
+        if self.rto_deadline.is_none() {
+            self.rto_deadline = Some(now + self.rto());
+        }
+        if retransmit && seq == self.window.base() {
+            if let Some(recover) = self.probe_due.take() {
+                self.probe = Some(Probe {
+                    stamp_us: now.as_micros_u32(),
+                    recover,
+                });
+            }
+        }
         let slot = self
             .window
             .get_mut(seq)
             .expect("transmitting a frame outside the window");
-        slot.deadline = Some(deadline);
+        slot.queued = false;
         let mut header = header_for(&self.stream, Kind::GbnData);
         header.peer = self.peer;
         header.seq = seq;
@@ -270,12 +393,10 @@ impl GbnSender {
         }
         header.payload_len = slot.len;
         header.tstamp_us = now.as_micros_u32();
-        let body = TxBody::Buf(slot.buf);
-        self.next_deadline = Some(self.next_deadline.map_or(deadline, |d| d.min(deadline)));
         Transmit {
             dest: Dest::Node(self.peer),
             header,
-            body,
+            body: TxBody::Buf(slot.buf),
         }
     }
 }
@@ -296,42 +417,55 @@ impl Endpoint for GbnSender {
             || header.peer != self.stream.local
             || header.group != self.stream.group
             || !matches!(body, RxBody::None)
+            || !matches!(header.kind, Kind::Pack | Kind::Nack)
         {
             self.counters.rejected += 1;
             return;
         }
-        match header.kind {
-            Kind::Pack => {
-                self.counters.packs_received += 1;
-                self.on_pack(now, header.ack);
-            }
-            Kind::Nack => {
-                self.counters.nacks_received += 1;
-                self.on_nack(now, header.ack);
-            }
-            _ => self.counters.rejected += 1,
+        // The echo of the data frame that caused this feedback: a round trip.
+        let echo = header
+            .flags
+            .contains(Flags::ACK_VALID)
+            .then_some(header.tstamp_us);
+        if let Some(rtt) = echo.and_then(|e| echo_rtt(now, e)) {
+            self.rtt.sample(rtt);
+        }
+        if header.kind == Kind::Pack {
+            self.counters.packs_received += 1;
+            self.on_pack(now, header.ack, echo);
+        } else {
+            self.counters.nacks_received += 1;
+            self.on_nack(now, header.ack);
         }
     }
 
     /// Seed 001: "On receiving a timeout incident, the sender retransmits the
-    /// corresponding packet and reset its timer" — in Normal and in Stall alike;
-    /// the timer restarts when the frame actually goes out.
+    /// corresponding packet and reset its timer" — in Normal and in Stall
+    /// alike. The timed-out frame is the oldest outstanding one; it goes out as
+    /// a probe (module docs) and the timer restarts when it actually leaves,
+    /// with the timeout doubled.
     fn handle_timeout(&mut self, now: Instant) {
-        let base = self.window.base();
-        let span = self.next_new.distance(base) as u32;
-        for i in 0..span {
-            let seq = base.add(i);
-            if self
-                .window
-                .get(seq)
-                .and_then(|s| s.deadline)
-                .is_some_and(|d| d <= now)
-            {
-                self.counters.timeouts += 1;
-                self.mark_for_retransmit(seq);
-            }
+        if self.rto_deadline.is_none_or(|d| d > now) {
+            return;
         }
-        self.recompute_deadline();
+        self.rto_deadline = None;
+        if !self.in_flight() {
+            return;
+        }
+        let base = self.window.base();
+        if self.window.get(base).is_some_and(|s| s.queued) {
+            return; // already waiting to go out: the timer restarts when it does
+        }
+        self.counters.timeouts += 1;
+        self.rtt.back_off();
+        if self.probe.take().is_some() {
+            // The probe went unanswered too (lost, or a duplicate that a
+            // stalled receiver drops silently): go back over everything.
+            self.go_back(self.next_new);
+        } else {
+            self.mark_for_retransmit(base);
+            self.probe_due = Some(self.next_new);
+        }
     }
 
     /// Retransmissions first (lowest sequence number first), then new frames in
@@ -356,7 +490,7 @@ impl Endpoint for GbnSender {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.next_deadline
+        self.rto_deadline
     }
 
     fn counters(&self) -> &Counters {
@@ -375,7 +509,9 @@ impl Endpoint for GbnSender {
         self.next_new = self.next_seq;
         self.retx_pending = 0;
         self.retx_from = self.next_seq;
-        self.next_deadline = None;
+        self.rto_deadline = None;
+        self.probe = None;
+        self.probe_due = None;
         self.stalled = false;
     }
 }
@@ -395,7 +531,7 @@ impl Sender for GbnSender {
             len: frame.len,
             // Only the fragment bits are the caller's; the rest are ours.
             frag: Flags(frame.frag.0 & Flags::WHOLE.0),
-            deadline: None,
+            queued: false,
         };
         let stored = self.window.insert(seq, slot);
         assert!(stored.is_ok(), "window slot {seq:?} checked free");
@@ -429,11 +565,14 @@ pub struct GbnReceiver {
     /// Seed 001's Stall state for this sender: a Nack went out, out-of-order
     /// frames are dropped silently until the next in-order frame.
     stalled: bool,
-    /// A standalone Pack is due; `pack_seq` is the data frame that caused it.
+    /// A standalone Pack is due; `pack_seq` is the data frame that caused it
+    /// and `pack_echo` that frame's send stamp, echoed for the round trip.
     pack_due: bool,
     pack_seq: Seq,
-    /// A Nack is due: `(seq of the out-of-order frame, expected when it came)`.
-    nack_due: Option<(Seq, Seq)>,
+    pack_echo: u32,
+    /// A Nack is due: `(seq of the out-of-order frame, expected when it came,
+    /// the frame's send stamp)`.
+    nack_due: Option<(Seq, Seq, u32)>,
     /// In-order frames not acknowledged yet (delayed and piggy-backed policies).
     unacked: u32,
     /// When a standalone Pack must go out for them.
@@ -453,6 +592,7 @@ impl GbnReceiver {
             stalled: false,
             pack_due: false,
             pack_seq: stream.initial_seq,
+            pack_echo: 0,
             nack_due: None,
             unacked: 0,
             ack_deadline: None,
@@ -500,6 +640,7 @@ impl GbnReceiver {
             });
             self.expected = seq.next();
             self.pack_seq = seq;
+            self.pack_echo = header.tstamp_us;
             if self.stalled {
                 // "Resumes the acknowledging process" at the first in-order
                 // frame: acknowledge at once whatever the policy, since the
@@ -518,6 +659,7 @@ impl GbnReceiver {
             self.events.push_back(Event::Release(buf));
             if !self.stalled {
                 self.pack_seq = seq;
+                self.pack_echo = header.tstamp_us;
                 self.pack_due = true;
             }
         } else {
@@ -528,7 +670,7 @@ impl GbnReceiver {
             if !self.stalled {
                 self.stalled = true;
                 self.counters.stalls += 1;
-                self.nack_due = Some((seq, self.expected));
+                self.nack_due = Some((seq, self.expected, header.tstamp_us));
             }
         }
     }
@@ -554,11 +696,14 @@ impl GbnReceiver {
         }
     }
 
-    fn control(&self, kind: Kind, seq: Seq, ack: Seq) -> Transmit {
+    /// A Pack or Nack caused by data frame `seq`, echoing its send stamp.
+    fn control(&self, kind: Kind, seq: Seq, ack: Seq, echo: u32) -> Transmit {
         let mut header = header_for(&self.stream, kind);
         header.peer = self.stream.sender;
         header.seq = seq;
         header.ack = ack;
+        header.tstamp_us = echo;
+        header.flags = Flags::ACK_VALID;
         header.payload_len = 0;
         Transmit {
             dest: Dest::Node(self.stream.sender),
@@ -615,12 +760,12 @@ impl Endpoint for GbnReceiver {
             self.unacked = 0;
             self.ack_deadline = None;
             self.counters.packs_sent += 1;
-            return Some(self.control(Kind::Pack, self.pack_seq, self.expected));
+            return Some(self.control(Kind::Pack, self.pack_seq, self.expected, self.pack_echo));
         }
-        if let Some((seq, ack)) = self.nack_due.take() {
+        if let Some((seq, ack, echo)) = self.nack_due.take() {
             if ack == self.expected {
                 self.counters.nacks_sent += 1;
-                return Some(self.control(Kind::Nack, seq, ack));
+                return Some(self.control(Kind::Nack, seq, ack, echo));
             }
         }
         None
@@ -655,6 +800,7 @@ impl Endpoint for GbnReceiver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::RtoConfig;
 
     const SENDER: NodeId = 1;
     const RECEIVER: NodeId = 2;
@@ -680,7 +826,7 @@ mod tests {
 
     fn cfg(ack_policy: AckPolicy) -> GbnConfig {
         GbnConfig {
-            retransmit_timeout: Duration::from_micros(RTO_US),
+            rto: RtoConfig::fixed(Duration::from_micros(RTO_US)),
             ack_policy,
         }
     }
@@ -880,11 +1026,20 @@ mod tests {
         );
     }
 
+    /// A Pack or Nack echoing the send stamp `echo_us`.
+    fn echoed(kind: Kind, ack: u32, echo_us: u64) -> Header {
+        let mut h = feedback(kind, ack);
+        h.flags = Flags::ACK_VALID;
+        h.tstamp_us = echo_us as u32;
+        h
+    }
+
     #[test]
-    fn timeout_outside_stall_retransmits_only_that_frame() {
+    fn timeout_retransmits_only_the_oldest_frame_as_a_probe() {
         let mut s = sender(100, 8);
         send_and_transmit(&mut s, t(1000), 100, 0, 1);
         send_and_transmit(&mut s, t(1200), 100, 1, 1);
+        // One timer, for the oldest frame, from its departure.
         assert_eq!(s.poll_timeout(), Some(t(1500)));
         s.handle_timeout(t(1499));
         expect_nothing(&mut s, t(1499));
@@ -892,17 +1047,55 @@ mod tests {
         expect_data(&mut s, t(1500), 100, 0, true);
         expect_nothing(&mut s, t(1500));
         assert!(!s.is_stalled());
-        // Its timer restarted; the second frame's runs on.
-        assert_eq!(s.poll_timeout(), Some(t(1700)));
-        s.handle_timeout(t(1700));
-        expect_data(&mut s, t(1700), 101, 1, true);
+        // The timer restarts when the probe leaves; the second frame has no
+        // timer of its own.
         assert_eq!(s.poll_timeout(), Some(t(2000)));
-        assert_eq!(s.counters().timeouts, 2);
+        assert_eq!(s.counters().timeouts, 1);
         assert_eq!(s.counters().stalls, 0);
     }
 
     #[test]
-    fn timeout_in_stall_retransmits_and_stays_stalled() {
+    fn an_answered_probe_goes_back_over_what_was_sent_before_it() {
+        let mut s = sender(100, 8);
+        send_and_transmit(&mut s, t(1000), 100, 0, 3);
+        s.handle_timeout(t(1500));
+        expect_data(&mut s, t(1500), 100, 0, true);
+        // A frame sent after the probe is not part of what it recovers.
+        assert_eq!(s.send(t(1510), frame(3)), Ok(Seq(103)));
+        expect_data(&mut s, t(1510), 103, 3, false);
+        // The Pack echoes the probe's stamp: the original 100 was lost, and the
+        // in-order receiver dropped 101 and 102 behind it.
+        s.handle_frame(t(1600), &echoed(Kind::Pack, 101, 1500), RxBody::None);
+        assert_eq!(released(&mut s), vec![0]);
+        expect_data(&mut s, t(1600), 101, 1, true);
+        expect_data(&mut s, t(1600), 102, 2, true);
+        expect_nothing(&mut s, t(1600));
+        assert_eq!(s.counters().data_retransmitted, 3);
+        // Progress: the timeout is the estimate's again, not doubled.
+        assert_eq!(s.poll_timeout(), Some(t(2100)));
+    }
+
+    #[test]
+    fn a_probe_overtaken_by_the_original_is_a_spurious_timeout() {
+        let mut s = sender(100, 8);
+        send_and_transmit(&mut s, t(1000), 100, 0, 3);
+        s.handle_timeout(t(1500));
+        expect_data(&mut s, t(1500), 100, 0, true);
+        // The original's Pack, late: nothing was lost, nothing more is resent.
+        s.handle_frame(t(1600), &echoed(Kind::Pack, 101, 1000), RxBody::None);
+        assert_eq!(released(&mut s), vec![0]);
+        expect_nothing(&mut s, t(1600));
+        s.handle_frame(t(1610), &echoed(Kind::Pack, 103, 1000), RxBody::None);
+        assert_eq!(released(&mut s), vec![1, 2]);
+        // The probe's own answer (a duplicate re-acknowledged) changes nothing.
+        s.handle_frame(t(1620), &echoed(Kind::Pack, 103, 1500), RxBody::None);
+        expect_nothing(&mut s, t(1620));
+        assert!(s.is_idle());
+        assert_eq!(s.counters().data_retransmitted, 1);
+    }
+
+    #[test]
+    fn timeout_in_stall_probes_and_stays_stalled() {
         let mut s = sender(100, 8);
         send_and_transmit(&mut s, t(1000), 100, 0, 3);
         s.handle_frame(t(1100), &feedback(Kind::Nack, 100), RxBody::None);
@@ -910,20 +1103,129 @@ mod tests {
             expect_data(&mut s, t(1100), 100 + b, b, true);
         }
         assert_eq!(s.send(t(1100), frame(3)), Ok(Seq(103)));
-        // Every retransmission was lost: the timers go off together.
+        // Every retransmission was lost. The timer restarted when the first
+        // of them left.
         assert_eq!(s.poll_timeout(), Some(t(1600)));
         s.handle_timeout(t(1600));
-        for b in 0..3 {
-            expect_data(&mut s, t(1600), 100 + b, b, true);
-        }
+        expect_data(&mut s, t(1600), 100, 0, true);
         expect_nothing(&mut s, t(1600));
         assert!(s.is_stalled());
-        assert_eq!(s.poll_timeout(), Some(t(2100)));
-        s.handle_frame(t(1700), &feedback(Kind::Pack, 103), RxBody::None);
-        assert_eq!(released(&mut s), vec![0, 1, 2]);
+        // The probe is answered: the rest goes again, and Stall ends.
+        s.handle_frame(t(1700), &echoed(Kind::Pack, 101, 1600), RxBody::None);
+        assert_eq!(released(&mut s), vec![0]);
+        assert!(!s.is_stalled());
+        expect_data(&mut s, t(1700), 101, 1, true);
+        expect_data(&mut s, t(1700), 102, 2, true);
         expect_data(&mut s, t(1700), 103, 3, false);
         let c = s.counters();
-        assert_eq!((c.stalls, c.timeouts, c.data_retransmitted), (1, 3, 6));
+        assert_eq!((c.stalls, c.timeouts, c.data_retransmitted), (1, 1, 6));
+    }
+
+    #[test]
+    fn an_unanswered_probe_is_followed_by_the_whole_window() {
+        // The receiver has 100 (its Pack was lost) and is stalled on 101 (its
+        // Nack was lost too): it drops the probe of 100 silently, so only
+        // resending 101 can move things.
+        let mut s = sender(100, 8);
+        let mut r = receiver(100, AckPolicy::Immediate);
+        send_and_transmit(&mut s, t(1000), 100, 0, 3);
+        r.handle_frame(t(1005), &data(100), RxBody::Data(BufId(10)));
+        r.handle_frame(t(1005), &data(102), RxBody::Data(BufId(12)));
+        assert!(r.is_stalled());
+        s.handle_timeout(t(1500));
+        expect_data(&mut s, t(1500), 100, 0, true);
+        r.handle_frame(t(1505), &data(100), RxBody::Data(BufId(20)));
+        s.handle_timeout(t(2000));
+        expect_data(&mut s, t(2000), 100, 0, true);
+        expect_data(&mut s, t(2000), 101, 1, true);
+        expect_data(&mut s, t(2000), 102, 2, true);
+        expect_nothing(&mut s, t(2000));
+        assert_eq!(s.counters().timeouts, 2);
+    }
+
+    /// The sender of the adaptive-timer tests: the default RTO bounds.
+    fn adaptive_sender(window: u32) -> GbnSender {
+        GbnSender::new(stream(SENDER, 100, window), RECEIVER, GbnConfig::default())
+    }
+
+    #[test]
+    fn the_timeout_follows_the_echoed_round_trip() {
+        let mut s = adaptive_sender(8);
+        send_and_transmit(&mut s, t(1000), 100, 0, 1);
+        // Before any sample: the initial 500 us.
+        assert_eq!(s.poll_timeout(), Some(t(1500)));
+        // A slow link: the Pack comes after 3 ms (not a timeout yet in this
+        // test: the driver only calls handle_timeout when asked).
+        s.handle_frame(t(4000), &echoed(Kind::Pack, 101, 1000), RxBody::None);
+        assert_eq!(s.rtt().srtt(), Some(Duration::from_micros(3000)));
+        // SRTT + 4·RTTVAR = 3 + 4·1.5 ms.
+        assert_eq!(s.rto(), Duration::from_micros(9000));
+        for i in 1..40u32 {
+            let at = 4000 + u64::from(i) * 3000;
+            send_and_transmit(&mut s, t(at), 100, i, 1);
+            s.handle_frame(t(at + 3000), &echoed(Kind::Pack, 101 + i, at), RxBody::None);
+        }
+        // Steady: twice the 3 ms round trip.
+        assert_eq!(s.rto(), Duration::from_micros(6000));
+        assert_eq!(s.counters().timeouts, 0);
+    }
+
+    #[test]
+    fn a_window_draining_through_a_slow_link_does_not_time_out() {
+        // 16 frames leave at once into a link that delivers one every 1 ms;
+        // each Pack comes 1 ms after the previous one. Timed from its own
+        // departure, the last frame would wait 16 ms; the timer instead
+        // restarts at each Pack.
+        let mut s = adaptive_sender(16);
+        send_and_transmit(&mut s, t(0), 100, 0, 1);
+        s.handle_frame(t(1100), &echoed(Kind::Pack, 101, 0), RxBody::None);
+        send_and_transmit(&mut s, t(1100), 100, 1, 15);
+        for i in 1..16u32 {
+            let at = 1100 + u64::from(i) * 1000;
+            let due = s.poll_timeout().expect("frames outstanding");
+            assert!(due > t(at), "timer at {due:?} before the Pack at {at} us");
+            s.handle_timeout(t(at));
+            s.handle_frame(t(at), &echoed(Kind::Pack, 101 + i, 1100), RxBody::None);
+        }
+        assert!(s.is_idle());
+        assert_eq!(s.counters().timeouts, 0);
+        assert_eq!(s.counters().data_retransmitted, 0);
+    }
+
+    #[test]
+    fn unanswered_timeouts_back_off_until_progress() {
+        let mut s = adaptive_sender(8);
+        send_and_transmit(&mut s, t(0), 100, 0, 1);
+        let mut now = 0;
+        for k in 0..5 {
+            let due = s.poll_timeout().expect("running");
+            assert_eq!(due, t(now + (500 << k)), "expiry {k}");
+            now += 500 << k;
+            s.handle_timeout(t(now));
+            expect_data(&mut s, t(now), 100, 0, true);
+        }
+        assert_eq!(s.counters().timeouts, 5);
+        s.handle_frame(t(now + 30), &echoed(Kind::Pack, 101, now), RxBody::None);
+        assert_eq!(s.rtt().backoff(), 0);
+    }
+
+    #[test]
+    fn packs_and_nacks_echo_the_stamp_of_the_frame_that_caused_them() {
+        let mut r = receiver(100, AckPolicy::Immediate);
+        let mut d = data(100);
+        d.tstamp_us = 777;
+        r.handle_frame(t(1000), &d, RxBody::Data(BufId(1)));
+        let pack = r.poll_transmit(t(1000)).expect("a Pack");
+        assert_eq!(pack.header.kind, Kind::Pack);
+        assert!(pack.header.flags.contains(Flags::ACK_VALID));
+        assert_eq!(pack.header.tstamp_us, 777);
+        let mut d = data(105);
+        d.tstamp_us = 888;
+        r.handle_frame(t(1000), &d, RxBody::Data(BufId(2)));
+        let nack = r.poll_transmit(t(1000)).expect("a Nack");
+        assert_eq!(nack.header.kind, Kind::Nack);
+        assert!(nack.header.flags.contains(Flags::ACK_VALID));
+        assert_eq!(nack.header.tstamp_us, 888);
     }
 
     #[test]

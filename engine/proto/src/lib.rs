@@ -25,6 +25,7 @@ pub mod mak;
 pub mod nak;
 mod recv;
 mod rng;
+pub mod rtt;
 mod time;
 pub mod window;
 
@@ -34,4 +35,5 @@ pub use api::{
 };
 pub use mcast_wire::{Flags, GroupId, Header, Kind, NodeId, RangeList, Seq, SeqRange};
 pub use rng::Rng;
+pub use rtt::{RtoConfig, RttEstimator};
 pub use time::{Duration, Instant};

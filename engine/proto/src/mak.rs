@@ -16,12 +16,18 @@
 //! - a retransmission budget ([`MakConfig::retransmit_share`]) so a NAK storm
 //!   cannot take more than a set share of the sender's rate;
 //! - a repair hold-off: NAKs for a frame repaired less than one GRTT ago are
-//!   answered by that repair already ("one repair per NAK round").
+//!   answered by that repair already ("one repair per NAK round");
+//! - an ACK-wait timer that follows the link (the paper's is a fixed time):
+//!   each member's round trip is estimated as in RFC 6298 from the echoed
+//!   stamps of its ACKs ([`crate::rtt`]), the timer runs from the moment the
+//!   request actually leaves, waits the slowest member's timeout plus one NAK
+//!   backoff window, and doubles while no ACK at all comes back.
 
 use std::collections::VecDeque;
 
 use crate::api::{header_for, rng_for};
 use crate::recv::{Accepted, InOrder};
+use crate::rtt::{backed_off, echo_rtt, RtoConfig, RttEstimator};
 use crate::time::earliest;
 use crate::window::SeqWindow;
 use crate::{
@@ -35,15 +41,40 @@ use mcast_wire::{Flags, Header, Kind, NodeId, RangeList, Seq, MAX_NAK_RANGES};
 pub enum NakTimer {
     /// Uniform in `[min, max]`: the paper's "random waiting time".
     Fixed { min: Duration, max: Duration },
-    /// Truncated exponential over `[0, T]` with `T = factor × GRTT` clamped to
-    /// `[min, max]`, skewed by the group size (RFC 5740 §5.5): with many
-    /// receivers most wait close to `T` and a few fire early, so the early NAK
-    /// suppresses the rest.
+    /// Truncated exponential over `[0, T]` with `T = factor × GRTT × s(N)`
+    /// clamped to `[min, max]`, skewed by the group size N (RFC 5740 §5.5):
+    /// with many receivers most wait close to `T` and a few fire early, so the
+    /// early NAK suppresses the rest. `s(N) = min(1, ln N / ln full_group)`:
+    /// the wait exists to suppress other receivers' NAKs for the same loss, of
+    /// which a group of N can send at most N − 1, so small groups wait less and
+    /// a single receiver NAKs at once.
     Adaptive {
         factor: f64,
         min: Duration,
         max: Duration,
+        full_group: u16,
     },
+}
+
+impl NakTimer {
+    /// The longest a receiver waits before it NAKs, for a group round trip
+    /// `grtt` and `group_size` receivers.
+    pub fn window(&self, grtt: Duration, group_size: u16) -> Duration {
+        match *self {
+            NakTimer::Fixed { max, .. } => max,
+            NakTimer::Adaptive {
+                factor,
+                min,
+                max,
+                full_group,
+            } => {
+                let n = f64::from(group_size.max(1));
+                let full = f64::from(full_group.max(2));
+                let scale = (n.ln() / full.ln()).min(1.0);
+                grtt.mul_f64(factor * scale).clamp(min, max.max(min))
+            }
+        }
+    }
 }
 
 /// Configuration of MAK. The window is the stream's `window_frames` (the
@@ -53,9 +84,12 @@ pub struct MakConfig {
     /// Ask for ACKs each time this percentage of the window has been sent since
     /// the last request. 0 asks only when the buffer is full (the paper).
     pub ack_watermark_percent: u8,
-    /// The fixed WAIT timer: how long the sender waits for every ACK before it
-    /// resends the last frame and asks again (seed 000 §3.2 sender state (2)).
-    pub ack_wait: Duration,
+    /// The WAIT timer (seed 000 §3.2 sender state (2)): how long the sender
+    /// waits for every ACK of a request before it resends the last frame and
+    /// asks again. Measured (module docs): the slowest member's RFC 6298
+    /// timeout plus one NAK window, within these bounds; `initial` for a
+    /// member not measured yet. [`RtoConfig::fixed`] is the paper's fixed time.
+    pub ack_wait: RtoConfig,
     /// How receivers draw the NAK timer.
     pub nak_timer: NakTimer,
     /// The group round-trip time assumed until the sender has measured one.
@@ -90,11 +124,16 @@ impl Default for MakConfig {
     fn default() -> Self {
         MakConfig {
             ack_watermark_percent: 50,
-            ack_wait: Duration::from_micros(500),
+            ack_wait: RtoConfig {
+                initial: Duration::from_micros(500),
+                min: Duration::from_micros(200),
+                max: Duration::from_secs(1),
+            },
             nak_timer: NakTimer::Adaptive {
                 factor: 2.0,
                 min: Duration::from_micros(2),
                 max: Duration::from_millis(50),
+                full_group: 64,
             },
             initial_grtt: Duration::from_micros(100),
             grtt_min: Duration::from_micros(5),
@@ -115,7 +154,7 @@ impl Default for MakConfig {
 pub enum SenderState {
     /// The buffer has room: new frames go out.
     Send,
-    /// The buffer is full: waiting for every member's ACK, with the fixed timer running.
+    /// The buffer is full: waiting for every member's ACK, with the timer running.
     Wait,
 }
 
@@ -136,6 +175,8 @@ struct Member {
     node: NodeId,
     /// Cumulative: the member holds everything before this.
     acked: Seq,
+    /// Its round trip, from the echoes in its ACKs.
+    rtt: RttEstimator,
 }
 
 /// The MAK sender.
@@ -150,7 +191,12 @@ pub struct MakSender {
     /// The highest sequence an ACK was requested for, and whether every member has answered.
     ack_request: Option<Seq>,
     last_request_seq: Seq,
+    /// The highest request that has left (a frame flagged ACK_REQ or an
+    /// ACK_REQ frame): the ACK-wait timer runs for it.
+    request_sent: Option<Seq>,
     ack_timer: Option<Instant>,
+    /// Expiries since the last ACK with a round-trip sample.
+    ack_backoff: u32,
     /// New frames not yet transmitted, in order.
     fresh: VecDeque<Seq>,
     /// Frames to repair, in the order NAKed.
@@ -161,8 +207,10 @@ pub struct MakSender {
     tokens: f64,
     tokens_at: Instant,
     deferred: bool,
+    /// The group round trip: the largest member's smoothed round trip.
     grtt: Duration,
-    grtt_measured: bool,
+    /// The slowest member's timeout, before the NAK window and the backoff.
+    members_rto: Duration,
     events: VecDeque<Event>,
     counters: Counters,
 }
@@ -179,7 +227,9 @@ impl MakSender {
             members: Vec::new(),
             ack_request: None,
             last_request_seq: stream.initial_seq.sub(1),
+            request_sent: None,
             ack_timer: None,
+            ack_backoff: 0,
             fresh: VecDeque::with_capacity(w as usize),
             repairs: VecDeque::with_capacity(w as usize),
             resend_due: false,
@@ -188,12 +238,40 @@ impl MakSender {
             tokens_at: Instant::ZERO,
             deferred: false,
             grtt: cfg.initial_grtt,
-            grtt_measured: false,
+            members_rto: cfg.ack_wait.initial,
             events: VecDeque::with_capacity(2 * w as usize),
             counters: Counters::default(),
         };
         s.install_members(members);
         s
+    }
+
+    /// How long the sender now waits for every ACK of a request: the slowest
+    /// member's timeout plus the receivers' NAK window (a receiver that lost a
+    /// frame before the request answers only once its NAK was repaired),
+    /// within the bounds, doubled per expiry without any ACK since.
+    pub fn ack_wait(&self) -> Duration {
+        let cfg = &self.cfg.ack_wait;
+        let nak = self.cfg.nak_timer.window(self.grtt, self.group_size());
+        let base = (self.members_rto + nak).clamp(cfg.min, cfg.max.max(cfg.min));
+        backed_off(base, self.ack_backoff, cfg)
+    }
+
+    /// Recomputes the group round trip and the slowest member's timeout.
+    fn refresh_estimates(&mut self) {
+        let cfg = &self.cfg;
+        self.grtt = self
+            .members
+            .iter()
+            .filter_map(|m| m.rtt.srtt())
+            .max()
+            .map_or(cfg.initial_grtt, |g| g.clamp(cfg.grtt_min, cfg.grtt_max));
+        self.members_rto = self
+            .members
+            .iter()
+            .map(|m| m.rtt.base_rto(&cfg.ack_wait))
+            .max()
+            .unwrap_or(cfg.ack_wait.initial);
     }
 
     /// SEND or WAIT (seed 000 Figure 6).
@@ -232,19 +310,21 @@ impl MakSender {
             .iter()
             .filter(|&&n| n != self.stream.local && n != 0)
             .map(|&node| {
-                // A member that was there keeps its progress; a new one joins
-                // at the current position and owes nothing before it.
-                let acked = self
-                    .members
-                    .iter()
-                    .find(|m| m.node == node)
-                    .map_or(self.next_seq, |m| m.acked);
-                Member { node, acked }
+                // A member that was there keeps its progress and its round
+                // trip; a new one joins at the current position and owes
+                // nothing before it.
+                let known = self.members.iter().find(|m| m.node == node);
+                Member {
+                    node,
+                    acked: known.map_or(self.next_seq, |m| m.acked),
+                    rtt: known.map_or(RttEstimator::new(), |m| m.rtt),
+                }
             })
             .collect();
         next.sort_by_key(|m| m.node);
         next.dedup_by_key(|m| m.node);
         self.members = next;
+        self.refresh_estimates();
     }
 
     fn group_size(&self) -> u16 {
@@ -268,11 +348,14 @@ impl MakSender {
         let events = &mut self.events;
         self.buffer
             .advance_to(floor, |_, slot| events.push_back(Event::Release(slot.buf)));
-        if let Some(r) = self.ack_request {
-            if floor.after(r) {
-                self.ack_request = None;
-                self.ack_timer = None;
-            }
+        if self.ack_request.is_some_and(|r| floor.after(r)) {
+            self.ack_request = None;
+        }
+        if self.request_sent.is_some_and(|r| floor.after(r)) {
+            // Every member answered: the timer stops and its backoff ends.
+            self.request_sent = None;
+            self.ack_timer = None;
+            self.ack_backoff = 0;
         }
         while self.repairs.front().is_some_and(|s| s.before(floor)) {
             self.repairs.pop_front();
@@ -343,6 +426,15 @@ impl MakSender {
         limit.after(self.buffer.base()).then(|| limit.sub(1))
     }
 
+    /// A request for ACKs up to `seq` has just left: the ACK-wait timer runs
+    /// from now for it.
+    fn request_left(&mut self, now: Instant, seq: Seq) {
+        if self.request_sent.is_none_or(|r| seq.after(r)) {
+            self.request_sent = Some(seq);
+        }
+        self.ack_timer = Some(now + self.ack_wait());
+    }
+
     fn handle_ack(&mut self, now: Instant, header: &Header) {
         self.counters.acks_received += 1;
         let Ok(i) = self.members.binary_search_by_key(&header.src, |m| m.node) else {
@@ -356,27 +448,22 @@ impl MakSender {
         }
         // The ACK echoes the request's timestamp, adjusted by the time the
         // receiver held it: the difference is the network round trip.
-        let rtt_us = now.as_micros_u32().wrapping_sub(header.tstamp_us);
-        if header.flags.contains(Flags::ACK_VALID) && rtt_us < 10_000_000 {
-            self.sample_rtt(Duration::from_micros(u64::from(rtt_us)));
+        if header.flags.contains(Flags::ACK_VALID) {
+            if let Some(rtt) = echo_rtt(now, header.tstamp_us) {
+                self.members[i].rtt.sample(rtt);
+                self.refresh_estimates();
+                // A member answers within the link's round trip: the wait is
+                // the estimate's again. The backoff is for a timer shorter
+                // than the link (no answer at all), not for members still
+                // repairing gaps or whose ACKs were lost.
+                self.ack_backoff = 0;
+            }
         }
         let m = &mut self.members[i];
         if ack.after(m.acked) {
             m.acked = ack;
             self.release_acknowledged();
         }
-    }
-
-    /// GRTT tracks the slowest receiver: it rises at once and decays slowly.
-    /// The first sample replaces the configured guess outright.
-    fn sample_rtt(&mut self, sample: Duration) {
-        let sample = sample.clamp(self.cfg.grtt_min, self.cfg.grtt_max);
-        self.grtt = if !self.grtt_measured || sample > self.grtt {
-            sample
-        } else {
-            (self.grtt * 7 + sample) / 8
-        };
-        self.grtt_measured = true;
     }
 
     fn handle_nak(&mut self, now: Instant, ranges: &RangeList) {
@@ -434,15 +521,17 @@ impl Endpoint for MakSender {
             self.refill_tokens(now);
         }
         if self.ack_timer.is_some_and(|t| t <= now) {
-            // WAIT -> RESEND: the fixed timer expired without every ACK. Resend
-            // the last frame (a receiver that lost the tail now sees the gap)
-            // and ask again (seed 000 §3.1, Figure 6).
+            // WAIT -> RESEND: the timer expired without every ACK. Resend the
+            // last frame (a receiver that lost the tail now sees the gap) and
+            // ask again (seed 000 §3.1, Figure 6). The timer restarts, twice
+            // as long, when that request leaves.
             self.counters.timeouts += 1;
+            self.ack_timer = None;
+            self.ack_backoff = self.ack_backoff.saturating_add(1);
             if self.highest_sent().is_some() {
                 self.resend_due = true;
                 self.ack_req_due = true;
             }
-            self.ack_timer = Some(now + self.cfg.ack_wait);
         }
     }
 
@@ -484,6 +573,7 @@ impl Endpoint for MakSender {
             self.ack_req_due = false;
             if let Some(seq) = self.highest_sent() {
                 self.counters.ack_reqs_sent += 1;
+                self.request_left(now, seq);
                 let mut h = self.data_header(now, seq, Flags::NONE, 0);
                 h.kind = Kind::AckReq;
                 h.ack = seq;
@@ -499,6 +589,7 @@ impl Endpoint for MakSender {
                 self.counters.data_sent += 1;
                 if t.header.flags.contains(Flags::ACK_REQ) {
                     self.counters.ack_reqs_sent += 1;
+                    self.request_left(now, seq);
                 }
                 return Some(t);
             }
@@ -538,6 +629,7 @@ impl Endpoint for MakSender {
         self.fresh.clear();
         self.repairs.clear();
         self.ack_request = None;
+        self.request_sent = None;
         self.ack_timer = None;
     }
 }
@@ -560,10 +652,11 @@ impl Sender for MakSender {
         let watermark = seq.distance(self.last_request_seq) as u32 >= self.request_interval();
         if frame.last || full_after || watermark {
             // SEND -> WAIT when the buffer is now full: the request rides on the frame.
+            // The ACK-wait timer starts when the frame leaves (poll_transmit):
+            // frames queued here have not even reached the wire.
             flags = flags.with(Flags::ACK_REQ);
             self.last_request_seq = seq;
             self.ack_request = Some(seq);
-            self.ack_timer = Some(now + self.cfg.ack_wait);
             if full_after {
                 self.counters.stalls += 1;
             }
@@ -701,8 +794,12 @@ impl MakReceiver {
                 let ns = self.rng.range(min.as_nanos() as u64, max.as_nanos() as u64);
                 Duration::from_nanos(ns)
             }
-            NakTimer::Adaptive { factor, min, max } => {
-                let t_max = self.grtt.mul_f64(factor).clamp(min, max).as_secs_f64();
+            NakTimer::Adaptive { .. } => {
+                let t_max = self
+                    .cfg
+                    .nak_timer
+                    .window(self.grtt, self.group_size)
+                    .as_secs_f64();
                 // Inverse CDF of the truncated exponential of RFC 5740 §5.5:
                 // t = T/λ · ln(1 + u(e^λ − 1)), λ = ln(group size) + 1.
                 let lambda = f64::from(self.group_size.max(1)).ln() + 1.0;
@@ -1286,9 +1383,12 @@ mod tests {
             deliver(&mut r, us(10), t, t.header.seq.0 % 64);
         }
         assert!(drain_tx(&mut r, us(10)).is_empty());
-        assert_eq!(s.poll_timeout(), Some(us(501)));
-        s.handle_timeout(us(501));
-        let resend = drain_tx(&mut s, us(501));
+        // Nothing measured yet: the initial wait, from the request's departure.
+        let due = us(1) + s.ack_wait();
+        assert_eq!(s.poll_timeout(), Some(due));
+        assert!(s.ack_wait() >= Duration::from_micros(500));
+        s.handle_timeout(due);
+        let resend = drain_tx(&mut s, due);
         assert_eq!(
             resend.len(),
             2,
@@ -1322,6 +1422,83 @@ mod tests {
         assert_eq!(flagged, vec![3, 7], "every half window");
     }
 
+    /// An ACK from `node` up to `ack`, echoing the stamp `echo_us`.
+    fn ack_echo(node: NodeId, ack: Seq, echo_us: u64) -> Header {
+        let mut h = header_for(&stream(node), Kind::Ack);
+        h.ack = ack;
+        h.flags = Flags::ACK_VALID;
+        h.tstamp_us = echo_us as u32;
+        h
+    }
+
+    #[test]
+    fn the_ack_wait_starts_when_the_request_leaves() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+        for i in 0..W {
+            s.send(us(0), out(i, false)).unwrap();
+        }
+        // Nothing has left yet: no timer, however long the frames wait.
+        assert_eq!(s.poll_timeout(), None);
+        // The link takes one frame per 100 us; the watermark request is the
+        // fourth frame.
+        for k in 0..4u64 {
+            let t = s.poll_transmit(us(100 * k)).unwrap();
+            assert_eq!(t.header.flags.contains(Flags::ACK_REQ), k == 3);
+        }
+        assert_eq!(s.poll_timeout(), Some(us(300) + s.ack_wait()));
+    }
+
+    #[test]
+    fn the_grtt_is_the_slowest_members_smoothed_round_trip() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
+        let first = s.stream.initial_seq;
+        let mut now = 0;
+        for i in 0..40u32 {
+            s.send(us(now), out(i % W, true)).unwrap();
+            drain_tx(&mut s, us(now));
+            let next = first.add(i + 1);
+            // Receiver 2 answers in 20 us, receiver 3 in 50 us.
+            s.handle_frame(us(now + 20), &ack_echo(2, next, now), RxBody::None);
+            s.handle_frame(us(now + 50), &ack_echo(3, next, now), RxBody::None);
+            drain_events(&mut s);
+            now += 100;
+        }
+        assert_eq!(s.grtt(), Duration::from_micros(50), "the slower member's");
+        // One sample 5 ms late (a receiver descheduled) moves it by an eighth.
+        s.send(us(now), out(0, true)).unwrap();
+        drain_tx(&mut s, us(now));
+        let next = first.add(41);
+        s.handle_frame(us(now + 20), &ack_echo(2, next, now), RxBody::None);
+        s.handle_frame(us(now + 5000), &ack_echo(3, next, now), RxBody::None);
+        let g = s.grtt();
+        assert!(
+            g > Duration::from_micros(600) && g < Duration::from_micros(700),
+            "{g:?}: 50 us + (5 ms - 50 us) / 8"
+        );
+    }
+
+    #[test]
+    fn the_ack_wait_doubles_only_while_nothing_comes_back() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+        let first_seq = s.stream.initial_seq;
+        s.send(us(0), out(0, true)).unwrap();
+        drain_tx(&mut s, us(0));
+        let first = s.ack_wait();
+        let mut due = s.poll_timeout().unwrap();
+        for k in 1..4u32 {
+            s.handle_timeout(due);
+            let resend = drain_tx(&mut s, due);
+            assert_eq!(resend.len(), 2, "the last frame and an ACK_REQ");
+            assert_eq!(s.ack_wait(), first * (1 << k));
+            assert_eq!(s.poll_timeout(), Some(due + first * (1 << k)));
+            due = s.poll_timeout().unwrap();
+        }
+        // An ACK (of anything) shows the members are there: back to the estimate.
+        let echo = due.as_nanos() / 1_000;
+        s.handle_frame(due, &ack_echo(2, first_seq, echo), RxBody::None);
+        assert!(s.ack_wait() < first * 2, "{:?}", s.ack_wait());
+    }
+
     #[test]
     fn a_lost_last_frame_is_recovered_by_the_sender_timer() {
         let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
@@ -1331,8 +1508,9 @@ mod tests {
         let tx = drain_tx(&mut s, us(0));
         deliver(&mut r, us(10), &tx[0], 5);
         assert_eq!(drain_events(&mut r).len(), 1);
-        s.handle_timeout(us(500));
-        for t in drain_tx(&mut s, us(500)) {
+        let due = s.poll_timeout().expect("the request left");
+        s.handle_timeout(due);
+        for t in drain_tx(&mut s, due) {
             deliver(&mut r, us(510), &t, 6);
         }
         assert_eq!(
@@ -1487,41 +1665,39 @@ mod tests {
         for i in 0..W {
             s.send(us(0), out(i, false)).unwrap();
         }
-        // The driver's TX ring takes only two frames.
-        let first = s.poll_transmit(us(0)).unwrap();
-        let second = s.poll_transmit(us(0)).unwrap();
-        s.handle_timeout(us(500));
-        let resend = s.poll_transmit(us(500)).unwrap();
+        // The driver's TX ring takes only four frames (the fourth asks for
+        // ACKs at the watermark).
+        let sent: Vec<_> = (0..4).map(|_| s.poll_transmit(us(0)).unwrap()).collect();
+        assert!(sent[3].header.flags.contains(Flags::ACK_REQ));
+        let due = s.poll_timeout().expect("the request left");
+        s.handle_timeout(due);
+        let resend = s.poll_transmit(due).unwrap();
         assert_eq!(
-            resend.header.seq, second.header.seq,
+            resend.header.seq, sent[3].header.seq,
             "the last frame sent, not the last queued"
         );
-        let req = s.poll_transmit(us(500)).unwrap();
+        let req = s.poll_transmit(due).unwrap();
         assert_eq!(req.header.kind, Kind::AckReq);
-        assert_eq!(req.header.ack, second.header.seq);
+        assert_eq!(req.header.ack, sent[3].header.seq);
         // A NAK naming a queued frame is not a repair request.
         let mut list = RangeList::new();
         list.push(mcast_wire::SeqRange {
-            start: first.header.seq,
-            count: 4,
+            start: sent[0].header.seq,
+            count: 6,
         });
-        s.handle_frame(
-            us(501),
-            &header_for(&stream(2), Kind::Nak),
-            RxBody::Nak(&list),
-        );
-        let next: Vec<_> = drain_tx(&mut s, us(501));
+        s.handle_frame(due, &header_for(&stream(2), Kind::Nak), RxBody::Nak(&list));
+        let next: Vec<_> = drain_tx(&mut s, due);
         let repairs = next
             .iter()
             .filter(|t| t.header.flags.contains(Flags::RETRANSMIT))
             .count();
         assert_eq!(
-            repairs, 1,
-            "only the transmitted, not-just-repaired frame #0 is repaired"
+            repairs, 3,
+            "only the transmitted, not-just-repaired frames #0..#2 are repaired"
         );
         assert_eq!(
             next.len(),
-            1 + W as usize - 2,
+            3 + W as usize - 4,
             "then the queued frames, once each"
         );
     }

@@ -29,13 +29,20 @@
 //! [`MAX_NAK_RANGES`] ranges) is sent at once and the retry timer is armed.
 //! Frames that do not open a new gap send nothing. The paper has no retry; here,
 //! so a lost NAK or a lost repair cannot stall a receiver forever, the **retry
-//! timer** (`nak_retry`) re-sends a NAK of everything still missing every
-//! `nak_retry` while the receiver is in *missing*; it is stopped on the return
-//! to *complete*.
+//! timer** re-sends a NAK of everything still missing while the receiver is in
+//! *missing*; it is stopped on the return to *complete*. Its timeout follows
+//! the link ([`crate::rtt`]): the round trip from a NAK to the first repair
+//! that answers it is estimated as in RFC 6298, with Karn's rule (no sample
+//! once a gap was NAKed again, since a repair may then answer either NAK); it
+//! runs from the moment the NAK leaves and doubles for each retry, until a
+//! repair gives a valid sample again (Karn's second half: the doubled timeout
+//! is kept, so a timeout too short for the link grows until one NAK is
+//! answered within it).
 
 use std::collections::VecDeque;
 
 use crate::recv::{Accepted, InOrder};
+use crate::rtt::{RtoConfig, RttEstimator};
 use crate::window::SeqWindow;
 use crate::{
     api::header_for, BufId, Counters, Dest, Duration, Endpoint, Event, Instant, OutFrame, RxBody,
@@ -48,15 +55,22 @@ use mcast_wire::{Flags, Header, Kind, NodeId, RangeList, Seq, MAX_NAK_RANGES};
 pub struct NakConfig {
     /// How long a receiver waits, after a NAK, before NAKing what is still
     /// missing again (not in seed 000: it keeps a lost NAK or repair from
-    /// stalling the receiver forever).
-    pub nak_retry: Duration,
+    /// stalling the receiver forever). Measured from NAK-to-repair round
+    /// trips (module docs); [`RtoConfig::fixed`] gives a static wait.
+    pub nak_retry: RtoConfig,
 }
 
 impl Default for NakConfig {
     fn default() -> Self {
         NakConfig {
-            // About two ACK timeouts: a NAK's round trip plus the repair.
-            nak_retry: Duration::from_millis(1),
+            // 1 ms (about two ACK timeouts: a NAK's round trip plus the
+            // repair) until measured, and never less: the baseline keeps its
+            // retry rate on fast links and only waits longer on slow ones.
+            nak_retry: RtoConfig {
+                initial: Duration::from_millis(1),
+                min: Duration::from_millis(1),
+                max: Duration::from_secs(1),
+            },
         }
     }
 }
@@ -279,10 +293,15 @@ pub struct NakReceiver {
     stream: StreamConfig,
     cfg: NakConfig,
     rx: InOrder,
-    /// A NAK of everything missing must go out.
+    /// A NAK of everything missing must go out; `nak_retry` when it repeats one.
     nak_owed: bool,
+    nak_retry: bool,
     /// The retry timer: armed while something is missing.
     retry_deadline: Option<Instant>,
+    /// NAK-to-repair round trips, and the first NAK whose repair is awaited
+    /// (`None` after a retry: Karn's rule).
+    rtt: RttEstimator,
+    nak_sent_at: Option<Instant>,
     events: VecDeque<Event>,
     counters: Counters,
 }
@@ -295,10 +314,18 @@ impl NakReceiver {
             cfg,
             rx: InOrder::new(stream.sender, stream.initial_seq, stream.window_frames),
             nak_owed: false,
+            nak_retry: false,
             retry_deadline: None,
+            rtt: RttEstimator::new(),
+            nak_sent_at: None,
             events: VecDeque::with_capacity(stream.window_frames as usize),
             counters: Counters::default(),
         }
+    }
+
+    /// The retry timeout now in force (backoff included).
+    pub fn retry_timeout(&self) -> Duration {
+        self.rtt.rto(&self.cfg.nak_retry)
     }
 
     /// True when nothing is missing up to the highest frame seen. A lost last
@@ -358,15 +385,25 @@ impl Endpoint for NakReceiver {
             &mut self.counters,
             &mut self.events,
         );
+        let fresh = matches!(accepted, Accepted::InOrder | Accepted::Buffered);
+        if fresh && header.flags.contains(Flags::RETRANSMIT) {
+            // A repair: the round trip of the NAK it answers, if unambiguous.
+            // Karn: the doubled timeout stays until such a sample comes.
+            if let Some(at) = self.nak_sent_at.take() {
+                self.rtt.sample(now.saturating_duration_since(at));
+                self.rtt.reset_backoff();
+            }
+        }
         if accepted == Accepted::Buffered && header.seq.after(in_sequence) {
             // A new gap: NAK at once, no random wait, no suppression (seed 000 §2 (3):
             // "Recv-1 马上给 Sender 方发送 nak 消息").
             self.nak_owed = true;
-            self.retry_deadline = Some(now + self.cfg.nak_retry);
         }
         if self.rx.is_complete() {
             self.nak_owed = false;
+            self.nak_retry = false;
             self.retry_deadline = None;
+            self.nak_sent_at = None;
         }
     }
 
@@ -379,10 +416,13 @@ impl Endpoint for NakReceiver {
             self.retry_deadline = None;
             return;
         }
-        // Still missing frames: the NAK or the repair was lost. NAK again.
+        // Still missing frames: the NAK or the repair was lost. NAK again,
+        // and wait twice as long for the answer.
         self.counters.timeouts += 1;
+        self.rtt.back_off();
         self.nak_owed = true;
-        self.retry_deadline = Some(now + self.cfg.nak_retry);
+        self.nak_retry = true;
+        self.retry_deadline = None;
     }
 
     fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
@@ -390,11 +430,19 @@ impl Endpoint for NakReceiver {
             return None;
         }
         self.nak_owed = false;
+        let retry = core::mem::take(&mut self.nak_retry);
         let list = self.missing_list();
         if list.is_empty() {
             return None;
         }
         self.counters.naks_sent += 1;
+        // The retry timer runs from the NAK's departure.
+        self.retry_deadline = Some(now + self.retry_timeout());
+        if retry {
+            self.nak_sent_at = None; // Karn: a repair may answer either NAK
+        } else if self.nak_sent_at.is_none() {
+            self.nak_sent_at = Some(now);
+        }
         let mut header = header_for(&self.stream, Kind::Nak);
         header.ack = self.rx.next_expected();
         header.tstamp_us = now.as_micros_u32();
@@ -450,7 +498,9 @@ mod tests {
     }
 
     fn cfg() -> NakConfig {
-        NakConfig { nak_retry: RETRY }
+        NakConfig {
+            nak_retry: RtoConfig::fixed(RETRY),
+        }
     }
 
     fn t(us: u64) -> Instant {
@@ -566,6 +616,57 @@ mod tests {
         assert_eq!(delivered(&mut r), (0..7).map(sq).collect::<Vec<_>>());
         let c = *r.counters();
         assert_eq!((c.naks_sent, c.timeouts, c.delivered), (3, 1, 7));
+    }
+
+    /// A repair (flagged RETRANSMIT) of `seq`.
+    fn repair(seq: u32) -> Header {
+        let mut h = data(seq);
+        h.flags = h.flags.with(Flags::RETRANSMIT);
+        h
+    }
+
+    #[test]
+    fn the_retry_follows_the_nak_round_trip_with_karns_rule() {
+        let mut r = NakReceiver::new(stream(2, 64), NakConfig::default());
+        assert_eq!(r.retry_timeout(), Duration::from_millis(1));
+        // A slow link: every repair comes 4 ms after its NAK.
+        let mut now = 1000;
+        for k in 0..10u32 {
+            let lost = 2 * k + 1;
+            r.handle_frame(t(now), &data(lost - 1), RxBody::Data(BufId(lost - 1)));
+            r.handle_frame(t(now), &data(lost + 1), RxBody::Data(BufId(lost + 1)));
+            expect_nak(&mut r, t(now), &[lost]);
+            now += 4000;
+            r.handle_frame(t(now), &repair(lost), RxBody::Data(BufId(lost)));
+            assert!(r.is_complete());
+        }
+        assert_eq!(r.counters().timeouts, 0);
+        let measured = r.retry_timeout();
+        assert!(
+            measured >= Duration::from_millis(8),
+            "twice the round trip at least: {measured:?}"
+        );
+        // A repair lost: the retry comes after the measured timeout, and the
+        // repair that follows gives no sample (it may answer either NAK).
+        let lost = 21;
+        r.handle_frame(t(now), &data(lost - 1), RxBody::Data(BufId(100)));
+        r.handle_frame(t(now), &data(lost + 1), RxBody::Data(BufId(101)));
+        expect_nak(&mut r, t(now), &[lost]);
+        let due = r.poll_timeout().unwrap();
+        assert_eq!(due, t(now) + measured);
+        r.handle_timeout(due);
+        expect_nak(&mut r, due, &[lost]);
+        assert_eq!(r.poll_timeout(), Some(due + 2 * measured), "doubled");
+        r.handle_frame(
+            due + Duration::from_micros(10),
+            &repair(lost),
+            RxBody::Data(BufId(102)),
+        );
+        assert_eq!(
+            r.retry_timeout(),
+            2 * measured,
+            "no sample, so the doubled timeout stays (Karn)"
+        );
     }
 
     #[test]

@@ -153,7 +153,9 @@ pub struct SimConfig {
     /// The one seed of every random choice in the run.
     pub seed: u64,
     /// Once the network is healed (and every message offered), the run must
-    /// complete within this much virtual time, else it fails with "no progress".
+    /// complete within this much virtual time, else it fails with "no
+    /// progress". The time the link needs to carry the run
+    /// ([`SimConfig::wire_time`]) is added: a slow link is not a stall.
     pub liveness_bound: Duration,
     /// The run stops (not completed) at this virtual time.
     pub max_virtual_time: Duration,
@@ -284,6 +286,24 @@ impl SimConfig {
         } else {
             self.faults.faults_until
         }
+    }
+
+    /// The time the sender's NIC needs to put every data frame of the run on
+    /// the wire once (once per receiver for iterative, which unicasts a copy
+    /// to each): no run can complete sooner, whatever its protocol.
+    pub fn wire_time(&self) -> Duration {
+        let frame_bytes: u64 = (0..self.messages)
+            .flat_map(|i| fragments(self.message_len(i), self.max_payload))
+            .map(|(_, len, _)| (mcast_wire::ETH_HEADER_LEN + mcast_wire::HEADER_LEN + len) as u64)
+            .sum();
+        let copies = if self.algorithm == Algorithm::Iterative {
+            u64::from(self.receivers)
+        } else {
+            1
+        };
+        let bits = u128::from(frame_bytes * copies) * 8;
+        let ns = (bits * 1_000_000_000).div_ceil(u128::from(self.link.bandwidth_bps.max(1)));
+        Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
     }
 
     /// When the application has offered its last message (zero in saturation).

@@ -234,7 +234,7 @@ impl<S: Sender, R: Endpoint> Sim<'_, S, R> {
         }
         let liveness_deadline = match cfg.heal_time() {
             Some(heal) if cfg.guarantees_completion() => {
-                Some(heal.max(cfg.last_offer_time()) + cfg.liveness_bound)
+                Some(heal.max(cfg.last_offer_time()) + cfg.wire_time() + cfg.liveness_bound)
             }
             _ => None,
         };
@@ -458,8 +458,9 @@ impl<S: Sender, R: Endpoint> Sim<'_, S, R> {
             "nothing left to happen (no frame in flight, no timer)".to_string()
         } else {
             format!(
-                "not complete {:?} after the network healed",
-                cfg.liveness_bound
+                "not complete {:?} after the network healed (plus {:?}, the link's time for the run)",
+                cfg.liveness_bound,
+                cfg.wire_time()
             )
         };
         self.w.failure(format!(
