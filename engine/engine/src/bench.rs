@@ -253,6 +253,28 @@ pub fn run_xdp(cfg: &XdpBenchConfig, mut progress: impl FnMut(&str)) -> Result<X
     })
 }
 
+/// One throughput measurement on an existing topology, by the name the
+/// report uses ("blast", "mak", "unicast-blast" or "gbn"): what `run_xdp`
+/// does for each row, for profiling one phase at a time
+/// (`engine/engine/examples/xdp_phase.rs`).
+pub fn throughput_run(
+    topo: &Topology,
+    name: &str,
+    messages: usize,
+    len: usize,
+    loss: f64,
+) -> Result<Throughput, String> {
+    let all: Vec<&Netns> = topo.receivers.iter().collect();
+    let one = &topo.receivers[0];
+    Ok(match name {
+        "blast" => blast(topo, &all, group_mac(GROUP), messages, len, loss).0,
+        "unicast-blast" => blast(topo, &[one], one.mac, messages, len, loss).0,
+        "mak" => protocol(topo, Algorithm::Mak, 3, messages, len, loss),
+        "gbn" => protocol(topo, Algorithm::Iterative, 1, messages, len, loss),
+        other => return Err(format!("unknown throughput run {other:?}")),
+    })
+}
+
 /// Writes up to `want` raw data frames of `len` bytes (sequence numbers from
 /// `first`) and hands them to the transport as one batch; returns how many
 /// it took (the rest go back to the pool).

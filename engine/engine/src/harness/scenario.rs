@@ -376,7 +376,7 @@ pub fn report(name: &str, spec: &Spec, sender: &NodeResult, receivers: &[NodeRes
     let secs = sender.elapsed.as_secs_f64();
     let s = sender.stats.sender.unwrap_or_default();
     eprintln!(
-        "{name}: {} messages ({frames} data frames, {:.1} MB) in {secs:.2} s: {:.1} Mbit/s goodput, {:.0} frames/s; sender: sent {} retransmitted {} timeouts {} naks_rx {} acks_rx {}; engine tx {} deferred {} copies {}",
+        "{name}: {} messages ({frames} data frames, {:.1} MB) in {secs:.2} s: {:.1} Mbit/s goodput, {:.0} frames/s; sender: sent {} retransmitted {} timeouts {} naks_rx {} acks_rx {}; engine tx {} in {} batches, deferred {} copies {}, rx {}, polls {} sleeps {}",
         spec.messages,
         sender.bytes as f64 / 1e6,
         sender.bytes as f64 * 8.0 / secs / 1e6,
@@ -387,13 +387,17 @@ pub fn report(name: &str, spec: &Spec, sender: &NodeResult, receivers: &[NodeRes
         s.naks_received,
         s.acks_received,
         sender.stats.engine.tx_frames,
+        sender.stats.engine.tx_batches,
         sender.stats.engine.tx_deferred,
         sender.stats.engine.tx_payload_copies,
+        sender.stats.engine.rx_frames,
+        sender.stats.engine.polls,
+        sender.stats.engine.sleeps,
     );
     for r in receivers {
         let c = r.stats.receivers.first().map(|x| x.1).unwrap_or_default();
         eprintln!(
-            "  node {}: {} messages in {:.2} s; rx {} dup {} naks_sent {} acks_sent {} crc_fail {}; steering {:?}; transport {} {:?}/{:?}",
+            "  node {}: {} messages in {:.2} s; rx {} dup {} naks_sent {} acks_sent {} packs_sent {} crc_fail {}; tx {} in {} batches, polls {} sleeps {}; steering {:?}; transport {} {:?}/{:?}",
             r.node,
             r.delivered,
             r.elapsed.as_secs_f64(),
@@ -401,7 +405,12 @@ pub fn report(name: &str, spec: &Spec, sender: &NodeResult, receivers: &[NodeRes
             c.duplicates_dropped,
             c.naks_sent,
             c.acks_sent,
+            c.packs_sent,
             r.stats.engine.rx_checksum_failures,
+            r.stats.engine.tx_frames,
+            r.stats.engine.tx_batches,
+            r.stats.engine.polls,
+            r.stats.engine.sleeps,
             r.stats.steering,
             r.stats.transport.kind,
             r.stats.transport.attach_mode,
