@@ -29,11 +29,13 @@ fn main() {
             let t = mcast_engine::bench::throughput_run(&topo, p, messages, 1024, loss)
                 .unwrap_or_else(|e| panic!("{e}"));
             println!(
-                "{p} {:.0}% loss: {:.0} frames/s, {:.1} Mbit/s, {:.1}% delivered",
+                "{p} {:.0}% loss: {:.0} frames/s, {:.1} Mbit/s, {:.1}% delivered; CPU ns/msg sender {:.0} receiver {:.0}",
                 loss * 100.0,
                 t.frames_per_sec,
                 t.mbps,
-                t.delivered * 100.0
+                t.delivered * 100.0,
+                t.sender_cpu_ns,
+                t.receiver_cpu_ns,
             );
         }
     }

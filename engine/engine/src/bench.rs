@@ -104,6 +104,11 @@ pub struct Throughput {
     /// Fraction of the messages the receiver that got fewest delivered
     /// (1.0 for the reliable protocols; a blast loses what the kernel drops).
     pub delivered: f64,
+    /// CPU time of the sending thread per message, ns (CLOCK_THREAD_CPUTIME_ID;
+    /// includes the veth and bridge work the kernel does inside its sendto).
+    pub sender_cpu_ns: f64,
+    /// CPU time per message of the receiver thread that used most, ns.
+    pub receiver_cpu_ns: f64,
 }
 
 /// One latency run: one-way latency samples of every message at every receiver.
@@ -313,12 +318,14 @@ fn send_blast_batch<T: Transport>(
 
 fn line(name: &str, t: &Throughput) -> String {
     format!(
-        "{name} {}% loss, {} receiver(s): {:.1} Mbit/s, {:.0} frames/s, {:.1}% delivered",
+        "{name} {}% loss, {} receiver(s): {:.1} Mbit/s, {:.0} frames/s, {:.1}% delivered; CPU per message: sender {:.0} ns, busiest receiver {:.0} ns",
         t.loss * 100.0,
         t.receivers,
         t.mbps,
         t.frames_per_sec,
-        t.delivered * 100.0
+        t.delivered * 100.0,
+        t.sender_cpu_ns,
+        t.receiver_cpu_ns,
     )
 }
 
@@ -361,6 +368,8 @@ fn blast(
                             .map_or_else(|| "none".to_owned(), |m| format!("{m:?}").to_lowercase()),
                     );
                     start.wait();
+                    let cpu0 = crate::sys::thread_cpu_ns();
+                    let mut cpu_last = cpu0;
                     let (mut n, mut first, mut last) = (0usize, None, Instant::now());
                     let mut batch = Vec::new();
                     let mut quiet = Instant::now();
@@ -388,17 +397,19 @@ fn blast(
                         for d in &batch {
                             t.release(d.frame);
                         }
+                        cpu_last = crate::sys::thread_cpu_ns();
                     }
                     let secs = (last - first.unwrap_or(last)).as_secs_f64().max(1e-9);
-                    (n, secs, modes)
+                    (n, secs, modes, cpu_last - cpu0)
                 })
             })
             .collect();
-        sc.spawn(|| {
+        let tx = sc.spawn(|| {
             topo.sender.enter();
             let mut t = open(&topo.sender);
             let src = t.mac();
             start.wait();
+            let cpu0 = crate::sys::thread_cpu_ns();
             let mut sent = 0usize;
             let mut batch = Vec::with_capacity(64);
             let mut kept = Vec::new();
@@ -408,15 +419,19 @@ fn blast(
                 let n = send_blast_batch(&mut t, &mut batch, dst, src, sent, want, len);
                 sent += n;
             }
+            let cpu = crate::sys::thread_cpu_ns() - cpu0;
             done.store(true, Ordering::SeqCst);
+            cpu
         });
-        let results: Vec<(usize, f64, (String, String))> = rx
+        let sender_cpu = tx.join().expect("sender");
+        let results: Vec<(usize, f64, (String, String), u64)> = rx
             .into_iter()
             .map(|h| h.join().expect("receiver"))
             .collect();
+        let receiver_cpu = results.iter().map(|r| r.3).max().unwrap_or(0);
         let worst = results
             .iter()
-            .map(|(n, secs, _)| *n as f64 / secs)
+            .map(|(n, secs, _, _)| *n as f64 / secs)
             .fold(f64::INFINITY, f64::min);
         let fewest = results.iter().map(|r| r.0).min().unwrap_or(0);
         let modes = results.first().map(|r| r.2.clone()).unwrap_or_default();
@@ -435,6 +450,8 @@ fn blast(
                 mbps: worst * len as f64 * 8.0 / 1e6,
                 frames_per_sec: worst,
                 delivered: fewest as f64 / frames as f64,
+                sender_cpu_ns: sender_cpu as f64 / frames as f64,
+                receiver_cpu_ns: receiver_cpu as f64 / frames as f64,
             },
             modes,
         )
@@ -505,6 +522,9 @@ fn protocol(
         mbps: (messages * len) as f64 * 8.0 / secs / 1e6,
         frames_per_sec: messages as f64 / secs,
         delivered: r.iter().map(|n| n.delivered).min().unwrap_or(0) as f64 / messages as f64,
+        sender_cpu_ns: s.cpu.as_nanos() as f64 / messages as f64,
+        receiver_cpu_ns: r.iter().map(|n| n.cpu.as_nanos()).max().unwrap_or(0) as f64
+            / messages as f64,
     }
 }
 

@@ -91,6 +91,9 @@ pub struct NodeResult {
     pub bytes: u64,
     pub errors: Vec<String>,
     pub elapsed: Duration,
+    /// CPU time the node's thread used from the start barrier to the end of
+    /// its run (before shutdown).
+    pub cpu: Duration,
     pub stats: EngineStats,
     pub shutdown: ShutdownReport,
 }
@@ -189,6 +192,7 @@ pub fn run_sender<T: Transport>(mut engine: Engine<T>, spec: &Spec, ctl: &Contro
     let mut errors = Vec::new();
     ctl.start.wait();
     let t0 = monotonic_ns();
+    let cpu0 = crate::sys::thread_cpu_ns();
     let deadline = t0 + spec.deadline.as_nanos() as u64;
     let mut msg = Vec::new();
     let mut bytes = 0u64;
@@ -254,6 +258,7 @@ pub fn run_sender<T: Transport>(mut engine: Engine<T>, spec: &Spec, ctl: &Contro
         let _ = engine.flush(Duration::from_secs(2));
     }
     let elapsed = Duration::from_nanos(monotonic_ns() - t0);
+    let cpu = Duration::from_nanos(crate::sys::thread_cpu_ns() - cpu0);
     ctl.sender_done.store(true, Ordering::SeqCst);
     engine
         .check_conservation()
@@ -268,6 +273,7 @@ pub fn run_sender<T: Transport>(mut engine: Engine<T>, spec: &Spec, ctl: &Contro
         bytes,
         errors,
         elapsed,
+        cpu,
         stats,
         shutdown,
     }
@@ -289,6 +295,8 @@ pub fn run_receiver<T: Transport>(
         .expect("set drop ratio");
     ctl.start.wait();
     let t0 = monotonic_ns();
+    let cpu0 = crate::sys::thread_cpu_ns();
+    let mut cpu_done = None;
     let deadline = t0 + spec.deadline.as_nanos() as u64 + 2_000_000_000;
     let want = spec.messages + usize::from(spec.fence);
     let (mut next, mut bytes, mut errors) = (0usize, 0u64, Vec::new());
@@ -326,6 +334,7 @@ pub fn run_receiver<T: Transport>(
             next += 1;
             if next == want {
                 done_at = Some(monotonic_ns());
+                cpu_done = Some(crate::sys::thread_cpu_ns());
                 ctl.receivers_done.fetch_add(1, Ordering::SeqCst);
             }
         }
@@ -352,6 +361,7 @@ pub fn run_receiver<T: Transport>(
         ));
     }
     let elapsed = Duration::from_nanos(done_at.unwrap_or_else(monotonic_ns) - t0);
+    let cpu = Duration::from_nanos(cpu_done.unwrap_or_else(crate::sys::thread_cpu_ns) - cpu0);
     engine
         .check_conservation()
         .unwrap_or_else(|e| panic!("node {node} conservation at the end: {e}"));
@@ -365,6 +375,7 @@ pub fn run_receiver<T: Transport>(
         bytes,
         errors,
         elapsed,
+        cpu,
         stats,
         shutdown,
     }
@@ -376,11 +387,12 @@ pub fn report(name: &str, spec: &Spec, sender: &NodeResult, receivers: &[NodeRes
     let secs = sender.elapsed.as_secs_f64();
     let s = sender.stats.sender.unwrap_or_default();
     eprintln!(
-        "{name}: {} messages ({frames} data frames, {:.1} MB) in {secs:.2} s: {:.1} Mbit/s goodput, {:.0} frames/s; sender: sent {} retransmitted {} timeouts {} naks_rx {} acks_rx {}; engine tx {} in {} batches, deferred {} copies {}, rx {}, polls {} sleeps {}",
+        "{name}: {} messages ({frames} data frames, {:.1} MB) in {secs:.2} s: {:.1} Mbit/s goodput, {:.0} frames/s; sender CPU {:.0} ns/frame: sent {} retransmitted {} timeouts {} naks_rx {} acks_rx {}; engine tx {} in {} batches, deferred {} copies {}, rx {}, polls {} sleeps {}",
         spec.messages,
         sender.bytes as f64 / 1e6,
         sender.bytes as f64 * 8.0 / secs / 1e6,
         frames as f64 / secs,
+        sender.cpu.as_nanos() as f64 / frames as f64,
         s.data_sent,
         s.data_retransmitted,
         s.timeouts,
@@ -397,10 +409,11 @@ pub fn report(name: &str, spec: &Spec, sender: &NodeResult, receivers: &[NodeRes
     for r in receivers {
         let c = r.stats.receivers.first().map(|x| x.1).unwrap_or_default();
         eprintln!(
-            "  node {}: {} messages in {:.2} s; rx {} dup {} naks_sent {} acks_sent {} packs_sent {} crc_fail {}; tx {} in {} batches, polls {} sleeps {}; steering {:?}; transport {} {:?}/{:?}",
+            "  node {}: {} messages in {:.2} s, CPU {:.0} ns/frame; rx {} dup {} naks_sent {} acks_sent {} packs_sent {} crc_fail {}; tx {} in {} batches, polls {} sleeps {}; steering {:?}; transport {} {:?}/{:?}",
             r.node,
             r.delivered,
             r.elapsed.as_secs_f64(),
+            r.cpu.as_nanos() as f64 / frames as f64,
             r.stats.engine.rx_frames,
             c.duplicates_dropped,
             c.naks_sent,
