@@ -145,12 +145,34 @@ pub fn fill_message(i: usize, out: &mut Vec<u8>) {
     fill_message_len(i, message_len(i), out);
 }
 
-/// Message `i` cut or padded to `len` bytes (the NAK fence is 64 bytes).
+/// `(k as u8) * 31` for every byte position `k` within a 256-byte block.
+const STEP: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut k = 0;
+    while k < 256 {
+        t[k] = (k as u8).wrapping_mul(31);
+        k += 1;
+    }
+    t
+};
+
+/// Message `i` cut or padded to `len` bytes (the NAK fence is 64 bytes):
+/// its index (8 bytes, little-endian), then byte `j` is
+/// `seed + 31 j ^ (j >> 8)` (mod 256). Written block by block from a table,
+/// which the compiler vectorizes: the sender builds every message and each
+/// receiver rebuilds it to check it, so a byte-at-a-time loop (about 360 ns
+/// per KiB here) was a measurable share of the per-message CPU on both sides.
 pub fn fill_message_len(i: usize, len: usize, out: &mut Vec<u8>) {
     out.clear();
-    out.extend_from_slice(&(i as u64).to_le_bytes());
+    out.resize(len.max(8), 0);
     let seed = mix(i as u64 ^ 0xabcdef) as u8;
-    out.extend((8..len).map(|j| seed.wrapping_add((j as u8).wrapping_mul(31)) ^ (j >> 8) as u8));
+    for (block, chunk) in out.chunks_mut(256).enumerate() {
+        let hi = block as u8;
+        for (b, step) in chunk.iter_mut().zip(STEP.iter()) {
+            *b = seed.wrapping_add(*step) ^ hi;
+        }
+    }
+    out[..8].copy_from_slice(&(i as u64).to_le_bytes());
     out.truncate(len);
 }
 
@@ -451,5 +473,34 @@ pub fn report(name: &str, spec: &Spec, sender: &NodeResult, receivers: &[NodeRes
             "node {}: {l:?}",
             n.node
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The definition, byte by byte: the table-driven writer must match it.
+    fn reference(i: usize, len: usize) -> Vec<u8> {
+        let mut out = (i as u64).to_le_bytes().to_vec();
+        let seed = mix(i as u64 ^ 0xabcdef) as u8;
+        out.extend(
+            (8..len).map(|j| seed.wrapping_add((j as u8).wrapping_mul(31)) ^ (j >> 8) as u8),
+        );
+        out.truncate(len);
+        out
+    }
+
+    #[test]
+    fn fill_message_len_matches_its_definition() {
+        let mut out = Vec::new();
+        for i in 0..300 {
+            for len in [0, 1, 7, 8, 9, 64, 255, 256, 257, 1024, 1456, 1457, 65536] {
+                fill_message_len(i, len, &mut out);
+                assert_eq!(out, reference(i, len), "message {i}, {len} bytes");
+            }
+            fill_message(i, &mut out);
+            assert_eq!(out, reference(i, message_len(i)), "message {i}");
+        }
     }
 }
