@@ -18,8 +18,10 @@
 //! (`Frame::emit`). A frame staged or in flight is never rewritten: a
 //! retransmission of it is deferred until its completion is reaped. Received
 //! data frames go to the machine by index. The one exception is the iterative
-//! baseline, whose per-receiver headers make the engine copy the payload into
-//! a fresh frame for each receiver (docs/protocol.md §4.3).
+//! baseline to two or more receivers, whose per-receiver headers make the
+//! engine copy the payload (frame to frame, once) into a fresh frame for each
+//! receiver (docs/protocol.md §4.3); to a single receiver (Go-Back-N unicast)
+//! it sends in place like the multicast algorithms.
 //!
 //! Groups: one engine carries any number of groups over its one transport
 //! (one NIC queue). Each group has its own algorithm, window and send queue,
@@ -352,10 +354,21 @@ struct GroupState {
 /// How the send machine's data buffers reach the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TxPolicy {
-    /// Headers written in place in the machine's buffer (multicast algorithms).
+    /// Headers written in place in the machine's buffer (the multicast
+    /// algorithms, and iterative with a single member: Go-Back-N unicast).
     InPlace,
-    /// Payload copied into a fresh frame per transmit (iterative: one header per receiver).
+    /// Payload copied into a fresh frame per transmit (iterative to two or
+    /// more members: one header per receiver, possibly in flight at once).
     CopyPerTransmit,
+}
+
+/// The policy a send machine needs: only iterative to several members has
+/// per-destination headers that could be on the wire at the same time.
+fn tx_policy(machine: &AnySender) -> TxPolicy {
+    match machine {
+        AnySender::Iterative(s) if s.members().nth(1).is_some() => TxPolicy::CopyPerTransmit,
+        _ => TxPolicy::InPlace,
+    }
 }
 
 /// The polling engine over transport `T`.
@@ -374,7 +387,6 @@ pub struct Engine<T: Transport> {
     tx_copy: Vec<TxDesc>,
     rx_batch: Vec<RxDesc>,
     kept: Vec<u32>,
-    scratch: Vec<u8>,
     messages: VecDeque<Message>,
     counters: EngineCounters,
     idle_since: Option<u64>,
@@ -430,7 +442,6 @@ impl<T: Transport> Engine<T> {
             tx_copy: Vec::with_capacity(config.batch),
             rx_batch: Vec::with_capacity(config.batch),
             kept: Vec::new(),
-            scratch: Vec::new(),
             messages: VecDeque::new(),
             counters: EngineCounters::default(),
             idle_since: None,
@@ -521,12 +532,10 @@ impl<T: Transport> Engine<T> {
         }
         let stream = self.stream_config(gi, self.cfg.node, start);
         let g = &mut self.groups[gi];
+        let machine = AnySender::new(g.opts.algorithm, stream, &g.opts.protocol, members);
         g.sender = Some(SendStream {
-            machine: AnySender::new(g.opts.algorithm, stream, &g.opts.protocol, members),
-            policy: match g.opts.algorithm {
-                Algorithm::Iterative => TxPolicy::CopyPerTransmit,
-                _ => TxPolicy::InPlace,
-            },
+            policy: tx_policy(&machine),
+            machine,
             start,
             next_seq: start.seq,
             queue: VecDeque::new(),
@@ -550,6 +559,10 @@ impl<T: Transport> Engine<T> {
             )));
         };
         s.machine.set_members(now, members);
+        // Iterative with one member sends in place; with more, a copy each.
+        // Frames already in flight in place are deferred by the copy path
+        // until their completion, so a change is safe at any time.
+        s.policy = tx_policy(&s.machine);
         let start = joining_position(self.groups[gi].opts.algorithm, &s);
         // Frames only departed members held are released now.
         let freed = self.absorb_releases(&mut s.machine);
@@ -1572,12 +1585,11 @@ impl<T: Transport> Engine<T> {
                         };
                         self.tx_keep.push(TxDesc { frame: b, len });
                     }
-                    (
-                        TxPolicy::InPlace,
-                        Place::Staged { back: true, .. } | Place::InTx { back: true },
-                    ) => {
+                    (_, Place::Staged { back: true, .. } | Place::InTx { back: true }) => {
                         // Still on its way out: rewriting it now would corrupt
-                        // the copy in flight. Retry after its completion.
+                        // the copy in flight (and a frame the kernel owns
+                        // cannot be read to copy it, after a change of
+                        // policy). Retry after its completion.
                         self.counters.tx_deferred += 1;
                         self.deferred.push_back(t);
                     }
@@ -1588,13 +1600,9 @@ impl<T: Transport> Engine<T> {
                             return Ok(());
                         };
                         let n = usize::from(t.header.payload_len);
-                        let range = FRAME_OVERHEAD..FRAME_OVERHEAD + n;
-                        self.scratch.clear();
-                        self.scratch
-                            .extend_from_slice(&self.transport.frame(b)[range.clone()]);
-                        let buf = self.transport.frame_mut(f);
-                        buf[range].copy_from_slice(&self.scratch);
-                        let len = emit(buf, dst, src, ethertype, &t)?;
+                        self.transport
+                            .copy_between(b, f, FRAME_OVERHEAD..FRAME_OVERHEAD + n);
+                        let len = emit(self.transport.frame_mut(f), dst, src, ethertype, &t)?;
                         self.counters.tx_payload_copies += 1;
                         self.place[f as usize] = Place::Staged {
                             keep: false,

@@ -554,6 +554,34 @@ impl XskSocket {
         Some(unsafe { chunk.as_mut() })
     }
 
+    /// Copies `range` of held frame `from` to the same range of held frame
+    /// `to` (one copy, no bounce buffer). None if either frame is not held,
+    /// they are the same frame, or the range does not fit a frame.
+    pub fn copy_between(
+        &mut self,
+        from: u32,
+        to: u32,
+        range: std::ops::Range<usize>,
+    ) -> Option<()> {
+        if from == to || range.start > range.end || range.end > self.config.frame_size as usize {
+            return None;
+        }
+        let src = self.held_chunk(from)?;
+        let dst = self.held_chunk(to)?;
+        // SAFETY: both frames are `Held` (the kernel touches neither until we
+        // put them on a ring, which needs `&mut self`, held here), they are
+        // distinct frames of the live UMEM mapping, so the two ranges do not
+        // overlap, and `range` lies within `frame_size`, the length of each chunk.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.cast::<u8>().as_ptr().add(range.start),
+                dst.cast::<u8>().as_ptr().add(range.start),
+                range.len(),
+            );
+        }
+        Some(())
+    }
+
     /// The packet bytes of a received frame, if the caller holds it.
     pub fn packet(&self, rx: &RxFrame) -> Option<&[u8]> {
         let start = rx.offset as usize;

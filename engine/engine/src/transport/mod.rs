@@ -98,6 +98,9 @@ pub trait Transport {
     fn frame(&self, frame: u32) -> &[u8];
     /// The bytes of a held frame, writable. Panics if not held.
     fn frame_mut(&mut self, frame: u32) -> &mut [u8];
+    /// Copies bytes `range` of held frame `from` into the same range of held
+    /// frame `to`, in one copy. Panics if either is not held (an engine bug).
+    fn copy_between(&mut self, from: u32, to: u32, range: std::ops::Range<usize>);
     /// Queues held frames for sending, as many as fit; returns how many. With
     /// `keep`, each comes back held (see [`Transport::reap`]) once sent,
     /// otherwise it returns to the free pool.

@@ -180,6 +180,12 @@ impl Transport for XdpTransport {
             .unwrap_or_else(|| panic!("frame {frame} is not held by the engine"))
     }
 
+    fn copy_between(&mut self, from: u32, to: u32, range: std::ops::Range<usize>) {
+        self.xsk
+            .copy_between(from, to, range.clone())
+            .unwrap_or_else(|| panic!("copy of {range:?} from frame {from} to {to}: not both held"))
+    }
+
     fn transmit(&mut self, batch: &[TxDesc], keep: bool) -> Result<usize, EngineError> {
         self.tx.clear();
         self.tx.extend(batch.iter().map(|t| TxFrame {
