@@ -57,7 +57,7 @@ use mcast_wire::{
     group_mac, max_payload_for_mtu, Flags, Frame, Kind, MacAddr, RangeList, WireError,
     ETHERTYPE_DEFAULT, FRAME_OVERHEAD,
 };
-use mcast_xsk::SteeringCounters;
+use mcast_xsk::{SocketStats, SteeringCounters};
 
 use crate::sys;
 use crate::transport::{RxDesc, Transport, TransportCounts, TransportInfo, TxDesc};
@@ -276,6 +276,8 @@ pub struct EngineStats {
     pub transport: TransportInfo,
     /// AF_XDP: the steering program's counters.
     pub steering: Option<SteeringCounters>,
+    /// AF_XDP: the kernel's counters of the socket.
+    pub socket: Option<SocketStats>,
     pub frames: TransportCounts,
 }
 
@@ -1030,6 +1032,7 @@ impl<T: Transport> Engine<T> {
             groups,
             transport: self.transport.info(),
             steering: self.transport.steering_counters(),
+            socket: self.transport.socket_stats(),
             frames: self.transport.counts(),
         }
     }

@@ -147,6 +147,21 @@ pub struct FrameCounts {
     pub completion_ready: u32,
 }
 
+/// The kernel's own counters of one socket (`getsockopt(XDP_STATISTICS)`):
+/// frames lost between the XDP redirect and our RX ring, invisible to the
+/// steering program's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SocketStats {
+    /// Frames dropped by the socket for any reason (e.g. no fill-ring frame).
+    pub rx_dropped: u64,
+    /// Frames dropped because the RX ring was full.
+    pub rx_ring_full: u64,
+    /// Times the kernel found the fill ring empty when it needed a frame.
+    pub rx_fill_ring_empty: u64,
+    /// Times the kernel found the TX ring empty when kicked.
+    pub tx_ring_empty: u64,
+}
+
 /// Errors of the AF_XDP socket; each message says what to do.
 #[derive(Debug)]
 pub enum XskError {
@@ -705,6 +720,20 @@ impl XskSocket {
             Some(e) => Err(e),
             None => Ok(n + kept),
         }
+    }
+
+    /// The kernel's counters of this socket (drops it saw that no ring shows).
+    pub fn kernel_stats(&self) -> Result<SocketStats, XskError> {
+        let st = self.device.statistics_v2().map_err(|e| XskError::Syscall {
+            operation: "getsockopt(XDP_STATISTICS)",
+            errno: errno(&e),
+        })?;
+        Ok(SocketStats {
+            rx_dropped: st.rx_dropped,
+            rx_ring_full: st.rx_ring_full,
+            rx_fill_ring_empty: st.rx_fill_ring_empty_descs,
+            tx_ring_empty: st.tx_ring_empty_descs,
+        })
     }
 
     /// Where the frames are now.

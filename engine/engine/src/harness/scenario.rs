@@ -112,6 +112,9 @@ pub fn config(spec: &Spec, node: NodeId) -> EngineConfig {
     c.protocol.gbn.retransmit_timeout = Duration::from_millis(5);
     c.protocol.nak.nak_retry = Duration::from_millis(2);
     c.spin = Duration::from_micros(10);
+    if let Ok(v) = std::env::var("EXP_QUEUE") {
+        c.max_queued_frames = v.parse().unwrap();
+    }
     c
 }
 
@@ -431,7 +434,7 @@ pub fn report(name: &str, spec: &Spec, sender: &NodeResult, receivers: &[NodeRes
     for r in receivers {
         let c = r.stats.receivers.first().map(|x| x.1).unwrap_or_default();
         eprintln!(
-            "  node {}: {} messages in {:.2} s, CPU {:.0} ns/frame; rx {} dup {} naks_sent {} acks_sent {} packs_sent {} crc_fail {}; tx {} in {} batches, polls {} sleeps {}; steering {:?}; transport {} {:?}/{:?}",
+            "  node {}: {} messages in {:.2} s, CPU {:.0} ns/frame; rx {} dup {} naks_sent {} acks_sent {} packs_sent {} crc_fail {}; tx {} in {} batches, polls {} sleeps {}; steering {:?}; socket {:?}; transport {} {:?}/{:?}",
             r.node,
             r.delivered,
             r.elapsed.as_secs_f64(),
@@ -447,6 +450,7 @@ pub fn report(name: &str, spec: &Spec, sender: &NodeResult, receivers: &[NodeRes
             r.stats.engine.polls,
             r.stats.engine.sleeps,
             r.stats.steering,
+            r.stats.socket,
             r.stats.transport.kind,
             r.stats.transport.attach_mode,
             r.stats.transport.bind_mode,

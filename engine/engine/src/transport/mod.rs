@@ -26,7 +26,7 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 use mcast_wire::MacAddr;
-use mcast_xsk::{AttachedMode, BindMode, SteeringCounters};
+use mcast_xsk::{AttachedMode, BindMode, SocketStats, SteeringCounters};
 
 use crate::EngineError;
 
@@ -125,6 +125,11 @@ pub trait Transport {
     fn set_drop_ratio(&mut self, ratio: f64) -> Result<(), EngineError>;
     /// AF_XDP: the steering program's counters.
     fn steering_counters(&self) -> Option<SteeringCounters> {
+        None
+    }
+    /// AF_XDP: the kernel's counters of the socket (drops after the redirect,
+    /// e.g. for want of a fill-ring frame).
+    fn socket_stats(&self) -> Option<SocketStats> {
         None
     }
 }

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use mcast_wire::MacAddr;
 use mcast_xsk::{
-    AttachMode, RxFrame, SteeringCounters, TxFrame, XdpSteering, XskConfig, XskSocket, ZeroCopy,
+    AttachMode, RxFrame, SocketStats, SteeringCounters, TxFrame, XdpSteering, XskConfig, XskSocket,
+    ZeroCopy,
 };
 
 use super::{RxDesc, Transport, TransportCounts, TransportInfo, TxDesc};
@@ -243,5 +244,9 @@ impl Transport for XdpTransport {
 
     fn steering_counters(&self) -> Option<SteeringCounters> {
         self.steering.counters().ok()
+    }
+
+    fn socket_stats(&self) -> Option<SocketStats> {
+        self.xsk.kernel_stats().ok()
     }
 }
