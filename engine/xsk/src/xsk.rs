@@ -543,13 +543,18 @@ impl XskSocket {
         Some(f)
     }
 
-    /// Returns `Held` frames to the free list (and tops up the fill ring).
+    /// Returns `Held` frames to the free list. The fill ring is topped up
+    /// from it by the next [`XskSocket::recv`], in one batch (one producer
+    /// update for a whole RX batch's frames instead of one per frame), or
+    /// here at once if the kernel holds less than a quarter ring of frames.
     pub fn release(&mut self, frames: impl IntoIterator<Item = u32>) -> Result<(), XskError> {
         for f in frames {
             self.transition(f, FrameState::Held, FrameState::Free, "release")?;
             self.free.push(f);
         }
-        self.refill();
+        if self.counts.fill < self.config.ring_size / 4 {
+            self.refill();
+        }
         Ok(())
     }
 
