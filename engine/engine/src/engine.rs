@@ -44,6 +44,7 @@
 //! except in [`Engine::run_once`]'s wait and the `*_blocking` calls.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::RawFd;
 use std::time::Duration;
 
@@ -383,7 +384,7 @@ pub struct Engine<T: Transport> {
     place: Vec<Place>,
     rx_offset: Vec<u32>,
     groups: Vec<GroupState>,
-    peers: HashMap<NodeId, MacAddr>,
+    peers: HashMap<NodeId, MacAddr, BuildHasherDefault<NodeHasher>>,
     deferred: VecDeque<Transmit>,
     tx_keep: Vec<TxDesc>,
     tx_copy: Vec<TxDesc>,
@@ -391,11 +392,35 @@ pub struct Engine<T: Transport> {
     kept: Vec<u32>,
     messages: VecDeque<Message>,
     counters: EngineCounters,
+    /// When the last poll started (CLOCK_MONOTONIC ns): what `idle` reads
+    /// instead of the clock, right after a poll that found nothing to do.
+    polled_at: u64,
     idle_since: Option<u64>,
     /// The group whose machines `drain_transmits` asks first (round-robin).
     turn: usize,
     /// Beat frames received (sender, payload), oldest first; bounded.
     beats: VecDeque<(NodeId, Vec<u8>)>,
+}
+
+/// Hashes a node number for the peers map: every received frame looks up
+/// its sender there and every unicast frame sent its destination, and the
+/// default SipHash cost more than the rest of the lookup. Node numbers are
+/// not attacker-chosen keys here (a peer could only slow its own entry).
+#[derive(Debug, Default, Clone, Copy)]
+struct NodeHasher(u64);
+
+impl Hasher for NodeHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
 }
 
 /// Beat frames held for the caller at most (older ones are dropped).
@@ -446,6 +471,7 @@ impl<T: Transport> Engine<T> {
             kept: Vec::new(),
             messages: VecDeque::new(),
             counters: EngineCounters::default(),
+            polled_at: 0,
             idle_since: None,
             turn: 0,
             beats: VecDeque::new(),
@@ -861,6 +887,7 @@ impl<T: Transport> Engine<T> {
     ) -> Result<bool, EngineError> {
         self.counters.polls += 1;
         let now = self.now();
+        self.polled_at = now.0;
         let mut work = false;
 
         // Completions: kept frames return to their machine (or to the pool if
@@ -944,7 +971,9 @@ impl<T: Transport> Engine<T> {
 
     /// After a poll without work: spin a while, then sleep.
     fn idle(&mut self, fds: &[RawFd], max_sleep: Option<Duration>) -> Result<(), EngineError> {
-        let now = sys::monotonic_ns();
+        // The poll that just found no work read the clock a moment ago: one
+        // clock read per busy-poll round instead of two.
+        let now = self.polled_at;
         let since = *self.idle_since.get_or_insert(now);
         if now - since < nanos(self.cfg.spin) {
             std::hint::spin_loop();
@@ -1470,12 +1499,12 @@ impl<T: Transport> Engine<T> {
                                     data: payload,
                                 }),
                                 // Or into the message.
-                                None => match r.reassembler.push(flags, payload) {
-                                    Ok(Some(msg)) => {
+                                None => match r.reassembler.push_owned(flags, payload) {
+                                    Ok(Some(data)) => {
                                         self.messages.push_back(Message {
                                             group: g.id,
                                             stream,
-                                            data: msg.to_vec(),
+                                            data,
                                         });
                                         self.counters.messages_delivered += 1;
                                     }

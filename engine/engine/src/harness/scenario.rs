@@ -258,7 +258,9 @@ pub fn run_sender<T: Transport>(mut engine: Engine<T>, spec: &Spec, ctl: &Contro
                 .check_conservation()
                 .unwrap_or_else(|e| panic!("sender conservation mid-run: {e}"));
         }
-        if monotonic_ns() > deadline {
+        // The deadline is a safety net: a clock read per message was a
+        // measurable share of the sender's CPU, one per 64 is not.
+        if polls % 64 == 0 && monotonic_ns() > deadline {
             errors.push(format!(
                 "sender published only {i} of {total} messages before the deadline"
             ));
@@ -369,7 +371,7 @@ pub fn run_receiver<T: Transport>(
                 .check_conservation()
                 .unwrap_or_else(|e| panic!("node {node} conservation mid-run: {e}"));
         }
-        if monotonic_ns() > deadline {
+        if polls % 64 == 0 && monotonic_ns() > deadline {
             errors.push(format!(
                 "node {node}: deadline passed with {next} of {want} messages"
             ));
