@@ -20,8 +20,10 @@
 //! (`Frame::emit`). A frame staged or in flight is never rewritten: a
 //! retransmission of it is deferred until its completion is reaped. Received
 //! data frames go to the machine by index. The one exception is the iterative
-//! baseline, whose per-receiver headers make the engine copy the payload into
-//! a fresh frame for each receiver (docs/protocol.md §4.3).
+//! baseline to two or more receivers, whose per-receiver headers make the
+//! engine copy the payload (frame to frame, once) into a fresh frame for each
+//! receiver (docs/protocol.md §4.3); to a single receiver (Go-Back-N unicast)
+//! it sends in place like the multicast algorithms.
 //!
 //! Groups: one engine carries any number of groups over its one transport
 //! (one NIC queue). Each group has its own algorithm, window and send queue,
@@ -45,6 +47,7 @@
 
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::RawFd;
 use std::time::Duration;
 
@@ -58,7 +61,7 @@ use mcast_wire::{
     group_mac, max_payload_for_mtu, Flags, Frame, Kind, MacAddr, RangeList, WireError,
     ETHERTYPE_DEFAULT, FRAME_OVERHEAD,
 };
-use mcast_xsk::SteeringCounters;
+use mcast_xsk::{SocketStats, SteeringCounters};
 
 use crate::sys;
 use crate::transport::{RxDesc, Transport, TransportCounts, TransportInfo, TxDesc};
@@ -282,6 +285,8 @@ pub struct EngineStats {
     pub transport: TransportInfo,
     /// AF_XDP: the steering program's counters.
     pub steering: Option<SteeringCounters>,
+    /// AF_XDP: the kernel's counters of the socket.
+    pub socket: Option<SocketStats>,
     pub frames: TransportCounts,
 }
 
@@ -360,10 +365,21 @@ struct GroupState {
 /// How the send machine's data buffers reach the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TxPolicy {
-    /// Headers written in place in the machine's buffer (multicast algorithms).
+    /// Headers written in place in the machine's buffer (the multicast
+    /// algorithms, and iterative with a single member: Go-Back-N unicast).
     InPlace,
-    /// Payload copied into a fresh frame per transmit (iterative: one header per receiver).
+    /// Payload copied into a fresh frame per transmit (iterative to two or
+    /// more members: one header per receiver, possibly in flight at once).
     CopyPerTransmit,
+}
+
+/// The policy a send machine needs: only iterative to several members has
+/// per-destination headers that could be on the wire at the same time.
+fn tx_policy(machine: &AnySender) -> TxPolicy {
+    match machine {
+        AnySender::Iterative(s) if s.members().nth(1).is_some() => TxPolicy::CopyPerTransmit,
+        _ => TxPolicy::InPlace,
+    }
 }
 
 /// The polling engine over transport `T`.
@@ -376,20 +392,43 @@ pub struct Engine<T: Transport> {
     place: Vec<Place>,
     rx_offset: Vec<u32>,
     groups: Vec<GroupState>,
-    peers: HashMap<NodeId, MacAddr>,
+    peers: HashMap<NodeId, MacAddr, BuildHasherDefault<NodeHasher>>,
     deferred: VecDeque<Transmit>,
     tx_keep: Vec<TxDesc>,
     tx_copy: Vec<TxDesc>,
     rx_batch: Vec<RxDesc>,
     kept: Vec<u32>,
-    scratch: Vec<u8>,
     messages: VecDeque<Message>,
     counters: EngineCounters,
+    /// When the last poll started (CLOCK_MONOTONIC ns): what `idle` reads
+    /// instead of the clock, right after a poll that found nothing to do.
+    polled_at: u64,
     idle_since: Option<u64>,
     /// The group whose machines `drain_transmits` asks first (round-robin).
     turn: usize,
     /// Beat frames received (sender, payload), oldest first; bounded.
     beats: VecDeque<(NodeId, Vec<u8>)>,
+}
+
+/// Hashes a node number for the peers map: every received frame looks up
+/// its sender there and every unicast frame sent its destination, and the
+/// default SipHash cost more than the rest of the lookup. Node numbers are
+/// not attacker-chosen keys here (a peer could only slow its own entry).
+#[derive(Debug, Default, Clone, Copy)]
+struct NodeHasher(u64);
+
+impl Hasher for NodeHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
 }
 
 /// Beat frames held for the caller at most (older ones are dropped).
@@ -438,9 +477,9 @@ impl<T: Transport> Engine<T> {
             tx_copy: Vec::with_capacity(config.batch),
             rx_batch: Vec::with_capacity(config.batch),
             kept: Vec::new(),
-            scratch: Vec::new(),
             messages: VecDeque::new(),
             counters: EngineCounters::default(),
+            polled_at: 0,
             idle_since: None,
             turn: 0,
             beats: VecDeque::new(),
@@ -529,12 +568,10 @@ impl<T: Transport> Engine<T> {
         }
         let stream = self.stream_config(gi, self.cfg.node, start);
         let g = &mut self.groups[gi];
+        let machine = AnySender::new(g.opts.algorithm, stream, &g.opts.protocol, members);
         g.sender = Some(SendStream {
-            machine: AnySender::new(g.opts.algorithm, stream, &g.opts.protocol, members),
-            policy: match g.opts.algorithm {
-                Algorithm::Iterative => TxPolicy::CopyPerTransmit,
-                _ => TxPolicy::InPlace,
-            },
+            policy: tx_policy(&machine),
+            machine,
             start,
             next_seq: start.seq,
             queue: VecDeque::new(),
@@ -558,6 +595,10 @@ impl<T: Transport> Engine<T> {
             )));
         };
         s.machine.set_members(now, members);
+        // Iterative with one member sends in place; with more, a copy each.
+        // Frames already in flight in place are deferred by the copy path
+        // until their completion, so a change is safe at any time.
+        s.policy = tx_policy(&s.machine);
         let start = joining_position(self.groups[gi].opts.algorithm, &s);
         // Frames only departed members held are released now.
         let freed = self.absorb_releases(&mut s.machine);
@@ -854,6 +895,7 @@ impl<T: Transport> Engine<T> {
     ) -> Result<bool, EngineError> {
         self.counters.polls += 1;
         let now = self.now();
+        self.polled_at = now.0;
         let mut work = false;
 
         // Completions: kept frames return to their machine (or to the pool if
@@ -944,7 +986,9 @@ impl<T: Transport> Engine<T> {
 
     /// After a poll without work: spin a while, then sleep.
     fn idle(&mut self, fds: &[RawFd], max_sleep: Option<Duration>) -> Result<(), EngineError> {
-        let now = sys::monotonic_ns();
+        // The poll that just found no work read the clock a moment ago: one
+        // clock read per busy-poll round instead of two.
+        let now = self.polled_at;
         let since = *self.idle_since.get_or_insert(now);
         if now - since < nanos(self.cfg.spin) {
             std::hint::spin_loop();
@@ -1038,6 +1082,7 @@ impl<T: Transport> Engine<T> {
             groups,
             transport: self.transport.info(),
             steering: self.transport.steering_counters(),
+            socket: self.transport.socket_stats(),
             frames: self.transport.counts(),
         }
     }
@@ -1475,12 +1520,12 @@ impl<T: Transport> Engine<T> {
                                     data: payload,
                                 }),
                                 // Or into the message.
-                                None => match r.reassembler.push(flags, payload) {
-                                    Ok(Some(msg)) => {
+                                None => match r.reassembler.push_owned(flags, payload) {
+                                    Ok(Some(data)) => {
                                         self.messages.push_back(Message {
                                             group: g.id,
                                             stream,
-                                            data: msg.to_vec(),
+                                            data,
                                         });
                                         self.counters.messages_delivered += 1;
                                     }
@@ -1593,12 +1638,11 @@ impl<T: Transport> Engine<T> {
                         };
                         self.tx_keep.push(TxDesc { frame: b, len });
                     }
-                    (
-                        TxPolicy::InPlace,
-                        Place::Staged { back: true, .. } | Place::InTx { back: true },
-                    ) => {
+                    (_, Place::Staged { back: true, .. } | Place::InTx { back: true }) => {
                         // Still on its way out: rewriting it now would corrupt
-                        // the copy in flight. Retry after its completion.
+                        // the copy in flight (and a frame the kernel owns
+                        // cannot be read to copy it, after a change of
+                        // policy). Retry after its completion.
                         self.counters.tx_deferred += 1;
                         self.deferred.push_back(t);
                     }
@@ -1609,13 +1653,9 @@ impl<T: Transport> Engine<T> {
                             return Ok(());
                         };
                         let n = usize::from(t.header.payload_len);
-                        let range = FRAME_OVERHEAD..FRAME_OVERHEAD + n;
-                        self.scratch.clear();
-                        self.scratch
-                            .extend_from_slice(&self.transport.frame(b)[range.clone()]);
-                        let buf = self.transport.frame_mut(f);
-                        buf[range].copy_from_slice(&self.scratch);
-                        let len = emit(buf, dst, src, ethertype, &t)?;
+                        self.transport
+                            .copy_between(b, f, FRAME_OVERHEAD..FRAME_OVERHEAD + n);
+                        let len = emit(self.transport.frame_mut(f), dst, src, ethertype, &t)?;
                         self.counters.tx_payload_copies += 1;
                         self.place[f as usize] = Place::Staged {
                             keep: false,

@@ -18,8 +18,9 @@
 //!   MAK and GBN throughput, one-way latency samples.
 //!
 //! What it never does: it never copies an outgoing payload after the
-//! application's one write into a frame (except the iterative baseline, which
-//! needs a header per receiver), never rewrites a frame in flight, never puts
+//! application's one write into a frame (except the iterative baseline to
+//! several receivers, which needs a header per receiver), never rewrites a
+//! frame in flight, never puts
 //! a clock read or I/O inside the protocol core, and never falls back to a
 //! slower mode (SKB XDP, copy mode) unless configured to, and then says so.
 #![deny(unsafe_code)]

@@ -40,6 +40,22 @@ pub fn set_timer_slack(slack: Duration) -> io::Result<()> {
     Ok(())
 }
 
+/// CPU time the calling thread has used (CLOCK_THREAD_CPUTIME_ID), in
+/// nanoseconds: user and system, including softirq work the kernel ran in its
+/// syscalls (the veth and bridge path of a sendto). For the benchmarks'
+/// CPU-per-frame figures.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the per-thread CPU clock
+    // exists on every Linux kernel this code supports.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    debug_assert_eq!(rc, 0);
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Waits until `fd` is readable or `timeout` passes. Returns true if readable.
 /// EINTR counts as a timeout (the caller loops anyway).
 pub fn ppoll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {

@@ -241,3 +241,97 @@ fn configuration_errors_say_what_is_wrong() {
     let e = Engine::new(seg.port(node_mac(3), 256, 2048, 64), cfg).unwrap_err();
     assert!(e.to_string().contains("window"), "{e}");
 }
+
+/// Go-Back-N (iterative with one member) sends its buffers in place, without
+/// a copy; when a second member joins mid-stream the engine switches to a copy
+/// per receiver, deferring frames still on their way out in place. Loss on
+/// both receivers makes retransmissions of such frames likely.
+#[test]
+fn iterative_switches_from_in_place_to_copies_when_a_member_joins() {
+    for loss in [0.0, 0.05] {
+        let seg = MemorySegment::new();
+        let config = |node: NodeId| {
+            let mut c = EngineConfig::new(node, GROUP, Algorithm::Iterative);
+            c.window_frames = 64;
+            c.peers = receivers(2);
+            c.protocol.gbn.rto = mcast_proto::rtt::RtoConfig::fixed(Duration::from_millis(2));
+            c
+        };
+        let mut s = Engine::new(port(&seg, SENDER), config(SENDER)).expect("sender");
+        let mut r: Vec<Engine<MemoryTransport>> = [11, 12]
+            .iter()
+            .map(|&n| {
+                let mut e = Engine::new(port(&seg, n), config(n)).expect("receiver");
+                e.transport_mut().set_drop_ratio(loss).expect("loss");
+                e
+            })
+            .collect();
+        s.open_sender(&[11]).expect("sender");
+        r[0].open_receiver(SENDER).expect("receiver 11");
+        let (total, join_at) = (600usize, 300usize);
+        let mut got: [Vec<Vec<u8>>; 2] = [Vec::new(), Vec::new()];
+        let mut msg = Vec::new();
+        let mut i = 0;
+        let mut copies_before_join = None;
+        let mut spins = 0u64;
+        let index = |m: &Vec<u8>| u64::from_le_bytes(m[..8].try_into().unwrap()) as usize;
+        while got[0].len() < total || got[1].last().map(index) != Some(total - 1) {
+            if i == join_at && copies_before_join.is_none() {
+                copies_before_join = Some(s.stats().engine.tx_payload_copies);
+                let start = s.set_members_in(GROUP, &[11, 12]).expect("join");
+                r[1].open_receiver_in(GROUP, SENDER, start)
+                    .expect("receiver 12");
+            }
+            if i < total {
+                scenario::fill_message_len(i, 100 + i % 1400, &mut msg);
+                if s.publish(&msg).is_ok() {
+                    i += 1;
+                }
+            }
+            s.poll().expect("sender poll");
+            for (k, e) in r.iter_mut().enumerate() {
+                e.poll().expect("receiver poll");
+                while let Some(m) = e.recv_message() {
+                    got[k].push(m.data);
+                }
+            }
+            spins += 1;
+            if spins % 500 == 0 {
+                s.check_conservation().expect("sender conservation");
+            }
+            assert!(
+                spins < 5_000_000,
+                "stuck at {i} published, got {} and {}",
+                got[0].len(),
+                got[1].len()
+            );
+        }
+        assert_eq!(copies_before_join, Some(0), "one member: no payload copy");
+        assert!(
+            s.stats().engine.tx_payload_copies > 0,
+            "two members: copies"
+        );
+        // The newcomer gets every message fed to the machine after it joined:
+        // some published before the join may still have been queued then.
+        let first_new = index(&got[1][0]);
+        assert!(first_new <= join_at, "receiver 12 started at {first_new}");
+        for (k, g) in got.iter().enumerate() {
+            let first = if k == 0 { 0 } else { first_new };
+            for (j, m) in g.iter().enumerate() {
+                let n = first + j;
+                scenario::fill_message_len(n, 100 + n % 1400, &mut msg);
+                assert_eq!(*m, msg, "receiver {k}, message {n}, loss {loss}");
+            }
+        }
+        assert!(
+            s.flush(Duration::from_secs(5)).expect("flush"),
+            "sender idle"
+        );
+        let (report, _) = s.shutdown().expect("sender shutdown");
+        assert_eq!(report.ledger.transport.held + report.ledger.transport.tx, 0);
+        for e in r {
+            let (report, _) = e.shutdown().expect("receiver shutdown");
+            assert_eq!(report.ledger.transport.held, 0);
+        }
+    }
+}

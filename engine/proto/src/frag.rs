@@ -88,6 +88,39 @@ impl Reassembler {
         Ok(None)
     }
 
+    /// Like [`Reassembler::push`], but the whole message is handed out as an
+    /// owned buffer without a second copy: a message of one fragment is
+    /// copied once, straight from `payload`; a fragmented one is the
+    /// reassembly buffer itself (a fresh one of the same capacity takes its
+    /// place). Either way each payload byte is copied exactly once.
+    pub fn push_owned(
+        &mut self,
+        flags: Flags,
+        payload: &[u8],
+    ) -> Result<Option<Vec<u8>>, ReassemblyError> {
+        if flags.contains(Flags::WHOLE) {
+            if self.in_progress {
+                self.discarded += 1;
+                self.in_progress = false;
+                self.buf.clear();
+            }
+            if payload.len() > self.max_message {
+                self.discarded += 1;
+                return Err(ReassemblyError::TooLarge {
+                    limit: self.max_message,
+                });
+            }
+            return Ok(Some(payload.to_vec()));
+        }
+        Ok(match self.push(flags, payload)? {
+            Some(msg) => {
+                let cap = msg.len();
+                Some(std::mem::replace(&mut self.buf, Vec::with_capacity(cap)))
+            }
+            None => None,
+        })
+    }
+
     /// Partial messages and stray fragments thrown away so far.
     pub fn discarded(&self) -> u64 {
         self.discarded
@@ -124,6 +157,36 @@ mod tests {
             }
         }
         assert_eq!(out.as_deref(), Some(&msg[..]));
+    }
+
+    #[test]
+    fn push_owned_hands_out_the_same_messages_as_push() {
+        let first = Flags::FRAG_FIRST;
+        let last = Flags::FRAG_LAST;
+        let mid = Flags::NONE;
+        // Whole, fragmented, a partial cut short by a whole one, a stray
+        // fragment, a fragmented one again, one too large.
+        let script: Vec<(Flags, Vec<u8>)> = vec![
+            (Flags::WHOLE, vec![1; 10]),
+            (first, vec![2; 5]),
+            (mid, vec![3; 5]),
+            (last, vec![4; 3]),
+            (first, vec![5; 4]),
+            (Flags::WHOLE, vec![6; 2]),
+            (mid, vec![7; 2]),
+            (first, vec![8; 6]),
+            (last, vec![9; 6]),
+            (Flags::WHOLE, vec![10; 40]),
+            (Flags::WHOLE, vec![]),
+        ];
+        let (mut a, mut b) = (Reassembler::new(32), Reassembler::new(32));
+        for (flags, p) in &script {
+            let x = a.push(*flags, p).map(|m| m.map(<[u8]>::to_vec));
+            let y = b.push_owned(*flags, p);
+            assert_eq!(x, y, "{flags:?}");
+        }
+        assert_eq!(a.discarded(), b.discarded());
+        assert_eq!(b.discarded(), 3);
     }
 
     #[test]

@@ -14,6 +14,14 @@
 //!   held) until the first Pack that acknowledges something new; timeouts
 //!   retransmit as in Normal; a further Nack goes back again.
 //!
+//! Acknowledgment requests: the sender flags [`Flags::ACK_REQ`] on a data
+//! frame when it needs credit back: the last frame of a burst (nothing else
+//! is ready to go after it) and, within a long burst, every quarter window.
+//! Under [`AckPolicy::OnRequest`] (the default) the receiver sends a Pack only
+//! for those frames (and for duplicates and at the end of Stall, as always),
+//! so bulk transfer costs one Pack per quarter window instead of one per
+//! frame, while a lone message is still acknowledged at once.
+//!
 //! Receiver logic (Figure 4.1 (b)):
 //! - **Receiving**: the expected frame is delivered and acknowledged with a Pack
 //!   (per [`AckPolicy`]); the first out-of-order frame is dropped, produces one
@@ -67,6 +75,10 @@ pub enum AckPolicy {
     /// A Pack for every in-order frame. Frames that arrive before the driver
     /// polls [`Endpoint::poll_transmit`] share one (cumulative) Pack.
     Immediate,
+    /// A Pack for in-order frames the sender flagged [`Flags::ACK_REQ`] (the
+    /// end of each burst, every quarter window within one); the others are
+    /// covered by the next. No timer: the sender asks when it needs credit.
+    OnRequest,
     /// A Pack after every `every` in-order frames, or `max_delay` after the first
     /// unacknowledged one. `every == 0` behaves as 1.
     Delayed { every: u32, max_delay: Duration },
@@ -153,6 +165,8 @@ pub struct GbnSender {
     /// (`recover` as in [`Probe`]).
     probe_due: Option<Seq>,
     probe: Option<Probe>,
+    /// Frames transmitted since the last one flagged ACK_REQ.
+    since_ack_req: u32,
     events: VecDeque<Event>,
     counters: Counters,
 }
@@ -176,9 +190,24 @@ impl GbnSender {
             rtt: RttEstimator::new(),
             probe_due: None,
             probe: None,
+            since_ack_req: 0,
             events: VecDeque::with_capacity(w as usize),
             counters: Counters::default(),
         }
+    }
+
+    /// Whether the frame about to go out asks for a Pack: it ends the burst
+    /// (nothing else could be transmitted right after it), or a quarter of the
+    /// window went out since the last request. Call after the frame's own
+    /// bookkeeping (`retx_pending`, `next_new`) is updated.
+    fn ack_request(&mut self) -> bool {
+        let more = self.retx_pending > 0 || (!self.stalled && self.next_new != self.next_seq);
+        self.since_ack_req += 1;
+        if !more || self.since_ack_req >= (self.window.capacity() / 4).max(1) {
+            self.since_ack_req = 0;
+            return true;
+        }
+        false
     }
 
     /// The receiver this sender sends to.
@@ -368,6 +397,9 @@ impl GbnSender {
     }
 
     fn data_transmit(&mut self, now: Instant, seq: Seq, retransmit: bool) -> Transmit {
+        // A resend of the oldest frame (a timeout's probe) always asks for a
+        // Pack: under AckPolicy::OnRequest nothing else would answer it.
+        let ack_req = self.ack_request() || (retransmit && seq == self.window.base());
         if self.rto_deadline.is_none() {
             self.rto_deadline = Some(now + self.rto());
         }
@@ -390,6 +422,9 @@ impl GbnSender {
         header.flags = slot.frag;
         if retransmit {
             header.flags = header.flags.with(Flags::RETRANSMIT);
+        }
+        if ack_req {
+            header.flags = header.flags.with(Flags::ACK_REQ);
         }
         header.payload_len = slot.len;
         header.tstamp_us = now.as_micros_u32();
@@ -573,7 +608,8 @@ pub struct GbnReceiver {
     /// A Nack is due: `(seq of the out-of-order frame, expected when it came,
     /// the frame's send stamp)`.
     nack_due: Option<(Seq, Seq, u32)>,
-    /// In-order frames not acknowledged yet (delayed and piggy-backed policies).
+    /// In-order frames not acknowledged yet (delayed, on-request and
+    /// piggy-backed policies).
     unacked: u32,
     /// When a standalone Pack must go out for them.
     ack_deadline: Option<Instant>,
@@ -648,7 +684,7 @@ impl GbnReceiver {
                 self.stalled = false;
                 self.pack_due = true;
             } else {
-                self.ack_in_order(now);
+                self.ack_in_order(now, header.flags.contains(Flags::ACK_REQ));
             }
         } else if seq.before(self.expected) {
             // An old frame: our Pack for it was lost or is late. Re-acknowledge
@@ -675,10 +711,17 @@ impl GbnReceiver {
         }
     }
 
-    /// Applies the [`AckPolicy`] to one in-order frame.
-    fn ack_in_order(&mut self, now: Instant) {
+    /// Applies the [`AckPolicy`] to one in-order frame (`requested`: it was
+    /// flagged ACK_REQ).
+    fn ack_in_order(&mut self, now: Instant, requested: bool) {
         match self.cfg.ack_policy {
             AckPolicy::Immediate => self.pack_due = true,
+            AckPolicy::OnRequest => {
+                self.unacked += 1;
+                if requested {
+                    self.pack_due = true;
+                }
+            }
             AckPolicy::Delayed { every, max_delay } => {
                 self.unacked += 1;
                 if self.unacked >= every.max(1) {
@@ -1450,6 +1493,66 @@ mod tests {
         expect_control(&mut r, t(1510), Kind::Pack, 103);
         assert_eq!(r.take_piggyback_ack(), None);
         assert_eq!(r.counters().packs_sent, 1);
+    }
+
+    /// Sends `n` frames and transmits them all; returns whether each asked for a Pack.
+    fn ack_requests(s: &mut GbnSender, now: Instant, first: u32, n: u32) -> Vec<bool> {
+        for b in first..first + n {
+            s.send(now, frame(b)).expect("window has room");
+        }
+        core::iter::from_fn(|| s.poll_transmit(now))
+            .map(|tx| tx.header.flags.contains(Flags::ACK_REQ))
+            .collect()
+    }
+
+    #[test]
+    fn sender_asks_for_a_pack_at_the_end_of_a_burst_and_every_quarter_window() {
+        let mut s = sender(100, 8); // a quarter window: 2 frames
+        assert_eq!(
+            ack_requests(&mut s, t(1000), 0, 5),
+            [false, true, false, true, true]
+        );
+        // A lone frame ends its burst at once.
+        s.handle_frame(t(1010), &feedback(Kind::Pack, 105), RxBody::None);
+        assert_eq!(ack_requests(&mut s, t(1020), 5, 1), [true]);
+        // A go-back resend is a burst too: its last frame asks.
+        assert_eq!(ack_requests(&mut s, t(1030), 6, 1), [true]);
+        s.handle_frame(t(1040), &feedback(Kind::Nack, 105), RxBody::None);
+        let tx: Vec<_> = core::iter::from_fn(|| s.poll_transmit(t(1040))).collect();
+        assert_eq!(tx.len(), 2);
+        assert!(tx
+            .iter()
+            .all(|t| t.header.flags.contains(Flags::RETRANSMIT)));
+        assert!(tx[1].header.flags.contains(Flags::ACK_REQ));
+    }
+
+    #[test]
+    fn on_request_policy_packs_only_flagged_frames_duplicates_and_stall_exits() {
+        let mut r = receiver(100, AckPolicy::OnRequest);
+        let asked = |seq: u32| {
+            let mut h = data(seq);
+            h.flags = h.flags.with(Flags::ACK_REQ);
+            h
+        };
+        r.handle_frame(t(1000), &data(100), RxBody::Data(BufId(1)));
+        r.handle_frame(t(1000), &data(101), RxBody::Data(BufId(2)));
+        expect_nothing(&mut r, t(1000));
+        assert_eq!(r.poll_timeout(), None, "no timer");
+        r.handle_frame(t(1010), &asked(102), RxBody::Data(BufId(3)));
+        expect_control(&mut r, t(1010), Kind::Pack, 103);
+        expect_nothing(&mut r, t(1010));
+        // A duplicate: its Pack was lost or is late; answer at once.
+        r.handle_frame(t(1020), &data(101), RxBody::Data(BufId(4)));
+        expect_control(&mut r, t(1020), Kind::Pack, 103);
+        // A gap: one Nack; the first in-order frame ends Stall with a Pack.
+        r.handle_frame(t(1030), &data(104), RxBody::Data(BufId(5)));
+        expect_control(&mut r, t(1030), Kind::Nack, 103);
+        r.handle_frame(t(1040), &data(103), RxBody::Data(BufId(6)));
+        expect_control(&mut r, t(1040), Kind::Pack, 104);
+        assert_eq!(r.counters().packs_sent, 3);
+        // Unflagged in-order frames can still ride on reverse traffic.
+        r.handle_frame(t(1050), &data(104), RxBody::Data(BufId(7)));
+        assert_eq!(r.take_piggyback_ack(), Some(Seq(105)));
     }
 
     #[test]

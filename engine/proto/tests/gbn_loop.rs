@@ -258,9 +258,10 @@ impl<S: Sender> Run<S> {
     }
 }
 
-fn policies() -> [AckPolicy; 3] {
+fn policies() -> [AckPolicy; 4] {
     [
         AckPolicy::Immediate,
+        AckPolicy::OnRequest,
         AckPolicy::Delayed {
             every: 4,
             max_delay: Duration::from_micros(50),

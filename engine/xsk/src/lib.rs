@@ -21,5 +21,6 @@ pub mod xsk;
 
 pub use loader::{AttachMode, AttachedMode, SteeringCounters, SteeringError, XdpSteering};
 pub use xsk::{
-    BindMode, FrameCounts, FrameState, RxFrame, TxFrame, XskConfig, XskError, XskSocket, ZeroCopy,
+    BindMode, FrameCounts, FrameState, RxFrame, SocketStats, TxFrame, XskConfig, XskError,
+    XskSocket, ZeroCopy,
 };

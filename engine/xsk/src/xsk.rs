@@ -147,6 +147,21 @@ pub struct FrameCounts {
     pub completion_ready: u32,
 }
 
+/// The kernel's own counters of one socket (`getsockopt(XDP_STATISTICS)`):
+/// frames lost between the XDP redirect and our RX ring, invisible to the
+/// steering program's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SocketStats {
+    /// Frames dropped by the socket for any reason (e.g. no fill-ring frame).
+    pub rx_dropped: u64,
+    /// Frames dropped because the RX ring was full.
+    pub rx_ring_full: u64,
+    /// Times the kernel found the fill ring empty when it needed a frame.
+    pub rx_fill_ring_empty: u64,
+    /// Times the kernel found the TX ring empty when kicked.
+    pub tx_ring_empty: u64,
+}
+
 /// Errors of the AF_XDP socket; each message says what to do.
 #[derive(Debug)]
 pub enum XskError {
@@ -528,13 +543,18 @@ impl XskSocket {
         Some(f)
     }
 
-    /// Returns `Held` frames to the free list (and tops up the fill ring).
+    /// Returns `Held` frames to the free list. The fill ring is topped up
+    /// from it by the next [`XskSocket::recv`], in one batch (one producer
+    /// update for a whole RX batch's frames instead of one per frame), or
+    /// here at once if the kernel holds less than a quarter ring of frames.
     pub fn release(&mut self, frames: impl IntoIterator<Item = u32>) -> Result<(), XskError> {
         for f in frames {
             self.transition(f, FrameState::Held, FrameState::Free, "release")?;
             self.free.push(f);
         }
-        self.refill();
+        if self.counts.fill < self.config.ring_size / 4 {
+            self.refill();
+        }
         Ok(())
     }
 
@@ -552,6 +572,34 @@ impl XskSocket {
         let mut chunk = self.held_chunk(frame)?;
         // SAFETY: as in `frame`, and `&mut self` makes this the only reference.
         Some(unsafe { chunk.as_mut() })
+    }
+
+    /// Copies `range` of held frame `from` to the same range of held frame
+    /// `to` (one copy, no bounce buffer). None if either frame is not held,
+    /// they are the same frame, or the range does not fit a frame.
+    pub fn copy_between(
+        &mut self,
+        from: u32,
+        to: u32,
+        range: std::ops::Range<usize>,
+    ) -> Option<()> {
+        if from == to || range.start > range.end || range.end > self.config.frame_size as usize {
+            return None;
+        }
+        let src = self.held_chunk(from)?;
+        let dst = self.held_chunk(to)?;
+        // SAFETY: both frames are `Held` (the kernel touches neither until we
+        // put them on a ring, which needs `&mut self`, held here), they are
+        // distinct frames of the live UMEM mapping, so the two ranges do not
+        // overlap, and `range` lies within `frame_size`, the length of each chunk.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.cast::<u8>().as_ptr().add(range.start),
+                dst.cast::<u8>().as_ptr().add(range.start),
+                range.len(),
+            );
+        }
+        Some(())
     }
 
     /// The packet bytes of a received frame, if the caller holds it.
@@ -677,6 +725,20 @@ impl XskSocket {
             Some(e) => Err(e),
             None => Ok(n + kept),
         }
+    }
+
+    /// The kernel's counters of this socket (drops it saw that no ring shows).
+    pub fn kernel_stats(&self) -> Result<SocketStats, XskError> {
+        let st = self.device.statistics_v2().map_err(|e| XskError::Syscall {
+            operation: "getsockopt(XDP_STATISTICS)",
+            errno: errno(&e),
+        })?;
+        Ok(SocketStats {
+            rx_dropped: st.rx_dropped,
+            rx_ring_full: st.rx_ring_full,
+            rx_fill_ring_empty: st.rx_fill_ring_empty_descs,
+            tx_ring_empty: st.tx_ring_empty_descs,
+        })
     }
 
     /// Where the frames are now.

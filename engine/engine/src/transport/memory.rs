@@ -207,6 +207,10 @@ impl Transport for MemoryTransport {
         self.pool.frame_mut(frame)
     }
 
+    fn copy_between(&mut self, from: u32, to: u32, range: std::ops::Range<usize>) {
+        self.pool.copy_between(from, to, range)
+    }
+
     fn transmit(&mut self, batch: &[TxDesc], keep: bool) -> Result<usize, EngineError> {
         for t in batch {
             let bytes = &self.pool.frame(t.frame)[..t.len as usize];

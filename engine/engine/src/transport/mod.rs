@@ -26,7 +26,7 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 use mcast_wire::MacAddr;
-use mcast_xsk::{AttachedMode, BindMode, SteeringCounters};
+use mcast_xsk::{AttachedMode, BindMode, SocketStats, SteeringCounters};
 
 use crate::EngineError;
 
@@ -98,6 +98,9 @@ pub trait Transport {
     fn frame(&self, frame: u32) -> &[u8];
     /// The bytes of a held frame, writable. Panics if not held.
     fn frame_mut(&mut self, frame: u32) -> &mut [u8];
+    /// Copies bytes `range` of held frame `from` into the same range of held
+    /// frame `to`, in one copy. Panics if either is not held (an engine bug).
+    fn copy_between(&mut self, from: u32, to: u32, range: std::ops::Range<usize>);
     /// Queues held frames for sending, as many as fit; returns how many. With
     /// `keep`, each comes back held (see [`Transport::reap`]) once sent,
     /// otherwise it returns to the free pool.
@@ -122,6 +125,11 @@ pub trait Transport {
     fn set_drop_ratio(&mut self, ratio: f64) -> Result<(), EngineError>;
     /// AF_XDP: the steering program's counters.
     fn steering_counters(&self) -> Option<SteeringCounters> {
+        None
+    }
+    /// AF_XDP: the kernel's counters of the socket (drops after the redirect,
+    /// e.g. for want of a fill-ring frame).
+    fn socket_stats(&self) -> Option<SocketStats> {
         None
     }
 }

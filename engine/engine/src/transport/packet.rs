@@ -216,6 +216,10 @@ impl Transport for PacketTransport {
         self.pool.frame_mut(frame)
     }
 
+    fn copy_between(&mut self, from: u32, to: u32, range: std::ops::Range<usize>) {
+        self.pool.copy_between(from, to, range)
+    }
+
     fn transmit(&mut self, batch: &[TxDesc], keep: bool) -> Result<usize, EngineError> {
         let mut n = 0;
         for t in batch {

@@ -91,6 +91,22 @@ impl FramePool {
         &mut self.area[start..start + self.size]
     }
 
+    /// Copies `range` of held frame `from` into the same range of held frame `to`.
+    pub fn copy_between(&mut self, from: u32, to: u32, range: std::ops::Range<usize>) {
+        for f in [from, to] {
+            assert_eq!(
+                self.state.get(f as usize),
+                Some(&State::Held),
+                "frame {f} is not held"
+            );
+        }
+        assert!(from != to && range.end <= self.size, "bad frame copy");
+        let src = from as usize * self.size;
+        let dst = to as usize * self.size;
+        self.area
+            .copy_within(src + range.start..src + range.end, dst + range.start);
+    }
+
     /// Marks a held frame as sent; it completes at the next [`FramePool::reap`].
     pub fn mark_sent(&mut self, f: u32, keep: bool) {
         assert_eq!(

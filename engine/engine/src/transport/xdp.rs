@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use mcast_wire::MacAddr;
 use mcast_xsk::{
-    AttachMode, RxFrame, SteeringCounters, TxFrame, XdpSteering, XskConfig, XskSocket, ZeroCopy,
+    AttachMode, RxFrame, SocketStats, SteeringCounters, TxFrame, XdpSteering, XskConfig, XskSocket,
+    ZeroCopy,
 };
 
 use super::{RxDesc, Transport, TransportCounts, TransportInfo, TxDesc};
@@ -180,6 +181,12 @@ impl Transport for XdpTransport {
             .unwrap_or_else(|| panic!("frame {frame} is not held by the engine"))
     }
 
+    fn copy_between(&mut self, from: u32, to: u32, range: std::ops::Range<usize>) {
+        self.xsk
+            .copy_between(from, to, range.clone())
+            .unwrap_or_else(|| panic!("copy of {range:?} from frame {from} to {to}: not both held"))
+    }
+
     fn transmit(&mut self, batch: &[TxDesc], keep: bool) -> Result<usize, EngineError> {
         self.tx.clear();
         self.tx.extend(batch.iter().map(|t| TxFrame {
@@ -237,5 +244,9 @@ impl Transport for XdpTransport {
 
     fn steering_counters(&self) -> Option<SteeringCounters> {
         self.steering.counters().ok()
+    }
+
+    fn socket_stats(&self) -> Option<SocketStats> {
+        self.xsk.kernel_stats().ok()
     }
 }
