@@ -17,7 +17,8 @@
 //! Acknowledgment requests: the sender flags [`Flags::ACK_REQ`] on a data
 //! frame when it needs credit back: the last frame of a burst (nothing else
 //! is ready to go after it) and, within a long burst, every quarter window.
-//! Under [`AckPolicy::OnRequest`] (the default) the receiver sends a Pack only
+//! Under [`AckPolicy::OnRequest`] (not the default yet: see docs/protocol.md
+//! §5.2) the receiver sends a Pack only
 //! for those frames (and for duplicates and at the end of Stall, as always),
 //! so bulk transfer costs one Pack per quarter window instead of one per
 //! frame, while a lone message is still acknowledged at once.
