@@ -15,13 +15,19 @@ use std::time::Duration;
 
 /// CLOCK_MONOTONIC in nanoseconds.
 pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// `clock_gettime(clock)` in nanoseconds, for clocks that always exist.
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists
-    // on Linux, so the call cannot fail.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: `ts` is a valid, writable timespec; the callers pass clocks
+    // every Linux kernel this code supports has (CLOCK_MONOTONIC,
+    // CLOCK_THREAD_CPUTIME_ID), so the call cannot fail.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
     debug_assert_eq!(rc, 0);
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -45,15 +51,7 @@ pub fn set_timer_slack(slack: Duration) -> io::Result<()> {
 /// syscalls (the veth and bridge path of a sendto). For the benchmarks'
 /// CPU-per-frame figures.
 pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the per-thread CPU clock
-    // exists on every Linux kernel this code supports.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    debug_assert_eq!(rc, 0);
-    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// Waits until `fd` is readable or `timeout` passes. Returns true if readable.

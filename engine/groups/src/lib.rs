@@ -1152,56 +1152,39 @@ impl GroupService {
         }
         self.registry.last_group = self.registry.last_group.max(group);
         let canonical = self.canonical(&name, group);
-        if self
+        // The number may be another name's: the announcer's members move.
+        let collides = self
             .registry
             .groups
             .get(&group)
-            .is_some_and(|e| e.name != name)
-        {
-            // The number is another name's: the announcer's members move.
+            .is_some_and(|e| e.name != name);
+        let mut wins = false;
+        if !collides {
+            let failed = &self.failed;
+            let e = self.registry.groups.entry(group).or_insert(RegEntry {
+                name: name.clone(),
+                agent: from,
+                members,
+                epoch,
+            });
+            // Two nodes hold the agent role of one group (they took it over
+            // on different verdicts, or one restarted): the newer epoch keeps
+            // it, then the lower node; an agent this registry saw fail loses.
+            wins = e.agent == from
+                || failed.contains(&e.agent)
+                || (epoch, std::cmp::Reverse(from)) > (e.epoch, std::cmp::Reverse(e.agent));
+            if wins {
+                e.agent = from;
+                e.epoch = e.epoch.max(epoch);
+                e.members = members;
+            }
+        }
+        if !wins || canonical != group {
             let agent = self
                 .registry
                 .groups
                 .get(&canonical)
                 .map_or(from, |c| c.agent);
-            self.send(
-                from,
-                Message::Resign {
-                    group,
-                    canonical,
-                    agent,
-                },
-            );
-            return;
-        }
-        let failed = &self.failed;
-        let e = self.registry.groups.entry(group).or_insert(RegEntry {
-            name: name.clone(),
-            agent: from,
-            members,
-            epoch,
-        });
-        // Two nodes hold the agent role of one group (they took it over on
-        // different verdicts, or one restarted): the newer epoch keeps it,
-        // then the lower node; an agent this registry saw fail loses.
-        let wins = e.agent == from
-            || failed.contains(&e.agent)
-            || (epoch, std::cmp::Reverse(from)) > (e.epoch, std::cmp::Reverse(e.agent));
-        if wins {
-            e.agent = from;
-            e.epoch = e.epoch.max(epoch);
-            e.members = members;
-        }
-        let holder = e.agent;
-        if canonical != group || !wins {
-            let agent = if canonical == group {
-                holder
-            } else {
-                self.registry
-                    .groups
-                    .get(&canonical)
-                    .map_or(from, |c| c.agent)
-            };
             self.send(
                 from,
                 Message::Resign {

@@ -485,6 +485,21 @@ impl Sim {
     }
 }
 
+/// One seed's faults, then healing: the state the checker looks at.
+fn play(seed: u64, faults: Faults) -> Sim {
+    let mut sim = Sim::new(seed, faults);
+    // Everyone hears everyone first (a cluster that came up).
+    sim.settle(200);
+    for _ in 0..4000 {
+        sim.step(true);
+    }
+    sim.settle(2000);
+    // The clients stop joining and leaving; what is in flight ends.
+    sim.quiet = true;
+    sim.settle(1000);
+    sim
+}
+
 fn run(faults: Faults, default_seeds: u64) {
     let seeds: u64 = std::env::var("MCAST_FAILURE_SEEDS")
         .ok()
@@ -500,19 +515,7 @@ fn run(faults: Faults, default_seeds: u64) {
         if std::env::var("MCAST_FAILURE_TRACE").is_ok() {
             eprintln!("seed {seed}");
         }
-        let outcome = std::panic::catch_unwind(|| {
-            let mut sim = Sim::new(seed, faults);
-            // Everyone hears everyone first (a cluster that came up).
-            sim.settle(200);
-            for _ in 0..4000 {
-                sim.step(true);
-            }
-            sim.settle(2000);
-            // The clients stop joining and leaving; what is in flight ends.
-            sim.quiet = true;
-            sim.settle(1000);
-            sim.check(seed);
-        });
+        let outcome = std::panic::catch_unwind(|| play(seed, faults).check(seed));
         if let Err(e) = outcome {
             let why = e
                 .downcast_ref::<String>()
@@ -580,7 +583,7 @@ fn debug_end_state() {
         .unwrap_or(0);
     let all = std::env::var("MCAST_FAILURE_CRASHES_ONLY").is_err();
     let pauses_only = std::env::var("MCAST_FAILURE_PAUSES_ONLY").is_ok();
-    let mut sim = Sim::new(
+    let sim = play(
         seed,
         Faults {
             crashes: !pauses_only,
@@ -588,13 +591,6 @@ fn debug_end_state() {
             partitions: all && !pauses_only,
         },
     );
-    sim.settle(200);
-    for _ in 0..4000 {
-        sim.step(true);
-    }
-    sim.settle(2000);
-    sim.quiet = true;
-    sim.settle(1000);
     for n in 1..=N {
         let svc = &sim.nodes[n as usize - 1].svc;
         println!("node {n}: registry {:?}", svc.registry_epoch());
