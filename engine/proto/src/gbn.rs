@@ -17,7 +17,7 @@
 //! Acknowledgment requests: the sender flags [`Flags::ACK_REQ`] on a data
 //! frame when it needs credit back: the last frame of a burst (nothing else
 //! is ready to go after it) and, within a long burst, every quarter window.
-//! Under [`AckPolicy::OnRequest`] (not the default yet: see docs/protocol.md
+//! Under [`AckPolicy::OnRequest`] (not the default: see docs/protocol.md
 //! §5.2) the receiver sends a Pack only
 //! for those frames (and for duplicates and at the end of Stall, as always),
 //! so bulk transfer costs one Pack per quarter window instead of one per
@@ -40,9 +40,13 @@
 //! §5): armed when a frame leaves and it is not running, restarted whenever a
 //! Pack or Nack acknowledges something new, stopped when nothing sent is
 //! outstanding or the oldest frame is queued to be sent again (a Nack's go
-//! back: the timer then times the new copy, from its departure). Timing the oldest frame from the last progress, rather than
-//! each frame from its own departure, keeps a window queued behind a slow link
-//! from timing out frame by frame while it drains.
+//! back: the timer then times the new copy, from its departure). Timing the
+//! oldest frame from the last progress, rather than each frame from its own
+//! departure, keeps a window queued behind a slow link from timing out frame
+//! by frame while it drains. The timer runs only while a Pack is due: under
+//! [`AckPolicy::OnRequest`] that is while a frame flagged ACK_REQ is in flight
+//! (the receiver answers no other, so a timer running from the first
+//! unflagged frame expired between the quarter window's requests).
 //!
 //! On expiry the oldest outstanding frame alone is retransmitted, the timeout
 //! doubles until the next progress, and that retransmission is a **probe**:
@@ -119,6 +123,9 @@ struct Slot {
     frag: Flags,
     /// Sent already and queued to be sent again.
     queued: bool,
+    /// Its last transmission was flagged ACK_REQ and has not been answered or
+    /// queued again: a Pack for it is due whatever the receiver's policy.
+    requested: bool,
 }
 
 /// A timer retransmission of the oldest frame whose answer is awaited.
@@ -168,6 +175,8 @@ pub struct GbnSender {
     probe: Option<Probe>,
     /// Frames transmitted since the last one flagged ACK_REQ.
     since_ack_req: u32,
+    /// Frames in flight whose last transmission asked for a Pack.
+    requested: u32,
     events: VecDeque<Event>,
     counters: Counters,
 }
@@ -192,6 +201,7 @@ impl GbnSender {
             probe_due: None,
             probe: None,
             since_ack_req: 0,
+            requested: 0,
             events: VecDeque::with_capacity(w as usize),
             counters: Counters::default(),
         }
@@ -250,11 +260,23 @@ impl GbnSender {
         self.window.base().before(self.next_new)
     }
 
+    /// True when a Pack is due for some frame in flight, so the timer may
+    /// run: under [`AckPolicy::OnRequest`] the receiver answers only frames
+    /// flagged ACK_REQ (and the newest frame sent always asks unless another
+    /// goes out right after it), under the other policies every frame.
+    fn pack_due(&self) -> bool {
+        if self.cfg.ack_policy == AckPolicy::OnRequest {
+            self.requested > 0
+        } else {
+            self.in_flight()
+        }
+    }
+
     /// A Pack or Nack acknowledged something new: the timeout is the
     /// estimate's again and the timer restarts for the new oldest frame.
     fn progress(&mut self, now: Instant) {
         self.rtt.reset_backoff();
-        self.rto_deadline = self.in_flight().then(|| now + self.rto());
+        self.rto_deadline = self.pack_due().then(|| now + self.rto());
         if self
             .probe
             .is_some_and(|p| !self.window.base().before(p.recover))
@@ -351,14 +373,18 @@ impl GbnSender {
     fn slide_to(&mut self, ack: Seq) {
         debug_assert!(!ack.after(self.next_new));
         let events = &mut self.events;
-        let mut was_pending = 0;
+        let (mut was_pending, mut was_requested) = (0, 0);
         self.window.advance_to(ack, |_, slot| {
             if slot.queued {
                 was_pending += 1;
             }
+            if slot.requested {
+                was_requested += 1;
+            }
             events.push_back(Event::Release(slot.buf));
         });
         self.retx_pending -= was_pending;
+        self.requested -= was_requested;
     }
 
     fn mark_for_retransmit(&mut self, seq: Seq) {
@@ -366,6 +392,10 @@ impl GbnSender {
             if !slot.queued {
                 slot.queued = true;
                 self.retx_pending += 1;
+            }
+            if slot.requested {
+                slot.requested = false;
+                self.requested -= 1;
             }
             if seq.before(self.retx_from) {
                 self.retx_from = seq;
@@ -401,7 +431,10 @@ impl GbnSender {
         // A resend of the oldest frame (a timeout's probe) always asks for a
         // Pack: under AckPolicy::OnRequest nothing else would answer it.
         let ack_req = self.ack_request() || (retransmit && seq == self.window.base());
-        if self.rto_deadline.is_none() {
+        // The timer waits for a Pack that is due (under AckPolicy::OnRequest
+        // only a flagged frame gets one): it starts with the first such frame.
+        let answered = ack_req || self.cfg.ack_policy != AckPolicy::OnRequest;
+        if answered && self.rto_deadline.is_none() {
             self.rto_deadline = Some(now + self.rto());
         }
         if retransmit && seq == self.window.base() {
@@ -417,6 +450,10 @@ impl GbnSender {
             .get_mut(seq)
             .expect("transmitting a frame outside the window");
         slot.queued = false;
+        if ack_req && !slot.requested {
+            slot.requested = true;
+            self.requested += 1;
+        }
         let mut header = header_for(&self.stream, Kind::GbnData);
         header.peer = self.peer;
         header.seq = seq;
@@ -485,7 +522,7 @@ impl Endpoint for GbnSender {
             return;
         }
         self.rto_deadline = None;
-        if !self.in_flight() {
+        if !self.in_flight() || !self.pack_due() {
             return;
         }
         let base = self.window.base();
@@ -544,6 +581,7 @@ impl Endpoint for GbnSender {
         });
         self.next_new = self.next_seq;
         self.retx_pending = 0;
+        self.requested = 0;
         self.retx_from = self.next_seq;
         self.rto_deadline = None;
         self.probe = None;
@@ -568,6 +606,7 @@ impl Sender for GbnSender {
             // Only the fragment bits are the caller's; the rest are ours.
             frag: Flags(frame.frag.0 & Flags::WHOLE.0),
             queued: false,
+            requested: false,
         };
         let stored = self.window.insert(seq, slot);
         assert!(stored.is_ok(), "window slot {seq:?} checked free");
@@ -1525,6 +1564,36 @@ mod tests {
             .iter()
             .all(|t| t.header.flags.contains(Flags::RETRANSMIT)));
         assert!(tx[1].header.flags.contains(Flags::ACK_REQ));
+    }
+
+    #[test]
+    fn under_packs_on_request_the_timer_waits_for_a_requested_frame() {
+        let mut s = GbnSender::new(stream(SENDER, 100, 8), RECEIVER, cfg(AckPolicy::OnRequest));
+        for b in 0..5 {
+            s.send(t(1000), frame(b)).unwrap();
+        }
+        // The first frame does not ask (more follow): no Pack is due for it,
+        // so no timer; the second asks (a quarter window) and starts it.
+        let first = s.poll_transmit(t(1000)).unwrap();
+        assert!(!first.header.flags.contains(Flags::ACK_REQ));
+        assert_eq!(s.poll_timeout(), None);
+        let second = s.poll_transmit(t(1100)).unwrap();
+        assert!(second.header.flags.contains(Flags::ACK_REQ));
+        assert_eq!(s.poll_timeout(), Some(t(1100 + RTO_US)));
+        // Its Pack comes; what follows is unrequested again: the timer stops.
+        s.handle_frame(t(1200), &feedback(Kind::Pack, 102), RxBody::None);
+        assert_eq!(s.poll_timeout(), None);
+        let third = s.poll_transmit(t(1200)).unwrap();
+        assert!(!third.header.flags.contains(Flags::ACK_REQ));
+        assert_eq!(s.poll_timeout(), None);
+        // Under the default policy every frame is answered: the first one
+        // starts the timer.
+        let mut s = sender(100, 8);
+        for b in 0..5 {
+            s.send(t(1000), frame(b)).unwrap();
+        }
+        s.poll_transmit(t(1000)).unwrap();
+        assert_eq!(s.poll_timeout(), Some(t(1000 + RTO_US)));
     }
 
     #[test]

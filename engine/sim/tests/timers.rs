@@ -156,3 +156,42 @@ fn a_single_receiver_naks_without_waiting() {
         "2000 messages at 10,000/s: 200 ms and a tail"
     );
 }
+
+/// Go-Back-N's timer waits for a Pack that was asked for (a frame flagged
+/// ACK_REQ): under `AckPolicy::OnRequest` the receiver answers nothing else,
+/// and a timer that ran for every frame in flight expired between the quarter
+/// window's requests (iterative to 3 receivers at 10 Mbit/s stalled).
+#[test]
+fn iterative_with_packs_on_request_at_10_mbit_completes() {
+    for loss in [0.0, 0.01] {
+        for bps in [10_000_000, 100_000_000] {
+            let mut cfg = slow(Algorithm::Iterative, 3, 500, bps, loss);
+            cfg.protocol.gbn.ack_policy = mcast_proto::gbn::AckPolicy::OnRequest;
+            let r = completes(&cfg, if loss > 0.0 { 1.3 } else { 1.05 });
+            let retx = r.sender_counters.data_retransmitted as f64;
+            let lost = r.frames_needing_repair as f64;
+            assert!(
+                retx <= 3.0 * lost + 3.0,
+                "{bps} bit/s, loss {loss}: {retx} retransmissions for {lost} lost frames"
+            );
+        }
+    }
+}
+
+/// The seeded random faults of the sweeps, with Packs on request.
+#[test]
+fn iterative_with_packs_on_request_survives_random_faults() {
+    let failures: Vec<String> = (0..300)
+        .filter_map(|seed| {
+            let mut cfg = SimConfig::random(seed, Algorithm::Iterative);
+            cfg.protocol.gbn.ack_policy = mcast_proto::gbn::AckPolicy::OnRequest;
+            match run(&cfg) {
+                Ok(r) if r.completed => None,
+                Ok(r) => Some(format!("seed {seed}: {:?}", r.stop)),
+                Err(f) => Some(f.to_string()),
+            }
+        })
+        .take(3)
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
