@@ -870,27 +870,20 @@ fn table(env: &Env, results: &[RunResult]) -> String {
             );
         }
     }
-    let g = growth(results, ModeKind::PingPong);
-    if !g.is_empty() {
-        let _ = writeln!(s);
-        let _ = writeln!(
-            s,
-            "== growth of the ping-pong latency (median, last receiver) from the fewest to the most receivers =="
-        );
-        let _ = writeln!(
-            s,
-            "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>7} {:>10} {:>19}   paper (1,024 B, 1 -> 6 receivers)",
-            "backend",
-            "bytes",
-            "algo",
-            "rx",
-            "from us",
-            "to us",
-            "growth",
-            "us/rx",
-            "acked from->to us"
-        );
-        for x in g {
+    growth_table(
+        &mut s,
+        &growth(results, ModeKind::PingPong),
+        "ping-pong latency (median, last receiver)",
+        (
+            "acked from->to us",
+            19,
+            "   paper (1,024 B, 1 -> 6 receivers)",
+        ),
+        |x| {
+            let acked = x.acked_us.map_or_else(
+                || "-".to_owned(),
+                |(a, b)| format!("{}->{} {:.2}x", fmt_us(a), fmt_us(b), b / a.max(1e-9)),
+            );
             let paper = PAPER_1K
                 .iter()
                 .find(|p| p.0 == x.algo && x.len == 1024)
@@ -898,63 +891,62 @@ fn table(env: &Env, results: &[RunResult]) -> String {
                     (Some(a), Some(b)) => format!("{a:.0} -> {b:.0} us, {}", p.3),
                     _ => p.3.to_owned(),
                 });
-            let _ = writeln!(
-                s,
-                "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>6.2}x {:>10.1} {:>19}   {}",
-                x.backend.name(),
-                x.len,
-                x.algo,
-                format!("{}->{}", x.from_rx, x.to_rx),
-                fmt_us(x.from_us),
-                fmt_us(x.to_us),
-                x.ratio(),
-                x.slope_us,
-                x.acked_us.map_or_else(
-                    || "-".to_owned(),
-                    |(a, b)| format!("{}->{} {:.2}x", fmt_us(a), fmt_us(b), b / a.max(1e-9))
-                ),
-                paper
-            );
-        }
-    }
-    let g = growth(results, ModeKind::Echo);
-    if !g.is_empty() {
-        let _ = writeln!(s);
-        let _ = writeln!(
-            s,
-            "== growth of the echo round trip (median) from the fewest to the most receivers =="
-        );
-        let _ = writeln!(
-            s,
-            "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>7} {:>10} {:>17}",
-            "backend",
-            "bytes",
-            "algo",
-            "rx",
-            "from us",
-            "to us",
-            "growth",
-            "us/rx",
-            "x blast from->to"
-        );
-        for x in g {
-            let _ = writeln!(
-                s,
-                "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>6.2}x {:>10.1} {:>17}",
-                x.backend.name(),
-                x.len,
-                x.algo,
-                format!("{}->{}", x.from_rx, x.to_rx),
-                fmt_us(x.from_us),
-                fmt_us(x.to_us),
-                x.ratio(),
-                x.slope_us,
-                x.over_blast
-                    .map_or_else(|| "-".to_owned(), |(a, b)| format!("{a:.2}->{b:.2}")),
-            );
-        }
-    }
+            format!("{acked:>19}   {paper}")
+        },
+    );
+    growth_table(
+        &mut s,
+        &growth(results, ModeKind::Echo),
+        "echo round trip (median)",
+        ("x blast from->to", 17, ""),
+        |x| {
+            let blast = x
+                .over_blast
+                .map_or_else(|| "-".to_owned(), |(a, b)| format!("{a:.2}->{b:.2}"));
+            format!("{blast:>17}")
+        },
+    );
     s
+}
+
+/// One growth table: the columns every mode shares, then `last` (its
+/// header, width and what follows it in the header line) filled by `cell`.
+fn growth_table(
+    s: &mut String,
+    g: &[Growth],
+    what: &str,
+    last: (&str, usize, &str),
+    cell: impl Fn(&Growth) -> String,
+) {
+    if g.is_empty() {
+        return;
+    }
+    let (header, width, after) = last;
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "== growth of the {what} from the fewest to the most receivers =="
+    );
+    let _ = writeln!(
+        s,
+        "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>7} {:>10} {header:>width$}{after}",
+        "backend", "bytes", "algo", "rx", "from us", "to us", "growth", "us/rx",
+    );
+    for x in g {
+        let line = format!(
+            "{:<7} {:>5} {:<10} {:>6} {:>10} {:>10} {:>6.2}x {:>10.1} {}",
+            x.backend.name(),
+            x.len,
+            x.algo,
+            format!("{}->{}", x.from_rx, x.to_rx),
+            fmt_us(x.from_us),
+            fmt_us(x.to_us),
+            x.ratio(),
+            x.slope_us,
+            cell(x),
+        );
+        let _ = writeln!(s, "{}", line.trim_end());
+    }
 }
 
 #[cfg(test)]
