@@ -391,6 +391,10 @@ pub struct Engine<T: Transport> {
     max_payload: usize,
     place: Vec<Place>,
     rx_offset: Vec<u32>,
+    /// By frame: the CRC32C of the payload a publish wrote into it, computed
+    /// while the payload was in cache; a transmission adds only the header's
+    /// (`Frame::emit_with_payload_crc`).
+    payload_crc: Vec<u32>,
     groups: Vec<GroupState>,
     peers: HashMap<NodeId, MacAddr, BuildHasherDefault<NodeHasher>>,
     deferred: VecDeque<Transmit>,
@@ -470,6 +474,7 @@ impl<T: Transport> Engine<T> {
             max_payload,
             place: vec![Place::Transport; n],
             rx_offset: vec![0; n],
+            payload_crc: vec![0; n],
             groups: Vec::new(),
             peers: config.peers.iter().copied().collect(),
             deferred: VecDeque::new(),
@@ -779,7 +784,9 @@ impl<T: Transport> Engine<T> {
             };
             let area = Frame::<&mut [u8]>::payload_area_mut(self.transport.frame_mut(f), len)
                 .expect("MTU checked against the frame size");
-            area.copy_from_slice(&msg[offset..offset + len]);
+            let part = &msg[offset..offset + len];
+            area.copy_from_slice(part);
+            self.payload_crc[f as usize] = mcast_wire::payload_crc(part);
             self.place[f as usize] = Place::Queued;
             s.queue.push_back(OutFrame {
                 buf: BufId(f),
@@ -1631,7 +1638,15 @@ impl<T: Transport> Engine<T> {
                     .map_or(TxPolicy::InPlace, |s| s.policy);
                 match (policy, place) {
                     (TxPolicy::InPlace, Place::Machine) => {
-                        let len = emit(self.transport.frame_mut(b), dst, src, ethertype, &t)?;
+                        let crc = self.payload_crc[b as usize];
+                        let len = emit_published(
+                            self.transport.frame_mut(b),
+                            dst,
+                            src,
+                            ethertype,
+                            &t,
+                            crc,
+                        )?;
                         self.place[b as usize] = Place::Staged {
                             keep: true,
                             back: true,
@@ -1655,7 +1670,15 @@ impl<T: Transport> Engine<T> {
                         let n = usize::from(t.header.payload_len);
                         self.transport
                             .copy_between(b, f, FRAME_OVERHEAD..FRAME_OVERHEAD + n);
-                        let len = emit(self.transport.frame_mut(f), dst, src, ethertype, &t)?;
+                        let crc = self.payload_crc[b as usize];
+                        let len = emit_published(
+                            self.transport.frame_mut(f),
+                            dst,
+                            src,
+                            ethertype,
+                            &t,
+                            crc,
+                        )?;
                         self.counters.tx_payload_copies += 1;
                         self.place[f as usize] = Place::Staged {
                             keep: false,
@@ -1752,6 +1775,20 @@ fn emit(
     t: &Transmit,
 ) -> Result<u32, EngineError> {
     let (_, len) = Frame::emit(buf, dst, src, ethertype, &t.header)
+        .map_err(|e| EngineError::Accounting(format!("frame does not fit: {e}")))?;
+    Ok(len as u32)
+}
+
+/// [`emit`] for a frame a publish wrote, whose payload CRC it kept.
+fn emit_published(
+    buf: &mut [u8],
+    dst: MacAddr,
+    src: MacAddr,
+    ethertype: u16,
+    t: &Transmit,
+    payload_crc: u32,
+) -> Result<u32, EngineError> {
+    let (_, len) = Frame::emit_with_payload_crc(buf, dst, src, ethertype, &t.header, payload_crc)
         .map_err(|e| EngineError::Accounting(format!("frame does not fit: {e}")))?;
     Ok(len as u32)
 }

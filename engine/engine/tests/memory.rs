@@ -270,11 +270,10 @@ fn iterative_switches_from_in_place_to_copies_when_a_member_joins() {
         r[0].open_receiver(SENDER).expect("receiver 11");
         let (total, join_at) = (600usize, 300usize);
         let mut got: [Vec<Vec<u8>>; 2] = [Vec::new(), Vec::new()];
-        let mut msg = Vec::new();
         let mut i = 0;
         let mut copies_before_join = None;
         let mut spins = 0u64;
-        let index = |m: &Vec<u8>| u64::from_le_bytes(m[..8].try_into().unwrap()) as usize;
+        let index = |m: &Vec<u8>| scenario::which_message(m).expect("a harness message");
         while got[0].len() < total || got[1].last().map(index) != Some(total - 1) {
             if i == join_at && copies_before_join.is_none() {
                 copies_before_join = Some(s.stats().engine.tx_payload_copies);
@@ -283,8 +282,8 @@ fn iterative_switches_from_in_place_to_copies_when_a_member_joins() {
                     .expect("receiver 12");
             }
             if i < total {
-                scenario::fill_message_len(i, 100 + i % 1400, &mut msg);
-                if s.publish(&msg).is_ok() {
+                let msg = scenario::message_bytes(i, 100 + i % 1400);
+                if s.publish(msg).is_ok() {
                     i += 1;
                 }
             }
@@ -319,7 +318,7 @@ fn iterative_switches_from_in_place_to_copies_when_a_member_joins() {
             let first = if k == 0 { 0 } else { first_new };
             for (j, m) in g.iter().enumerate() {
                 let n = first + j;
-                scenario::fill_message_len(n, 100 + n % 1400, &mut msg);
+                let msg = scenario::message_bytes(n, 100 + n % 1400);
                 assert_eq!(*m, msg, "receiver {k}, message {n}, loss {loss}");
             }
         }

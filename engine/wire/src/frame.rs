@@ -19,7 +19,7 @@
 //! 46  grtt_ns (4)          the data sender's group round-trip estimate, advertised
 //! 50  group_size (2)       the data sender's view size, advertised (saturating)
 //! 52  payload_len (2)
-//! 54  crc32c (4)           over bytes 14..54 then the payload
+//! 54  crc32c (4)           over the payload, then bytes 14..54
 //! 58  payload
 //! ```
 
@@ -54,7 +54,7 @@ pub mod field {
     pub const PAYLOAD_LEN: Field = 52..54;
     pub const CRC: Field = 54..58;
     pub const PAYLOAD: usize = 58;
-    /// The bytes the checksum covers before the payload.
+    /// The header bytes the checksum covers, after the payload.
     pub const CHECKED_HEADER: Field = 14..54;
 }
 
@@ -333,6 +333,46 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
         ethertype: u16,
         header: &Header,
     ) -> Result<(Frame<T>, usize), WireError> {
+        let mut frame = Frame::write_header(buffer, dst, src, ethertype, header)?;
+        frame.fill_checksum();
+        let len = frame.frame_len();
+        Ok((frame, len))
+    }
+
+    /// [`Frame::emit`] with the payload's CRC already computed
+    /// ([`payload_crc`], by whoever wrote the payload, while it was in cache):
+    /// only the header is read here. A sender transmits a frame long after
+    /// writing it (behind the queue and the window), when reading 1 KiB of
+    /// payload again costs cache misses; a retransmission does not read it at
+    /// all. `payload_crc` must be the payload's (checked in debug builds).
+    pub fn emit_with_payload_crc(
+        buffer: T,
+        dst: MacAddr,
+        src: MacAddr,
+        ethertype: u16,
+        header: &Header,
+        payload_crc: u32,
+    ) -> Result<(Frame<T>, usize), WireError> {
+        let mut frame = Frame::write_header(buffer, dst, src, ethertype, header)?;
+        debug_assert_eq!(
+            payload_crc,
+            self::payload_crc(frame.payload()),
+            "emit_with_payload_crc given the CRC of another payload"
+        );
+        let crc = checksum_after(payload_crc, frame.buffer.as_ref());
+        frame.buffer.as_mut()[field::CRC].copy_from_slice(&crc.to_be_bytes());
+        let len = frame.frame_len();
+        Ok((frame, len))
+    }
+
+    /// Both headers, without the checksum.
+    fn write_header(
+        buffer: T,
+        dst: MacAddr,
+        src: MacAddr,
+        ethertype: u16,
+        header: &Header,
+    ) -> Result<Frame<T>, WireError> {
         let mut frame = Frame { buffer };
         let len = field::PAYLOAD + usize::from(header.payload_len);
         let got = frame.buffer.as_ref().len();
@@ -356,8 +396,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
         b[field::GRTT].copy_from_slice(&header.grtt_ns.to_be_bytes());
         b[field::GROUP_SIZE].copy_from_slice(&header.group_size.to_be_bytes());
         b[field::PAYLOAD_LEN].copy_from_slice(&header.payload_len.to_be_bytes());
-        frame.fill_checksum();
-        Ok((frame, len))
+        Ok(frame)
     }
 
     /// The payload area, writable, `len` bytes from [`field::PAYLOAD`].
@@ -384,10 +423,25 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
     }
 }
 
-/// CRC32C over the checked header bytes and `payload_len` payload bytes.
+/// The first part of a frame's checksum: CRC32C over its payload alone. The
+/// checksum covers the payload first so that this part can be computed when
+/// the payload is written ([`Frame::emit_with_payload_crc`]).
+pub fn payload_crc(payload: &[u8]) -> u32 {
+    crc32c::crc32c(payload)
+}
+
+/// The checksum of frame `b`, given its payload's CRC: the checked header
+/// bytes appended.
+fn checksum_after(payload_crc: u32, b: &[u8]) -> u32 {
+    crc32c::crc32c_append(payload_crc, &b[field::CHECKED_HEADER])
+}
+
+/// CRC32C over `payload_len` payload bytes, then the checked header bytes.
 fn checksum(b: &[u8], payload_len: usize) -> u32 {
-    let crc = crc32c::crc32c(&b[field::CHECKED_HEADER]);
-    crc32c::crc32c_append(crc, &b[field::PAYLOAD..field::PAYLOAD + payload_len])
+    checksum_after(
+        payload_crc(&b[field::PAYLOAD..field::PAYLOAD + payload_len]),
+        b,
+    )
 }
 
 #[cfg(test)]
@@ -411,7 +465,7 @@ mod tests {
         0x00, 0x00, 0x4e, 0x20, // grtt 20000 ns
         0x00, 0x03, // group size 3
         0x00, 0x03, // payload length 3
-        0xde, 0x33, 0xae, 0x6a, // crc32c (checked against a bitwise reference)
+        0x1d, 0x8e, 0x82, 0x6e, // crc32c of "abc" then bytes 14..54 (checked against a bitwise reference)
         b'a', b'b', b'c',
     ];
 
@@ -456,6 +510,39 @@ mod tests {
         .unwrap();
         assert_eq!(len, 61);
         assert_eq!(buf, DATA_FIXTURE);
+    }
+
+    #[test]
+    fn a_precomputed_payload_crc_gives_the_same_frame() {
+        let mut buf = [0u8; 61];
+        buf[field::PAYLOAD..].copy_from_slice(b"abc");
+        let (_, len) = Frame::emit_with_payload_crc(
+            &mut buf[..],
+            group_mac(7),
+            node_mac(1),
+            ETHERTYPE_DEFAULT,
+            &data_header(),
+            payload_crc(b"abc"),
+        )
+        .unwrap();
+        assert_eq!(len, 61);
+        assert_eq!(buf, DATA_FIXTURE);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "the CRC of another payload")]
+    fn a_wrong_payload_crc_is_caught_in_debug_builds() {
+        let mut buf = [0u8; 61];
+        buf[field::PAYLOAD..].copy_from_slice(b"abc");
+        let _ = Frame::emit_with_payload_crc(
+            &mut buf[..],
+            group_mac(7),
+            node_mac(1),
+            ETHERTYPE_DEFAULT,
+            &data_header(),
+            payload_crc(b"abd"),
+        );
     }
 
     #[test]

@@ -19,7 +19,9 @@ mod nak;
 mod seq;
 
 pub use error::WireError;
-pub use frame::{field, Flags, Frame, Header, Kind, ETH_HEADER_LEN, HEADER_LEN, VERSION};
+pub use frame::{
+    field, payload_crc, Flags, Frame, Header, Kind, ETH_HEADER_LEN, HEADER_LEN, VERSION,
+};
 pub use mac::{group_mac, node_mac, MacAddr};
 pub use nak::{RangeList, SeqRange, MAX_NAK_RANGES, RANGE_LEN};
 pub use seq::Seq;
