@@ -400,11 +400,14 @@ fn blast(
                             if done.load(Ordering::SeqCst) && idle > Duration::from_millis(200) {
                                 break;
                             }
-                            // Busy-poll as long as the engine does (its `spin`)
-                            // before sleeping, so the ceiling is not lowered
-                            // by wake-ups the engine runs would not pay.
+                            // Busy-poll as long as the engine does (its `spin`,
+                            // yielding as it does) before sleeping, so the
+                            // ceiling is not lowered by wake-ups the engine
+                            // runs would not pay.
                             if idle > BLAST_SPIN {
                                 t.wait(Duration::from_millis(1)).expect("wait");
+                            } else {
+                                std::thread::yield_now();
                             }
                             continue;
                         }
@@ -1145,6 +1148,8 @@ fn paper_blast(
                             }
                             if now - quiet > BLAST_SPIN.as_nanos() as u64 {
                                 t.wait(Duration::from_millis(1)).expect("wait");
+                            } else {
+                                std::thread::yield_now();
                             }
                             continue;
                         }
@@ -1212,7 +1217,8 @@ fn paper_blast(
                             if at - now > 200_000 {
                                 std::thread::sleep(Duration::from_nanos(at - now - 150_000));
                             } else {
-                                std::hint::spin_loop();
+                                // As the engine's sender spins to a deadline.
+                                std::thread::yield_now();
                             }
                         }
                         at

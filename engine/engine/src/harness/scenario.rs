@@ -109,9 +109,6 @@ pub fn config(spec: &Spec, node: NodeId) -> EngineConfig {
     // The protocol timers are the defaults: they measure the round trips of
     // this noisy 2-vCPU machine (four engines at once) and of capped links.
     c.spin = Duration::from_micros(10);
-    if let Ok(v) = std::env::var("EXP_QUEUE") {
-        c.max_queued_frames = v.parse().unwrap();
-    }
     c
 }
 
