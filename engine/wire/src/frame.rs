@@ -465,7 +465,8 @@ mod tests {
         0x00, 0x00, 0x4e, 0x20, // grtt 20000 ns
         0x00, 0x03, // group size 3
         0x00, 0x03, // payload length 3
-        0x1d, 0x8e, 0x82, 0x6e, // crc32c of "abc" then bytes 14..54 (checked against a bitwise reference)
+        0x1d, 0x8e, 0x82,
+        0x6e, // crc32c of "abc" then bytes 14..54 (checked against a bitwise reference)
         b'a', b'b', b'c',
     ];
 
