@@ -1555,11 +1555,20 @@ fn deliver_to(
 }
 
 /// The daemons' unicast links: Go-Back-N (the iterative sender to one
-/// member), never subscribed, with a retransmission timeout suited to a
-/// peer that may be slow to start.
+/// member), never subscribed. The retransmission timeout is measured (RFC
+/// 6298, as for every Go-Back-N stream) once the peer answers: a LAN round
+/// trip gives the 200 us floor, where the fixed 2 ms used before made every
+/// lost link frame cost 2 ms. Until then it starts at 2 ms, and a peer that is
+/// slow to start (or gone) is retried with the timeout doubling up to 20 ms,
+/// not the 1 s ceiling of application streams: a link must come up within a
+/// beat or two of its peer.
 fn link_options() -> GroupOptions {
     let mut protocol = ProtocolConfig::default();
-    protocol.gbn.rto = mcast_proto::RtoConfig::fixed(Duration::from_millis(2));
+    protocol.gbn.rto = mcast_proto::RtoConfig {
+        initial: Duration::from_millis(2),
+        min: Duration::from_micros(200),
+        max: Duration::from_millis(20),
+    };
     GroupOptions {
         algorithm: mcast_engine::Algorithm::Iterative,
         protocol,
