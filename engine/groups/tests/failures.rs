@@ -385,6 +385,9 @@ impl Sim {
             1,
             "seed {seed}: registries {registries:?}"
         );
+        // Every name's number, as its member nodes know it: one each, and
+        // no two names sharing one.
+        let mut numbers: BTreeMap<u32, &str> = BTreeMap::new();
         for name in NAMES {
             let members: Vec<(NodeId, MemberId)> = self
                 .nodes
@@ -418,18 +421,21 @@ impl Sim {
                 "seed {seed}: {name} has numbers {groups:?}"
             );
             let g = *groups.first().expect("one");
+            if let Some(other) = numbers.insert(g, name) {
+                panic!("seed {seed}: {other} and {name} share number {g}");
+            }
             let agents: Vec<NodeId> = (1..=N)
                 .filter(|&n| {
                     self.nodes[n as usize - 1]
                         .svc
-                        .agent_view(g)
+                        .named_agent_view(g, name)
                         .is_some_and(|v| !v.members.is_empty())
                 })
                 .collect();
             assert_eq!(agents.len(), 1, "seed {seed}: {name} has agents {agents:?}");
             let view = self.nodes[agents[0] as usize - 1]
                 .svc
-                .agent_view(g)
+                .named_agent_view(g, name)
                 .expect("agent")
                 .clone();
             // Every client that wants to be a member and has no request in
@@ -461,7 +467,7 @@ impl Sim {
                 );
             }
             for n in view.nodes() {
-                let v = self.nodes[n as usize - 1].svc.view(g);
+                let v = self.nodes[n as usize - 1].svc.named_view(g, name);
                 assert_eq!(v, Some(&view), "seed {seed}: node {n}'s view of {name}");
             }
         }
@@ -595,7 +601,7 @@ fn debug_end_state() {
         let svc = &sim.nodes[n as usize - 1].svc;
         println!("node {n}: registry {:?}", svc.registry_epoch());
         for (g, name) in svc.local_groups() {
-            let v = svc.view(g).unwrap();
+            let v = svc.named_view(g, name).unwrap();
             println!(
                 "  member of {g} {name} agent {} epoch {:#x} members {}",
                 v.agent,
@@ -603,8 +609,8 @@ fn debug_end_state() {
                 v.members.len()
             );
         }
-        for g in svc.agent_groups() {
-            let v = svc.agent_view(g).unwrap();
+        for (g, name) in svc.named_agent_groups() {
+            let v = svc.named_agent_view(g, name).unwrap();
             println!(
                 "  agent of {g} {} epoch {:#x} members {}",
                 v.name,

@@ -1,0 +1,311 @@
+//! Specific interleavings the randomized failure simulation
+//! (`tests/failures.rs`) found, replayed deterministically: one service under
+//! test, its peers played by hand with forged messages, every message it
+//! sends inspected.
+
+use mcast_groups::wire::{LookupResult, Message};
+use mcast_groups::{GroupEvent, GroupService, Limits, Member, MemberId, NodeId, View};
+
+/// A service under test and what it sent.
+struct Probe {
+    svc: GroupService,
+    now: u64,
+}
+
+impl Probe {
+    fn new(node: NodeId, registry: NodeId) -> Probe {
+        let mut svc = GroupService::new(node, registry, Limits::default());
+        // The first tick is a sync round: get it out of the way.
+        svc.tick(0);
+        while svc.poll_send().is_some() {}
+        Probe { svc, now: 0 }
+    }
+
+    /// Everything sent since the last call, decoded.
+    fn sent(&mut self) -> Vec<(NodeId, Message)> {
+        let mut out = Vec::new();
+        while let Some((to, bytes)) = self.svc.poll_send() {
+            out.push((to, Message::decode(&bytes).expect("decodable")));
+        }
+        out
+    }
+
+    fn events(&mut self) -> Vec<GroupEvent> {
+        let mut out = Vec::new();
+        while let Some(e) = self.svc.poll_event() {
+            out.push(e);
+        }
+        out
+    }
+
+    fn deliver(&mut self, from: NodeId, msg: Message) {
+        self.svc
+            .handle_message(from, &msg.encode())
+            .expect("well-formed");
+    }
+
+    /// One anti-entropy round later.
+    fn sync_round(&mut self) {
+        self.now += mcast_groups::SYNC_PERIOD;
+        self.svc.tick(self.now);
+    }
+
+    /// Joins `member` to `name` through registry `registry`, which answers
+    /// `group` with agent `agent`, whose view then holds `others` and the
+    /// member.
+    #[allow(clippy::too_many_arguments)]
+    fn join(
+        &mut self,
+        registry: NodeId,
+        req: u64,
+        member: MemberId,
+        name: &str,
+        group: u32,
+        agent: NodeId,
+        others: &[Member],
+    ) -> View {
+        self.svc.join(req, member, name);
+        let sent = self.sent();
+        let [(to, Message::Lookup { token, .. })] = sent.as_slice() else {
+            panic!("expected one LOOKUP, got {sent:?}");
+        };
+        assert_eq!(*to, registry);
+        let token = *token;
+        self.deliver(
+            registry,
+            Message::LookupReply {
+                token,
+                result: LookupResult::Found { group, agent },
+            },
+        );
+        let sent = self.sent();
+        assert!(
+            matches!(sent.as_slice(), [(a, Message::Register { group: g, member: m, .. })]
+                if *a == agent && *g == group && *m == member),
+            "expected REGISTER to {agent}, got {sent:?}"
+        );
+        let rank = others.iter().map(|m| m.rank + 1).max().unwrap_or(0);
+        let mut members = others.to_vec();
+        members.push(Member {
+            rank,
+            node: self.svc.node(),
+            member,
+        });
+        let view = View {
+            group,
+            name: name.to_owned(),
+            epoch: 1,
+            agent,
+            members,
+        };
+        self.deliver(
+            agent,
+            Message::JoinReply {
+                token,
+                group,
+                result: Ok((rank, view.clone())),
+            },
+        );
+        assert!(self
+            .events()
+            .iter()
+            .any(|e| matches!(e, GroupEvent::Joined { req: r, .. } if *r == req)));
+        view
+    }
+}
+
+/// The SYNCs in `sent`: (to, group, name, members).
+fn syncs(sent: &[(NodeId, Message)]) -> Vec<(NodeId, u32, String, Vec<MemberId>)> {
+    let mut out: Vec<_> = sent
+        .iter()
+        .filter_map(|(to, m)| match m {
+            Message::Sync {
+                group,
+                name,
+                members,
+                ..
+            } => {
+                let mut members = members.clone();
+                members.sort_unstable();
+                Some((*to, *group, name.clone(), members))
+            }
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Two registries that never heard of each other gave number 7 to "red"
+/// (agent 2) and to "green" (agent 4), and node 3 has a member in each.
+/// It keeps them apart: each name's members sync with that name's agent;
+/// and when the registry moves "green" to number 8 (RESIGN), exactly
+/// green's member moves, red's stays under 7.
+#[test]
+fn two_names_under_one_number_stay_apart_and_only_the_renumbered_one_moves() {
+    let mut p = Probe::new(3, 1);
+    let red = p.join(1, 1, 10, "red", 7, 2, &[]);
+    let green = p.join(
+        1,
+        2,
+        20,
+        "green",
+        7,
+        4,
+        &[Member {
+            rank: 0,
+            node: 4,
+            member: 40,
+        }],
+    );
+    assert_eq!(p.svc.named_view(7, "red"), Some(&red));
+    assert_eq!(p.svc.named_view(7, "green"), Some(&green));
+
+    p.sync_round();
+    let sent = p.sent();
+    assert_eq!(
+        syncs(&sent),
+        vec![
+            (2, 7, "red".to_owned(), vec![10]),
+            (4, 7, "green".to_owned(), vec![20]),
+        ]
+    );
+
+    // Agent 2 of red hears nothing wrong; the registry renumbers green.
+    p.deliver(
+        1,
+        Message::Resign {
+            group: 7,
+            name: "green".to_owned(),
+            canonical: 8,
+            agent: 4,
+        },
+    );
+    let sent = p.sent();
+    assert_eq!(syncs(&sent), vec![(4, 8, "green".to_owned(), vec![20])]);
+    assert_eq!(p.svc.named_view(7, "red"), Some(&red));
+    assert_eq!(p.svc.named_view(7, "green"), None);
+    // The daemon hears green's old view without its member, nothing of red.
+    let events = p.events();
+    assert!(events.iter().all(|e| match e {
+        GroupEvent::ViewChanged { view, .. } => view.name == "green",
+        _ => true,
+    }));
+
+    // Green's agent sends the view under the new number.
+    let moved = View {
+        group: 8,
+        name: "green".to_owned(),
+        epoch: 1 << 40,
+        agent: 4,
+        members: vec![
+            Member {
+                rank: 0,
+                node: 4,
+                member: 40,
+            },
+            Member {
+                rank: 1,
+                node: 3,
+                member: 20,
+            },
+        ],
+    };
+    p.deliver(4, Message::View(moved.clone()));
+    assert_eq!(p.svc.named_view(8, "green"), Some(&moved));
+    assert!(p.events().iter().any(|e| matches!(
+        e,
+        GroupEvent::Joined {
+            req: 0,
+            member: 20,
+            group: 8,
+            ..
+        }
+    )));
+
+    // From now on each name syncs under its own number, with its own agent.
+    p.sync_round();
+    let sent = p.sent();
+    assert_eq!(
+        syncs(&sent),
+        vec![
+            (2, 7, "red".to_owned(), vec![10]),
+            (4, 8, "green".to_owned(), vec![20]),
+        ]
+    );
+
+    // A NOT_AGENT about green under 7 (a late answer) moves nothing of red.
+    p.deliver(
+        2,
+        Message::NotAgent {
+            group: 7,
+            name: "green".to_owned(),
+        },
+    );
+    assert!(p.sent().is_empty());
+    p.sync_round();
+    assert_eq!(
+        syncs(&p.sent()),
+        vec![
+            (2, 7, "red".to_owned(), vec![10]),
+            (4, 8, "green".to_owned(), vec![20]),
+        ]
+    );
+}
+
+/// An agent of two names under one number keeps two views: a SYNC for
+/// each touches only its own, and a RESIGN for one leaves the other.
+#[test]
+fn an_agent_of_two_names_under_one_number_keeps_them_apart() {
+    let mut p = Probe::new(2, 1);
+    let sync = |name: &str, members: Vec<MemberId>| Message::Sync {
+        group: 7,
+        epoch: 0,
+        agent: 2,
+        name: name.to_owned(),
+        members,
+    };
+    p.deliver(3, sync("red", vec![]));
+    // Not its agent yet: NOT_AGENT naming the name.
+    assert_eq!(
+        p.sent(),
+        vec![(
+            3,
+            Message::NotAgent {
+                group: 7,
+                name: "red".to_owned()
+            }
+        )]
+    );
+    for (name, member) in [("red", 10), ("green", 20)] {
+        p.deliver(
+            3,
+            Message::Register {
+                token: member,
+                group: 7,
+                member,
+                name: name.to_owned(),
+            },
+        );
+    }
+    assert_eq!(p.svc.named_agent_view(7, "red").unwrap().members.len(), 1);
+    assert_eq!(p.svc.named_agent_view(7, "green").unwrap().members.len(), 1);
+    // Node 4 syncs a member of green; red is untouched.
+    p.deliver(4, sync("green", vec![40]));
+    let red = p.svc.named_agent_view(7, "red").unwrap();
+    assert_eq!(red.members.len(), 1);
+    let green = p.svc.named_agent_view(7, "green").unwrap();
+    assert_eq!(green.members.len(), 2);
+    p.sent();
+    p.deliver(
+        1,
+        Message::Resign {
+            group: 7,
+            name: "green".to_owned(),
+            canonical: 8,
+            agent: 5,
+        },
+    );
+    assert!(p.svc.named_agent_view(7, "green").is_none());
+    assert_eq!(p.svc.named_agent_view(7, "red").unwrap().members.len(), 1);
+}
