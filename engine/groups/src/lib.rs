@@ -1794,6 +1794,22 @@ impl GroupService {
         let groups: Vec<Key> = self.agent_of.keys().cloned().collect();
         for k in groups {
             let me = self.node;
+            // This node's own members in the view are exactly the ones it
+            // has (it sends itself no SYNC once it has none there, and a
+            // view taken over may still list one that left while its LEAVE
+            // went to the old agent).
+            let mine = self.local_members(&k, me);
+            let a = self.agent_of.get_mut(&k).expect("listed");
+            let before = a.view.members.len();
+            a.view
+                .members
+                .retain(|m| m.node != me || mine.contains(&m.member));
+            if a.view.members.len() != before {
+                a.view.epoch += 1;
+                let view = a.view.clone();
+                self.repairs += (before - view.members.len()) as u64;
+                self.publish(&view, None);
+            }
             let a = self.agent_of.get_mut(&k).expect("listed");
             let mut silent = Vec::new();
             for n in a.view.nodes() {
