@@ -1519,6 +1519,11 @@ impl GroupService {
                             cancelled,
                         },
                     );
+                    // The member is synced from now on: should the
+                    // REGISTER or its answer be lost on a reset link, the
+                    // agent adds it on the SYNC and its view completes the
+                    // join (apply_view).
+                    self.homes.entry(key(group, &name)).or_insert(agent);
                     self.send(
                         agent,
                         Message::Register {
@@ -1775,6 +1780,65 @@ impl GroupService {
                 });
             }
             *present = now.is_some();
+        }
+        // Joins on their way whose member the view lists already (the
+        // agent's JOIN_REPLY was lost on a reset link, or a SYNC brought
+        // the member in first): done, as if the reply had come. Not a
+        // second join of a member already in (the agent refuses that one),
+        // nor one whose LEAVE is on its way (the view may list the member
+        // from before that leave).
+        let leaving: Vec<MemberId> = self
+            .pending
+            .values()
+            .filter_map(|p| match p {
+                Pending::Leave {
+                    group: g, member, ..
+                } if *g == group => Some(*member),
+                _ => None,
+            })
+            .collect();
+        let done: Vec<u64> = self
+            .pending
+            .iter()
+            .filter_map(|(&t, p)| match p {
+                Pending::JoinRegister {
+                    group: g,
+                    name: n,
+                    member,
+                    cancelled: false,
+                    ..
+                } if *g == group && *n == view.name && view.find(node, *member).is_some() => {
+                    Some(t)
+                }
+                _ => None,
+            })
+            .collect();
+        for t in done {
+            let Some(Pending::JoinRegister { member, .. }) = self.pending.get(&t) else {
+                continue;
+            };
+            if leaving.contains(member)
+                || self
+                    .joined
+                    .contains_key(&(group, view.name.clone(), *member))
+            {
+                continue;
+            }
+            let Some(Pending::JoinRegister { req, member, .. }) = self.pending.remove(&t) else {
+                continue;
+            };
+            self.deadlines.remove(&t);
+            let rank = view.find(node, member).map_or(0, |m| m.rank);
+            self.joined.insert((group, view.name.clone(), member), true);
+            self.homes.insert(k.clone(), view.agent);
+            self.events.push_back(GroupEvent::Joined {
+                req,
+                member,
+                group,
+                name: view.name.clone(),
+                rank,
+                view: view.clone(),
+            });
         }
     }
 

@@ -383,3 +383,91 @@ fn an_agent_drops_its_own_member_that_left_before_it_took_the_role_over() {
         .iter()
         .any(|(to, m)| *to == 3 && matches!(m, Message::View(v) if v.members.len() == 1)));
 }
+
+/// Node 3's member joins "blue": the agent, node 1, adds it and answers,
+/// but the link is reset and the JOIN_REPLY lost (seed 5140 of the
+/// all-faults simulation, at 6000 seeds). The agent's view listed a member
+/// node that held no view, and the join waited for REQUEST_TIMEOUT; its
+/// retry then found the member already in. Now the node syncs a join from
+/// the REGISTER on, so the agent sends it the view, which completes the
+/// join.
+#[test]
+fn a_join_whose_reply_is_lost_completes_from_the_agents_view() {
+    let mut p = Probe::new(3, 1);
+    p.svc.join(7, 48, "blue");
+    let sent = p.sent();
+    let [(1, Message::Lookup { token, .. })] = sent.as_slice() else {
+        panic!("{sent:?}");
+    };
+    let token = *token;
+    p.deliver(
+        1,
+        Message::LookupReply {
+            token,
+            result: LookupResult::Found { group: 3, agent: 1 },
+        },
+    );
+    let sent = p.sent();
+    assert!(
+        matches!(sent.as_slice(), [(1, Message::Register { .. })]),
+        "{sent:?}"
+    );
+    // The agent adds the member; its JOIN_REPLY is lost. Next round:
+    p.sync_round();
+    let sent = p.sent();
+    assert_eq!(syncs(&sent), vec![(1, 3, "blue".to_owned(), vec![48])]);
+    assert!(sent.iter().any(|(_, m)| matches!(
+        m,
+        Message::Sync {
+            epoch: 0,
+            agent: 1,
+            ..
+        }
+    )));
+    // It holds no view: the agent sends its own, which lists the member.
+    let view = View {
+        group: 3,
+        name: "blue".to_owned(),
+        epoch: 5,
+        agent: 1,
+        members: vec![
+            Member {
+                rank: 3,
+                node: 5,
+                member: 56,
+            },
+            Member {
+                rank: 4,
+                node: 3,
+                member: 48,
+            },
+        ],
+    };
+    p.deliver(1, Message::View(view.clone()));
+    assert_eq!(p.svc.named_view(3, "blue"), Some(&view));
+    let events = p.events();
+    let joined: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            GroupEvent::Joined {
+                req, member, rank, ..
+            } => Some((*req, *member, *rank)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(joined, vec![(7, 48, 4)]);
+    assert!(p.svc.requests_in_flight().is_empty());
+    // The reply arriving late after all changes nothing.
+    p.deliver(
+        1,
+        Message::JoinReply {
+            token,
+            group: 3,
+            result: Ok((4, view.clone())),
+        },
+    );
+    assert!(p.events().is_empty());
+    // And a SYNC keeps it in.
+    p.sync_round();
+    assert_eq!(syncs(&p.sent()), vec![(1, 3, "blue".to_owned(), vec![48])]);
+}
