@@ -69,11 +69,16 @@
 //! the missing, drops the others, and sends its view to a node holding
 //! another), each agent tells the registry its groups (ANNOUNCE), and each
 //! node says which registry it follows (SYNCED). An agent drops the members
-//! of a node silent for [`SYNC_MISSES`] rounds. A node whose agent answers
+//! of a node silent for [`SYNC_MISSES`] rounds, and makes its own node's
+//! members its local list every round. A join is in the SYNC from its
+//! REGISTER on, and a view listing the member completes it should its
+//! JOIN_REPLY be lost. A node whose agent answers
 //! NOT_AGENT asks the registry (CLAIM); the registry arbitrates between two
 //! agents of one group (newer epoch, then lower node; the loser gets RESIGN)
 //! and merges a name found under two numbers into the lowest one, whose
-//! members move there (a `Joined` with request 0 tells the daemon). The
+//! members move there (a `Joined` with request 0 tells the daemon); one
+//! number given to two names stays the name's the registry recorded first.
+//! Until then a node keeps everything per group by number *and* name. The
 //! registry is the one arbiter; it grants a role only while it hears a
 //! majority of the cluster.
 //!
