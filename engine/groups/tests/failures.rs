@@ -4,7 +4,9 @@
 //! throughout. After the last fault heals, the checker demands one
 //! registry everybody agrees on, one agent per group, every member node
 //! holding the agent's view, every client that wants to be a member being
-//! one, and a fresh join completing within a bound.
+//! one, the registry naming that number and agent, no node holding a view
+//! or a populated agent role of a name under another number, and a fresh
+//! join completing within a bound.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -468,6 +470,35 @@ impl Sim {
             for n in view.nodes() {
                 let v = self.nodes[n as usize - 1].svc.named_view(g, name);
                 assert_eq!(v, Some(&view), "seed {seed}: node {n}'s view of {name}");
+            }
+            // The registry knows the name under that number, with that agent.
+            let registry = self.nodes[*registries.first().expect("one") as usize - 1]
+                .svc
+                .registry_groups();
+            assert!(
+                registry
+                    .iter()
+                    .any(|e| e.group == g && e.name == name && e.agent == agents[0]),
+                "seed {seed}: the registry's entry of {name}: {registry:?}"
+            );
+        }
+        // No node holds a view, or an agent role with members, of a name
+        // under a number the checks above did not find for it.
+        for (i, node) in self.nodes.iter().enumerate() {
+            let n = i as NodeId + 1;
+            for (g, name) in node.svc.local_groups() {
+                assert_eq!(
+                    numbers.get(&g),
+                    Some(&name),
+                    "seed {seed}: node {n} holds a view of {name} under {g}"
+                );
+            }
+            for (g, name) in node.svc.named_agent_groups() {
+                let v = node.svc.named_agent_view(g, name).expect("listed");
+                assert!(
+                    v.members.is_empty() || numbers.get(&g) == Some(&name),
+                    "seed {seed}: node {n} is the agent of {name} under {g} with members"
+                );
             }
         }
         // Progress: a new join anywhere completes within 100 ms.
