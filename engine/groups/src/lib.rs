@@ -69,11 +69,16 @@
 //! the missing, drops the others, and sends its view to a node holding
 //! another), each agent tells the registry its groups (ANNOUNCE), and each
 //! node says which registry it follows (SYNCED). An agent drops the members
-//! of a node silent for [`SYNC_MISSES`] rounds. A node whose agent answers
+//! of a node silent for [`SYNC_MISSES`] rounds, and makes its own node's
+//! members its local list every round. A join is in the SYNC from its
+//! REGISTER on, and a view listing the member completes it should its
+//! JOIN_REPLY be lost. A node whose agent answers
 //! NOT_AGENT asks the registry (CLAIM); the registry arbitrates between two
 //! agents of one group (newer epoch, then lower node; the loser gets RESIGN)
 //! and merges a name found under two numbers into the lowest one, whose
-//! members move there (a `Joined` with request 0 tells the daemon). The
+//! members move there (a `Joined` with request 0 tells the daemon); one
+//! number given to two names stays the name's the registry recorded first.
+//! Until then a node keeps everything per group by number *and* name. The
 //! registry is the one arbiter; it grants a role only while it hears a
 //! majority of the cluster.
 //!
@@ -106,9 +111,9 @@ pub struct GroupService {
     // OA
     next_token: u64,
     pending: BTreeMap<u64, Pending>,
-    views: BTreeMap<GroupId, View>,
+    views: BTreeMap<Key, View>,
     // GA
-    agent_of: BTreeMap<GroupId, AgentGroup>,
+    agent_of: BTreeMap<Key, AgentGroup>,
     // registry (only used when node == registry_node)
     registry: Registry,
     loopback: VecDeque<Message>,
@@ -130,10 +135,10 @@ pub struct GroupService {
     /// Members of this node that joined and have not left (the node is
     /// the authority on its own members), and whether the view held
     /// contains them: a member coming back into a view is a `Joined`.
-    joined: BTreeMap<(GroupId, MemberId), bool>,
-    /// For every group with members here: its name and the agent they sync
-    /// with (anti-entropy, [`SYNC_PERIOD`]).
-    homes: BTreeMap<GroupId, Home>,
+    joined: BTreeMap<(GroupId, String, MemberId), bool>,
+    /// For every group with members here: the agent they sync with
+    /// (anti-entropy, [`SYNC_PERIOD`]).
+    homes: BTreeMap<Key, NodeId>,
     /// The last sync round (ns), if any.
     last_sync: Option<u64>,
     /// Memberships repaired by anti-entropy (added, dropped, moved), and
@@ -190,11 +195,29 @@ impl AgentGroup {
     }
 }
 
-/// A group with members on this node, as its members' node knows it.
-#[derive(Debug, Clone)]
-struct Home {
-    name: String,
-    agent: NodeId,
+/// A group as a node knows it: its number and its name. The name is the
+/// group's identity; the number is normally its alone, but two registries
+/// that never heard of each other may give one number to two names until
+/// the registry moves one of them (RESIGN). Everything a node keeps per
+/// group is keyed by both, so a node with members of both names keeps
+/// them apart and a renumbering moves exactly that name's members.
+type Key = (GroupId, String);
+
+fn key(group: GroupId, name: &str) -> Key {
+    (group, name.to_owned())
+}
+
+/// The range of `joined` holding the members of (`group`, `name`).
+fn joined_range(
+    group: GroupId,
+    name: &str,
+) -> std::ops::RangeInclusive<(GroupId, String, MemberId)> {
+    (group, name.to_owned(), 0)..=(group, name.to_owned(), MemberId::MAX)
+}
+
+/// The range of a map keyed by [`Key`] holding every name under `group`.
+fn number_range(group: GroupId) -> std::ops::Range<Key> {
+    (group, String::new())..(group.saturating_add(1), String::new())
 }
 
 #[derive(Debug, Default)]
@@ -226,6 +249,7 @@ enum Pending {
         req: ReqId,
         member: MemberId,
         group: GroupId,
+        name: String,
         agent: NodeId,
         cancelled: bool,
     },
@@ -346,9 +370,9 @@ impl GroupService {
             self.move_registry();
         }
         let mut changed = self.take_over_from(node);
-        let groups: Vec<GroupId> = self.agent_of.keys().copied().collect();
-        for group in groups {
-            let a = self.agent_of.get_mut(&group).expect("listed");
+        let groups: Vec<Key> = self.agent_of.keys().cloned().collect();
+        for k in groups {
+            let a = self.agent_of.get_mut(&k).expect("listed");
             if !a.view.has_node(node) {
                 continue;
             }
@@ -356,7 +380,7 @@ impl GroupService {
             a.view.epoch += 1;
             let view = a.view.clone();
             self.publish(&view, Some(node));
-            changed.push(group);
+            changed.push(k.0);
         }
         let registry = self.registry_node;
         let waiting: Vec<u64> = self
@@ -459,7 +483,12 @@ impl GroupService {
         self.sync_majority = false;
         if next == self.node {
             // Never hand out a number this node already knows to be taken.
-            let known = self.views.keys().chain(self.agent_of.keys()).copied().max();
+            let known = self
+                .views
+                .keys()
+                .chain(self.agent_of.keys())
+                .map(|k| k.0)
+                .max();
             self.registry.last_group = self.registry.last_group.max(known.unwrap_or(0));
         }
         // Tell it what this node serves (to itself: through the loopback).
@@ -550,7 +579,7 @@ impl GroupService {
                 Pending::Relocate { group, name } => Some(Message::Claim {
                     token,
                     group: *group,
-                    stale: self.homes.get(group).map_or(0, |h| h.agent),
+                    stale: self.homes.get(&key(*group, name)).copied().unwrap_or(0),
                     name: name.clone(),
                 }),
                 _ => None,
@@ -632,7 +661,7 @@ impl GroupService {
         let orphaned: Vec<View> = self
             .views
             .values()
-            .filter(|v| v.agent == failed && !self.agent_of.contains_key(&v.group))
+            .filter(|v| v.agent == failed && !self.agent_of.contains_key(&key(v.group, &v.name)))
             .cloned()
             .collect();
         let mut changed = Vec::new();
@@ -667,8 +696,10 @@ impl GroupService {
             // agent this node missed.
             view.epoch = ((old.epoch >> EPOCH_GENERATION_SHIFT) + 1) << EPOCH_GENERATION_SHIFT;
             let next_rank = old.members.iter().map(|m| m.rank + 1).max().unwrap_or(0);
-            self.agent_of
-                .insert(view.group, AgentGroup::new(view.clone(), next_rank));
+            self.agent_of.insert(
+                key(view.group, &view.name),
+                AgentGroup::new(view.clone(), next_rank),
+            );
             self.takeovers += 1;
             self.publish(&view, Some(failed));
             changed.push(view.group);
@@ -725,14 +756,23 @@ impl GroupService {
 
     /// Local client `member` asks to leave `group`. Answered by exactly one `Left`
     /// or `Failed` (unless the member vanishes first).
+    /// (Should the number carry two names for the moment, the member
+    /// leaves the first of them it is in.)
     pub fn leave(&mut self, req: ReqId, member: MemberId, group: GroupId) {
-        let Some(view) = self.views.get(&group) else {
+        if self.views.range(number_range(group)).next().is_none() {
             return self.fail(req, GroupError::UnknownGroup { group });
-        };
-        if view.find(self.node, member).is_none() {
-            return self.fail(req, GroupError::NotMember { group, member });
         }
+        let node = self.node;
+        let Some(view) = self
+            .views
+            .range(number_range(group))
+            .map(|(_, v)| v)
+            .find(|v| v.find(node, member).is_some())
+        else {
+            return self.fail(req, GroupError::NotMember { group, member });
+        };
         let agent = view.agent;
+        let name = view.name.clone();
         let pending = Pending::Leave {
             req,
             member,
@@ -743,7 +783,7 @@ impl GroupService {
         if let Some(token) = self.start(req, pending) {
             // From now on the member is not this node's any more: a sync
             // tells the agent so even if the LEAVE is lost.
-            self.joined.remove(&(group, member));
+            self.joined.remove(&(group, name, member));
             self.send(
                 agent,
                 Message::Leave {
@@ -759,7 +799,7 @@ impl GroupService {
     /// Local client `member` vanished: it leaves every group it is in, and its
     /// requests in flight get no answers.
     pub fn member_gone(&mut self, member: MemberId) {
-        self.joined.retain(|&(_, m), _| m != member);
+        self.joined.retain(|(_, _, m), _| *m != member);
         for p in self.pending.values_mut() {
             match p {
                 Pending::JoinLookup {
@@ -854,25 +894,48 @@ impl GroupService {
     // ------------------------------------------------------------ inspection
 
     /// The current view of `group` as this node knows it; only for groups with
-    /// local members.
+    /// local members. (Should the number carry two names for the moment,
+    /// the first name's: [`GroupService::named_view`] tells them apart.)
     pub fn view(&self, group: GroupId) -> Option<&View> {
-        self.views.get(&group)
+        self.views.range(number_range(group)).map(|(_, v)| v).next()
+    }
+
+    /// The current view of the group numbered `group` and called `name`, as
+    /// this node knows it; only for groups with local members.
+    pub fn named_view(&self, group: GroupId, name: &str) -> Option<&View> {
+        self.views.get(&key(group, name))
     }
 
     /// The groups with local members, by number, with their names.
     pub fn local_groups(&self) -> impl Iterator<Item = (GroupId, &str)> {
-        self.views.iter().map(|(g, v)| (*g, v.name.as_str()))
+        self.views.keys().map(|(g, name)| (*g, name.as_str()))
     }
 
     /// The authoritative view of `group` if this node is its agent. It may have no
     /// members: an emptied group is kept (see the crate documentation).
+    /// (The first name's, should the number carry two for the moment.)
     pub fn agent_view(&self, group: GroupId) -> Option<&View> {
-        self.agent_of.get(&group).map(|a| &a.view)
+        self.agent_of
+            .range(number_range(group))
+            .map(|(_, a)| &a.view)
+            .next()
     }
 
-    /// The groups this node is the agent of.
+    /// The authoritative view of the group numbered `group` and called
+    /// `name` if this node is its agent.
+    pub fn named_agent_view(&self, group: GroupId, name: &str) -> Option<&View> {
+        self.agent_of.get(&key(group, name)).map(|a| &a.view)
+    }
+
+    /// The groups this node is the agent of (a number twice should it
+    /// carry two names for the moment).
     pub fn agent_groups(&self) -> impl Iterator<Item = GroupId> + '_ {
-        self.agent_of.keys().copied()
+        self.agent_of.keys().map(|k| k.0)
+    }
+
+    /// The groups this node is the agent of, by number, with their names.
+    pub fn named_agent_groups(&self) -> impl Iterator<Item = (GroupId, &str)> + '_ {
+        self.agent_of.keys().map(|(g, name)| (*g, name.as_str()))
     }
 
     /// What the registry knows, if this node is the registry: every group, by number.
@@ -990,7 +1053,9 @@ impl GroupService {
                 member,
             } => self.agent_leave(from, token, group, member),
             Message::Query { token, group } => {
-                let view = self.agent_of.get(&group).map(|a| a.view.clone());
+                // The first name's, should the number carry two: the asker
+                // checks the name.
+                let view = self.agent_view(group).cloned();
                 self.send(from, Message::QueryReply { token, group, view });
             }
             // operating agent
@@ -1012,16 +1077,13 @@ impl GroupService {
                 // Two agents for one group (two nodes took it over on
                 // different verdicts): the newer epoch wins, then the lower
                 // node; the other steps down and its members join again.
-                if let Some(a) = self
-                    .agent_of
-                    .get(&view.group)
-                    .filter(|_| view.agent != self.node)
-                {
+                let k = key(view.group, &view.name);
+                if let Some(a) = self.agent_of.get(&k).filter(|_| view.agent != self.node) {
                     let theirs = (view.epoch, std::cmp::Reverse(view.agent));
                     let ours = (a.view.epoch, std::cmp::Reverse(self.node));
                     if theirs > ours {
-                        self.agent_of.remove(&view.group);
-                        self.views.remove(&view.group);
+                        self.agent_of.remove(&k);
+                        self.views.remove(&k);
                     } else {
                         let mine = a.view.clone();
                         self.send(from, Message::View(mine));
@@ -1045,7 +1107,7 @@ impl GroupService {
                 name,
                 members,
             } => self.agent_sync(from, group, epoch, agent, &name, &members),
-            Message::NotAgent { group } => self.oa_not_agent(from, group),
+            Message::NotAgent { group, name } => self.oa_not_agent(from, group, name),
             Message::Claim {
                 token,
                 group,
@@ -1054,6 +1116,7 @@ impl GroupService {
             } => self.registry_claim(from, token, group, stale, name),
             Message::Resign {
                 group,
+                name,
                 canonical,
                 agent,
             } => {
@@ -1063,11 +1126,12 @@ impl GroupService {
                 if canonical == group && agent == self.node {
                     return;
                 }
-                if self.agent_of.remove(&group).is_some() {
+                let k = key(group, &name);
+                if self.agent_of.remove(&k).is_some() {
                     self.resignations += 1;
                 }
-                if let Some(home) = self.homes.get(&group).cloned() {
-                    self.relocate(group, canonical, agent, home.name);
+                if self.homes.contains_key(&k) {
+                    self.relocate(group, canonical, agent, name);
                 }
             }
         }
@@ -1189,6 +1253,7 @@ impl GroupService {
                 from,
                 Message::Resign {
                     group,
+                    name,
                     canonical,
                     agent,
                 },
@@ -1329,7 +1394,8 @@ impl GroupService {
         if let Err(reason) = check_name(&name, self.limits.max_name_len) {
             return reply(self, Err(invalid_name(&name, reason)));
         }
-        if !self.agent_of.contains_key(&group) {
+        let k = key(group, &name);
+        if !self.agent_of.contains_key(&k) {
             if self.agent_of.len() >= self.limits.max_groups {
                 let limit = limit_u32(self.limits.max_groups);
                 return reply(self, Err(GroupError::TooManyGroups { limit }));
@@ -1341,15 +1407,13 @@ impl GroupService {
                 agent: self.node,
                 members: Vec::new(),
             };
-            self.agent_of.insert(group, AgentGroup::new(view, 0));
+            self.agent_of.insert(k.clone(), AgentGroup::new(view, 0));
         }
         let max_members = self.limits.max_members;
-        let Some(a) = self.agent_of.get_mut(&group) else {
+        let Some(a) = self.agent_of.get_mut(&k) else {
             return;
         };
-        let error = if a.view.name != name {
-            Some(GroupError::UnknownGroup { group })
-        } else if a.view.find(from, member).is_some() {
+        let error = if a.view.find(from, member).is_some() {
             Some(GroupError::AlreadyMember { group, member })
         } else if a.view.members.len() >= max_members || a.next_rank == u32::MAX {
             Some(GroupError::GroupFull {
@@ -1363,7 +1427,7 @@ impl GroupService {
             if a.view.epoch == 0 {
                 // Created for this REGISTER only: do not keep an agent state
                 // that never had a member.
-                self.agent_of.remove(&group);
+                self.agent_of.remove(&k);
             }
             return reply(self, Err(e));
         }
@@ -1381,22 +1445,27 @@ impl GroupService {
     }
 
     fn agent_leave(&mut self, from: NodeId, token: u64, group: GroupId, member: MemberId) {
-        let result = match self.agent_of.get_mut(&group) {
-            None => Err(GroupError::UnknownGroup { group }),
-            Some(a) => match a
+        // LEAVE names the number only: should it carry two names here, the
+        // member leaves the first it is in (a sync puts right the other).
+        let mut known = false;
+        let mut result = Err(GroupError::UnknownGroup { group });
+        for (_, a) in self.agent_of.range_mut(number_range(group)) {
+            known = true;
+            if let Some(i) = a
                 .view
                 .members
                 .iter()
                 .position(|m| m.node == from && m.member == member)
             {
-                None => Err(GroupError::NotMember { group, member }),
-                Some(i) => {
-                    a.view.members.remove(i);
-                    a.view.epoch += 1;
-                    Ok(a.view.clone())
-                }
-            },
-        };
+                a.view.members.remove(i);
+                a.view.epoch += 1;
+                result = Ok(a.view.clone());
+                break;
+            }
+        }
+        if known && result.is_err() {
+            result = Err(GroupError::NotMember { group, member });
+        }
         if let Ok(view) = &result {
             self.publish(view, Some(from));
         }
@@ -1450,10 +1519,16 @@ impl GroupService {
                             req,
                             member,
                             group,
+                            name: name.clone(),
                             agent,
                             cancelled,
                         },
                     );
+                    // The member is synced from now on: should the
+                    // REGISTER or its answer be lost on a reset link, the
+                    // agent adds it on the SYNC and its view completes the
+                    // join (apply_view).
+                    self.homes.entry(key(group, &name)).or_insert(agent);
                     self.send(
                         agent,
                         Message::Register {
@@ -1498,7 +1573,7 @@ impl GroupService {
                     agent,
                 } = result
                 {
-                    if self.homes.contains_key(&group) {
+                    if self.homes.contains_key(&key(group, &name)) {
                         self.relocate(group, canonical, agent, name);
                     }
                 }
@@ -1521,24 +1596,24 @@ impl GroupService {
         let Some(p) = self.take_pending(token, from) else {
             return;
         };
-        let Pending::JoinRegister {
-            req,
-            member,
-            group: g,
-            agent,
-            cancelled,
-        } = p
-        else {
-            self.pending.insert(token, p);
-            return;
-        };
-        if g != group {
+        if !matches!(&p, Pending::JoinRegister { group: g, .. } if *g == group) {
             self.pending.insert(token, p);
             return;
         }
+        let Pending::JoinRegister {
+            req,
+            member,
+            name,
+            agent,
+            cancelled,
+            ..
+        } = p
+        else {
+            return;
+        };
         match result {
             Ok((rank, view)) => {
-                if view.group != group || view.agent != agent {
+                if view.group != group || view.agent != agent || view.name != name {
                     // Malformed: answer the client rather than leave it hanging.
                     if !cancelled {
                         self.fail(req, GroupError::UnknownGroup { group });
@@ -1548,14 +1623,8 @@ impl GroupService {
                 if !cancelled {
                     // Before the view, which contains it: apply_view must
                     // not announce it a second time.
-                    self.joined.insert((group, member), true);
-                    self.homes.insert(
-                        group,
-                        Home {
-                            name: view.name.clone(),
-                            agent,
-                        },
-                    );
+                    self.joined.insert((group, name.clone(), member), true);
+                    self.homes.insert(key(group, &name), agent);
                 }
                 self.apply_view(view.clone());
                 if cancelled {
@@ -1641,13 +1710,15 @@ impl GroupService {
         else {
             return;
         };
-        let view = view.filter(|v| v.group == group).unwrap_or_else(|| View {
-            group,
-            name: name.clone(),
-            epoch: 0,
-            agent,
-            members: Vec::new(),
-        });
+        let view = view
+            .filter(|v| v.group == group && v.name == name)
+            .unwrap_or_else(|| View {
+                group,
+                name: name.clone(),
+                epoch: 0,
+                agent,
+                members: Vec::new(),
+            });
         self.events.push_back(GroupEvent::QueryResult {
             req,
             info: Some(GroupInfo {
@@ -1663,7 +1734,8 @@ impl GroupService {
     /// and contains this node; forgets the group if it no longer contains this node.
     fn apply_view(&mut self, view: View) {
         let group = view.group;
-        let held = self.views.get(&group);
+        let k = key(group, &view.name);
+        let held = self.views.get(&k);
         // A newer epoch; or the view of a node that took the agent role over
         // from one declared failed (its epochs continue from the view *it*
         // last had, which may be older than ours).
@@ -1674,7 +1746,7 @@ impl GroupService {
         }
         let had = held.is_some();
         let mut view = view;
-        if !self.has_local(group) {
+        if !self.has_local(&k) {
             // No member here wants to be in it (a late view of a group this
             // node left or moved away from): this node holds it as a view
             // without itself, and the agent drops its members after their
@@ -1683,14 +1755,14 @@ impl GroupService {
             view.members.retain(|m| m.node != node);
         }
         if view.has_node(self.node) {
-            self.views.insert(group, view.clone());
+            self.views.insert(k.clone(), view.clone());
         } else if had {
-            self.views.remove(&group);
+            self.views.remove(&k);
         } else {
             return;
         }
-        if let Some(home) = self.homes.get_mut(&group) {
-            home.agent = view.agent;
+        if let Some(home) = self.homes.get_mut(&k) {
+            *home = view.agent;
         }
         self.events.push_back(GroupEvent::ViewChanged {
             group,
@@ -1700,13 +1772,12 @@ impl GroupService {
         // restored a membership that a reset link or an eviction lost): the
         // daemon hears a `Joined` it did not ask for.
         let node = self.node;
-        for (&(g, member), present) in self.joined.range_mut((group, 0)..=(group, MemberId::MAX)) {
-            debug_assert_eq!(g, group);
-            let now = view.find(node, member);
+        for ((_, _, member), present) in self.joined.range_mut(joined_range(group, &view.name)) {
+            let now = view.find(node, *member);
             if let (Some(m), false) = (now, *present) {
                 self.events.push_back(GroupEvent::Joined {
                     req: 0,
-                    member,
+                    member: *member,
                     group,
                     name: view.name.clone(),
                     rank: m.rank,
@@ -1714,6 +1785,65 @@ impl GroupService {
                 });
             }
             *present = now.is_some();
+        }
+        // Joins on their way whose member the view lists already (the
+        // agent's JOIN_REPLY was lost on a reset link, or a SYNC brought
+        // the member in first): done, as if the reply had come. Not a
+        // second join of a member already in (the agent refuses that one),
+        // nor one whose LEAVE is on its way (the view may list the member
+        // from before that leave).
+        let leaving: Vec<MemberId> = self
+            .pending
+            .values()
+            .filter_map(|p| match p {
+                Pending::Leave {
+                    group: g, member, ..
+                } if *g == group => Some(*member),
+                _ => None,
+            })
+            .collect();
+        let done: Vec<u64> = self
+            .pending
+            .iter()
+            .filter_map(|(&t, p)| match p {
+                Pending::JoinRegister {
+                    group: g,
+                    name: n,
+                    member,
+                    cancelled: false,
+                    ..
+                } if *g == group && *n == view.name && view.find(node, *member).is_some() => {
+                    Some(t)
+                }
+                _ => None,
+            })
+            .collect();
+        for t in done {
+            let Some(Pending::JoinRegister { member, .. }) = self.pending.get(&t) else {
+                continue;
+            };
+            if leaving.contains(member)
+                || self
+                    .joined
+                    .contains_key(&(group, view.name.clone(), *member))
+            {
+                continue;
+            }
+            let Some(Pending::JoinRegister { req, member, .. }) = self.pending.remove(&t) else {
+                continue;
+            };
+            self.deadlines.remove(&t);
+            let rank = view.find(node, member).map_or(0, |m| m.rank);
+            self.joined.insert((group, view.name.clone(), member), true);
+            self.homes.insert(k.clone(), view.agent);
+            self.events.push_back(GroupEvent::Joined {
+                req,
+                member,
+                group,
+                name: view.name.clone(),
+                rank,
+                view: view.clone(),
+            });
         }
     }
 
@@ -1730,10 +1860,26 @@ impl GroupService {
             // it back for good).
             self.announce_all();
         }
-        let groups: Vec<GroupId> = self.agent_of.keys().copied().collect();
-        for group in groups {
+        let groups: Vec<Key> = self.agent_of.keys().cloned().collect();
+        for k in groups {
             let me = self.node;
-            let a = self.agent_of.get_mut(&group).expect("listed");
+            // This node's own members in the view are exactly the ones it
+            // has (it sends itself no SYNC once it has none there, and a
+            // view taken over may still list one that left while its LEAVE
+            // went to the old agent).
+            let mine = self.local_members(&k, me);
+            let a = self.agent_of.get_mut(&k).expect("listed");
+            let before = a.view.members.len();
+            a.view
+                .members
+                .retain(|m| m.node != me || mine.contains(&m.member));
+            if a.view.members.len() != before {
+                a.view.epoch += 1;
+                let view = a.view.clone();
+                self.repairs += (before - view.members.len()) as u64;
+                self.publish(&view, None);
+            }
+            let a = self.agent_of.get_mut(&k).expect("listed");
             let mut silent = Vec::new();
             for n in a.view.nodes() {
                 if n == me {
@@ -1758,57 +1904,57 @@ impl GroupService {
                 self.send(n, Message::View(view.clone()));
             }
         }
-        let homes: Vec<GroupId> = self.homes.keys().copied().collect();
-        for group in homes {
-            self.sync_group(group);
+        let homes: Vec<Key> = self.homes.keys().cloned().collect();
+        for k in homes {
+            self.sync_group(&k);
         }
         // A view held with no member here left in it (its members vanished
         // and the agent that would have answered their leave is gone): the
         // node forgets it as if it had left.
-        let stale: Vec<GroupId> = self
+        let stale: Vec<Key> = self
             .views
             .keys()
-            .copied()
-            .filter(|&g| !self.has_local(g))
+            .filter(|k| !self.has_local(k))
+            .cloned()
             .collect();
-        for group in stale {
-            let mut view = self.views.remove(&group).expect("listed");
+        for k in stale {
+            let mut view = self.views.remove(&k).expect("listed");
             let node = self.node;
             view.members.retain(|m| m.node != node);
             self.events
-                .push_back(GroupEvent::ViewChanged { group, view });
+                .push_back(GroupEvent::ViewChanged { group: k.0, view });
         }
     }
 
-    /// Whether a member of this node is in `group` or joining it.
-    fn has_local(&self, group: GroupId) -> bool {
-        self.joined
-            .range((group, 0)..=(group, MemberId::MAX))
-            .next()
-            .is_some()
+    /// Whether a member of this node is in the group or joining it.
+    fn has_local(&self, k: &Key) -> bool {
+        let (group, name) = (k.0, k.1.as_str());
+        self.joined.range(joined_range(group, name)).next().is_some()
             || self.pending.values().any(|p| {
-                matches!(p, Pending::JoinRegister { group: g, cancelled: false, .. } if *g == group)
+                matches!(p, Pending::JoinRegister { group: g, name: n, cancelled: false, .. } if *g == group && n == name)
             })
     }
 
-    /// This node's members of `group`: joined and not left, and joins on
+    /// This node's members of the group: joined and not left, and joins on
     /// their way to `agent`.
-    fn local_members(&self, group: GroupId, agent: NodeId) -> Vec<MemberId> {
+    fn local_members(&self, k: &Key, agent: NodeId) -> Vec<MemberId> {
+        let (group, name) = (k.0, k.1.as_str());
         let mut members: Vec<MemberId> = self
             .joined
-            .range((group, 0)..=(group, MemberId::MAX))
-            .map(|(&(_, m), _)| m)
+            .range(joined_range(group, name))
+            .map(|((_, _, m), _)| *m)
             .collect();
         for p in self.pending.values() {
             if let Pending::JoinRegister {
                 group: g,
+                name: n,
                 member,
                 agent: a,
                 cancelled: false,
                 ..
             } = p
             {
-                if *g == group && *a == agent && !members.contains(member) {
+                if *g == group && n == name && *a == agent && !members.contains(member) {
                     members.push(*member);
                 }
             }
@@ -1816,37 +1962,37 @@ impl GroupService {
         members
     }
 
-    /// Sends the agent of `group` this node's members there (SYNC).
-    fn sync_group(&mut self, group: GroupId) {
-        let Some(home) = self.homes.get(&group).cloned() else {
+    /// Whether a CLAIM for the group is in flight.
+    fn relocating(&self, k: &Key) -> bool {
+        self.pending.values().any(
+            |p| matches!(p, Pending::Relocate { group, name } if *group == k.0 && *name == k.1),
+        )
+    }
+
+    /// Sends the agent of the group this node's members there (SYNC).
+    fn sync_group(&mut self, k: &Key) {
+        let Some(&home) = self.homes.get(k) else {
             return;
         };
-        let members = self.local_members(group, home.agent);
+        let members = self.local_members(k, home);
         if members.is_empty() {
-            self.homes.remove(&group);
+            self.homes.remove(k);
             return;
         }
-        if self.failed.contains(&home.agent) {
+        if self.failed.contains(&home) {
             return; // its survivors take over (take_over_from)
         }
-        let relocating = self
-            .pending
-            .values()
-            .any(|p| matches!(p, Pending::Relocate { group: g, .. } if *g == group));
-        if relocating {
+        if self.relocating(k) {
             return;
         }
-        let (epoch, agent) = self
-            .views
-            .get(&group)
-            .map_or((0, home.agent), |v| (v.epoch, v.agent));
+        let (epoch, agent) = self.views.get(k).map_or((0, home), |v| (v.epoch, v.agent));
         self.send(
-            home.agent,
+            home,
             Message::Sync {
-                group,
+                group: k.0,
                 epoch,
                 agent,
-                name: home.name,
+                name: k.1.clone(),
                 members,
             },
         );
@@ -1865,12 +2011,15 @@ impl GroupService {
     ) {
         let max_members = self.limits.max_members;
         let me = self.node;
-        let Some(a) = self
-            .agent_of
-            .get_mut(&group)
-            .filter(|a| a.view.name == name)
-        else {
-            self.send(from, Message::NotAgent { group });
+        let k = key(group, name);
+        let Some(a) = self.agent_of.get_mut(&k) else {
+            self.send(
+                from,
+                Message::NotAgent {
+                    group,
+                    name: name.to_owned(),
+                },
+            );
             return;
         };
         a.missed.remove(&from);
@@ -1903,7 +2052,7 @@ impl GroupService {
         }
         let view = a.view.clone();
         if changed > 0 {
-            let a = self.agent_of.get_mut(&group).expect("held");
+            let a = self.agent_of.get_mut(&k).expect("held");
             a.view.epoch += 1;
             let view = a.view.clone();
             self.repairs += 1;
@@ -1916,22 +2065,20 @@ impl GroupService {
         }
     }
 
-    /// The node this node syncs `group` with says it is not the agent: ask
+    /// The node this node syncs the group with says it is not the agent: ask
     /// the registry who is (CLAIM).
-    fn oa_not_agent(&mut self, from: NodeId, group: GroupId) {
-        let Some(home) = self.homes.get(&group).cloned() else {
+    fn oa_not_agent(&mut self, from: NodeId, group: GroupId, name: String) {
+        let k = (group, name);
+        let Some(&home) = self.homes.get(&k) else {
             return;
         };
-        let relocating = self
-            .pending
-            .values()
-            .any(|p| matches!(p, Pending::Relocate { group: g, .. } if *g == group));
-        if home.agent != from || relocating {
+        if home != from || self.relocating(&k) {
             return;
         }
+        let (group, name) = k;
         let pending = Pending::Relocate {
             group,
-            name: home.name.clone(),
+            name: name.clone(),
         };
         if let Some(token) = self.start(0, pending) {
             // Asked again at the next round rather than after REQUEST_TIMEOUT.
@@ -1942,23 +2089,25 @@ impl GroupService {
                     token,
                     group,
                     stale: from,
-                    name: home.name,
+                    name,
                 },
             );
         }
     }
 
-    /// The registry says `group`'s name lives under `canonical` with agent
-    /// `agent`: this node's members there move to it (and to its number,
-    /// if another), and if this node is named agent it takes the role
-    /// from the view it holds (a new generation of epochs).
+    /// The registry says the group called `name` lives under `canonical`
+    /// with agent `agent`: this node's members of (`group`, `name`) move to
+    /// it (and to its number, if another), and if this node is named agent
+    /// it takes the role from the view it holds (a new generation of
+    /// epochs). Members of another name under `group` stay where they are.
     fn relocate(&mut self, group: GroupId, canonical: GroupId, agent: NodeId, name: String) {
+        let k = key(group, &name);
         if canonical == group {
-            if let Some(h) = self.homes.get_mut(&group) {
-                h.agent = agent;
+            if let Some(h) = self.homes.get_mut(&k) {
+                *h = agent;
             }
-            if agent == self.node && !self.agent_of.contains_key(&group) {
-                let held = self.views.get(&group).cloned();
+            if agent == self.node && !self.agent_of.contains_key(&k) {
+                let held = self.views.get(&k).cloned();
                 let mut view = held.clone().unwrap_or(View {
                     group,
                     name: name.clone(),
@@ -1970,37 +2119,38 @@ impl GroupService {
                 view.epoch = ((view.epoch >> EPOCH_GENERATION_SHIFT) + 1) << EPOCH_GENERATION_SHIFT;
                 let next_rank = view.members.iter().map(|m| m.rank + 1).max().unwrap_or(0);
                 self.agent_of
-                    .insert(group, AgentGroup::new(view.clone(), next_rank));
+                    .insert(k.clone(), AgentGroup::new(view.clone(), next_rank));
                 self.takeovers += 1;
                 self.publish(&view, None);
             }
             if agent != self.node {
-                self.sync_group(group);
+                self.sync_group(&k);
             }
             return;
         }
         // Another number: the members move there as if they joined it.
-        self.agent_of.remove(&group);
+        self.agent_of.remove(&k);
         let members: Vec<MemberId> = self
             .joined
-            .range((group, 0)..=(group, MemberId::MAX))
-            .map(|(&(_, m), _)| m)
+            .range(joined_range(group, &name))
+            .map(|((_, _, m), _)| *m)
             .collect();
         for &m in &members {
-            self.joined.remove(&(group, m));
-            self.joined.insert((canonical, m), false);
+            self.joined.remove(&(group, name.clone(), m));
+            self.joined.insert((canonical, name.clone(), m), false);
         }
         self.repairs += members.len() as u64;
-        self.homes.remove(&group);
-        self.homes.insert(canonical, Home { name, agent });
-        if let Some(mut view) = self.views.remove(&group) {
+        self.homes.remove(&k);
+        let to = key(canonical, &name);
+        self.homes.insert(to.clone(), agent);
+        if let Some(mut view) = self.views.remove(&k) {
             let node = self.node;
             view.members.retain(|m| m.node != node);
             self.events
                 .push_back(GroupEvent::ViewChanged { group, view });
         }
         if agent != self.node {
-            self.sync_group(canonical);
+            self.sync_group(&to);
         }
     }
 

@@ -157,9 +157,11 @@ pub enum Message {
         name: String,
         members: Vec<MemberId>,
     },
-    /// The answer to a SYNC sent to a node that is not the group's agent.
+    /// The answer to a SYNC sent to a node that is not the agent of the
+    /// group (number and name: one number may carry two names for a while).
     NotAgent {
         group: GroupId,
+        name: String,
     },
     /// A member node whose agent answered NOT_AGENT asks the registry for
     /// the group's agent, offering itself if `stale` still holds the role.
@@ -170,9 +172,11 @@ pub enum Message {
         name: String,
     },
     /// The registry to an agent that must step down: another node holds the
-    /// role, or the name lives under another (`canonical`) number.
+    /// role, or the name lives under another (`canonical`) number. `name`
+    /// says which of the node's groups numbered `group` it is.
     Resign {
         group: GroupId,
+        name: String,
         canonical: GroupId,
         agent: NodeId,
     },
@@ -504,9 +508,10 @@ impl Message {
                     w.u64(*m);
                 }
             }
-            Message::NotAgent { group } => {
+            Message::NotAgent { group, name } => {
                 w.u8(16);
                 w.u32(*group);
+                w.str(name);
             }
             Message::Claim {
                 token,
@@ -522,11 +527,13 @@ impl Message {
             }
             Message::Resign {
                 group,
+                name,
                 canonical,
                 agent,
             } => {
                 w.u8(18);
                 w.u32(*group);
+                w.str(name);
                 w.u32(*canonical);
                 w.u32(*agent);
             }
@@ -681,7 +688,10 @@ impl Message {
                     members,
                 }
             }
-            16 => Message::NotAgent { group: r.u32()? },
+            16 => Message::NotAgent {
+                group: r.u32()?,
+                name: r.str()?,
+            },
             17 => Message::Claim {
                 token: r.u64()?,
                 group: r.u32()?,
@@ -690,6 +700,7 @@ impl Message {
             },
             18 => Message::Resign {
                 group: r.u32()?,
+                name: r.str()?,
                 canonical: r.u32()?,
                 agent: r.u32()?,
             },

@@ -162,7 +162,7 @@ fn message() -> impl Strategy<Value = Message> {
                 name,
                 members
             }),
-        any::<u32>().prop_map(|group| Message::NotAgent { group }),
+        (any::<u32>(), "[a-z]{1,20}").prop_map(|(group, name)| Message::NotAgent { group, name }),
         (any::<u64>(), any::<u32>(), any::<u32>(), "[a-z]{1,20}").prop_map(
             |(token, group, stale, name)| Message::Claim {
                 token,
@@ -171,13 +171,14 @@ fn message() -> impl Strategy<Value = Message> {
                 name
             }
         ),
-        (any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(group, canonical, agent)| {
-            Message::Resign {
+        (any::<u32>(), "[a-z]{1,20}", any::<u32>(), any::<u32>()).prop_map(
+            |(group, name, canonical, agent)| Message::Resign {
                 group,
+                name,
                 canonical,
                 agent,
             }
-        }),
+        ),
     ]
 }
 
