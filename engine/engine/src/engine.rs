@@ -98,14 +98,16 @@ pub struct EngineConfig {
     /// timers (a NAK's wait is tens of microseconds) fire on time rather than
     /// a scheduler's wake-up late. Zero sleeps to the deadline itself.
     pub deadline_spin: Duration,
-    /// Give the CPU up between busy-poll rounds (`sched_yield`) instead of
-    /// spinning on it. Free when no other thread wants the CPU (the call
-    /// returns at once); where polling threads outnumber CPUs it lets a
-    /// thread woken by a frame run now rather than when the spinner's
-    /// scheduler slice ends: four engines busy-polling on two vCPUs had a
-    /// one-way p50 of 3.2 ms without it and 15 µs with it
-    /// (docs/benchmarks.md). Turn it off only for a thread alone on an
-    /// isolated CPU, where it saves a system call per round.
+    /// Once a busy-poll has found no work for 10 µs, give the CPU up between
+    /// rounds (`sched_yield`) instead of spinning on it. Free when no other
+    /// thread wants the CPU (the call returns at once); where polling threads
+    /// outnumber CPUs it lets a thread woken by a frame run now rather than
+    /// when the spinner's scheduler slice ends: four engines busy-polling on
+    /// two vCPUs had a one-way p50 of 3.2 ms without it and 28 µs with it
+    /// (docs/benchmarks.md). The first 10 µs keep the CPU (yielding from the
+    /// first round put MAK's p99 at 10,000 msg/s and 1 % loss a few hundred
+    /// microseconds higher), so the default 20 µs spin barely yields. Turn it
+    /// off only for a thread alone on an isolated CPU.
     pub spin_yield: bool,
     /// Pin the thread that creates the engine to this CPU.
     pub cpu: Option<usize>,
@@ -391,6 +393,10 @@ fn tx_policy(machine: &AnySender) -> TxPolicy {
         _ => TxPolicy::InPlace,
     }
 }
+
+/// Idle busy-polling keeps the CPU this long before it starts yielding it
+/// ([`EngineConfig::spin_yield`]).
+const YIELD_AFTER_NS: u64 = 10_000;
 
 /// The polling engine over transport `T`.
 #[derive(Debug)]
@@ -1017,7 +1023,15 @@ impl<T: Transport> Engine<T> {
         let now = self.polled_at;
         let since = *self.idle_since.get_or_insert(now);
         if now - since < nanos(self.cfg.spin) {
-            self.spin_round();
+            // The first YIELD_AFTER of an idle spin keeps the CPU: the next
+            // frame of a stream is usually that close, and a thread that
+            // spins only that long before sleeping (the default) behaves as
+            // if it never yielded.
+            if now - since < YIELD_AFTER_NS {
+                std::hint::spin_loop();
+            } else {
+                self.spin_round();
+            }
             return Ok(());
         }
         let mut timeout = max_sleep

@@ -5,7 +5,7 @@
 //! A message to the sending node itself never reaches the wire.
 //!
 //! All integers are big-endian. `str` is a 1-byte length (0–255) followed by that
-//! many bytes of UTF-8. Every message is `version (u8) = 1`, `tag (u8)`, then the
+//! many bytes of UTF-8. Every message is `version (u8) = 2`, `tag (u8)`, then the
 //! fields of its tag, and nothing after them. A message is at most
 //! [`MAX_MESSAGE_LEN`] bytes.
 //!
@@ -57,8 +57,10 @@ use std::fmt;
 
 use crate::types::{GroupError, GroupId, GroupSummary, Member, MemberId, NameError, NodeId, View};
 
-/// The only version this code speaks.
-pub const VERSION: u8 = 1;
+/// The only version this code speaks. 2: NOT_AGENT and RESIGN carry the
+/// group's name (version 1's did not), so a node of an older build is refused
+/// with `unsupported group message version` instead of misread.
+pub const VERSION: u8 = 2;
 /// The longest message accepted (2 MiB).
 pub const MAX_MESSAGE_LEN: usize = 2 << 20;
 /// The longest string on the wire (a 1-byte length).

@@ -267,8 +267,14 @@ proptest! {
 fn wrong_version_unknown_tag_and_bad_values_are_rejected() {
     let good = Message::List { token: 7 }.encode();
     let mut v = good.clone();
-    v[0] = 2;
-    assert_eq!(Message::decode(&v), Err(DecodeError::UnsupportedVersion(2)));
+    v[0] = 1;
+    assert_eq!(
+        Message::decode(&v),
+        Err(DecodeError::UnsupportedVersion(1)),
+        "version 1 (NOT_AGENT and RESIGN without the name) is refused"
+    );
+    v[0] = 3;
+    assert_eq!(Message::decode(&v), Err(DecodeError::UnsupportedVersion(3)));
     assert_eq!(
         Message::decode(&[VERSION, 0]),
         Err(DecodeError::UnknownTag(0))

@@ -29,8 +29,9 @@ use crate::{GroupId, MacAddr, NodeId, Seq, WireError};
 pub const ETH_HEADER_LEN: usize = 14;
 /// Bytes of our fixed header, after the Ethernet header.
 pub const HEADER_LEN: usize = 44;
-/// The protocol version this build emits and accepts.
-pub const VERSION: u8 = 1;
+/// The protocol version this build emits and accepts. 2: the checksum covers
+/// the payload first (version 1 covered the header first).
+pub const VERSION: u8 = 2;
 
 /// Byte ranges of each field, from the start of the Ethernet frame.
 pub mod field {
@@ -454,7 +455,7 @@ mod tests {
         0x03, 0x00, 0x00, 0x00, 0x00, 0x07, // dst: group 7
         0x02, 0x00, 0x00, 0x00, 0x00, 0x01, // src: node 1
         0x88, 0xb5, // EtherType
-        0x01, 0x01, 0x00, 0x0d, // version 1, DATA, LAST|FRAG_FIRST|FRAG_LAST
+        0x02, 0x01, 0x00, 0x0d, // version 2, DATA, LAST|FRAG_FIRST|FRAG_LAST
         0x00, 0x00, 0x00, 0x07, // group 7
         0x00, 0x00, 0x00, 0x01, // src node 1
         0x00, 0x00, 0x00, 0x00, // peer 0
@@ -465,8 +466,8 @@ mod tests {
         0x00, 0x00, 0x4e, 0x20, // grtt 20000 ns
         0x00, 0x03, // group size 3
         0x00, 0x03, // payload length 3
-        0x1d, 0x8e, 0x82,
-        0x6e, // crc32c of "abc" then bytes 14..54 (checked against a bitwise reference)
+        0x7e, 0x22, 0xcb,
+        0xe2, // crc32c of "abc" then bytes 14..54 (checked against a bitwise reference)
         b'a', b'b', b'c',
     ];
 
