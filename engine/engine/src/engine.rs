@@ -98,17 +98,25 @@ pub struct EngineConfig {
     /// timers (a NAK's wait is tens of microseconds) fire on time rather than
     /// a scheduler's wake-up late. Zero sleeps to the deadline itself.
     pub deadline_spin: Duration,
-    /// Once a busy-poll has found no work for 10 µs, give the CPU up between
-    /// rounds (`sched_yield`) instead of spinning on it. Free when no other
-    /// thread wants the CPU (the call returns at once); where polling threads
-    /// outnumber CPUs it lets a thread woken by a frame run now rather than
-    /// when the spinner's scheduler slice ends: four engines busy-polling on
-    /// two vCPUs had a one-way p50 of 3.2 ms without it and 28 µs with it
-    /// (docs/benchmarks.md). The first 10 µs keep the CPU (yielding from the
-    /// first round put MAK's p99 at 10,000 msg/s and 1 % loss a few hundred
-    /// microseconds higher), so the default 20 µs spin barely yields. Turn it
+    /// Give the CPU up between busy-poll rounds that find no work
+    /// (`sched_yield`) instead of spinning on it, once `spin_yield_after`
+    /// has passed without work. Free when no other thread wants the CPU (the
+    /// call returns at once); where polling threads outnumber CPUs it lets a
+    /// thread woken by a frame run now rather than when the spinner's
+    /// scheduler slice ends: four engines busy-polling on two vCPUs had a
+    /// one-way p50 of 3.2 ms without it and 15 µs with it, and MAK's
+    /// throughput there rose by about a fifth (docs/benchmarks.md). Turn it
     /// off only for a thread alone on an isolated CPU.
     pub spin_yield: bool,
+    /// How long an idle busy-poll keeps the CPU before it starts yielding
+    /// (with `spin_yield`). Zero, the default, yields from the first empty
+    /// round: best for throughput where threads outnumber CPUs, since a
+    /// receiver between two frames lets the sender run. 10 µs keeps the CPU
+    /// across the short gaps of a stream: in alternating runs on two vCPUs it
+    /// put MAK's p99 at 10,000 msg/s and 1 % loss lower (1,085 µs against
+    /// 1,265 µs for never yielding, about 1.7 ms for yielding at once; the
+    /// host's own swing is as large) but cost MAK a tenth of its throughput.
+    pub spin_yield_after: Duration,
     /// Pin the thread that creates the engine to this CPU.
     pub cpu: Option<usize>,
     /// Largest message accepted and reassembled.
@@ -139,6 +147,7 @@ impl EngineConfig {
             max_sleep: Duration::from_millis(1),
             deadline_spin: Duration::from_micros(50),
             spin_yield: true,
+            spin_yield_after: Duration::ZERO,
             cpu: None,
             max_message: 1 << 20,
             max_queued_frames: 256,
@@ -393,10 +402,6 @@ fn tx_policy(machine: &AnySender) -> TxPolicy {
         _ => TxPolicy::InPlace,
     }
 }
-
-/// Idle busy-polling keeps the CPU this long before it starts yielding it
-/// ([`EngineConfig::spin_yield`]).
-const YIELD_AFTER_NS: u64 = 10_000;
 
 /// The polling engine over transport `T`.
 #[derive(Debug)]
@@ -1023,11 +1028,8 @@ impl<T: Transport> Engine<T> {
         let now = self.polled_at;
         let since = *self.idle_since.get_or_insert(now);
         if now - since < nanos(self.cfg.spin) {
-            // The first YIELD_AFTER of an idle spin keeps the CPU: the next
-            // frame of a stream is usually that close, and a thread that
-            // spins only that long before sleeping (the default) behaves as
-            // if it never yielded.
-            if now - since < YIELD_AFTER_NS {
+            // `spin_yield_after` of an idle spin keeps the CPU.
+            if now - since < nanos(self.cfg.spin_yield_after) {
                 std::hint::spin_loop();
             } else {
                 self.spin_round();
