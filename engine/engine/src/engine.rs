@@ -1669,21 +1669,17 @@ impl<T: Transport> Engine<T> {
             TxBody::Buf(b) => {
                 let b = b.0;
                 let place = self.place[b as usize];
+                // The payload's CRC, kept since publish wrote it (a copy for
+                // CopyPerTransmit carries the same payload).
+                let crc = self.payload_crc[b as usize];
+                let addr = (dst, src, ethertype);
                 let policy = self
                     .group_index(t.header.group)
                     .and_then(|gi| self.groups[gi].sender.as_ref())
                     .map_or(TxPolicy::InPlace, |s| s.policy);
                 match (policy, place) {
                     (TxPolicy::InPlace, Place::Machine) => {
-                        let crc = self.payload_crc[b as usize];
-                        let len = emit_published(
-                            self.transport.frame_mut(b),
-                            dst,
-                            src,
-                            ethertype,
-                            &t,
-                            crc,
-                        )?;
+                        let len = emit_published(self.transport.frame_mut(b), addr, &t, crc)?;
                         self.place[b as usize] = Place::Staged {
                             keep: true,
                             back: true,
@@ -1707,15 +1703,7 @@ impl<T: Transport> Engine<T> {
                         let n = usize::from(t.header.payload_len);
                         self.transport
                             .copy_between(b, f, FRAME_OVERHEAD..FRAME_OVERHEAD + n);
-                        let crc = self.payload_crc[b as usize];
-                        let len = emit_published(
-                            self.transport.frame_mut(f),
-                            dst,
-                            src,
-                            ethertype,
-                            &t,
-                            crc,
-                        )?;
+                        let len = emit_published(self.transport.frame_mut(f), addr, &t, crc)?;
                         self.counters.tx_payload_copies += 1;
                         self.place[f as usize] = Place::Staged {
                             keep: false,
@@ -1816,12 +1804,11 @@ fn emit(
     Ok(len as u32)
 }
 
-/// [`emit`] for a frame a publish wrote, whose payload CRC it kept.
+/// [`emit`] for a frame a publish wrote, whose payload CRC it kept; `addr`
+/// is (destination, source, EtherType).
 fn emit_published(
     buf: &mut [u8],
-    dst: MacAddr,
-    src: MacAddr,
-    ethertype: u16,
+    (dst, src, ethertype): (MacAddr, MacAddr, u16),
     t: &Transmit,
     payload_crc: u32,
 ) -> Result<u32, EngineError> {
