@@ -33,7 +33,7 @@ use mcast_wire::{
 
 use crate::harness::netns::{Netns, Topology};
 use crate::harness::runs::{run_nodes, xdp};
-use crate::harness::scenario::{self, Spec, GROUP, SENDER};
+use crate::harness::scenario::{self, Spec, Tuning, GROUP, SENDER};
 use crate::sys::monotonic_ns;
 use crate::{
     Algorithm, Engine, EngineConfig, GroupOptions, PublishError, StreamStart, Transport, TxDesc,
@@ -195,13 +195,21 @@ pub fn run_xdp(cfg: &XdpBenchConfig, mut progress: impl FnMut(&str)) -> Result<X
         info.get_or_insert(i);
         progress(&line("blast", &b));
         throughput.push(b);
-        let m = protocol(&topo, Algorithm::Mak, 3, n, len, loss);
+        let m = protocol(&topo, Algorithm::Mak, 3, n, len, loss, Tuning::default());
         progress(&line("mak", &m));
         throughput.push(m);
         let (u, _) = blast(&topo, &[&one[0]], one[0].mac, n, len, loss);
         progress(&line("unicast-blast", &u));
         throughput.push(u);
-        let g = protocol(&topo, Algorithm::Iterative, 1, n, len, loss);
+        let g = protocol(
+            &topo,
+            Algorithm::Iterative,
+            1,
+            n,
+            len,
+            loss,
+            Tuning::default(),
+        );
         progress(&line("gbn", &g));
         throughput.push(g);
     }
@@ -279,22 +287,23 @@ pub fn run_xdp(cfg: &XdpBenchConfig, mut progress: impl FnMut(&str)) -> Result<X
 
 /// One throughput measurement on an existing topology, by the name the
 /// report uses ("blast", "mak", "unicast-blast" or "gbn"): what `run_xdp`
-/// does for each row, for profiling one phase at a time
-/// (`engine/engine/examples/xdp_phase.rs`).
+/// does for each row, for profiling one phase at a time and comparing
+/// engine settings (`tuning`; `engine/engine/examples/xdp_phase.rs`).
 pub fn throughput_run(
     topo: &Topology,
     name: &str,
     messages: usize,
     len: usize,
     loss: f64,
+    tuning: Tuning,
 ) -> Result<Throughput, String> {
     let all: Vec<&Netns> = topo.receivers.iter().collect();
     let one = &topo.receivers[0];
     Ok(match name {
         "blast" => blast(topo, &all, group_mac(GROUP), messages, len, loss).0,
         "unicast-blast" => blast(topo, &[one], one.mac, messages, len, loss).0,
-        "mak" => protocol(topo, Algorithm::Mak, 3, messages, len, loss),
-        "gbn" => protocol(topo, Algorithm::Iterative, 1, messages, len, loss),
+        "mak" => protocol(topo, Algorithm::Mak, 3, messages, len, loss, tuning),
+        "gbn" => protocol(topo, Algorithm::Iterative, 1, messages, len, loss, tuning),
         other => return Err(format!("unknown throughput run {other:?}")),
     })
 }
@@ -511,6 +520,7 @@ fn spec(
         fence: false,
         deadline: Duration::from_secs(300),
         fixed_len: Some(len),
+        tuning: Default::default(),
     }
 }
 
@@ -522,8 +532,10 @@ fn protocol(
     messages: usize,
     len: usize,
     loss: f64,
+    tuning: Tuning,
 ) -> Throughput {
     let mut spec = spec(topo, algorithm, receivers, messages, len, loss);
+    spec.tuning = tuning;
     if algorithm == Algorithm::Mak {
         // 4,096 frames (28 ms at 150,000 frames/s) against 2,048: MAK at 1 %
         // loss over MAK at 0 % rose from a median of 0.65 to 0.77 over four

@@ -67,6 +67,7 @@ fn spec(algorithm: Algorithm, messages: usize, loss: f64) -> Spec {
         window_frames: 512,
         fence: false,
         fixed_len: None,
+        tuning: Default::default(),
         deadline: Duration::from_secs(60),
     }
 }

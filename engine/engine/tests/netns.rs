@@ -51,6 +51,7 @@ fn spec(topo: &Topology, algorithm: Algorithm, messages: usize, loss: f64) -> Sp
         window_frames: 512,
         fence: false,
         fixed_len: None,
+        tuning: Default::default(),
         deadline: Duration::from_secs(if messages > 20_000 { 900 } else { 120 }),
     }
 }

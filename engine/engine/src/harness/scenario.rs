@@ -32,6 +32,18 @@ pub struct Spec {
     pub deadline: Duration,
     /// Every message this long instead of the mixed sizes.
     pub fixed_len: Option<usize>,
+    /// Engine settings changed from the defaults.
+    pub tuning: Tuning,
+}
+
+/// Engine settings a run changes from the defaults, to compare them on one
+/// topology (`engine/engine/examples/xdp_phase.rs`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tuning {
+    /// Go-Back-N's acknowledgment policy.
+    pub gbn_ack_policy: Option<mcast_proto::gbn::AckPolicy>,
+    /// [`EngineConfig::spin_yield_after`].
+    pub spin_yield_after: Option<Duration>,
 }
 
 impl Spec {
@@ -109,6 +121,12 @@ pub fn config(spec: &Spec, node: NodeId) -> EngineConfig {
     // The protocol timers are the defaults: they measure the round trips of
     // this noisy 2-vCPU machine (four engines at once) and of capped links.
     c.spin = Duration::from_micros(10);
+    if let Some(p) = spec.tuning.gbn_ack_policy {
+        c.protocol.gbn.ack_policy = p;
+    }
+    if let Some(d) = spec.tuning.spin_yield_after {
+        c.spin_yield_after = d;
+    }
     c
 }
 
