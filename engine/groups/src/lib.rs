@@ -89,6 +89,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 pub mod detector;
+pub mod flush;
 pub mod liveness;
 mod types;
 pub mod wire;

@@ -1,0 +1,876 @@
+//! Agreement among the survivors on what a departed sender sent: the
+//! flush of virtual synchrony, for one sender's data stream in one group.
+//!
+//! Every receiver delivers a sender's stream in order, so what a member has
+//! delivered from sender X is a prefix of X's stream, ending before its
+//! `next` sequence number. When X leaves the view (it failed, was evicted or
+//! left), the prefixes of the survivors may differ: X may have died with
+//! frames that reached some members and not others. The flush makes every
+//! survivor deliver the longest prefix any survivor delivered:
+//!
+//! 1. Each survivor closes its receive stream from X and sends every other
+//!    survivor a *state*: its `next` for X's stream (or none if it had no
+//!    stream from X).
+//! 2. A survivor that hears a state behind its own sends that peer the
+//!    frames it lacks, from the peer's `next` to its own, over the reliable
+//!    links.
+//! 3. A survivor delivers a flushed frame if it is exactly its `next` (a
+//!    frame sent by two peers is taken once) and serves it on to any peer
+//!    still behind.
+//! 4. The flush is over when every survivor has reported and this node has
+//!    caught up with every report, or a survivor leaves the view too, or the
+//!    deadline passes (counted: the survivors may then differ).
+//!
+//! Why keeping the last `window_frames` delivered frames ([`Retained`])
+//! suffices: a sender never has more than `window_frames` frames that some
+//! member has not acknowledged, so any frame more than a window behind what
+//! this node delivered has been acknowledged, and therefore delivered, by
+//! every member. No wire field is needed to tell receivers what is stable.
+//!
+//! No I/O, no clock: time (ns) is an argument.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use mcast_wire::Seq;
+
+use crate::{GroupId, NodeId};
+
+/// Identifies one sender's stream in one group: the flush of that stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FlushKey {
+    pub group: GroupId,
+    pub sender: NodeId,
+    /// The sender's session epoch (its stream start's epoch).
+    pub epoch: u32,
+}
+
+/// One frame of the sender's stream, as it was delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlushFrame {
+    pub seq: Seq,
+    /// The first fragment of a message.
+    pub first: bool,
+    /// The last fragment of a message.
+    pub last: bool,
+    pub data: Vec<u8>,
+}
+
+/// What a flush sends to a peer (over the reliable links).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlushMsg {
+    /// This node's `next` for the stream: what it has delivered ends before
+    /// it. `None`: no stream from that sender here.
+    State { key: FlushKey, next: Option<Seq> },
+    /// A frame the peer lacks.
+    Data { key: FlushKey, frame: FlushFrame },
+}
+
+/// How a flush ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every survivor reported and this node holds everything any delivered.
+    Agreed {
+        /// Frames this node delivered from the flush.
+        recovered: u64,
+    },
+    /// The deadline passed first; `waiting` survivors had not reported, or
+    /// this node was still behind a report.
+    TimedOut { waiting: usize, recovered: u64 },
+}
+
+/// What happened to a peer's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateTaken {
+    /// Applied to this node's flush of the stream.
+    Applied,
+    /// Kept until this node starts the flush of that stream (its view
+    /// without the sender has not arrived yet).
+    Held,
+    /// This node has no flush of that stream and never will: the caller
+    /// answers with a state of `None`.
+    Unknown,
+}
+
+/// The last frames delivered from one sender, kept for a flush. At most
+/// `max_frames` frames (one window); payload bytes in one ring, so keeping a
+/// frame is one copy and no allocation once the ring has grown.
+#[derive(Debug)]
+pub struct Retained {
+    meta: VecDeque<Meta>,
+    bytes: VecDeque<u8>,
+    max_frames: usize,
+    next: Option<Seq>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    seq: Seq,
+    first: bool,
+    last: bool,
+    len: u32,
+}
+
+impl Retained {
+    /// Keeps the last `max_frames` frames (at least one).
+    pub fn new(max_frames: u32) -> Retained {
+        Retained {
+            meta: VecDeque::new(),
+            bytes: VecDeque::new(),
+            max_frames: (max_frames as usize).max(1),
+            next: None,
+        }
+    }
+
+    /// A frame delivered in order. A frame that does not follow the last one
+    /// (the stream was opened again elsewhere) starts the record afresh.
+    pub fn push(&mut self, seq: Seq, first: bool, last: bool, data: &[u8]) {
+        if self.next.is_some_and(|n| n != seq) {
+            self.meta.clear();
+            self.bytes.clear();
+        }
+        if self.meta.len() == self.max_frames {
+            let old = self.meta.pop_front().expect("full");
+            self.bytes.drain(..old.len as usize);
+        }
+        self.bytes.extend(data);
+        self.meta.push_back(Meta {
+            seq,
+            first,
+            last,
+            len: data.len() as u32,
+        });
+        self.next = Some(seq.next());
+    }
+
+    /// The sequence number after the last frame delivered, if any was.
+    pub fn next(&self) -> Option<Seq> {
+        self.next
+    }
+
+    /// Frames kept.
+    pub fn frames(&self) -> usize {
+        self.meta.len()
+    }
+
+    /// Payload bytes kept.
+    pub fn bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// True when every frame from `from` to the last is kept.
+    pub fn covers(&self, from: Seq) -> bool {
+        match (self.meta.front(), self.next) {
+            (Some(m), Some(next)) => !from.before(m.seq) && !from.after(next),
+            (None, Some(next)) => from == next,
+            _ => false,
+        }
+    }
+
+    /// Copies of the frames from `from` to the last (empty unless
+    /// [`Retained::covers`] `from`).
+    pub fn frames_from(&self, from: Seq) -> Vec<FlushFrame> {
+        if !self.covers(from) {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut offset = 0usize;
+        for m in &self.meta {
+            let len = m.len as usize;
+            if !m.seq.before(from) {
+                out.push(FlushFrame {
+                    seq: m.seq,
+                    first: m.first,
+                    last: m.last,
+                    data: self.bytes.range(offset..offset + len).copied().collect(),
+                });
+            }
+            offset += len;
+        }
+        out
+    }
+}
+
+/// One stream's flush at this node.
+#[derive(Debug)]
+struct Flush {
+    key: FlushKey,
+    kept: Retained,
+    peers: BTreeMap<NodeId, Peer>,
+    deadline: u64,
+    recovered: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Peer {
+    /// `None` until the peer's state arrives.
+    reported: Option<Option<Seq>>,
+    /// Frames before this have been sent to the peer.
+    sent_to: Option<Seq>,
+}
+
+impl Flush {
+    fn on_state(&mut self, from: NodeId, next: Option<Seq>, out: &mut Vec<(NodeId, FlushMsg)>) {
+        let Some(p) = self.peers.get_mut(&from) else {
+            return;
+        };
+        p.reported = Some(next);
+        self.serve(out);
+    }
+
+    /// Sends every reported peer that is behind the frames it lacks.
+    fn serve(&mut self, out: &mut Vec<(NodeId, FlushMsg)>) {
+        let Some(mine) = self.kept.next() else {
+            return;
+        };
+        for (&node, p) in &mut self.peers {
+            let Some(Some(theirs)) = p.reported else {
+                continue;
+            };
+            let from = p.sent_to.map_or(theirs, |s| s.max(theirs));
+            if !from.before(mine) || !self.kept.covers(from) {
+                continue;
+            }
+            for frame in self.kept.frames_from(from) {
+                out.push((
+                    node,
+                    FlushMsg::Data {
+                        key: self.key,
+                        frame,
+                    },
+                ));
+            }
+            p.sent_to = Some(mine);
+        }
+    }
+
+    fn on_data(&mut self, frame: &FlushFrame, out: &mut Vec<(NodeId, FlushMsg)>) -> bool {
+        if self.kept.next() != Some(frame.seq) {
+            return false;
+        }
+        self.kept
+            .push(frame.seq, frame.first, frame.last, &frame.data);
+        self.recovered += 1;
+        self.serve(out);
+        true
+    }
+
+    fn waiting(&self) -> usize {
+        let mine = self.kept.next();
+        self.peers
+            .values()
+            .filter(|p| match p.reported {
+                None => true,
+                Some(None) => false,
+                Some(Some(theirs)) => mine.is_some_and(|m| m.before(theirs)),
+            })
+            .count()
+    }
+
+    fn outcome(&self, now: u64) -> Option<Outcome> {
+        let waiting = self.waiting();
+        if waiting == 0 {
+            Some(Outcome::Agreed {
+                recovered: self.recovered,
+            })
+        } else if now >= self.deadline {
+            Some(Outcome::TimedOut {
+                waiting,
+                recovered: self.recovered,
+            })
+        } else {
+            None
+        }
+    }
+}
+
+/// Counters of every flush at this node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlushCounters {
+    pub started: u64,
+    pub agreed: u64,
+    pub timed_out: u64,
+    /// Frames delivered from flushes (a survivor had them, this node not).
+    pub frames_recovered: u64,
+    /// Frames sent to survivors that lacked them.
+    pub frames_served: u64,
+    /// States kept because they came before this node's own view change.
+    pub states_held: u64,
+}
+
+/// States held at most (from peers whose view change came first).
+pub const MAX_HELD_STATES: usize = 4096;
+
+/// Every flush of this node, keyed by group and sender (one at a time per
+/// stream: a sender's newer epoch replaces an older flush).
+#[derive(Debug, Default)]
+pub struct Flushes {
+    active: BTreeMap<(GroupId, NodeId), Flush>,
+    held: VecDeque<(NodeId, FlushKey, Option<Seq>)>,
+    counters: FlushCounters,
+}
+
+impl Flushes {
+    pub fn new() -> Flushes {
+        Flushes::default()
+    }
+
+    /// `key.sender` left the view of `key.group`: this node's receive stream
+    /// from it is closed, having delivered `kept` (`None`: there was no
+    /// stream). Sends this node's state to each of `survivors` (the other
+    /// member nodes of both the old and the new view) and applies the
+    /// states that came early.
+    pub fn start(
+        &mut self,
+        key: FlushKey,
+        kept: Option<Retained>,
+        survivors: &[NodeId],
+        deadline: u64,
+        out: &mut Vec<(NodeId, FlushMsg)>,
+    ) {
+        let before = out.len();
+        let kept = kept.unwrap_or_else(|| Retained::new(1));
+        let next = kept.next();
+        let mut flush = Flush {
+            key,
+            kept,
+            peers: survivors.iter().map(|&n| (n, Peer::default())).collect(),
+            deadline,
+            recovered: 0,
+        };
+        for &n in survivors {
+            out.push((n, FlushMsg::State { key, next }));
+        }
+        let mut early = Vec::new();
+        self.held.retain(|&(from, k, next)| {
+            if k == key {
+                early.push((from, next));
+                false
+            } else {
+                true
+            }
+        });
+        for (from, next) in early {
+            flush.on_state(from, next, out);
+        }
+        self.counters.started += 1;
+        self.active.insert((key.group, key.sender), flush);
+        self.count_served(out, before);
+    }
+
+    /// A peer's state. `has_stream`: this node still has a receive stream
+    /// from `key.sender` in `key.group` (so its own view change is still on
+    /// its way and the state is held for it).
+    pub fn on_state(
+        &mut self,
+        from: NodeId,
+        key: FlushKey,
+        next: Option<Seq>,
+        has_stream: bool,
+        out: &mut Vec<(NodeId, FlushMsg)>,
+    ) -> StateTaken {
+        if let Some(f) = self.active.get_mut(&(key.group, key.sender)) {
+            // Another epoch of the sender's stream: nothing in common.
+            let next = if f.key.epoch == key.epoch { next } else { None };
+            let before = out.len();
+            f.on_state(from, next, out);
+            self.count_served(out, before);
+            return StateTaken::Applied;
+        }
+        if !has_stream {
+            return StateTaken::Unknown;
+        }
+        if self.held.len() >= MAX_HELD_STATES {
+            self.held.pop_front();
+        }
+        self.held.push_back((from, key, next));
+        self.counters.states_held += 1;
+        StateTaken::Held
+    }
+
+    /// A flushed frame from a peer. True when the caller must deliver it
+    /// (it is the next frame of the stream here); a duplicate or a frame of
+    /// no active flush is ignored.
+    pub fn on_data(
+        &mut self,
+        key: FlushKey,
+        frame: &FlushFrame,
+        out: &mut Vec<(NodeId, FlushMsg)>,
+    ) -> bool {
+        let Some(f) = self.active.get_mut(&(key.group, key.sender)) else {
+            return false;
+        };
+        if f.key != key {
+            return false;
+        }
+        let before = out.len();
+        let take = f.on_data(frame, out);
+        self.count_served(out, before);
+        if take {
+            self.counters.frames_recovered += 1;
+        }
+        take
+    }
+
+    /// `node` left the view of `group` too: no flush of the group waits for it.
+    pub fn peer_gone(&mut self, group: GroupId, node: NodeId) {
+        for ((g, _), f) in &mut self.active {
+            if *g == group {
+                f.peers.remove(&node);
+            }
+        }
+    }
+
+    /// Forgets every flush of `group` (this node no longer carries it).
+    pub fn forget_group(&mut self, group: GroupId) {
+        self.active.retain(|(g, _), _| *g != group);
+        self.held.retain(|(_, k, _)| k.group != group);
+    }
+
+    /// True while a flush of `group` is under way.
+    pub fn pending_in(&self, group: GroupId) -> bool {
+        self.active.keys().any(|(g, _)| *g == group)
+    }
+
+    /// The next flush that ended, removed.
+    pub fn poll_done(&mut self, now: u64) -> Option<(FlushKey, Outcome)> {
+        let (&k, outcome) = self
+            .active
+            .iter()
+            .find_map(|(k, f)| f.outcome(now).map(|o| (k, o)))?;
+        let f = self.active.remove(&k).expect("found");
+        match outcome {
+            Outcome::Agreed { .. } => self.counters.agreed += 1,
+            Outcome::TimedOut { .. } => self.counters.timed_out += 1,
+        }
+        Some((f.key, outcome))
+    }
+
+    /// The earliest deadline of the flushes under way.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.active.values().map(|f| f.deadline).min()
+    }
+
+    pub fn counters(&self) -> FlushCounters {
+        self.counters
+    }
+
+    /// Counts the frames queued for peers in `out` since `before`.
+    fn count_served(&mut self, out: &[(NodeId, FlushMsg)], before: usize) {
+        let n = out[before..]
+            .iter()
+            .filter(|(_, m)| matches!(m, FlushMsg::Data { .. }))
+            .count();
+        self.counters.frames_served += n as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: FlushKey = FlushKey {
+        group: 7,
+        sender: 9,
+        epoch: 3,
+    };
+
+    /// Frames `from..to` of the sender's stream, each one byte: its seq's low byte.
+    fn kept(from: u32, to: u32, window: u32) -> Retained {
+        let mut r = Retained::new(window);
+        for s in from..to {
+            r.push(Seq(s), s % 2 == 0, s % 2 == 1, &[s as u8, 0xee]);
+        }
+        r
+    }
+
+    /// Survivors 1, 2, 3 with what each delivered; runs the flush to the end
+    /// and returns what each delivered from it, in order.
+    struct Net {
+        nodes: BTreeMap<NodeId, Flushes>,
+        queue: VecDeque<(NodeId, NodeId, FlushMsg)>,
+        delivered: BTreeMap<NodeId, Vec<Seq>>,
+        /// Nodes whose messages are lost (crashed mid-flush).
+        dead: Vec<NodeId>,
+    }
+
+    impl Net {
+        fn new(prefixes: &[(NodeId, Option<Retained>)]) -> Net {
+            let all: Vec<NodeId> = prefixes.iter().map(|p| p.0).collect();
+            let mut net = Net {
+                nodes: BTreeMap::new(),
+                queue: VecDeque::new(),
+                delivered: BTreeMap::new(),
+                dead: Vec::new(),
+            };
+            for (n, _) in prefixes {
+                net.nodes.insert(*n, Flushes::new());
+                net.delivered.insert(*n, Vec::new());
+            }
+            let mut prefixes: Vec<_> = prefixes
+                .iter()
+                .map(|(n, k)| (*n, k.as_ref().map(copy)))
+                .collect();
+            for (n, k) in prefixes.drain(..) {
+                let others: Vec<NodeId> = all.iter().copied().filter(|&o| o != n).collect();
+                let mut out = Vec::new();
+                net.nodes
+                    .get_mut(&n)
+                    .unwrap()
+                    .start(KEY, k, &others, 1_000, &mut out);
+                net.send(n, out);
+            }
+            net
+        }
+
+        fn send(&mut self, from: NodeId, out: Vec<(NodeId, FlushMsg)>) {
+            if self.dead.contains(&from) {
+                return;
+            }
+            for (to, m) in out {
+                self.queue.push_back((from, to, m));
+            }
+        }
+
+        fn run(&mut self) {
+            let mut steps = 0;
+            while let Some((from, to, m)) = self.queue.pop_front() {
+                steps += 1;
+                assert!(steps < 10_000, "the flush never quiesces");
+                if self.dead.contains(&to) {
+                    continue;
+                }
+                let mut out = Vec::new();
+                let f = self.nodes.get_mut(&to).unwrap();
+                match m {
+                    FlushMsg::State { key, next } => {
+                        f.on_state(from, key, next, false, &mut out);
+                    }
+                    FlushMsg::Data { key, frame } => {
+                        if f.on_data(key, &frame, &mut out) {
+                            self.delivered.get_mut(&to).unwrap().push(frame.seq);
+                        }
+                    }
+                }
+                self.send(to, out);
+            }
+        }
+    }
+
+    fn copy(r: &Retained) -> Retained {
+        let mut c = Retained::new(r.max_frames as u32);
+        if let Some(first) = r.meta.front() {
+            for f in r.frames_from(first.seq) {
+                c.push(f.seq, f.first, f.last, &f.data);
+            }
+        }
+        c
+    }
+
+    fn seqs(from: u32, to: u32) -> Vec<Seq> {
+        (from..to).map(Seq).collect()
+    }
+
+    #[test]
+    fn retained_keeps_the_last_window_in_order() {
+        let r = kept(0, 10, 4);
+        assert_eq!(r.frames(), 4);
+        assert_eq!(r.bytes(), 8);
+        assert_eq!(r.next(), Some(Seq(10)));
+        assert!(r.covers(Seq(6)) && r.covers(Seq(10)));
+        assert!(!r.covers(Seq(5)), "frame 5 fell out of the window");
+        assert!(!r.covers(Seq(11)));
+        let f = r.frames_from(Seq(8));
+        assert_eq!(f.len(), 2);
+        assert_eq!(
+            f[0],
+            FlushFrame {
+                seq: Seq(8),
+                first: true,
+                last: false,
+                data: vec![8, 0xee]
+            }
+        );
+        assert_eq!(f[1].data, vec![9, 0xee]);
+        assert!(r.frames_from(Seq(2)).is_empty(), "not covered: nothing");
+        // A frame that does not follow starts afresh.
+        let mut r = r;
+        r.push(Seq(50), true, true, b"x");
+        assert_eq!((r.frames(), r.bytes(), r.next()), (1, 1, Some(Seq(51))));
+        assert!(!r.covers(Seq(9)));
+    }
+
+    #[test]
+    fn retained_crosses_the_sequence_wrap() {
+        let mut r = Retained::new(8);
+        for i in 0..6u32 {
+            r.push(Seq(u32::MAX - 2).add(i), true, true, &[i as u8]);
+        }
+        assert!(r.covers(Seq(u32::MAX)));
+        let f = r.frames_from(Seq(u32::MAX));
+        assert_eq!(
+            f.iter().map(|f| f.data[0]).collect::<Vec<_>>(),
+            vec![2, 3, 4, 5]
+        );
+        assert_eq!(r.next(), Some(Seq(3)));
+    }
+
+    #[test]
+    fn every_survivor_ends_with_the_longest_prefix() {
+        let mut net = Net::new(&[
+            (1, Some(kept(0, 10, 64))),
+            (2, Some(kept(0, 14, 64))),
+            (3, Some(kept(0, 7, 64))),
+        ]);
+        net.run();
+        assert_eq!(net.delivered[&1], seqs(10, 14));
+        assert_eq!(net.delivered[&2], Vec::<Seq>::new());
+        assert_eq!(net.delivered[&3], seqs(7, 14), "once each, in order");
+        for (n, f) in &mut net.nodes {
+            let done = f.poll_done(0);
+            let recovered = net.delivered[n].len() as u64;
+            assert_eq!(done, Some((KEY, Outcome::Agreed { recovered })), "node {n}");
+            assert!(!f.pending_in(KEY.group));
+        }
+        let served: u64 = net.nodes.values().map(|f| f.counters().frames_served).sum();
+        let recovered: u64 = net
+            .nodes
+            .values()
+            .map(|f| f.counters().frames_recovered)
+            .sum();
+        assert_eq!(recovered, 4 + 7);
+        assert!(
+            served >= recovered,
+            "{served} served for {recovered} recovered"
+        );
+    }
+
+    #[test]
+    fn the_frames_keep_their_bytes_and_fragment_flags() {
+        let mut net = Net::new(&[(1, Some(kept(0, 3, 64))), (2, Some(kept(0, 6, 64)))]);
+        // Capture what node 1 receives instead of delivering it.
+        let mut got = Vec::new();
+        while let Some((from, to, m)) = net.queue.pop_front() {
+            let mut out = Vec::new();
+            let f = net.nodes.get_mut(&to).unwrap();
+            match &m {
+                FlushMsg::State { key, next } => {
+                    f.on_state(from, *key, *next, false, &mut out);
+                }
+                FlushMsg::Data { key, frame } => {
+                    if f.on_data(*key, frame, &mut out) {
+                        got.push(frame.clone());
+                    }
+                }
+            }
+            net.send(to, out);
+        }
+        let want = kept(0, 6, 64).frames_from(Seq(3));
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_survivor_without_the_stream_reports_none_and_is_sent_nothing() {
+        let mut net = Net::new(&[
+            (1, None),
+            (2, Some(kept(0, 5, 64))),
+            (3, Some(kept(0, 5, 64))),
+        ]);
+        net.run();
+        assert!(net.delivered.values().all(Vec::is_empty));
+        for f in net.nodes.values_mut() {
+            assert_eq!(
+                f.poll_done(0),
+                Some((KEY, Outcome::Agreed { recovered: 0 }))
+            );
+            assert_eq!(f.counters().frames_served, 0);
+        }
+    }
+
+    #[test]
+    fn a_state_before_this_nodes_view_change_is_held_and_applied_at_start() {
+        let mut f = Flushes::new();
+        let mut out = Vec::new();
+        // Node 2 is ahead and reports first; we still receive from the sender.
+        let taken = f.on_state(2, KEY, Some(Seq(8)), true, &mut out);
+        assert_eq!(taken, StateTaken::Held);
+        assert!(out.is_empty());
+        // No stream and no flush: the caller answers None.
+        let other = FlushKey { sender: 4, ..KEY };
+        assert_eq!(
+            f.on_state(2, other, Some(Seq(1)), false, &mut out),
+            StateTaken::Unknown
+        );
+        f.start(KEY, Some(kept(0, 5, 64)), &[2], 1_000, &mut out);
+        assert_eq!(
+            out,
+            vec![(
+                2,
+                FlushMsg::State {
+                    key: KEY,
+                    next: Some(Seq(5))
+                }
+            )]
+        );
+        assert_eq!(
+            f.poll_done(0),
+            None,
+            "behind node 2's report: waits for its frames"
+        );
+        let mut out = Vec::new();
+        for s in 5..7 {
+            let frame = FlushFrame {
+                seq: Seq(s),
+                first: true,
+                last: true,
+                data: vec![s as u8],
+            };
+            assert!(f.on_data(KEY, &frame, &mut out));
+            assert!(
+                !f.on_data(KEY, &frame, &mut out),
+                "a duplicate is taken once"
+            );
+        }
+        assert_eq!(
+            f.poll_done(0),
+            None,
+            "still one frame behind (node 2 delivered up to 7)"
+        );
+        let frame = FlushFrame {
+            seq: Seq(8),
+            first: true,
+            last: true,
+            data: vec![],
+        };
+        assert!(
+            !f.on_data(KEY, &frame, &mut out),
+            "a frame after a gap is not delivered"
+        );
+        let frame = FlushFrame {
+            seq: Seq(7),
+            first: true,
+            last: true,
+            data: vec![],
+        };
+        assert!(f.on_data(KEY, &frame, &mut out));
+        assert_eq!(
+            f.poll_done(0),
+            Some((KEY, Outcome::Agreed { recovered: 3 }))
+        );
+        assert_eq!(f.counters().states_held, 1);
+    }
+
+    #[test]
+    fn another_epoch_of_the_sender_has_nothing_in_common() {
+        let mut f = Flushes::new();
+        let mut out = Vec::new();
+        f.start(KEY, Some(kept(0, 5, 64)), &[2], 1_000, &mut out);
+        out.clear();
+        let newer = FlushKey {
+            epoch: KEY.epoch + 1,
+            ..KEY
+        };
+        assert_eq!(
+            f.on_state(2, newer, Some(Seq(1)), false, &mut out),
+            StateTaken::Applied
+        );
+        assert!(out.is_empty(), "nothing sent to a peer of another epoch");
+        assert_eq!(
+            f.poll_done(0),
+            Some((KEY, Outcome::Agreed { recovered: 0 }))
+        );
+        let frame = FlushFrame {
+            seq: Seq(5),
+            first: true,
+            last: true,
+            data: vec![],
+        };
+        assert!(!f.on_data(newer, &frame, &mut out));
+    }
+
+    #[test]
+    fn a_silent_survivor_holds_the_flush_until_it_leaves_the_view_or_the_deadline() {
+        let mut f = Flushes::new();
+        let mut out = Vec::new();
+        f.start(KEY, Some(kept(0, 5, 64)), &[2, 3], 1_000, &mut out);
+        f.on_state(2, KEY, Some(Seq(5)), false, &mut out);
+        assert_eq!(f.poll_done(999), None);
+        assert_eq!(f.next_deadline(), Some(1_000));
+        assert_eq!(
+            f.poll_done(1_000),
+            Some((
+                KEY,
+                Outcome::TimedOut {
+                    waiting: 1,
+                    recovered: 0
+                }
+            ))
+        );
+        assert_eq!(f.counters().timed_out, 1);
+        // The same, but node 3 leaves the view.
+        f.start(KEY, Some(kept(0, 5, 64)), &[2, 3], 1_000, &mut out);
+        f.on_state(2, KEY, Some(Seq(5)), false, &mut out);
+        f.peer_gone(KEY.group, 3);
+        assert_eq!(
+            f.poll_done(0),
+            Some((KEY, Outcome::Agreed { recovered: 0 }))
+        );
+        assert_eq!(f.counters().agreed, 1);
+    }
+
+    #[test]
+    fn a_peer_behind_what_this_node_kept_is_sent_nothing() {
+        // Node 1 kept only frames 6..10 (window 4); node 2 is at 2.
+        let mut f = Flushes::new();
+        let mut out = Vec::new();
+        f.start(KEY, Some(kept(0, 10, 4)), &[2], 1_000, &mut out);
+        out.clear();
+        f.on_state(2, KEY, Some(Seq(2)), false, &mut out);
+        assert!(out.is_empty(), "a partial range would leave node 2 a gap");
+    }
+
+    #[test]
+    fn a_recovered_frame_is_served_on_when_the_one_that_had_it_dies() {
+        // Node 2 is ahead, serves node 1, and dies before serving node 3;
+        // node 1 serves node 3 what it recovered.
+        let mut net = Net::new(&[
+            (1, Some(kept(0, 4, 64))),
+            (2, Some(kept(0, 8, 64))),
+            (3, Some(kept(0, 2, 64))),
+        ]);
+        // Deliver everything except messages from 2 to 3.
+        let mut steps = 0;
+        while let Some((from, to, m)) = net.queue.pop_front() {
+            steps += 1;
+            assert!(steps < 10_000);
+            if from == 2 && to == 3 {
+                continue;
+            }
+            let mut out = Vec::new();
+            let f = net.nodes.get_mut(&to).unwrap();
+            match m {
+                FlushMsg::State { key, next } => {
+                    f.on_state(from, key, next, false, &mut out);
+                }
+                FlushMsg::Data { key, frame } => {
+                    if f.on_data(key, &frame, &mut out) {
+                        net.delivered.get_mut(&to).unwrap().push(frame.seq);
+                    }
+                }
+            }
+            net.send(to, out);
+        }
+        net.dead.push(2);
+        net.nodes.get_mut(&3).unwrap().peer_gone(KEY.group, 2);
+        assert_eq!(net.delivered[&1], seqs(4, 8));
+        assert_eq!(
+            net.delivered[&3],
+            seqs(2, 8),
+            "node 1 passed on what node 2 sent it"
+        );
+        let f3 = net.nodes.get_mut(&3).unwrap();
+        assert_eq!(
+            f3.poll_done(0),
+            Some((KEY, Outcome::Agreed { recovered: 6 }))
+        );
+    }
+}
