@@ -87,14 +87,17 @@ pub enum StateTaken {
     /// without the sender has not arrived yet).
     Held,
     /// This node has no flush of that stream and never will: the caller
-    /// answers with a state of `None`.
+    /// answers with a state of `None`, unless the state it got was `None`
+    /// itself (nothing to give it, and two such nodes would answer each
+    /// other for ever). A node that had a stream reports a position (see
+    /// [`Retained::starting_at`]), so its states are always answered.
     Unknown,
 }
 
 /// The last frames delivered from one sender, kept for a flush. At most
 /// `max_frames` frames (one window); payload bytes in one ring, so keeping a
 /// frame is one copy and no allocation once the ring has grown.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Retained {
     meta: VecDeque<Meta>,
     bytes: VecDeque<u8>,
@@ -118,6 +121,17 @@ impl Retained {
             bytes: VecDeque::new(),
             max_frames: (max_frames as usize).max(1),
             next: None,
+        }
+    }
+
+    /// Keeps the last `max_frames` frames of a stream that starts at
+    /// `start` for this node: before any frame is delivered it reports
+    /// `start` as its position, so a survivor that delivered more sends it
+    /// everything from there.
+    pub fn starting_at(max_frames: u32, start: Seq) -> Retained {
+        Retained {
+            next: Some(start),
+            ..Retained::new(max_frames)
         }
     }
 
@@ -506,11 +520,7 @@ mod tests {
                 net.nodes.insert(*n, Flushes::new());
                 net.delivered.insert(*n, Vec::new());
             }
-            let mut prefixes: Vec<_> = prefixes
-                .iter()
-                .map(|(n, k)| (*n, k.as_ref().map(copy)))
-                .collect();
-            for (n, k) in prefixes.drain(..) {
+            for (n, k) in prefixes.iter().cloned() {
                 let others: Vec<NodeId> = all.iter().copied().filter(|&o| o != n).collect();
                 let mut out = Vec::new();
                 net.nodes
@@ -556,16 +566,6 @@ mod tests {
         }
     }
 
-    fn copy(r: &Retained) -> Retained {
-        let mut c = Retained::new(r.max_frames as u32);
-        if let Some(first) = r.meta.front() {
-            for f in r.frames_from(first.seq) {
-                c.push(f.seq, f.first, f.last, &f.data);
-            }
-        }
-        c
-    }
-
     fn seqs(from: u32, to: u32) -> Vec<Seq> {
         (from..to).map(Seq).collect()
     }
@@ -597,6 +597,19 @@ mod tests {
         r.push(Seq(50), true, true, b"x");
         assert_eq!((r.frames(), r.bytes(), r.next()), (1, 1, Some(Seq(51))));
         assert!(!r.covers(Seq(9)));
+    }
+
+    #[test]
+    fn a_stream_that_delivered_nothing_reports_its_start_and_is_served_from_it() {
+        let r = Retained::starting_at(8, Seq(20));
+        assert_eq!(r.next(), Some(Seq(20)));
+        assert!(r.covers(Seq(20)) && !r.covers(Seq(19)));
+        let mut net = Net::new(&[(1, Some(r)), (2, Some(kept(18, 23, 64)))]);
+        net.run();
+        assert_eq!(net.delivered[&1], seqs(20, 23));
+        let mut r = Retained::starting_at(8, Seq(20));
+        r.push(Seq(20), true, true, b"a");
+        assert_eq!((r.frames(), r.next()), (1, Some(Seq(21))));
     }
 
     #[test]
