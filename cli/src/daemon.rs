@@ -26,6 +26,7 @@ use mcast_engine::{
     StreamStart, Transport,
 };
 use mcast_groups::detector::{DetectorConfig, PeerState};
+use mcast_groups::flush::{FlushKey, FlushMsg, Flushes, Outcome, Retained, StateTaken};
 use mcast_groups::liveness::{LiveEvent, Liveness};
 use mcast_groups::{GroupEvent, GroupService, Limits, View};
 use mcast_ipc::ring::{FIRST as FLAG_FIRST, LAST as FLAG_LAST};
@@ -51,6 +52,12 @@ const MAX_RETIRED: usize = 32;
 /// How long a leave waits for the group's send stream to deliver what was
 /// published before it (then it goes ahead anyway).
 const LINGER_NS: u64 = 5_000_000_000;
+/// How long the flush of a departed sender's stream waits for the other
+/// survivors (docs/mcastd.md, "When a sender leaves"). A survivor that dies
+/// meanwhile leaves the view within the detection bound and is no longer
+/// waited for; this is the bound for what remains (a survivor that does not
+/// answer while its beats still arrive).
+const FLUSH_TIMEOUT_NS: u64 = 1_000_000_000;
 
 /// A leave held back until what the member published has been delivered:
 /// the other daemons close their receive streams from this node as soon as
@@ -90,6 +97,8 @@ pub struct DaemonCounters {
     pub link_resets: u64,
     pub role_moves: u64,
     pub rejoins: u64,
+    /// Membership events held back until a flush ended.
+    pub events_held: u64,
 }
 
 #[derive(Debug)]
@@ -103,6 +112,19 @@ struct LocalGroup {
     slow: SlowSubscriber,
     /// Final counters of receive streams closed (senders that left), oldest first.
     closed: Vec<(NodeId, mcast_proto::Counters)>,
+    /// Every stream's window (frames): how much of a sender's stream is
+    /// kept for a flush.
+    window_frames: u32,
+    /// Membership events waiting for the group's flushes to end, in order.
+    held_events: VecDeque<Vec<u8>>,
+}
+
+/// What this node delivered of one sender's stream, kept for a flush: the
+/// stream's epoch and its last window of frames.
+#[derive(Debug)]
+struct Kept {
+    epoch: u32,
+    frames: Retained,
 }
 
 #[derive(Debug, Default)]
@@ -149,6 +171,9 @@ pub struct Daemon<T: Transport> {
     next_req: u64,
     links: Links,
     pending_starts: HashMap<GroupId, Vec<(NodeId, StreamStart)>>,
+    /// The last window delivered from each open receive stream.
+    kept: HashMap<(GroupId, NodeId), Kept>,
+    flushes: Flushes,
     lingering: Vec<Linger>,
     /// Final counters of groups no longer carried, newest last.
     retired: VecDeque<serde_json::Value>,
@@ -229,6 +254,8 @@ impl<T: Transport> Daemon<T> {
             next_req: 1,
             links: Links::default(),
             pending_starts: HashMap::new(),
+            kept: HashMap::new(),
+            flushes: Flushes::new(),
             lingering: Vec::new(),
             retired: VecDeque::new(),
             live,
@@ -276,6 +303,7 @@ impl<T: Transport> Daemon<T> {
             server: &mut self.server,
             clients: &mut self.clients,
             local: &self.local,
+            kept: &mut self.kept,
             links: &mut self.links,
             counters: &mut self.counters,
             max_message: self.cfg.max_message as usize,
@@ -295,6 +323,7 @@ impl<T: Transport> Daemon<T> {
             self.server.finish_sleep();
         }
         work |= self.handle_links()?;
+        work |= self.finish_flushes();
         work |= self.liveness()?;
         work |= self.handle_group_events()?;
         work |= self.flush_links()?;
@@ -1042,6 +1071,7 @@ impl<T: Transport> Daemon<T> {
                     }
                 }
                 Ok(LinkMessage::Start { group, start }) => self.stream_start(from, group, start)?,
+                Ok(LinkMessage::Flush(m)) => self.flush_message(from, m),
                 Err(e) => {
                     self.counters.link_errors += 1;
                     self.log
@@ -1070,6 +1100,14 @@ impl<T: Transport> Daemon<T> {
         }
         self.close_receiver(group, from)?;
         self.engine.open_receiver_in(group, from, start)?;
+        let window = self.local[&group].window_frames;
+        self.kept.insert(
+            (group, from),
+            Kept {
+                epoch: start.epoch,
+                frames: Retained::starting_at(window, start.seq),
+            },
+        );
         self.log.debug(
             "receive stream opened",
             &[("group", &group), ("from", &from), ("seq", &start.seq.0)],
@@ -1212,6 +1250,8 @@ impl<T: Transport> Daemon<T> {
                 paused: false,
                 slow: s.slow_subscriber,
                 closed: Vec::new(),
+                window_frames: s.window_frames,
+                held_events: VecDeque::new(),
             },
         );
         for (from, start) in self.pending_starts.remove(&group).unwrap_or_default() {
@@ -1256,9 +1296,20 @@ impl<T: Transport> Daemon<T> {
                 self.send_link(n, LinkMessage::Start { group, start });
             }
         }
+        // The survivors of this change: no flush waits for a node gone too,
+        // and each sender gone starts one with the nodes of both views.
+        let survivors: Vec<NodeId> = remote
+            .iter()
+            .copied()
+            .filter(|n| before.contains(n))
+            .collect();
+        for &n in before.iter().filter(|n| !remote.contains(n)) {
+            self.flushes.peer_gone(group, n);
+        }
         for n in self.engine.receivers_in(group) {
             if !remote.contains(&n) {
                 self.close_receiver(group, n)?;
+                self.start_flush(group, n, &survivors);
             }
         }
         let notice = Notice::ViewChanged {
@@ -1296,9 +1347,125 @@ impl<T: Transport> Daemon<T> {
         for &c in &members {
             self.server.notify(c, notice.clone());
         }
-        self.event_to(&members, hdr, event.as_bytes());
+        let lg = self.local.get_mut(&group).expect("ensured");
+        if self.flushes.pending_in(group) || !lg.held_events.is_empty() {
+            // After the departed senders' last messages, which the flush
+            // may still bring.
+            lg.held_events.push_back(event.into_bytes());
+            self.counters.events_held += 1;
+        } else {
+            self.event_to(&members, hdr, event.as_bytes());
+        }
         self.local.get_mut(&group).expect("ensured").view = Some(view);
         Ok(())
+    }
+
+    // ---- flush: the survivors of a departed sender agree on its stream ----
+
+    /// `sender` left the view of `group`, its receive stream is closed:
+    /// tell the survivors how far it was delivered here.
+    fn start_flush(&mut self, group: GroupId, sender: NodeId, survivors: &[NodeId]) {
+        let Some(kept) = self.kept.remove(&(group, sender)) else {
+            return;
+        };
+        let key = FlushKey {
+            group,
+            sender,
+            epoch: kept.epoch,
+        };
+        let deadline = mcast_engine::sys::monotonic_ns() + FLUSH_TIMEOUT_NS;
+        let mut out = Vec::new();
+        self.flushes
+            .start(key, Some(kept.frames), survivors, deadline, &mut out);
+        self.send_flush(out);
+    }
+
+    fn flush_message(&mut self, from: NodeId, m: FlushMsg) {
+        let mut out = Vec::new();
+        match m {
+            FlushMsg::State { key, next } => {
+                let has_stream = self.kept.contains_key(&(key.group, key.sender));
+                let taken = self.flushes.on_state(from, key, next, has_stream, &mut out);
+                if taken == StateTaken::Unknown && next.is_some() {
+                    out.push((from, FlushMsg::State { key, next: None }));
+                }
+            }
+            FlushMsg::Data { key, frame } => {
+                if self.flushes.on_data(key, &frame, &mut out) {
+                    let mut flags = 0;
+                    if frame.first {
+                        flags |= FLAG_FIRST;
+                    }
+                    if frame.last {
+                        flags |= FLAG_LAST;
+                    }
+                    let hdr = RecordHeader {
+                        group: key.group,
+                        source: key.sender,
+                        flags,
+                    };
+                    let members = self
+                        .local
+                        .get(&key.group)
+                        .map(|lg| lg.members.clone())
+                        .unwrap_or_default();
+                    self.event_to(&members, hdr, &frame.data);
+                }
+            }
+        }
+        self.send_flush(out);
+    }
+
+    fn send_flush(&mut self, out: Vec<(NodeId, FlushMsg)>) {
+        for (to, m) in out {
+            self.send_link(to, LinkMessage::Flush(m));
+        }
+    }
+
+    /// Ends the flushes that are over and lets out the membership events
+    /// they held.
+    fn finish_flushes(&mut self) -> bool {
+        let now = mcast_engine::sys::monotonic_ns();
+        let mut work = false;
+        while let Some((key, outcome)) = self.flushes.poll_done(now) {
+            work = true;
+            match outcome {
+                Outcome::Agreed { recovered } => self.log.info(
+                    "flush agreed: the survivors hold the same messages of the departed sender",
+                    &[
+                        ("group", &key.group),
+                        ("sender", &key.sender),
+                        ("recovered_frames", &recovered),
+                    ],
+                ),
+                Outcome::TimedOut { waiting, recovered } => self.log.warn(
+                    "flush timed out: survivors may differ on the departed sender's last messages",
+                    &[
+                        ("group", &key.group),
+                        ("sender", &key.sender),
+                        ("waiting_for", &waiting),
+                        ("recovered_frames", &recovered),
+                    ],
+                ),
+            }
+            if self.flushes.pending_in(key.group) {
+                continue;
+            }
+            let Some(lg) = self.local.get_mut(&key.group) else {
+                continue;
+            };
+            let held = std::mem::take(&mut lg.held_events);
+            let members = lg.members.clone();
+            let hdr = RecordHeader {
+                group: key.group,
+                source: 0,
+                flags: FLAG_FIRST | FLAG_LAST | mcast_ipc::ring::EVENT,
+            };
+            for e in held {
+                self.event_to(&members, hdr, &e);
+            }
+        }
+        work
     }
 
     fn remote_nodes(&self, group: GroupId) -> Vec<NodeId> {
@@ -1361,6 +1528,8 @@ impl<T: Transport> Daemon<T> {
             self.retired.push_back(v);
         }
         self.local.remove(&group);
+        self.kept.retain(|(g, _), _| *g != group);
+        self.flushes.forget_group(group);
         self.engine.remove_group(group)
     }
 
@@ -1400,6 +1569,14 @@ impl<T: Transport> Daemon<T> {
             .collect();
         let e = &s.engine;
         let c = &self.counters;
+        let fc = self.flushes.counters();
+        let flush = json!({
+            "started": fc.started, "agreed": fc.agreed, "timed_out": fc.timed_out,
+            "frames_recovered": fc.frames_recovered, "frames_served": fc.frames_served,
+            "states_held": fc.states_held, "events_held": c.events_held,
+            "kept_frames": self.kept.values().map(|k| k.frames.frames()).sum::<usize>(),
+            "kept_bytes": self.kept.values().map(|k| k.frames.bytes()).sum::<usize>(),
+        });
         json!({
             "node": self.node,
             "incarnation": self.incarnation,
@@ -1434,6 +1611,8 @@ impl<T: Transport> Daemon<T> {
                 // Anti-entropy since this node last (re)joined the cluster.
                 "membership_repairs": self.groups.repairs(),
                 "agent_resignations": self.groups.resignations(),
+                // Departed senders' streams agreed on by the survivors.
+                "flush": flush,
             },
             "peers": self.live.detector().peers().map(|(n, st, last)| json!({
                 "node": n,
@@ -1480,6 +1659,7 @@ struct Sink<'a> {
     server: &'a mut Server,
     clients: &'a mut HashMap<ClientId, ClientState>,
     local: &'a HashMap<GroupId, LocalGroup>,
+    kept: &'a mut HashMap<(GroupId, NodeId), Kept>,
     links: &'a mut Links,
     counters: &'a mut DaemonCounters,
     max_message: usize,
@@ -1510,6 +1690,9 @@ impl Deliver for Sink<'_> {
         let Some(lg) = self.local.get(&f.group) else {
             return;
         };
+        if let Some(k) = self.kept.get_mut(&(f.group, f.stream)) {
+            k.frames.push(f.seq, f.first, f.last, f.data);
+        }
         let mut flags = 0;
         if f.first {
             flags |= FLAG_FIRST;

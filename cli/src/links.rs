@@ -12,12 +12,18 @@
 //! |--------|----------------------------------------------------------|
 //! | 1      | a group-management message (`mcast-groups` wire format)  |
 //! | 2      | stream start: group u32, epoch u32, seq u32 (big-endian) |
+//! | 3      | flush state: group u32, sender u32, epoch u32, has u8, next u32 |
+//! | 4      | flush data: group u32, sender u32, epoch u32, seq u32, flags u8 (1 first, 2 last), the frame's bytes |
 //!
 //! A stream start tells a member where the sender's data stream begins for
 //! it: at the sender's first frame when the stream opens, at the sender's
 //! current position when the member is added to the view (late join).
+//! The flush messages carry `mcast_groups::flush`: when a sender leaves a
+//! view, the survivors tell each other how far they delivered its stream
+//! (`has` 0: no stream from it) and send each other the frames they lack.
 
 use mcast_engine::StreamStart;
+use mcast_groups::flush::{FlushFrame, FlushKey, FlushMsg};
 use mcast_wire::{GroupId, NodeId, Seq};
 
 /// Group numbers at and above this are the daemons' inboxes.
@@ -35,12 +41,17 @@ pub fn is_link(group: GroupId) -> bool {
 
 const TAG_GROUPS: u8 = 1;
 const TAG_START: u8 = 2;
+const TAG_FLUSH_STATE: u8 = 3;
+const TAG_FLUSH_DATA: u8 = 4;
+/// Tag and key: group, sender, epoch.
+const FLUSH_HEAD: usize = 13;
 
 /// One decoded link message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LinkMessage {
     Groups(Vec<u8>),
     Start { group: GroupId, start: StreamStart },
+    Flush(FlushMsg),
 }
 
 impl LinkMessage {
@@ -57,6 +68,19 @@ impl LinkMessage {
                 v.extend_from_slice(&group.to_be_bytes());
                 v.extend_from_slice(&start.epoch.to_be_bytes());
                 v.extend_from_slice(&start.seq.0.to_be_bytes());
+                v
+            }
+            LinkMessage::Flush(FlushMsg::State { key, next }) => {
+                let mut v = flush_head(TAG_FLUSH_STATE, key, 5);
+                v.push(u8::from(next.is_some()));
+                v.extend_from_slice(&next.unwrap_or_default().0.to_be_bytes());
+                v
+            }
+            LinkMessage::Flush(FlushMsg::Data { key, frame }) => {
+                let mut v = flush_head(TAG_FLUSH_DATA, key, 5 + frame.data.len());
+                v.extend_from_slice(&frame.seq.0.to_be_bytes());
+                v.push(u8::from(frame.first) | (u8::from(frame.last) << 1));
+                v.extend_from_slice(&frame.data);
                 v
             }
         }
@@ -76,9 +100,65 @@ impl LinkMessage {
                 })
             }
             Some(&TAG_START) => Err(format!("stream start of {} bytes, not 13", b.len())),
+            Some(&TAG_FLUSH_STATE) if b.len() == FLUSH_HEAD + 5 => {
+                let key = flush_key(b);
+                let next = match b[FLUSH_HEAD] {
+                    0 => None,
+                    1 => Some(Seq(word(b, FLUSH_HEAD + 1))),
+                    h => return Err(format!("flush state with has = {h}, not 0 or 1")),
+                };
+                Ok(LinkMessage::Flush(FlushMsg::State { key, next }))
+            }
+            Some(&TAG_FLUSH_STATE) => Err(format!(
+                "flush state of {} bytes, not {}",
+                b.len(),
+                FLUSH_HEAD + 5
+            )),
+            Some(&TAG_FLUSH_DATA) if b.len() >= FLUSH_HEAD + 5 => {
+                let flags = b[FLUSH_HEAD + 4];
+                if flags > 3 {
+                    return Err(format!("flush data with flags {flags:#x}"));
+                }
+                Ok(LinkMessage::Flush(FlushMsg::Data {
+                    key: flush_key(b),
+                    frame: FlushFrame {
+                        seq: Seq(word(b, FLUSH_HEAD)),
+                        first: flags & 1 != 0,
+                        last: flags & 2 != 0,
+                        data: b[FLUSH_HEAD + 5..].to_vec(),
+                    },
+                }))
+            }
+            Some(&TAG_FLUSH_DATA) => Err(format!(
+                "flush data of {} bytes, less than {}",
+                b.len(),
+                FLUSH_HEAD + 5
+            )),
             Some(t) => Err(format!("unknown link message tag {t}")),
             None => Err("empty link message".into()),
         }
+    }
+}
+
+fn flush_head(tag: u8, key: &FlushKey, more: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(FLUSH_HEAD + more);
+    v.push(tag);
+    v.extend_from_slice(&key.group.to_be_bytes());
+    v.extend_from_slice(&key.sender.to_be_bytes());
+    v.extend_from_slice(&key.epoch.to_be_bytes());
+    v
+}
+
+/// The big-endian u32 at `i` (the caller checked the length).
+fn word(b: &[u8], i: usize) -> u32 {
+    u32::from_be_bytes(b[i..i + 4].try_into().expect("4 bytes"))
+}
+
+fn flush_key(b: &[u8]) -> FlushKey {
+    FlushKey {
+        group: word(b, 1),
+        sender: word(b, 5),
+        epoch: word(b, 9),
     }
 }
 
@@ -103,5 +183,58 @@ mod tests {
         assert!(LinkMessage::decode(&[9]).unwrap_err().contains("tag 9"));
         assert_eq!(inbox(5), 0x8000_0005);
         assert!(is_link(inbox(1)) && !is_link(7));
+    }
+
+    #[test]
+    fn flush_messages_roundtrip_and_reject_garbage() {
+        let key = FlushKey {
+            group: 7,
+            sender: 3,
+            epoch: 0xdead_beef,
+        };
+        for next in [None, Some(Seq(0)), Some(Seq(u32::MAX))] {
+            let m = LinkMessage::Flush(FlushMsg::State { key, next });
+            assert_eq!(LinkMessage::decode(&m.encode()).unwrap(), m);
+        }
+        for (first, last, data) in [
+            (true, true, vec![]),
+            (true, false, vec![1, 2]),
+            (false, true, vec![9; 1400]),
+        ] {
+            let m = LinkMessage::Flush(FlushMsg::Data {
+                key,
+                frame: FlushFrame {
+                    seq: Seq(41),
+                    first,
+                    last,
+                    data,
+                },
+            });
+            assert_eq!(LinkMessage::decode(&m.encode()).unwrap(), m);
+        }
+        let state = LinkMessage::Flush(FlushMsg::State { key, next: None }).encode();
+        assert!(LinkMessage::decode(&state[..17])
+            .unwrap_err()
+            .contains("not 18"));
+        let mut bad = state.clone();
+        bad[13] = 2;
+        assert!(LinkMessage::decode(&bad).unwrap_err().contains("has = 2"));
+        let mut data = LinkMessage::Flush(FlushMsg::Data {
+            key,
+            frame: FlushFrame {
+                seq: Seq(1),
+                first: true,
+                last: true,
+                data: vec![5],
+            },
+        })
+        .encode();
+        assert!(LinkMessage::decode(&data[..17])
+            .unwrap_err()
+            .contains("less than 18"));
+        data[17] = 4;
+        assert!(LinkMessage::decode(&data)
+            .unwrap_err()
+            .contains("flags 0x4"));
     }
 }

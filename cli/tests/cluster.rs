@@ -827,6 +827,104 @@ fn a_subscriber_sees_a_senders_death_as_an_event_in_its_stream() {
     drop(p);
 }
 
+/// What a subscriber receives of `group` until the membership event that
+/// says `gone` node left: the data indices, in order, then that event.
+fn receive_until_gone(client: &mut Client, group: u32, gone: u32, len: usize) -> Vec<u64> {
+    let mut data = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "no event saying node {gone} left; data {:?}..",
+            data.first()
+        );
+        let Some(m) = client.recv_timeout(Duration::from_secs(1)).unwrap() else {
+            continue;
+        };
+        assert_eq!(m.group, group);
+        match m.kind {
+            mcast_ipc::MessageKind::Data => {
+                let i = index_of(&m.data);
+                assert_eq!(m.data, numbered(i, len), "message {i} corrupted");
+                data.push(i);
+            }
+            mcast_ipc::MessageKind::Membership => {
+                let v: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
+                if v["gone"]
+                    .as_array()
+                    .is_some_and(|g| g.contains(&gone.into()))
+                {
+                    return data;
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_survivors_of_a_dead_sender_deliver_the_same_messages() {
+    // Beats every 100 ms: the cut below (tens of ms) raises no suspicion.
+    let Some(mut cluster) = common::start("flush", "heartbeat_ms = 100") else {
+        return;
+    };
+    // Node 2 is the group's agent; the publisher is on node 1.
+    let mut subs: Vec<(u32, Client)> = [2, 3, 4]
+        .into_iter()
+        .map(|n| (n, connect(&cluster, n, "subscriber")))
+        .collect();
+    let mut group = 0;
+    for (_, c) in &mut subs {
+        group = c.join("vs").unwrap().group;
+    }
+    let mut p = connect(&cluster, 1, "publisher");
+    let mp = p.join("vs").unwrap();
+    wait_nodes(&mut p, mp.group, &mp.view, 4);
+    for i in 0..1000 {
+        p.publish_blocking(group, &numbered(i, 200), None).unwrap();
+    }
+    for (_, c) in &mut subs {
+        assert_eq!(receive_numbered(c, group, 1000, 200), 0);
+    }
+    // Nodes 3 and 4 miss the sender's last 100 messages; node 2 gets them,
+    // and then the sender dies, so nobody can repair 3 and 4 but node 2.
+    cluster.cut(3, true);
+    cluster.cut(4, true);
+    for i in 1000..1100 {
+        p.publish_blocking(group, &numbered(i, 200), None).unwrap();
+    }
+    let (_, c2) = &mut subs[0];
+    assert_eq!(receive_numbered(c2, group, 100, 200), 1000);
+    cluster.kill(1);
+    cluster.cut(3, false);
+    cluster.cut(4, false);
+    // Every survivor delivers the same messages, and only then the event.
+    let mut got = Vec::new();
+    for (n, c) in &mut subs {
+        let data = receive_until_gone(c, group, 1, 200);
+        got.push((*n, data));
+    }
+    assert_eq!(got[0].1, Vec::<u64>::new(), "node 2 had everything");
+    for (n, data) in &got[1..] {
+        assert_eq!(
+            *data,
+            (1000..1100).collect::<Vec<u64>>(),
+            "node {n} gets the dead sender's last messages from node 2, in order, before the event\n{}",
+            dump(&cluster)
+        );
+    }
+    for n in [3, 4] {
+        let mut c = connect(&cluster, n, "stats");
+        let Response::Json(s) = c.request(Request::Stats).unwrap() else {
+            panic!("stats");
+        };
+        let f = &s["daemon"]["flush"];
+        assert_eq!(f["agreed"], 1, "node {n}: {f}");
+        assert_eq!(f["frames_recovered"], 100, "node {n}: {f}");
+        assert_eq!(f["events_held"], 1, "node {n}: {f}");
+    }
+    drop(p);
+}
+
 #[test]
 fn a_node_paused_past_the_bound_is_evicted_and_rejoins_without_duplicates() {
     let Some(cluster) = common::start("evict", "") else {

@@ -56,7 +56,7 @@ pub struct Cluster {
     pub daemons: Vec<Daemon>,
     pub dir: PathBuf,
     // Dropped after the daemons (field order).
-    _topo: Topology,
+    topo: Topology,
     // Released last, once the namespaces are gone.
     _turn: std::sync::MutexGuard<'static, ()>,
 }
@@ -108,7 +108,7 @@ pub fn start_with(test: &str, extra: impl Fn(u32) -> String) -> Option<Cluster> 
         daemons,
         dir,
         _turn: turn,
-        _topo: topo,
+        topo,
     })
 }
 
@@ -162,6 +162,23 @@ impl Cluster {
             .unwrap()
             .success();
         assert!(ok, "kill -{signal} {pid}");
+    }
+
+    /// Cuts node `node` off the segment (`off`), or puts it back: its bridge
+    /// port stops forwarding either way. Its interface keeps its carrier, so
+    /// the daemon sees nothing but silence.
+    pub fn cut(&self, node: u32, off: bool) {
+        let port = format!("p{}", node - 1);
+        let state = if off { "0" } else { "3" };
+        let out = self
+            .topo
+            .bridge
+            .exec(&["bridge", "link", "set", "dev", &port, "state", state]);
+        assert!(
+            out.status.success(),
+            "bridge link set dev {port} state {state}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     pub fn socket(&self, node: u32) -> &PathBuf {

@@ -211,6 +211,8 @@ pub struct Fragment<'a> {
     pub group: GroupId,
     /// The sending node.
     pub stream: NodeId,
+    /// The frame's sequence number in that node's stream.
+    pub seq: Seq,
     pub first: bool,
     pub last: bool,
     pub data: &'a [u8],
@@ -1540,10 +1542,10 @@ impl<T: Transport> Engine<T> {
                         )?,
                         Event::Deliver {
                             stream,
+                            seq,
                             buf,
                             len,
                             flags,
-                            ..
                         } => {
                             let f = buf.0;
                             if self.place[f as usize] != Place::Machine {
@@ -1559,6 +1561,7 @@ impl<T: Transport> Engine<T> {
                                 Some(sink) => sink.deliver(Fragment {
                                     group: g.id,
                                     stream,
+                                    seq,
                                     first: flags.contains(Flags::FRAG_FIRST),
                                     last: flags.contains(Flags::FRAG_LAST),
                                     data: payload,
