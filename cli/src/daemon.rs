@@ -58,6 +58,12 @@ const LINGER_NS: u64 = 5_000_000_000;
 /// waited for; this is the bound for what remains (a survivor that does not
 /// answer while its beats still arrive).
 const FLUSH_TIMEOUT_NS: u64 = 1_000_000_000;
+/// A member that leaves this many of a MAK sender's acknowledgment requests
+/// in a row unanswered is reported to the failure detector, which probes it
+/// at once if it is also overdue for a beat (protocol.md §6.0).
+const UNANSWERED_REQUESTS: u32 = 2;
+/// How often the send streams are asked for such members (ns).
+const UNRESPONSIVE_CHECK_NS: u64 = 10_000_000;
 
 /// A leave held back until what the member published has been delivered:
 /// the other daemons close their receive streams from this node as soon as
@@ -99,6 +105,8 @@ pub struct DaemonCounters {
     pub rejoins: u64,
     /// Membership events held back until a flush ended.
     pub events_held: u64,
+    /// Peers made suspect because they stopped acknowledging a stream.
+    pub data_path_suspicions: u64,
 }
 
 #[derive(Debug)]
@@ -174,6 +182,8 @@ pub struct Daemon<T: Transport> {
     /// The last window delivered from each open receive stream.
     kept: HashMap<(GroupId, NodeId), Kept>,
     flushes: Flushes,
+    /// When the send streams are next asked for unresponsive members (ns).
+    next_unresponsive_check: u64,
     lingering: Vec<Linger>,
     /// Final counters of groups no longer carried, newest last.
     retired: VecDeque<serde_json::Value>,
@@ -256,6 +266,7 @@ impl<T: Transport> Daemon<T> {
             pending_starts: HashMap::new(),
             kept: HashMap::new(),
             flushes: Flushes::new(),
+            next_unresponsive_check: 0,
             lingering: Vec::new(),
             retired: VecDeque::new(),
             live,
@@ -787,6 +798,23 @@ impl<T: Transport> Daemon<T> {
                 self.groups.registry_epoch(),
                 &mut events,
             );
+        }
+        if now >= self.next_unresponsive_check {
+            self.next_unresponsive_check = now + UNRESPONSIVE_CHECK_NS;
+            let mut silent = Vec::new();
+            self.engine.unresponsive(UNANSWERED_REQUESTS, &mut silent);
+            for (group, n) in silent {
+                if self
+                    .live
+                    .unreachable(n, now, self.groups.registry_epoch(), &mut events)
+                {
+                    self.counters.data_path_suspicions += 1;
+                    self.log.warn(
+                        "peer stopped acknowledging a stream and missed a beat: probing it",
+                        &[("node", &n), ("group", &group)],
+                    );
+                }
+            }
         }
         self.live
             .poll(now, self.groups.registry_epoch(), &mut events);
@@ -1607,6 +1635,7 @@ impl<T: Transport> Daemon<T> {
                 "probes_answered": c.probes_answered, "nodes_failed": c.nodes_failed,
                 "nodes_recovered": c.nodes_recovered, "evictions": c.evictions,
                 "link_resets": c.link_resets, "role_moves": c.role_moves, "rejoins": c.rejoins,
+                "data_path_suspicions": c.data_path_suspicions,
                 "registry": self.groups.registry(),
                 // Anti-entropy since this node last (re)joined the cluster.
                 "membership_repairs": self.groups.repairs(),

@@ -658,6 +658,13 @@ fn a_dead_subscriber_node_is_evicted_within_the_bound_and_a_restarted_one_rejoin
     };
     assert_eq!(stats["daemon"]["nodes_failed"], 1, "{stats:#}");
     assert_eq!(stats["daemon"]["evictions"], 1);
+    // The publisher's stream noticed first: node 4 stopped acknowledging,
+    // so it was probed as soon as it missed a beat, not after three.
+    assert_eq!(stats["daemon"]["data_path_suspicions"], 1, "{stats:#}");
+    cluster.daemons[0].wait_log(
+        "msg=\"peer stopped acknowledging a stream and missed a beat: probing it\" node=4",
+        Duration::from_secs(1),
+    );
     drop(victim);
     // Node 4 comes back: a new daemon, a new member of a new view, from its join point.
     cluster.restart(4);

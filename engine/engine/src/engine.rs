@@ -699,6 +699,20 @@ impl<T: Transport> Engine<T> {
             .unwrap_or_default()
     }
 
+    /// The members that left at least `after` acknowledgment requests in a
+    /// row unanswered, per group, as `(group, node)` (see
+    /// [`Sender::unresponsive`]): for the caller's failure detector.
+    pub fn unresponsive(&self, after: u32, out: &mut Vec<(GroupId, NodeId)>) {
+        let mut nodes = Vec::new();
+        for g in &self.groups {
+            if let Some(s) = &g.sender {
+                nodes.clear();
+                s.machine.unresponsive(after, &mut nodes);
+                out.extend(nodes.iter().map(|&n| (g.id, n)));
+            }
+        }
+    }
+
     /// Pauses (or resumes) `group`'s delivery: while paused, its data frames
     /// are dropped on arrival (and counted), so nothing more is delivered
     /// and its senders, missing this node's acknowledgments, hold back. On

@@ -12,6 +12,16 @@
 //! never even makes it suspect. A failed peer that is heard again is
 //! reported as recovered (it rejoins as a new member: the caller decides).
 //! A peer never heard from (not started yet) is beaten to but not suspected.
+//!
+//! The data path may report a peer as unreachable (seed 004 §3.4's first
+//! mechanism, the failure events that reach the TIC from the network side:
+//! here, a member that stops answering a MAK sender's ACK requests). A
+//! reported peer that is also overdue, silent for at least one `interval`,
+//! becomes suspect at once and is probed, instead of after `suspect_after`
+//! intervals; the probes decide as always, so a report never evicts a peer
+//! that answers. A dead receiver of a stream is then declared failed about
+//! `interval + probes × probe_interval` after its death (200 ms with the
+//! defaults) instead of 300 ms.
 
 use crate::NodeId;
 
@@ -106,6 +116,8 @@ pub struct Detector {
     pub probes_sent: u64,
     pub failures: u64,
     pub recoveries: u64,
+    /// Suspicions raised by the data path's reports.
+    pub reported: u64,
 }
 
 impl Detector {
@@ -128,6 +140,7 @@ impl Detector {
             probes_sent: 0,
             failures: 0,
             recoveries: 0,
+            reported: 0,
         }
     }
 
@@ -143,6 +156,29 @@ impl Detector {
             out.push(DetectorOutput::Recovered(node));
         }
         p.state = PeerState::Alive;
+    }
+
+    /// The data path reports `node` unreachable at `now`: if it is alive but
+    /// silent for at least one beat interval, it becomes suspect and is
+    /// probed now. True when it did.
+    pub fn unreachable(&mut self, node: NodeId, now: u64, out: &mut Vec<DetectorOutput>) -> bool {
+        let Some(p) = self.peers.iter_mut().find(|p| p.node == node) else {
+            return false;
+        };
+        if p.state != PeerState::Alive
+            || !p.seen
+            || now.saturating_sub(p.last_heard) < self.cfg.interval
+        {
+            return false;
+        }
+        p.state = PeerState::Suspect { probes: 1 };
+        p.next_probe = now + self.cfg.probe_interval;
+        self.suspicions += 1;
+        self.probes_sent += 1;
+        self.reported += 1;
+        out.push(DetectorOutput::Suspect(node));
+        out.push(DetectorOutput::Probe(node));
+        true
     }
 
     /// Advances to `now`: beats due, suspicions, probes, verdicts.
@@ -275,6 +311,49 @@ mod tests {
             .filter(|(_, o)| *o == DetectorOutput::Beat(3))
             .count();
         assert_eq!(beats, 21);
+    }
+
+    #[test]
+    fn a_data_path_report_of_an_overdue_node_probes_it_at_once() {
+        let cfg = DetectorConfig::default();
+        let mut d = Detector::new(cfg, &[2, 3], 0);
+        // Both beat until 100 ms (last beat heard at 100 ms); node 3 dies.
+        run(&mut d, 0, 120 * MS, &[(2, 0, 101 * MS), (3, 0, 101 * MS)]);
+        let mut out = Vec::new();
+        // Reported 20 ms after its last frame: not overdue, nothing happens.
+        assert!(!d.unreachable(3, 120 * MS, &mut out));
+        assert!(out.is_empty());
+        // Not a peer: nothing.
+        assert!(!d.unreachable(9, 160 * MS, &mut out));
+        // Reported once a beat is overdue: suspect and probed now, failed
+        // after the probes, at 310 ms instead of 400 ms.
+        assert!(d.unreachable(3, 160 * MS, &mut out));
+        assert_eq!(
+            out,
+            vec![DetectorOutput::Suspect(3), DetectorOutput::Probe(3)]
+        );
+        assert!(!d.unreachable(3, 161 * MS, &mut out), "already suspect");
+        let got = run(&mut d, 121 * MS, 500 * MS, &[(2, 150 * MS, u64::MAX)]);
+        let v = verdicts(&got);
+        assert_eq!(
+            v,
+            vec![
+                (210 * MS, DetectorOutput::Probe(3)),
+                (260 * MS, DetectorOutput::Probe(3)),
+                (310 * MS, DetectorOutput::Failed(3)),
+            ]
+        );
+        assert_eq!((d.reported, d.suspicions, d.failures), (1, 1, 1));
+        // A report of a node that answers its probe changes nothing for good.
+        let mut d = Detector::new(cfg, &[2], 0);
+        run(&mut d, 0, 100 * MS, &[(2, 0, 101 * MS)]);
+        assert!(d.unreachable(2, 160 * MS, &mut out));
+        d.heard(2, 161 * MS, &mut out);
+        assert_eq!(d.state(2), Some(PeerState::Alive));
+        let got = run(&mut d, 162 * MS, 600 * MS, &[(2, 200 * MS, u64::MAX)]);
+        assert!(!verdicts(&got)
+            .iter()
+            .any(|(_, o)| matches!(o, DetectorOutput::Failed(_))));
     }
 
     #[test]

@@ -119,6 +119,19 @@ impl Liveness {
         self.translate((0, 0), out);
     }
 
+    /// The data path reports `node` unreachable ([`crate::detector::Detector::unreachable`]).
+    pub fn unreachable(
+        &mut self,
+        node: NodeId,
+        now: u64,
+        registry: (NodeId, u32),
+        out: &mut Vec<LiveEvent>,
+    ) -> bool {
+        let acted = self.detector.unreachable(node, now, &mut self.out);
+        self.translate(registry, out);
+        acted
+    }
+
     /// A beat payload from `from`.
     pub fn on_beat(
         &mut self,

@@ -181,6 +181,9 @@ impl Sender for AnySender {
     fn set_members(&mut self, now: Instant, members: &[NodeId]) {
         delegate!(self, e => e.set_members(now, members))
     }
+    fn unresponsive(&self, after: u32, out: &mut Vec<NodeId>) {
+        delegate!(self, e => e.unresponsive(after, out))
+    }
 }
 
 #[cfg(test)]

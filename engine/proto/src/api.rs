@@ -255,6 +255,14 @@ pub trait Sender: Endpoint {
     fn is_idle(&self) -> bool;
     /// Installs a new view: the receivers whose acknowledgments count from now on.
     fn set_members(&mut self, now: Instant, members: &[NodeId]);
+    /// Appends the members that left at least `after` of this sender's
+    /// acknowledgment requests in a row unanswered, for the driver's
+    /// failure detector (a report, not a verdict: a member still repairing
+    /// a gap answers late too). Algorithms that do not track members
+    /// report none.
+    fn unresponsive(&self, after: u32, out: &mut Vec<NodeId>) {
+        let _ = (after, out);
+    }
 }
 
 /// Common per-machine helper: the header of a frame of this stream.

@@ -177,6 +177,9 @@ struct Member {
     acked: Seq,
     /// Its round trip, from the echoes in its ACKs.
     rtt: RttEstimator,
+    /// ACK-wait expiries in a row that found it not having acknowledged
+    /// the request (reset by any ACK from it): [`Sender::unresponsive`].
+    unanswered: u32,
 }
 
 /// The MAK sender.
@@ -318,6 +321,7 @@ impl MakSender {
                     node,
                     acked: known.map_or(self.next_seq, |m| m.acked),
                     rtt: known.map_or(RttEstimator::new(), |m| m.rtt),
+                    unanswered: known.map_or(0, |m| m.unanswered),
                 }
             })
             .collect();
@@ -460,6 +464,7 @@ impl MakSender {
             }
         }
         let m = &mut self.members[i];
+        m.unanswered = 0;
         if ack.after(m.acked) {
             m.acked = ack;
             self.release_acknowledged();
@@ -528,6 +533,11 @@ impl Endpoint for MakSender {
             self.counters.timeouts += 1;
             self.ack_timer = None;
             self.ack_backoff = self.ack_backoff.saturating_add(1);
+            if let Some(r) = self.request_sent {
+                for m in self.members.iter_mut().filter(|m| !m.acked.after(r)) {
+                    m.unanswered = m.unanswered.saturating_add(1);
+                }
+            }
             if self.highest_sent().is_some() {
                 self.resend_due = true;
                 self.ack_req_due = true;
@@ -691,6 +701,15 @@ impl Sender for MakSender {
         self.install_members(members);
         // A departed member no longer holds frames back.
         self.release_acknowledged();
+    }
+
+    fn unresponsive(&self, after: u32, out: &mut Vec<NodeId>) {
+        out.extend(
+            self.members
+                .iter()
+                .filter(|m| m.unanswered >= after)
+                .map(|m| m.node),
+        );
     }
 }
 
@@ -1497,6 +1516,49 @@ mod tests {
         let echo = due.as_nanos() / 1_000;
         s.handle_frame(due, &ack_echo(2, first_seq, echo), RxBody::None);
         assert!(s.ack_wait() < first * 2, "{:?}", s.ack_wait());
+    }
+
+    #[test]
+    fn a_member_that_leaves_requests_unanswered_is_reported_unresponsive() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
+        let first_seq = s.stream.initial_seq;
+        s.send(us(0), out(0, true)).unwrap();
+        drain_tx(&mut s, us(0));
+        let mut unresponsive = |s: &MakSender| {
+            let mut v = Vec::new();
+            s.unresponsive(2, &mut v);
+            v
+        };
+        // Member 2 answers every request; member 3 never does.
+        let mut due = s.poll_timeout().unwrap();
+        s.handle_frame(due, &ack_echo(2, first_seq.add(1), 0), RxBody::None);
+        for k in 1..=2 {
+            assert!(unresponsive(&s).is_empty(), "after {} expiries", k - 1);
+            s.handle_timeout(due);
+            drain_tx(&mut s, due);
+            due = s.poll_timeout().unwrap();
+            s.handle_frame(due, &ack_echo(2, first_seq.add(1), 0), RxBody::None);
+        }
+        assert_eq!(
+            unresponsive(&s),
+            vec![3],
+            "two requests in a row unanswered"
+        );
+        // Any ACK from it, even one that acknowledges nothing new, clears it.
+        s.handle_frame(due, &ack_echo(3, first_seq, 0), RxBody::None);
+        assert!(unresponsive(&s).is_empty());
+        // Silent again for two requests: reported again, and a view that
+        // still has it keeps the count; a view without it drops it.
+        for _ in 0..2 {
+            due = s.poll_timeout().unwrap();
+            s.handle_timeout(due);
+            drain_tx(&mut s, due);
+        }
+        assert_eq!(unresponsive(&s), vec![3]);
+        s.set_members(due, &[2, 3]);
+        assert_eq!(unresponsive(&s), vec![3]);
+        s.set_members(due, &[2]);
+        assert!(unresponsive(&s).is_empty());
     }
 
     #[test]
