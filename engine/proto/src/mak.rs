@@ -1524,7 +1524,7 @@ mod tests {
         let first_seq = s.stream.initial_seq;
         s.send(us(0), out(0, true)).unwrap();
         drain_tx(&mut s, us(0));
-        let mut unresponsive = |s: &MakSender| {
+        let unresponsive = |s: &MakSender| {
             let mut v = Vec::new();
             s.unresponsive(2, &mut v);
             v
