@@ -16,12 +16,13 @@
 //! The data path may report a peer as unreachable (seed 004 §3.4's first
 //! mechanism, the failure events that reach the TIC from the network side:
 //! here, a member that stops answering a MAK sender's ACK requests). A
-//! reported peer that is also overdue, silent for at least one `interval`,
-//! becomes suspect at once and is probed, instead of after `suspect_after`
-//! intervals; the probes decide as always, so a report never evicts a peer
-//! that answers. A dead receiver of a stream is then declared failed about
-//! `interval + probes × probe_interval` after its death (200 ms with the
-//! defaults) instead of 300 ms.
+//! reported peer that is also overdue, silent for 1.5 `interval`s (its
+//! beat is half an interval late), becomes suspect at once and is probed,
+//! instead of after `suspect_after` intervals; the probes decide as
+//! always, so a report never evicts a peer that answers. A dead receiver of
+//! a stream is then declared failed about `1.5 × interval + probes ×
+//! probe_interval` after its death (225 ms with the defaults) instead of
+//! 300 ms.
 
 use crate::NodeId;
 
@@ -159,16 +160,15 @@ impl Detector {
     }
 
     /// The data path reports `node` unreachable at `now`: if it is alive but
-    /// silent for at least one beat interval, it becomes suspect and is
+    /// silent for 1.5 beat intervals (a beat is overdue: one interval of
+    /// silence is normal just before a beat), it becomes suspect and is
     /// probed now. True when it did.
     pub fn unreachable(&mut self, node: NodeId, now: u64, out: &mut Vec<DetectorOutput>) -> bool {
         let Some(p) = self.peers.iter_mut().find(|p| p.node == node) else {
             return false;
         };
-        if p.state != PeerState::Alive
-            || !p.seen
-            || now.saturating_sub(p.last_heard) < self.cfg.interval
-        {
+        let overdue = self.cfg.interval + self.cfg.interval / 2;
+        if p.state != PeerState::Alive || !p.seen || now.saturating_sub(p.last_heard) < overdue {
             return false;
         }
         p.state = PeerState::Suspect { probes: 1 };
@@ -320,35 +320,37 @@ mod tests {
         // Both beat until 100 ms (last beat heard at 100 ms); node 3 dies.
         run(&mut d, 0, 120 * MS, &[(2, 0, 101 * MS), (3, 0, 101 * MS)]);
         let mut out = Vec::new();
-        // Reported 20 ms after its last frame: not overdue, nothing happens.
+        // Reported 20 ms after its last frame, and just after its next beat
+        // was due: not overdue, nothing happens.
         assert!(!d.unreachable(3, 120 * MS, &mut out));
+        assert!(!d.unreachable(3, 170 * MS, &mut out));
         assert!(out.is_empty());
         // Not a peer: nothing.
-        assert!(!d.unreachable(9, 160 * MS, &mut out));
-        // Reported once a beat is overdue: suspect and probed now, failed
-        // after the probes, at 310 ms instead of 400 ms.
-        assert!(d.unreachable(3, 160 * MS, &mut out));
+        assert!(!d.unreachable(9, 175 * MS, &mut out));
+        // Reported once a beat is half an interval late: suspect and probed
+        // now, failed after the probes, at 325 ms instead of 400 ms.
+        assert!(d.unreachable(3, 175 * MS, &mut out));
         assert_eq!(
             out,
             vec![DetectorOutput::Suspect(3), DetectorOutput::Probe(3)]
         );
-        assert!(!d.unreachable(3, 161 * MS, &mut out), "already suspect");
+        assert!(!d.unreachable(3, 176 * MS, &mut out), "already suspect");
         let got = run(&mut d, 121 * MS, 500 * MS, &[(2, 150 * MS, u64::MAX)]);
         let v = verdicts(&got);
         assert_eq!(
             v,
             vec![
-                (210 * MS, DetectorOutput::Probe(3)),
-                (260 * MS, DetectorOutput::Probe(3)),
-                (310 * MS, DetectorOutput::Failed(3)),
+                (225 * MS, DetectorOutput::Probe(3)),
+                (275 * MS, DetectorOutput::Probe(3)),
+                (325 * MS, DetectorOutput::Failed(3)),
             ]
         );
         assert_eq!((d.reported, d.suspicions, d.failures), (1, 1, 1));
         // A report of a node that answers its probe changes nothing for good.
         let mut d = Detector::new(cfg, &[2], 0);
         run(&mut d, 0, 100 * MS, &[(2, 0, 101 * MS)]);
-        assert!(d.unreachable(2, 160 * MS, &mut out));
-        d.heard(2, 161 * MS, &mut out);
+        assert!(d.unreachable(2, 175 * MS, &mut out));
+        d.heard(2, 176 * MS, &mut out);
         assert_eq!(d.state(2), Some(PeerState::Alive));
         let got = run(&mut d, 162 * MS, 600 * MS, &[(2, 200 * MS, u64::MAX)]);
         assert!(!verdicts(&got)
