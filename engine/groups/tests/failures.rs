@@ -8,32 +8,15 @@
 //! or a populated agent role of a name under another number, and a fresh
 //! join completing within a bound.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use mcast_groups::detector::DetectorConfig;
+use common::{cluster, fresh, Faults, Rng, MS, N};
 use mcast_groups::liveness::{LiveEvent, Liveness};
 use mcast_groups::{GroupEvent, GroupService, Limits, MemberId, NodeId};
 
-const N: u32 = 5;
-const MS: u64 = 1_000_000;
 const NAMES: [&str; 3] = ["red", "green", "blue"];
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, per_mille: u64) -> bool {
-        self.below(1000) < per_mille
-    }
-}
 
 struct Node {
     svc: GroupService,
@@ -46,14 +29,6 @@ struct Node {
     /// Join requests in flight: request -> member.
     joining: BTreeMap<u64, MemberId>,
     incarnation: u32,
-}
-
-/// Which faults a run injects.
-#[derive(Clone, Copy)]
-struct Faults {
-    crashes: bool,
-    pauses: bool,
-    partitions: bool,
 }
 
 /// Messages in flight on one directed link, in order: (deliver at, bytes).
@@ -74,18 +49,6 @@ struct Sim {
     retry: Vec<(NodeId, MemberId)>,
     /// No new client joins or leaves (before the check).
     quiet: bool,
-}
-
-fn cluster() -> Vec<NodeId> {
-    (1..=N).collect()
-}
-
-fn fresh(node: NodeId, incarnation: u32, now: u64) -> (GroupService, Liveness) {
-    let mut svc = GroupService::new(node, 1, Limits::default());
-    svc.set_cluster(&cluster());
-    let peers: Vec<NodeId> = cluster().into_iter().filter(|&n| n != node).collect();
-    let live = Liveness::new(incarnation, &peers, DetectorConfig::default(), now);
-    (svc, live)
 }
 
 impl Sim {
