@@ -1,0 +1,1835 @@
+//! Membership under failure with a data path, simulated: the failure
+//! simulation of `failures.rs` (five daemons' group services and liveness,
+//! virtual time, seeded crashes, restarts, pauses and partitions of any node,
+//! the registry's and the agents' included) plus a model of how mcastd
+//! carries data in its groups and agrees on a departed sender's messages.
+//!
+//! # What is modelled
+//!
+//! This is a model of the daemon's glue (cli/src/daemon.rs `view_changed`,
+//! `stream_start`, `close_receiver`, `rejoin`; docs/protocol.md §6), not the
+//! daemon: the same group service, liveness, MAK machines and flush, driven
+//! the way the daemon drives them, over a simulated segment and links.
+//!
+//! - Two groups ("red", "green"); every node runs one client in each (joined
+//!   again after a restart or an eviction), and short-lived extra clients
+//!   join and leave throughout. Some nodes (chosen by the seed) publish in
+//!   every group they carry, a burst of 1-3 messages most milliseconds.
+//! - A node carries a group (its streams) while it holds a view of it that
+//!   contains it. A publisher opens a MAK sender (`AnySender`, epoch = its
+//!   incarnation, sequence numbers from 0, 32-frame window) on its first
+//!   message, with the view's other nodes as members, and sends each of them
+//!   a *stream start* (epoch, seq) over the link. On a view that adds node N
+//!   it installs the view (`set_members`) and sends N a stream start at the
+//!   next seq it will send. A message published while the view holds no other
+//!   node is delivered locally only (no stream), as the daemon does.
+//! - A stream start opens (or replaces) the receive stream (`AnyReceiver`);
+//!   one for a group the node does not carry yet is held until it does.
+//! - On a view without sender X (X in the node's previous view, not in the
+//!   new one), the node closes its receive stream from X and starts a flush
+//!   (`Flushes::start`) with the survivors: the other nodes in both views.
+//!   Nodes that left the view are `peer_gone` for the group's flushes. Flush
+//!   frames that `on_data` accepts are delivered as from X. A state for a
+//!   stream the node has no flush of is answered per `StateTaken` (Unknown:
+//!   a state with next None, at most once per peer and stream, see below;
+//!   Held: nothing).
+//! - A node told it was declared failed rejoins (new incarnation, every
+//!   group retired, its clients joined again); a crashed node loses
+//!   everything and restarts with a new incarnation (hence a new epoch).
+//! - Data frames, NAKs and ACKs go over one segment in 100 µs ticks: each
+//!   copy is lost with probability 2 %, takes 100-300 µs (so copies
+//!   reorder), and reaches a node only if it is up, not paused and on the
+//!   same side of a partition. The links (group messages, stream starts,
+//!   flush messages) are failures.rs's: in order, 1-3 ms, held while
+//!   partitioned, reset when a node declares the peer failed.
+//! - Messages are single frames whose payload is (group, sender node,
+//!   sender incarnation, counter); a publisher's counter counts every
+//!   message it published in that group in that incarnation.
+//!
+//! Not modelled: fragmentation, the engine's queues and back-pressure to
+//! clients (a full window just skips this millisecond's burst), shared
+//! memory and the slow-subscriber policies, the link's Go-Back-N machine
+//! (the links are ideal in-order queues), beats' loss, a paused node's NIC
+//! buffering (frames to it are lost), local loopback delivery.
+//!
+//! Two deliberate differences from cli/src/daemon.rs as it stands:
+//! - A receive stream opened by a stream start whose sender is not yet in
+//!   the node's view is kept when a view without that sender arrives (the
+//!   daemon closes every receiver whose sender the new view lacks; a start
+//!   that overtakes the view adding its sender, on another link, is then
+//!   closed by an older view and never reopened). `MCAST_DATAPATH_DAEMON_CLOSE=1`
+//!   closes them as the daemon does.
+//! - An Unknown state is answered at most once per (peer, stream): a state
+//!   carries no "reply" mark, so two nodes with no flush of a stream that
+//!   answer each other's None would do so forever.
+//!
+//! # Checks
+//!
+//! 1. After every delivery: per (node, its incarnation, group, sender,
+//!    sender incarnation) the counters strictly increase (nothing twice,
+//!    nothing out of order), and each is the previous plus one except the
+//!    first delivery after the receive stream was opened (a late join, or a
+//!    new stream start), which may skip ahead.
+//! 2. At the end, for every flush (group, sender, epoch): every node whose
+//!    flush of it ended `Agreed` and that had delivered anything from that
+//!    stream ends with the same last counter. (Each delivers a prefix of the
+//!    stream from its own start, so the same last counter is the same
+//!    messages from the latest start on.) A node that had opened the stream
+//!    but delivered nothing reports next None and takes no part: counted
+//!    (`empty`), not checked. A flush that times out is counted; it fails
+//!    the run unless a partition or a pause overlapped it (from 1 s before
+//!    its start to its end), since a survivor cut off is what a deadline is
+//!    for.
+//! 3. After the last fault heals: one registry, each group one number and
+//!    one agent whose view holds every node, every node holding that view
+//!    and carrying the group; every publisher's next message reaches every
+//!    other node within 300 ms; every payload buffer is held by a machine
+//!    (none leaked).
+//!
+//! # Findings: why the random runs are `#[ignore]`d
+//!
+//! The two deterministic tests run in every `cargo test`. The random runs
+//! (16 seeds each, about 1 s) find bugs that cannot be fixed here (cli/ and
+//! engine/groups/src belong to others); they pass nothing to CI until then:
+//! `cargo test -p mcast-groups --test datapath -- --ignored`. At the time
+//! of writing, crashes only: seed 11 of 0..16 fails; every fault: seeds 2,
+//! 4, 5, 6, 8, 9, 13, 14, 15 fail.
+//!
+//! - Fixed in this model, present in the daemon: (a) a peer that restarts
+//!   or rejoins can sit in this node's views before and after (views are
+//!   skipped), so no view shows it leave: the daemon never sends its new
+//!   incarnation a stream start and its MAK sender waits for that peer's
+//!   ACKs forever. The model treats `LiveEvent::Restarted(n)` as n's old
+//!   incarnation leaving (`peer_restarted`; `MCAST_DATAPATH_DAEMON_RESTART=1`
+//!   turns it off). (b) The daemon's send epoch is its incarnation and its
+//!   sequence starts at 0 each time it carries a group again: a receiver
+//!   still holding the old (epoch, 0) stream takes the new stream's frames,
+//!   then the new stream start reopens it at 0 and the same messages are
+//!   delivered twice (seed 4, crashes only, with
+//!   `MCAST_DATAPATH_DAEMON_EPOCH=1`). The model makes each open's epoch
+//!   unique.
+//! - Open, flush: a state Held for a stream is not tied to one departure.
+//!   When a sender leaves a view and comes back with the same stream (same
+//!   epoch), a peer's state from the first flush stays held and is applied
+//!   to the second, which then ends Agreed on stale information while the
+//!   peer is still receiving (seed 4, every fault: node 2 agreed at 1588,
+//!   node 4 flushed 200 ms later at 1597). Fix: key a flush by the
+//!   departure too (the view epoch, or the receive stream's start), or
+//!   drop held states of a stream when it is opened again.
+//! - Open: receivers opened at a stream start that is ahead of (or, after
+//!   a long hold in `pending_starts`, a window behind) what the sender still
+//!   sends: every frame is a duplicate (or out of window), the receiver
+//!   never ACKs and the sender stalls (progress fails: seeds 2, 6, 11, 13,
+//!   14, 15). Not diagnosed further.
+//!
+//! Each failure names its seed and the command that replays it.
+//! `MCAST_DATAPATH_TRACE=1` (and `_TRACE_DELIVERY=1`) prints what the glue
+//! does. `MCAST_DATAPATH_SEEDS` (default 16 per test) and
+//! `MCAST_DATAPATH_FIRST_SEED` choose the seeds; `MCAST_DATAPATH_STATS=1`
+//! prints the totals (flushes, frames recovered, timeouts).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use common::{env_u64, fresh, panic_text, Faults, Rng, MS, N};
+use mcast_groups::detector::PeerState;
+use mcast_groups::flush::{FlushKey, FlushMsg, Flushes, Outcome, Retained, StateTaken};
+use mcast_groups::liveness::{LiveEvent, Liveness};
+use mcast_groups::{GroupEvent, GroupId, GroupService, Limits, MemberId, NodeId, View};
+use mcast_proto::any::{Algorithm, AnyReceiver, AnySender, ProtocolConfig};
+use mcast_proto::{
+    stream_of, BufId, Dest, Endpoint, Event, Flags, Header, Instant, OutFrame, RangeList, RxBody,
+    Sender, Seq, StreamConfig, Transmit, TxBody,
+};
+
+const GROUPS: [&str; 2] = ["red", "green"];
+/// Frames in every stream's window (and kept for a flush).
+const WINDOW: u32 = 32;
+/// The data path's tick.
+const SUB: u64 = 100_000;
+/// Loss of each copy of a frame on the segment.
+const LOSS_PER_MILLE: u64 = 20;
+const FLUSH_DEADLINE: u64 = 2000 * MS;
+const PROGRESS_BOUND_MS: u64 = 300;
+const MAX_PENDING_STARTS: usize = 16;
+
+/// One message: its group (number), sender, the sender's incarnation and
+/// the sender's counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Msg {
+    group: GroupId,
+    node: NodeId,
+    inc: u32,
+    n: u64,
+}
+
+const MSG_LEN: usize = 20;
+
+impl Msg {
+    fn encode(self) -> [u8; MSG_LEN] {
+        let mut b = [0u8; MSG_LEN];
+        b[0..4].copy_from_slice(&self.group.to_be_bytes());
+        b[4..8].copy_from_slice(&self.node.to_be_bytes());
+        b[8..12].copy_from_slice(&self.inc.to_be_bytes());
+        b[12..20].copy_from_slice(&self.n.to_be_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Msg {
+        assert_eq!(b.len(), MSG_LEN, "a flushed frame of another size");
+        let u32_at = |i: usize| u32::from_be_bytes(b[i..i + 4].try_into().expect("4"));
+        Msg {
+            group: u32_at(0),
+            node: u32_at(4),
+            inc: u32_at(8),
+            n: u64::from_be_bytes(b[12..20].try_into().expect("8")),
+        }
+    }
+}
+
+/// The payload buffers: what a `BufId` names.
+#[derive(Default)]
+struct Slab {
+    slots: Vec<Option<Msg>>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+impl Slab {
+    fn put(&mut self, m: Msg) -> BufId {
+        self.live += 1;
+        if let Some(i) = self.free.pop() {
+            self.slots[i as usize] = Some(m);
+            BufId(i)
+        } else {
+            self.slots.push(Some(m));
+            BufId(self.slots.len() as u32 - 1)
+        }
+    }
+
+    fn get(&self, b: BufId) -> Msg {
+        self.slots[b.0 as usize].expect("a machine sent a buffer it does not hold")
+    }
+
+    fn take(&mut self, b: BufId) -> Msg {
+        let m = self.slots[b.0 as usize]
+            .take()
+            .expect("a buffer came back twice");
+        self.free.push(b.0);
+        self.live -= 1;
+        m
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Body {
+    Data(Msg),
+    Nak(Box<RangeList>),
+    Empty,
+}
+
+/// A copy of a frame on the segment.
+struct Frame {
+    from: NodeId,
+    to: NodeId,
+    header: Header,
+    body: Body,
+}
+
+/// What the reliable links between daemons carry.
+#[derive(Debug, Clone)]
+enum LinkMsg {
+    Group(Vec<u8>),
+    Start {
+        group: GroupId,
+        epoch: u32,
+        seq: Seq,
+    },
+    Flush(FlushMsg),
+}
+
+/// Messages in flight on one directed link, in order: (deliver at, message).
+type Link = VecDeque<(u64, LinkMsg)>;
+
+struct SendStream {
+    machine: AnySender,
+    epoch: u32,
+    next: Seq,
+    deadline: Option<u64>,
+}
+
+struct RecvStream {
+    machine: AnyReceiver,
+    epoch: u32,
+    kept: Retained,
+    deadline: Option<u64>,
+}
+
+/// A group this node carries.
+#[derive(Default)]
+struct Carried {
+    view: Option<View>,
+    /// The other nodes the data path holds as members: the last view's,
+    /// without the peers seen restarting since.
+    members: Vec<NodeId>,
+    sender: Option<SendStream>,
+    receivers: BTreeMap<NodeId, RecvStream>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Which {
+    Sender,
+    Receiver(NodeId),
+}
+
+struct FlushStart {
+    at: u64,
+    survivors: Vec<NodeId>,
+}
+
+/// How one node's flush of one stream ended (printed when checker 2 fails).
+#[derive(Debug, Clone)]
+#[allow(dead_code)]
+struct FlushEnd {
+    node: NodeId,
+    outcome: Outcome,
+    /// The last counter this node delivered from the stream.
+    last: Option<u64>,
+    start: u64,
+    end: u64,
+    survivors: Vec<NodeId>,
+}
+
+struct Node {
+    svc: GroupService,
+    live: Liveness,
+    up: bool,
+    /// Frozen (SIGSTOP): up but neither hears nor speaks.
+    paused_until: u64,
+    /// Clients and the group they want to be in.
+    wants: BTreeMap<MemberId, &'static str>,
+    /// The clients that never leave (one per group).
+    permanent: BTreeSet<MemberId>,
+    /// Join requests in flight: request -> member.
+    joining: BTreeMap<u64, MemberId>,
+    incarnation: u32,
+    publisher: bool,
+    carried: BTreeMap<GroupId, Carried>,
+    pending_starts: BTreeMap<GroupId, Vec<(NodeId, u32, Seq)>>,
+    flushes: Flushes,
+    started: BTreeMap<FlushKey, FlushStart>,
+    /// Unknown states answered: (peer, stream).
+    answered: BTreeSet<(NodeId, FlushKey)>,
+    /// The next counter per group, this incarnation.
+    published: BTreeMap<GroupId, u64>,
+    /// Send streams opened per group, this incarnation.
+    opens: BTreeMap<GroupId, u32>,
+}
+
+impl Node {
+    /// Forgets every group and stream (a rejoin, a crash): returns the
+    /// machines so their buffers can be freed.
+    fn drop_data(&mut self) -> Vec<Carried> {
+        self.pending_starts.clear();
+        self.flushes = Flushes::new();
+        self.started.clear();
+        self.answered.clear();
+        self.published.clear();
+        self.opens.clear();
+        std::mem::take(&mut self.carried).into_values().collect()
+    }
+}
+
+/// Per (node, incarnation, group, sender, sender incarnation): the last
+/// counter delivered, and whether the receive stream was (re)opened since.
+type SeenKey = (NodeId, u32, GroupId, NodeId, u32);
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Stats {
+    delivered: u64,
+    recovered: u64,
+    flushes_agreed: u64,
+    flushes_timed_out: u64,
+    /// Agreed flushes at a node that had delivered nothing from the stream.
+    empty: u64,
+    frames_dropped_by_filter: u64,
+}
+
+impl Stats {
+    fn add(&mut self, o: &Stats) {
+        self.delivered += o.delivered;
+        self.recovered += o.recovered;
+        self.flushes_agreed += o.flushes_agreed;
+        self.flushes_timed_out += o.flushes_timed_out;
+        self.empty += o.empty;
+        self.frames_dropped_by_filter += o.frames_dropped_by_filter;
+    }
+}
+
+struct Sim {
+    seed: u64,
+    faults: Faults,
+    rng: Rng,
+    now: u64,
+    nodes: Vec<Node>,
+    links: BTreeMap<(NodeId, NodeId), Link>,
+    /// Side of each node while partitioned (None: no partition).
+    side: Option<Vec<bool>>,
+    next_member: MemberId,
+    next_req: u64,
+    /// Clients whose join failed, to try again.
+    retry: Vec<(NodeId, MemberId)>,
+    /// No new client joins or leaves (before the check).
+    quiet: bool,
+    /// Frames on the segment: (arrival, number) -> frame.
+    wire: BTreeMap<(u64, u64), Frame>,
+    wire_count: u64,
+    slab: Slab,
+    loss: u64,
+    /// False: no flush (receive streams are just closed), to show what it does.
+    use_flush: bool,
+    /// Close receivers of senders not in the view, as the daemon does.
+    daemon_close: bool,
+    /// Every frame node `.0` sends reaches only the nodes in `.1`.
+    filter: Option<(NodeId, Vec<NodeId>)>,
+    seen: BTreeMap<SeenKey, (Option<u64>, bool)>,
+    /// Per (sender, incarnation, group), per counter: the sender's members
+    /// when it published the message (bit n-1: node n).
+    sent_to: BTreeMap<(NodeId, u32, GroupId), Vec<u8>>,
+    ends: BTreeMap<FlushKey, Vec<FlushEnd>>,
+    /// Partitions and pauses: (from, to).
+    disturbed: Vec<(u64, u64)>,
+    partition_since: u64,
+    unexplained: Vec<String>,
+    stats: Stats,
+    tracing: bool,
+    trace_delivery: bool,
+    daemon_epoch: bool,
+    /// A peer seen restarting leaves the data path's members at once (the
+    /// daemon does not do this: `MCAST_DATAPATH_DAEMON_RESTART=1`).
+    restart_departs: bool,
+}
+
+impl Sim {
+    fn new(seed: u64, faults: Faults, publishers: Option<&[NodeId]>) -> Sim {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut chosen: Vec<bool> = (0..N).map(|_| rng.chance(500)).collect();
+        match publishers {
+            Some(p) => chosen = (1..=N).map(|n| p.contains(&n)).collect(),
+            None if !chosen.contains(&true) => chosen[rng.below(u64::from(N)) as usize] = true,
+            None => {}
+        }
+        let nodes = (1..=N)
+            .map(|n| {
+                let (svc, live) = fresh(n, 1, 0);
+                Node {
+                    svc,
+                    live,
+                    up: true,
+                    paused_until: 0,
+                    wants: BTreeMap::new(),
+                    permanent: BTreeSet::new(),
+                    joining: BTreeMap::new(),
+                    incarnation: 1,
+                    publisher: chosen[n as usize - 1],
+                    carried: BTreeMap::new(),
+                    pending_starts: BTreeMap::new(),
+                    flushes: Flushes::new(),
+                    started: BTreeMap::new(),
+                    answered: BTreeSet::new(),
+                    published: BTreeMap::new(),
+                    opens: BTreeMap::new(),
+                }
+            })
+            .collect();
+        let mut sim = Sim {
+            seed,
+            faults,
+            rng,
+            now: 0,
+            nodes,
+            links: BTreeMap::new(),
+            side: None,
+            next_member: 1,
+            next_req: 1,
+            retry: Vec::new(),
+            quiet: false,
+            wire: BTreeMap::new(),
+            wire_count: 0,
+            slab: Slab::default(),
+            loss: LOSS_PER_MILLE,
+            use_flush: true,
+            daemon_close: std::env::var("MCAST_DATAPATH_DAEMON_CLOSE").is_ok(),
+            filter: None,
+            seen: BTreeMap::new(),
+            sent_to: BTreeMap::new(),
+            ends: BTreeMap::new(),
+            disturbed: Vec::new(),
+            partition_since: 0,
+            unexplained: Vec::new(),
+            stats: Stats::default(),
+            tracing: std::env::var("MCAST_DATAPATH_TRACE").is_ok(),
+            trace_delivery: std::env::var("MCAST_DATAPATH_TRACE_DELIVERY").is_ok(),
+            daemon_epoch: std::env::var("MCAST_DATAPATH_DAEMON_EPOCH").is_ok(),
+            restart_departs: std::env::var("MCAST_DATAPATH_DAEMON_RESTART").is_err(),
+        };
+        for id in 1..=N {
+            sim.join_permanent(id);
+        }
+        sim
+    }
+
+    /// `MCAST_DATAPATH_TRACE=1`: what the glue does, for replaying a seed.
+    fn trace(&self, what: impl FnOnce() -> String) {
+        if self.tracing {
+            eprintln!("t={}ms {}", self.now / MS, what());
+        }
+    }
+
+    fn n(&mut self, id: NodeId) -> &mut Node {
+        &mut self.nodes[id as usize - 1]
+    }
+
+    fn active(&self, id: NodeId) -> bool {
+        let n = &self.nodes[id as usize - 1];
+        n.up && self.now >= n.paused_until
+    }
+
+    fn connected(&self, a: NodeId, b: NodeId) -> bool {
+        self.side
+            .as_ref()
+            .is_none_or(|s| s[a as usize - 1] == s[b as usize - 1])
+    }
+
+    /// The node's clients of every group (at start and after a restart).
+    fn join_permanent(&mut self, id: NodeId) {
+        for name in GROUPS {
+            let m = self.next_member;
+            self.next_member += 1;
+            let req = self.next_req;
+            self.next_req += 1;
+            let node = self.n(id);
+            node.wants.insert(m, name);
+            node.permanent.insert(m);
+            node.joining.insert(req, m);
+            node.svc.join(req, m, name);
+        }
+        self.pump(id);
+    }
+
+    /// One millisecond: faults, clients, the data path in 100 µs ticks,
+    /// then the links, timers and liveness.
+    fn step(&mut self, faults: bool) {
+        let start = self.now;
+        self.now += MS;
+        if faults {
+            self.fault();
+        }
+        self.clients(!self.quiet);
+        for k in 1..=MS / SUB {
+            let t = start + k * SUB;
+            if k == 1 {
+                for id in 1..=N {
+                    self.publish(id, t);
+                }
+            }
+            self.data_tick(t);
+        }
+        let keys: Vec<(NodeId, NodeId)> = self.links.keys().copied().collect();
+        for (from, to) in keys {
+            if !self.active(to) || !self.connected(from, to) {
+                continue;
+            }
+            // The link may be reset by a message just handled.
+            while let Some(q) = self.links.get_mut(&(from, to)) {
+                match q.front() {
+                    Some((at, _)) if *at <= self.now => {}
+                    _ => break,
+                }
+                let (_, msg) = q.pop_front().expect("peeked");
+                let now = self.now;
+                let mut ev = Vec::new();
+                self.n(to).live.heard(from, now, &mut ev);
+                match msg {
+                    LinkMsg::Group(bytes) => {
+                        let _ = self.n(to).svc.handle_message(from, &bytes);
+                    }
+                    LinkMsg::Start { group, epoch, seq } => {
+                        self.on_start(to, from, group, epoch, seq);
+                    }
+                    LinkMsg::Flush(m) => self.on_flush(to, from, m),
+                }
+                self.live_events(to, ev);
+                self.pump(to);
+            }
+        }
+        for id in 1..=N {
+            if !self.active(id) {
+                continue;
+            }
+            let now = self.now;
+            let mut ev = Vec::new();
+            let node = self.n(id);
+            node.svc.tick(now);
+            let reg = node.svc.registry_epoch();
+            node.live.poll(now, reg, &mut ev);
+            self.live_events(id, ev);
+            self.pump(id);
+            self.flushes_done(id);
+        }
+    }
+
+    // ---- the data path ------------------------------------------------
+
+    fn data_tick(&mut self, t: u64) {
+        while let Some(entry) = self.wire.first_entry() {
+            if entry.key().0 > t {
+                break;
+            }
+            let f = entry.remove();
+            self.arrive(t, f);
+        }
+        for id in 1..=N {
+            if !self.active(id) {
+                continue;
+            }
+            let mut due = Vec::new();
+            for (&g, c) in &self.nodes[id as usize - 1].carried {
+                if c.sender
+                    .as_ref()
+                    .is_some_and(|s| s.deadline.is_some_and(|d| d <= t))
+                {
+                    due.push((g, Which::Sender));
+                }
+                for (&x, r) in &c.receivers {
+                    if r.deadline.is_some_and(|d| d <= t) {
+                        due.push((g, Which::Receiver(x)));
+                    }
+                }
+            }
+            for (g, which) in due {
+                if let Some(e) = endpoint(&mut self.nodes, id, g, which) {
+                    e.handle_timeout(Instant(t));
+                    self.service(id, g, which, t);
+                }
+            }
+        }
+    }
+
+    /// Drains a machine's frames and events and notes its deadline.
+    fn service(&mut self, id: NodeId, g: GroupId, which: Which, t: u64) {
+        let now = Instant(t);
+        let mut txs = Vec::new();
+        let mut evs = Vec::new();
+        {
+            let Some(c) = self.nodes[id as usize - 1].carried.get_mut(&g) else {
+                return;
+            };
+            let (e, deadline): (&mut dyn Endpoint, &mut Option<u64>) = match which {
+                Which::Sender => match c.sender.as_mut() {
+                    Some(s) => (&mut s.machine, &mut s.deadline),
+                    None => return,
+                },
+                Which::Receiver(x) => match c.receivers.get_mut(&x) {
+                    Some(r) => (&mut r.machine, &mut r.deadline),
+                    None => return,
+                },
+            };
+            while let Some(tx) = e.poll_transmit(now) {
+                txs.push(tx);
+            }
+            while let Some(ev) = e.poll_event() {
+                evs.push(ev);
+            }
+            *deadline = e.poll_timeout().map(|i| i.0);
+        }
+        for tx in txs {
+            self.post(id, t, tx);
+        }
+        for ev in evs {
+            match ev {
+                Event::Release(b) => {
+                    self.slab.take(b);
+                }
+                Event::Deliver { seq, buf, .. } => {
+                    let msg = self.slab.take(buf);
+                    let Which::Receiver(x) = which else {
+                        panic!("seed {}: node {id}'s sender delivered", self.seed);
+                    };
+                    let r = self.nodes[id as usize - 1]
+                        .carried
+                        .get_mut(&g)
+                        .and_then(|c| c.receivers.get_mut(&x))
+                        .expect("serviced");
+                    r.kept.push(seq, true, true, &msg.encode());
+                    let epoch = r.epoch;
+                    self.deliver(id, g, x, epoch, msg, false);
+                }
+            }
+        }
+    }
+
+    fn post(&mut self, from: NodeId, t: u64, tx: Transmit) {
+        let body = match tx.body {
+            TxBody::Buf(b) => Body::Data(self.slab.get(b)),
+            TxBody::Nak(l) => Body::Nak(l),
+            TxBody::None => Body::Empty,
+        };
+        let targets: Vec<NodeId> = match tx.dest {
+            Dest::Group => (1..=N).filter(|&n| n != from).collect(),
+            Dest::Node(n) => vec![n],
+        };
+        for to in targets {
+            if self.rng.chance(self.loss) {
+                continue;
+            }
+            if let Some((src, pass)) = &self.filter {
+                if *src == from && !pass.contains(&to) {
+                    self.stats.frames_dropped_by_filter += 1;
+                    continue;
+                }
+            }
+            let at = t + (1 + self.rng.below(3)) * SUB;
+            self.wire_count += 1;
+            self.wire.insert(
+                (at, self.wire_count),
+                Frame {
+                    from,
+                    to,
+                    header: tx.header,
+                    body: body.clone(),
+                },
+            );
+        }
+    }
+
+    fn arrive(&mut self, t: u64, f: Frame) {
+        if !self.active(f.to) || !self.connected(f.from, f.to) {
+            return;
+        }
+        let g = f.header.group;
+        let s = stream_of(&f.header);
+        let which = if s == f.to {
+            Which::Sender
+        } else {
+            Which::Receiver(s)
+        };
+        if endpoint(&mut self.nodes, f.to, g, which).is_none() {
+            return; // not subscribed, or no stream (rx_unrouted)
+        }
+        let buf = match f.body {
+            Body::Data(m) => Some(self.slab.put(m)),
+            _ => None,
+        };
+        let e = endpoint(&mut self.nodes, f.to, g, which).expect("checked");
+        let body = match (&f.body, buf) {
+            (Body::Data(_), Some(b)) => RxBody::Data(b),
+            (Body::Nak(l), _) => RxBody::Nak(l),
+            _ => RxBody::None,
+        };
+        e.handle_frame(Instant(t), &f.header, body);
+        self.service(f.to, g, which, t);
+    }
+
+    /// The publisher's burst in every group it carries.
+    fn publish(&mut self, id: NodeId, t: u64) {
+        if !self.active(id) || !self.nodes[id as usize - 1].publisher || self.rng.chance(300) {
+            return;
+        }
+        let groups: Vec<(GroupId, Vec<NodeId>)> = self.nodes[id as usize - 1]
+            .carried
+            .iter()
+            .filter_map(|(&g, c)| {
+                let v = c.view.as_ref()?;
+                Some((g, v.nodes().into_iter().filter(|&n| n != id).collect()))
+            })
+            .collect();
+        for (g, remote) in groups {
+            let burst = 1 + self.rng.below(3);
+            let inc = self.nodes[id as usize - 1].incarnation;
+            for i in 0..burst {
+                let n = *self.nodes[id as usize - 1].published.get(&g).unwrap_or(&0);
+                let msg = Msg {
+                    group: g,
+                    node: id,
+                    inc,
+                    n,
+                };
+                if remote.is_empty() {
+                    // Nobody else in the group: local delivery only.
+                    self.n(id).published.insert(g, n + 1);
+                    self.sent_to.entry((id, inc, g)).or_default().push(0);
+                    continue;
+                }
+                if self.nodes[id as usize - 1].carried[&g].sender.is_none() {
+                    let epoch = self.open_epoch(id, g);
+                    self.trace(|| {
+                        format!("node {id}: sender opens in {g} epoch {epoch} to {remote:?}")
+                    });
+                    let stream = StreamConfig {
+                        group: g,
+                        local: id,
+                        sender: id,
+                        epoch,
+                        initial_seq: Seq(0),
+                        window_frames: WINDOW,
+                        seed: self.seed,
+                    };
+                    let machine =
+                        AnySender::new(Algorithm::Mak, stream, &ProtocolConfig::default(), &remote);
+                    self.n(id).carried.get_mut(&g).expect("carried").sender = Some(SendStream {
+                        machine,
+                        epoch,
+                        next: Seq(0),
+                        deadline: None,
+                    });
+                    for &to in &remote {
+                        self.send_link(
+                            id,
+                            to,
+                            LinkMsg::Start {
+                                group: g,
+                                epoch,
+                                seq: Seq(0),
+                            },
+                        );
+                    }
+                }
+                let s = self
+                    .n(id)
+                    .carried
+                    .get_mut(&g)
+                    .and_then(|c| c.sender.as_mut())
+                    .expect("open");
+                if !s.machine.can_send() {
+                    break; // back-pressure: the client waits
+                }
+                let b = self.slab.put(msg);
+                let seed = self.seed;
+                let s = self
+                    .n(id)
+                    .carried
+                    .get_mut(&g)
+                    .and_then(|c| c.sender.as_mut())
+                    .expect("open");
+                let frame = OutFrame {
+                    buf: b,
+                    len: MSG_LEN as u16,
+                    frag: Flags::WHOLE,
+                    last: i + 1 == burst,
+                };
+                match s.machine.send(Instant(t), frame) {
+                    Ok(seq) => {
+                        assert_eq!(seq, s.next, "seed {seed}");
+                        s.next = seq.next();
+                        self.n(id).published.insert(g, n + 1);
+                        let mask = remote.iter().fold(0u8, |m, &r| m | 1 << (r - 1));
+                        self.sent_to.entry((id, inc, g)).or_default().push(mask);
+                    }
+                    Err(e) => {
+                        self.slab.take(e.buf());
+                        break;
+                    }
+                }
+            }
+            self.service(id, g, Which::Sender, t);
+        }
+    }
+
+    /// Checker 1, at every delivery.
+    fn deliver(&mut self, id: NodeId, g: GroupId, x: NodeId, epoch: u32, msg: Msg, flush: bool) {
+        let seed = self.seed;
+        let stream = epoch;
+        let epoch = self.inc_of(stream);
+        assert_eq!(
+            (msg.group, msg.node, msg.inc),
+            (g, x, epoch),
+            "seed {seed}: node {id} delivered {msg:?} on the stream of {x} (epoch {stream}) in group {g}"
+        );
+        let inc = self.nodes[id as usize - 1].incarnation;
+        if self.trace_delivery {
+            self.trace(|| format!("node {id}: delivers {msg:?} (flush: {flush})"));
+        }
+        let e = self
+            .seen
+            .entry((id, inc, g, x, epoch))
+            .or_insert((None, true));
+        if let Some(last) = e.0 {
+            assert!(
+                msg.n > last,
+                "seed {seed}: node {id} (incarnation {inc}) delivered message {} of {x}/{epoch} in group {g} after {last}: twice or out of order (flush: {flush})",
+                msg.n
+            );
+            if !e.1 {
+                // Inside one stream, only messages published while this
+                // node was not among the sender's members may be skipped.
+                let masks = &self.sent_to[&(x, epoch, g)];
+                let bit = 1u8 << (id - 1);
+                if let Some(k) = (last + 1..msg.n).find(|&k| masks[k as usize] & bit != 0) {
+                    panic!(
+                        "seed {seed}: node {id} (incarnation {inc}) delivered message {} of {x}/{epoch} in group {g} after {last}: a gap inside one stream, and {k} was published with node {id} a member (flush: {flush})",
+                        msg.n
+                    );
+                }
+            }
+        }
+        let e = self.seen.get_mut(&(id, inc, g, x, epoch)).expect("entered");
+        *e = (Some(msg.n), false);
+        self.stats.delivered += 1;
+        if flush {
+            self.stats.recovered += 1;
+        }
+    }
+
+    /// The epoch of a send stream `id` opens in `g`: unique per open (the
+    /// daemon's is its incarnation, reused when it carries a group again;
+    /// `MCAST_DATAPATH_DAEMON_EPOCH=1` does that).
+    fn open_epoch(&mut self, id: NodeId, g: GroupId) -> u32 {
+        let daemon = self.daemon_epoch;
+        let node = self.n(id);
+        if daemon {
+            return node.incarnation;
+        }
+        let opens = node.opens.entry(g).or_insert(0);
+        *opens += 1;
+        assert!(
+            *opens < 256,
+            "256 send streams in one group and incarnation"
+        );
+        node.incarnation * 256 + *opens
+    }
+
+    /// The sender's incarnation, from a stream's epoch.
+    fn inc_of(&self, epoch: u32) -> u32 {
+        if self.daemon_epoch {
+            epoch
+        } else {
+            epoch / 256
+        }
+    }
+
+    /// The last message `id` delivered from `x`'s incarnation `epoch` in `g`.
+    fn last_delivered(&self, id: NodeId, g: GroupId, x: NodeId, epoch: u32) -> Option<u64> {
+        let inc = self.nodes[id as usize - 1].incarnation;
+        self.seen.get(&(id, inc, g, x, epoch)).and_then(|e| e.0)
+    }
+
+    /// Frees the buffers of machines dropped with a group or a node.
+    fn release(&mut self, c: Carried) {
+        if let Some(mut s) = c.sender {
+            s.machine.release_all();
+            while let Some(e) = s.machine.poll_event() {
+                self.release_event(e);
+            }
+        }
+        for (_, mut r) in c.receivers {
+            r.machine.release_all();
+            while let Some(e) = r.machine.poll_event() {
+                self.release_event(e);
+            }
+        }
+    }
+
+    fn release_event(&mut self, e: Event) {
+        match e {
+            Event::Release(b) => {
+                self.slab.take(b);
+            }
+            Event::Deliver { .. } => panic!("seed {}: a delivery at release_all", self.seed),
+        }
+    }
+
+    // ---- the daemon's glue -------------------------------------------
+
+    /// As the daemon's `stream_start`.
+    fn on_start(&mut self, id: NodeId, from: NodeId, g: GroupId, epoch: u32, seq: Seq) {
+        self.trace(|| {
+            format!(
+                "node {id}: stream start from {from} in {g}: {epoch}/{}",
+                seq.0
+            )
+        });
+        let node = self.n(id);
+        if !node.carried.contains_key(&g) {
+            // The view that makes this node a member may still be on its way.
+            let q = node.pending_starts.entry(g).or_default();
+            q.retain(|(n, _, _)| *n != from);
+            if q.len() < MAX_PENDING_STARTS {
+                q.push((from, epoch, seq));
+            }
+            return;
+        }
+        self.open_receiver(id, g, from, epoch, seq);
+    }
+
+    fn open_receiver(&mut self, id: NodeId, g: GroupId, from: NodeId, epoch: u32, seq: Seq) {
+        let now = self.now;
+        if let Some(old) = self
+            .n(id)
+            .carried
+            .get_mut(&g)
+            .and_then(|c| c.receivers.remove(&from))
+        {
+            self.release(Carried {
+                receivers: BTreeMap::from([(from, old)]),
+                ..Carried::default()
+            });
+        }
+        let stream = StreamConfig {
+            group: g,
+            local: id,
+            sender: from,
+            epoch,
+            initial_seq: seq,
+            window_frames: WINDOW,
+            seed: self.seed,
+        };
+        let machine = AnyReceiver::new(Algorithm::Mak, stream, &ProtocolConfig::default());
+        let inc = self.nodes[id as usize - 1].incarnation;
+        let sender_inc = self.inc_of(epoch);
+        self.seen
+            .entry((id, inc, g, from, sender_inc))
+            .or_insert((None, true))
+            .1 = true;
+        self.n(id)
+            .carried
+            .get_mut(&g)
+            .expect("carried")
+            .receivers
+            .insert(
+                from,
+                RecvStream {
+                    machine,
+                    epoch,
+                    kept: Retained::new(WINDOW),
+                    deadline: None,
+                },
+            );
+        self.service(id, g, Which::Receiver(from), now);
+    }
+
+    /// As the daemon's `view_changed`, with the flush.
+    fn view_changed(&mut self, id: NodeId, g: GroupId, view: View) {
+        let nodes = view.nodes();
+        self.trace(|| {
+            format!(
+                "node {id}: view of {g} epoch {:#x} agent {} nodes {nodes:?}",
+                view.epoch, view.agent
+            )
+        });
+        if !nodes.contains(&id) {
+            // The last local member left: stop carrying the group.
+            let node = self.n(id);
+            node.flushes.forget_group(g);
+            node.started.retain(|k, _| k.group != g);
+            if let Some(c) = node.carried.remove(&g) {
+                self.release(c);
+            }
+            return;
+        }
+        if !self.nodes[id as usize - 1].carried.contains_key(&g) {
+            let node = self.n(id);
+            node.carried.insert(g, Carried::default());
+            for (from, epoch, seq) in node.pending_starts.remove(&g).unwrap_or_default() {
+                self.open_receiver(id, g, from, epoch, seq);
+            }
+        }
+        let remote: Vec<NodeId> = nodes.iter().copied().filter(|&n| n != id).collect();
+        self.n(id).carried.get_mut(&g).expect("carried").view = Some(view);
+        self.members_changed(id, g, remote);
+    }
+
+    /// Node `n` restarted (or rejoined): its old incarnation's streams are
+    /// gone, even if no view this node gets shows it absent (views may be
+    /// skipped, and a rejoined node can be in the views before and after).
+    /// The stream from its old incarnation is closed and flushed; this
+    /// node's sender starts the new incarnation afresh (the start to the old
+    /// one died with it).
+    fn peer_restarted(&mut self, id: NodeId, n: NodeId) {
+        let now = self.now;
+        // The incarnation its beats carry (the daemon's Liveness knows it).
+        let inc = self.nodes[n as usize - 1].incarnation;
+        let groups: Vec<GroupId> = self.nodes[id as usize - 1]
+            .carried
+            .iter()
+            .filter(|(_, c)| c.members.contains(&n))
+            .map(|(&g, _)| g)
+            .collect();
+        for g in groups {
+            self.trace(|| format!("node {id}: {n} restarted as {inc}: in {g}"));
+            self.n(id).flushes.peer_gone(g, n);
+            let c = self.n(id).carried.get_mut(&g).expect("listed");
+            let members = c.members.clone();
+            if let Some(s) = c.sender.as_mut() {
+                let others: Vec<NodeId> = members.iter().copied().filter(|&m| m != n).collect();
+                s.machine.set_members(Instant(now), &others);
+                s.machine.set_members(Instant(now), &members);
+                let (epoch, seq) = (s.epoch, s.next);
+                self.send_link(
+                    id,
+                    n,
+                    LinkMsg::Start {
+                        group: g,
+                        epoch,
+                        seq,
+                    },
+                );
+                self.service(id, g, Which::Sender, now);
+            }
+            let old = self.nodes[id as usize - 1].carried[&g]
+                .receivers
+                .get(&n)
+                .is_some_and(|r| self.inc_of(r.epoch) != inc);
+            if old {
+                let survivors: Vec<NodeId> = members.into_iter().filter(|&m| m != n).collect();
+                self.close_receiver(id, g, n, Some(survivors));
+            }
+        }
+    }
+
+    /// The data path's members of `g` at node `id` become `remote`: the
+    /// sender installs them and starts the new ones; the streams of senders
+    /// that left are closed and flushed with the survivors.
+    fn members_changed(&mut self, id: NodeId, g: GroupId, remote: Vec<NodeId>) {
+        let now = self.now;
+        let c = &self.nodes[id as usize - 1].carried[&g];
+        let old = c.members.clone();
+        let receivers: Vec<NodeId> = c.receivers.keys().copied().collect();
+        let has_sender = c.sender.is_some();
+        for p in old.iter().filter(|p| !remote.contains(p)) {
+            self.n(id).flushes.peer_gone(g, *p);
+        }
+        if has_sender {
+            let s = self
+                .n(id)
+                .carried
+                .get_mut(&g)
+                .and_then(|c| c.sender.as_mut())
+                .expect("open");
+            s.machine.set_members(Instant(now), &remote);
+            let (epoch, seq) = (s.epoch, s.next);
+            for &n in remote.iter().filter(|n| !old.contains(n)) {
+                self.send_link(
+                    id,
+                    n,
+                    LinkMsg::Start {
+                        group: g,
+                        epoch,
+                        seq,
+                    },
+                );
+            }
+            self.service(id, g, Which::Sender, now);
+        }
+        for x in receivers {
+            let left = old.contains(&x) && !remote.contains(&x);
+            let daemon_closes = self.daemon_close && !remote.contains(&x);
+            if !left && !daemon_closes {
+                continue;
+            }
+            let survivors: Vec<NodeId> =
+                old.iter().copied().filter(|n| remote.contains(n)).collect();
+            self.close_receiver(id, g, x, left.then_some(survivors));
+        }
+        self.n(id).carried.get_mut(&g).expect("carried").members = remote;
+    }
+
+    /// Closes the receive stream from `x`; with `survivors`, flushes it.
+    fn close_receiver(
+        &mut self,
+        id: NodeId,
+        g: GroupId,
+        x: NodeId,
+        survivors: Option<Vec<NodeId>>,
+    ) {
+        let now = self.now;
+        let Some(r) = self
+            .n(id)
+            .carried
+            .get_mut(&g)
+            .and_then(|c| c.receivers.remove(&x))
+        else {
+            return;
+        };
+        let key = FlushKey {
+            group: g,
+            sender: x,
+            epoch: r.epoch,
+        };
+        let mut machine = r.machine;
+        machine.release_all();
+        while let Some(e) = machine.poll_event() {
+            self.release_event(e);
+        }
+        let Some(survivors) = survivors.filter(|_| self.use_flush) else {
+            return;
+        };
+        self.trace(|| format!("node {id}: flush of {key:?} with {survivors:?}"));
+        let mut out = Vec::new();
+        let node = self.n(id);
+        node.flushes.start(
+            key,
+            Some(r.kept),
+            &survivors,
+            now + FLUSH_DEADLINE,
+            &mut out,
+        );
+        node.started.insert(key, FlushStart { at: now, survivors });
+        for (to, m) in out {
+            self.send_link(id, to, LinkMsg::Flush(m));
+        }
+    }
+
+    fn on_flush(&mut self, id: NodeId, from: NodeId, m: FlushMsg) {
+        let mut out = Vec::new();
+        match m {
+            FlushMsg::State { key, next } => {
+                let node = self.n(id);
+                let has_stream = node
+                    .carried
+                    .get(&key.group)
+                    .and_then(|c| c.receivers.get(&key.sender))
+                    .is_some_and(|r| r.epoch == key.epoch);
+                let taken = node.flushes.on_state(from, key, next, has_stream, &mut out);
+                if taken == StateTaken::Unknown && node.answered.insert((from, key)) {
+                    out.push((from, FlushMsg::State { key, next: None }));
+                }
+            }
+            FlushMsg::Data { key, frame } => {
+                if self.n(id).flushes.on_data(key, &frame, &mut out) {
+                    let msg = Msg::decode(&frame.data);
+                    self.deliver(id, key.group, key.sender, key.epoch, msg, true);
+                }
+            }
+        }
+        for (to, m) in out {
+            self.send_link(id, to, LinkMsg::Flush(m));
+        }
+        self.flushes_done(id);
+    }
+
+    fn flushes_done(&mut self, id: NodeId) {
+        let now = self.now;
+        while let Some((key, outcome)) = self.n(id).flushes.poll_done(now) {
+            let start = self
+                .n(id)
+                .started
+                .remove(&key)
+                .expect("a flush this node started");
+            let last = self.last_delivered(id, key.group, key.sender, self.inc_of(key.epoch));
+            let end = FlushEnd {
+                node: id,
+                outcome,
+                last,
+                start: start.at,
+                end: now,
+                survivors: start.survivors,
+            };
+            match outcome {
+                Outcome::Agreed { .. } => {
+                    self.stats.flushes_agreed += 1;
+                    if last.is_none() {
+                        self.stats.empty += 1;
+                    }
+                }
+                Outcome::TimedOut { .. } => {
+                    self.stats.flushes_timed_out += 1;
+                    let from = start.at.saturating_sub(1000 * MS);
+                    let partition = self.side.is_some().then_some((self.partition_since, now));
+                    let explained = self
+                        .disturbed
+                        .iter()
+                        .chain(partition.iter())
+                        .any(|&(a, b)| a <= now && b >= from);
+                    if !explained {
+                        self.unexplained
+                            .push(format!("node {id}'s flush of {key:?} timed out: {end:?}"));
+                    }
+                }
+            }
+            self.ends.entry(key).or_default().push(end);
+        }
+    }
+
+    fn send_link(&mut self, from: NodeId, to: NodeId, msg: LinkMsg) {
+        self.trace(|| format!("node {from} -> {to}: {msg:?}"));
+        if self.nodes[from as usize - 1].live.detector().state(to) == Some(PeerState::Failed) {
+            self.trace(|| "  (dropped: peer failed)".to_string());
+            return; // as the daemon's send_link
+        }
+        let delay = (1 + self.rng.below(3)) * MS;
+        let q = self.links.entry((from, to)).or_default();
+        let at = q.back().map_or(0, |b| b.0).max(self.now + delay);
+        q.push_back((at, msg));
+    }
+
+    // ---- membership (as failures.rs) -----------------------------------
+
+    fn live_events(&mut self, id: NodeId, events: Vec<LiveEvent>) {
+        for e in events {
+            match e {
+                LiveEvent::Send { to, payload } => {
+                    // Beats are unreliable and immediate (a LAN).
+                    if self.active(to) && self.connected(id, to) {
+                        let now = self.now;
+                        let mut ev = Vec::new();
+                        let target = self.n(to);
+                        let reg = target.svc.registry_epoch();
+                        target.live.on_beat(id, &payload, now, reg, &mut ev);
+                        self.live_events(to, ev);
+                    }
+                }
+                LiveEvent::Suspect(_) => {}
+                LiveEvent::Failed(n) => {
+                    self.n(id).svc.node_failed(n);
+                    self.links.remove(&(id, n)); // the link is reset
+                }
+                LiveEvent::Restarted(n) => {
+                    let node = self.n(id);
+                    node.svc.node_failed(n);
+                    node.svc.node_recovered(n);
+                    self.links.remove(&(id, n));
+                    if self.restart_departs {
+                        self.peer_restarted(id, n);
+                    }
+                }
+                LiveEvent::Recovered(n) => self.n(id).svc.node_recovered(n),
+                LiveEvent::Registry { node, epoch } => self.n(id).svc.adopt_registry(node, epoch),
+                LiveEvent::Majority => self.n(id).svc.confirm_registry(),
+                LiveEvent::Rejoin { .. } => self.rejoin(id),
+            }
+            self.pump(id);
+        }
+    }
+
+    /// As mcastd does when told it was declared failed.
+    fn rejoin(&mut self, id: NodeId) {
+        let node = self.n(id);
+        node.live.rejoined();
+        node.incarnation = node.live.incarnation();
+        let registry = node.svc.registry_epoch();
+        let mut svc = GroupService::new(id, 1, Limits::default());
+        svc.set_cluster(&common::cluster());
+        svc.adopt_registry(registry.0, registry.1);
+        svc.confirm_registry();
+        node.svc = svc;
+        node.joining.clear();
+        for c in node.drop_data() {
+            self.release(c);
+        }
+        let wants: Vec<(MemberId, &str)> = self.n(id).wants.iter().map(|(&m, &g)| (m, g)).collect();
+        for (m, g) in wants {
+            let req = self.next_req;
+            self.next_req += 1;
+            let node = self.n(id);
+            node.joining.insert(req, m);
+            node.svc.join(req, m, g);
+        }
+        for peer in 1..=N {
+            self.links.remove(&(id, peer));
+        }
+    }
+
+    /// Moves what a service wants sent onto the links; handles its events.
+    fn pump(&mut self, id: NodeId) {
+        while let Some((to, bytes)) = self.n(id).svc.poll_send() {
+            let delay = (1 + self.rng.below(3)) * MS;
+            let q = self.links.entry((id, to)).or_default();
+            let at = q.back().map_or(0, |b| b.0).max(self.now + delay);
+            q.push_back((at, LinkMsg::Group(bytes)));
+        }
+        while let Some(e) = self.n(id).svc.poll_event() {
+            match e {
+                GroupEvent::Joined { req, .. } => {
+                    self.n(id).joining.remove(&req);
+                }
+                GroupEvent::Failed { req, .. } => {
+                    // The application is told and tries again.
+                    let node = self.n(id);
+                    if let Some(m) = node.joining.remove(&req) {
+                        if node.wants.contains_key(&m) {
+                            self.retry.push((id, m));
+                        }
+                    }
+                }
+                GroupEvent::ViewChanged { group, view } => self.view_changed(id, group, view),
+                _ => {}
+            }
+        }
+    }
+
+    /// Retries failed joins and, if `new`, starts random joins and leaves
+    /// of short-lived clients.
+    fn clients(&mut self, new: bool) {
+        for (id, m) in std::mem::take(&mut self.retry) {
+            if !self.active(id) {
+                self.retry.push((id, m));
+                continue;
+            }
+            let Some(&g) = self.n(id).wants.get(&m) else {
+                continue;
+            };
+            let req = self.next_req;
+            self.next_req += 1;
+            let node = self.n(id);
+            node.joining.insert(req, m);
+            node.svc.join(req, m, g);
+            self.pump(id);
+        }
+        if !new || !self.rng.chance(10) {
+            return;
+        }
+        let id = 1 + self.rng.below(u64::from(N)) as NodeId;
+        if !self.active(id) {
+            return;
+        }
+        let node = self.n(id);
+        let extra: Vec<MemberId> = node
+            .wants
+            .keys()
+            .copied()
+            .filter(|m| !node.permanent.contains(m))
+            .collect();
+        if self.rng.chance(500) && !extra.is_empty() {
+            let m = extra[self.rng.below(extra.len() as u64) as usize];
+            let node = self.n(id);
+            node.wants.remove(&m);
+            node.joining.retain(|_, j| *j != m); // its requests get no answer
+            node.svc.member_gone(m);
+        } else {
+            let g = GROUPS[self.rng.below(GROUPS.len() as u64) as usize];
+            let m = self.next_member;
+            self.next_member += 1;
+            let req = self.next_req;
+            self.next_req += 1;
+            let node = self.n(id);
+            node.wants.insert(m, g);
+            node.joining.insert(req, m);
+            node.svc.join(req, m, g);
+        }
+        self.pump(id);
+    }
+
+    fn fault(&mut self) {
+        let r = self.rng.below(1000);
+        let id = 1 + self.rng.below(u64::from(N)) as NodeId;
+        let up = self.nodes.iter().filter(|n| n.up).count();
+        match r {
+            // Crash: at most two down at once.
+            0..=2 if self.faults.crashes && self.n(id).up && up > 3 => self.crash(id),
+            // Restart a crashed node: a fresh daemon, a new incarnation.
+            3..=6 if !self.n(id).up => self.restart(id),
+            // Pause (SIGSTOP) for 50..800 ms.
+            7..=8 if self.faults.pauses && self.active(id) => {
+                let d = (50 + self.rng.below(750)) * MS;
+                let now = self.now;
+                self.n(id).paused_until = now + d;
+                self.disturbed.push((now, now + d));
+            }
+            // Partition one or two nodes off, or heal.
+            9 if self.faults.partitions && self.side.is_none() => {
+                let mut side = vec![false; N as usize];
+                side[id as usize - 1] = true;
+                if self.rng.chance(500) {
+                    side[self.rng.below(u64::from(N)) as usize] = true;
+                }
+                self.side = Some(side);
+                self.partition_since = self.now;
+            }
+            10..=12 if self.side.is_some() => self.heal(),
+            _ => {}
+        }
+    }
+
+    fn heal(&mut self) {
+        if self.side.take().is_some() {
+            self.disturbed.push((self.partition_since, self.now));
+        }
+    }
+
+    /// The daemon dies with its clients, streams and flushes.
+    fn crash(&mut self, id: NodeId) {
+        let node = self.n(id);
+        node.up = false;
+        node.wants.clear();
+        node.permanent.clear();
+        node.joining.clear();
+        for c in node.drop_data() {
+            self.release(c);
+        }
+        self.links.retain(|&(a, b), _| a != id && b != id);
+    }
+
+    fn restart(&mut self, id: NodeId) {
+        let now = self.now;
+        let node = self.n(id);
+        node.incarnation += 10;
+        let (svc, live) = fresh(id, node.incarnation, now);
+        node.svc = svc;
+        node.live = live;
+        node.up = true;
+        node.paused_until = 0;
+        self.join_permanent(id);
+    }
+
+    /// Heals everything and runs quietly for `ms`.
+    fn settle(&mut self, ms: u64) {
+        self.heal();
+        for id in 1..=N {
+            if !self.n(id).up {
+                self.restart(id);
+            }
+            self.n(id).paused_until = 0;
+        }
+        for _ in 0..ms {
+            self.step(false);
+        }
+    }
+
+    // ---- the end checks ------------------------------------------------
+
+    /// Checker 2: the survivors of each departed sender agree.
+    fn check_flushes(&self) {
+        let seed = self.seed;
+        for (key, ends) in &self.ends {
+            let agreed: BTreeSet<u64> = ends
+                .iter()
+                .filter(|e| matches!(e.outcome, Outcome::Agreed { .. }))
+                .filter_map(|e| e.last)
+                .collect();
+            assert!(
+                agreed.len() <= 1,
+                "seed {seed}: the survivors of {key:?} disagree on its last message: {ends:#?}"
+            );
+        }
+        assert!(
+            self.unexplained.is_empty(),
+            "seed {seed}: flushes timed out with no partition or pause to explain it: {:#?}",
+            self.unexplained
+        );
+    }
+
+    /// Checker 3's membership part: one registry, one number and one agent
+    /// per group, every node in the agent's view, holding it and carrying
+    /// the group. Returns each group's number.
+    fn check_groups(&self) -> Vec<GroupId> {
+        let seed = self.seed;
+        let registries: BTreeSet<NodeId> = self
+            .nodes
+            .iter()
+            .map(|n| n.svc.registry_epoch().0)
+            .collect();
+        assert_eq!(
+            registries.len(),
+            1,
+            "seed {seed}: registries {registries:?}"
+        );
+        let mut numbers = Vec::new();
+        for name in GROUPS {
+            let groups: BTreeSet<GroupId> = self
+                .nodes
+                .iter()
+                .flat_map(|n| {
+                    n.svc
+                        .local_groups()
+                        .filter(|(_, g)| *g == name)
+                        .map(|(id, _)| id)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            assert_eq!(
+                groups.len(),
+                1,
+                "seed {seed}: {name} has numbers {groups:?}"
+            );
+            let g = *groups.first().expect("one");
+            let agents: Vec<NodeId> = (1..=N)
+                .filter(|&n| {
+                    self.nodes[n as usize - 1]
+                        .svc
+                        .named_agent_view(g, name)
+                        .is_some_and(|v| !v.members.is_empty())
+                })
+                .collect();
+            assert_eq!(agents.len(), 1, "seed {seed}: {name} has agents {agents:?}");
+            let view = self.nodes[agents[0] as usize - 1]
+                .svc
+                .named_agent_view(g, name)
+                .expect("agent");
+            assert_eq!(
+                view.nodes(),
+                common::cluster(),
+                "seed {seed}: {name}'s view at agent {}",
+                agents[0]
+            );
+            for n in 1..=N {
+                let node = &self.nodes[n as usize - 1];
+                assert_eq!(
+                    node.svc.named_view(g, name),
+                    Some(view),
+                    "seed {seed}: node {n}'s view of {name}"
+                );
+                assert_eq!(
+                    node.carried.get(&g).and_then(|c| c.view.as_ref()),
+                    Some(view),
+                    "seed {seed}: node {n} does not carry {name} ({g}) at the agent's view"
+                );
+            }
+            numbers.push(g);
+        }
+        numbers
+    }
+
+    /// Checker 3's data part: every publisher's next message reaches every
+    /// other node within the bound; no buffer leaked.
+    fn check_progress(&mut self, numbers: &[GroupId]) {
+        let seed = self.seed;
+        let mut want = Vec::new();
+        for &g in numbers {
+            for p in 1..=N {
+                let node = &self.nodes[p as usize - 1];
+                if node.publisher {
+                    let next = node.published.get(&g).copied().unwrap_or(0);
+                    want.push((g, p, node.incarnation, next));
+                }
+            }
+        }
+        let reached = |sim: &Sim| {
+            want.iter().all(|&(g, p, inc, next)| {
+                (1..=N)
+                    .filter(|&n| n != p)
+                    .all(|n| sim.last_delivered(n, g, p, inc).is_some_and(|l| l >= next))
+            })
+        };
+        let mut ms = 0;
+        while !reached(self) {
+            assert!(
+                ms < PROGRESS_BOUND_MS,
+                "seed {seed}: after the faults, publishers' messages {want:?} (group, node, incarnation, counter) did not reach every node within {PROGRESS_BOUND_MS} ms: {:?}",
+                self.progress_report(&want)
+            );
+            self.step(false);
+            ms += 1;
+        }
+        let held: usize = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.carried.values())
+            .map(|c| {
+                c.sender.as_ref().map_or(0, |s| s.machine.held_buffers())
+                    + c.receivers
+                        .values()
+                        .map(|r| r.machine.held_buffers())
+                        .sum::<usize>()
+            })
+            .sum();
+        assert_eq!(
+            self.slab.live, held,
+            "seed {seed}: buffers live in the slab vs held by machines"
+        );
+    }
+
+    fn progress_report(&self, want: &[(GroupId, NodeId, u32, u64)]) -> Vec<String> {
+        let mut out = Vec::new();
+        for &(g, p, inc, next) in want {
+            for n in (1..=N).filter(|&n| n != p) {
+                let last = self.last_delivered(n, g, p, inc);
+                if last.is_none_or(|l| l < next) {
+                    let node = &self.nodes[n as usize - 1];
+                    let stream = node
+                        .carried
+                        .get(&g)
+                        .and_then(|c| c.receivers.get(&p))
+                        .map(|r| (r.epoch, *r.machine.counters()));
+                    out.push(format!(
+                        "node {n} has {last:?} of {p}/{inc} in {g} (wants {next}); its stream: {stream:?}"
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    fn check(&mut self) {
+        self.check_flushes();
+        let numbers = self.check_groups();
+        self.check_progress(&numbers);
+    }
+}
+
+/// The machine `which` of node `id` in group `g`.
+fn endpoint(nodes: &mut [Node], id: NodeId, g: GroupId, which: Which) -> Option<&mut dyn Endpoint> {
+    let c = nodes[id as usize - 1].carried.get_mut(&g)?;
+    match which {
+        Which::Sender => c
+            .sender
+            .as_mut()
+            .map(|s| &mut s.machine as &mut dyn Endpoint),
+        Which::Receiver(x) => c
+            .receivers
+            .get_mut(&x)
+            .map(|r| &mut r.machine as &mut dyn Endpoint),
+    }
+}
+
+/// One seed's faults, then healing: the state the checker looks at.
+fn play(seed: u64, faults: Faults) -> Sim {
+    let mut sim = Sim::new(seed, faults, None);
+    // Everyone hears everyone first (a cluster that came up).
+    sim.settle(300);
+    for _ in 0..3000 {
+        sim.step(true);
+    }
+    sim.settle(2500);
+    // The clients stop joining and leaving; what is in flight ends.
+    sim.quiet = true;
+    sim.settle(1000);
+    sim
+}
+
+fn run(test: &str, faults: Faults, default_seeds: u64) {
+    let seeds = env_u64("MCAST_DATAPATH_SEEDS", default_seeds);
+    let first = env_u64("MCAST_DATAPATH_FIRST_SEED", 0);
+    let mut failed = Vec::new();
+    let mut total = Stats::default();
+    for seed in first..first + seeds {
+        let outcome = std::panic::catch_unwind(|| {
+            let mut sim = play(seed, faults);
+            sim.check();
+            sim.stats
+        });
+        match outcome {
+            Ok(s) => total.add(&s),
+            Err(e) => failed.push(format!(
+                "{}\n  replay: MCAST_DATAPATH_FIRST_SEED={seed} MCAST_DATAPATH_SEEDS=1 cargo test -p mcast-groups --test datapath {test}",
+                panic_text(&*e)
+            )),
+        }
+    }
+    if std::env::var("MCAST_DATAPATH_STATS").is_ok() {
+        eprintln!("{test}: {seeds} seeds from {first}: {total:?}");
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {seeds} seeds failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
+
+/// Crashes and restarts of any node: publishers, receivers, agents, registry.
+#[test]
+#[ignore = "fails on open bugs of the glue (module doc, Findings); run with --ignored"]
+fn random_crashes_and_restarts_keep_delivery_in_order_and_agreed() {
+    run(
+        "random_crashes_and_restarts_keep_delivery_in_order_and_agreed",
+        Faults {
+            crashes: true,
+            pauses: false,
+            partitions: false,
+        },
+        16,
+    );
+}
+
+/// Every fault at once.
+#[test]
+#[ignore = "fails on open bugs of the glue (module doc, Findings); run with --ignored"]
+fn random_crashes_restarts_pauses_and_partitions_keep_delivery_in_order_and_agreed() {
+    run(
+        "random_crashes_restarts_pauses_and_partitions_keep_delivery_in_order_and_agreed",
+        Faults {
+            crashes: true,
+            pauses: true,
+            partitions: true,
+        },
+        16,
+    );
+}
+
+/// A cluster up and settled, node 5 the only publisher, no loss, no faults.
+fn settled_with_publisher(use_flush: bool) -> Sim {
+    let mut sim = Sim::new(
+        1,
+        Faults {
+            crashes: false,
+            pauses: false,
+            partitions: false,
+        },
+        Some(&[5]),
+    );
+    sim.loss = 0;
+    sim.use_flush = use_flush;
+    sim.quiet = true;
+    sim.settle(1500);
+    sim
+}
+
+/// Per node 1-4, the last message it delivered from node 5.
+type Lasts = Vec<Option<u64>>;
+
+/// The last message each node delivered from node 5 (incarnation 1) in `g`.
+fn lasts(sim: &Sim, g: GroupId) -> Lasts {
+    (1..=4).map(|n| sim.last_delivered(n, g, 5, 1)).collect()
+}
+
+/// Node 5's last frames reach only node 2, then node 5 crashes. Returns,
+/// per group, what nodes 1-4 had delivered from it at the crash and after.
+fn crash_with_frames_at_one_receiver(use_flush: bool) -> Vec<(Lasts, Lasts)> {
+    let mut sim = settled_with_publisher(use_flush);
+    let numbers = sim.check_groups();
+    // Every frame node 5 sends from now on reaches node 2 alone (data,
+    // repairs, ACK requests): nodes 1, 3 and 4 do not even see a gap.
+    sim.filter = Some((5, vec![2]));
+    for _ in 0..20 {
+        sim.step(false);
+    }
+    let at_crash: Vec<Lasts> = numbers.iter().map(|&g| lasts(&sim, g)).collect();
+    sim.crash(5);
+    sim.filter = None;
+    // Detection (about 300 ms), the new view, the flush.
+    for _ in 0..1500 {
+        sim.step(false);
+    }
+    sim.check_flushes();
+    numbers
+        .iter()
+        .zip(at_crash)
+        .map(|(&g, before)| (before, lasts(&sim, g)))
+        .collect()
+}
+
+/// The flush's reason to exist: a sender's last frames reached one receiver
+/// before it crashed; the other survivors get them from that receiver.
+#[test]
+fn frames_only_one_receiver_got_before_the_sender_crashed_reach_every_survivor() {
+    for (before, after) in crash_with_frames_at_one_receiver(true) {
+        let at2 = before[1].expect("node 2 delivered from node 5");
+        for n in [0, 2, 3] {
+            let other = before[n].expect("delivered from node 5");
+            assert!(
+                at2 > other,
+                "node 2 is ahead of node {} at the crash: {before:?}",
+                n + 1
+            );
+        }
+        assert_eq!(after[1], Some(at2), "node 2 had everything already");
+        assert_eq!(
+            after,
+            vec![Some(at2); 4],
+            "every survivor ends with node 2's last message (before: {before:?})"
+        );
+    }
+}
+
+/// The same without the flush: the survivors keep what they had, so the
+/// test above passes because of the flush.
+#[test]
+fn without_the_flush_those_frames_stay_at_one_receiver() {
+    for (before, after) in crash_with_frames_at_one_receiver(false) {
+        let at2 = before[1].expect("node 2 delivered from node 5");
+        assert_eq!(after, before, "nothing delivered after the crash");
+        assert!(after.iter().filter(|&&l| l == Some(at2)).count() == 1);
+    }
+}
