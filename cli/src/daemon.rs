@@ -1420,18 +1420,7 @@ impl<T: Transport> Daemon<T> {
             }
             FlushMsg::Data { key, frame } => {
                 if self.flushes.on_data(key, &frame, &mut out) {
-                    let mut flags = 0;
-                    if frame.first {
-                        flags |= FLAG_FIRST;
-                    }
-                    if frame.last {
-                        flags |= FLAG_LAST;
-                    }
-                    let hdr = RecordHeader {
-                        group: key.group,
-                        source: key.sender,
-                        flags,
-                    };
+                    let hdr = data_record(key.group, key.sender, frame.first, frame.last);
                     let members = self
                         .local
                         .get(&key.group)
@@ -1722,23 +1711,28 @@ impl Deliver for Sink<'_> {
         if let Some(k) = self.kept.get_mut(&(f.group, f.stream)) {
             k.frames.push(f.seq, f.first, f.last, f.data);
         }
-        let mut flags = 0;
-        if f.first {
-            flags |= FLAG_FIRST;
-        }
-        if f.last {
-            flags |= FLAG_LAST;
-        }
-        let hdr = RecordHeader {
-            group: f.group,
-            source: f.stream,
-            flags,
-        };
+        let hdr = data_record(f.group, f.stream, f.first, f.last);
         for &c in &lg.members {
             if let Some(state) = self.clients.get_mut(&c) {
                 deliver_to(self.server, c, state, hdr, f.data, self.counters);
             }
         }
+    }
+}
+
+/// The record header of a data fragment from `source`.
+fn data_record(group: GroupId, source: NodeId, first: bool, last: bool) -> RecordHeader {
+    let mut flags = 0;
+    if first {
+        flags |= FLAG_FIRST;
+    }
+    if last {
+        flags |= FLAG_LAST;
+    }
+    RecordHeader {
+        group,
+        source,
+        flags,
     }
 }
 

@@ -502,7 +502,7 @@ mod tests {
     struct Net {
         nodes: BTreeMap<NodeId, Flushes>,
         queue: VecDeque<(NodeId, NodeId, FlushMsg)>,
-        delivered: BTreeMap<NodeId, Vec<Seq>>,
+        delivered: BTreeMap<NodeId, Vec<FlushFrame>>,
         /// Nodes whose messages are lost (crashed mid-flush).
         dead: Vec<NodeId>,
     }
@@ -542,11 +542,17 @@ mod tests {
         }
 
         fn run(&mut self) {
+            self.run_dropping(|_, _| false);
+        }
+
+        /// Runs until nothing is in flight; messages for which `lost` holds
+        /// are dropped. Every frame delivered is recorded.
+        fn run_dropping(&mut self, lost: impl Fn(NodeId, NodeId) -> bool) {
             let mut steps = 0;
             while let Some((from, to, m)) = self.queue.pop_front() {
                 steps += 1;
                 assert!(steps < 10_000, "the flush never quiesces");
-                if self.dead.contains(&to) {
+                if self.dead.contains(&to) || lost(from, to) {
                     continue;
                 }
                 let mut out = Vec::new();
@@ -557,12 +563,17 @@ mod tests {
                     }
                     FlushMsg::Data { key, frame } => {
                         if f.on_data(key, &frame, &mut out) {
-                            self.delivered.get_mut(&to).unwrap().push(frame.seq);
+                            self.delivered.get_mut(&to).unwrap().push(frame);
                         }
                     }
                 }
                 self.send(to, out);
             }
+        }
+
+        /// The sequence numbers `node` delivered from the flush.
+        fn seqs_of(&self, node: NodeId) -> Vec<Seq> {
+            self.delivered[&node].iter().map(|f| f.seq).collect()
         }
     }
 
@@ -606,7 +617,7 @@ mod tests {
         assert!(r.covers(Seq(20)) && !r.covers(Seq(19)));
         let mut net = Net::new(&[(1, Some(r)), (2, Some(kept(18, 23, 64)))]);
         net.run();
-        assert_eq!(net.delivered[&1], seqs(20, 23));
+        assert_eq!(net.seqs_of(1), seqs(20, 23));
         let mut r = Retained::starting_at(8, Seq(20));
         r.push(Seq(20), true, true, b"a");
         assert_eq!((r.frames(), r.next()), (1, Some(Seq(21))));
@@ -635,9 +646,9 @@ mod tests {
             (3, Some(kept(0, 7, 64))),
         ]);
         net.run();
-        assert_eq!(net.delivered[&1], seqs(10, 14));
-        assert_eq!(net.delivered[&2], Vec::<Seq>::new());
-        assert_eq!(net.delivered[&3], seqs(7, 14), "once each, in order");
+        assert_eq!(net.seqs_of(1), seqs(10, 14));
+        assert_eq!(net.seqs_of(2), Vec::<Seq>::new());
+        assert_eq!(net.seqs_of(3), seqs(7, 14), "once each, in order");
         for (n, f) in &mut net.nodes {
             let done = f.poll_done(0);
             let recovered = net.delivered[n].len() as u64;
@@ -660,25 +671,9 @@ mod tests {
     #[test]
     fn the_frames_keep_their_bytes_and_fragment_flags() {
         let mut net = Net::new(&[(1, Some(kept(0, 3, 64))), (2, Some(kept(0, 6, 64)))]);
-        // Capture what node 1 receives instead of delivering it.
-        let mut got = Vec::new();
-        while let Some((from, to, m)) = net.queue.pop_front() {
-            let mut out = Vec::new();
-            let f = net.nodes.get_mut(&to).unwrap();
-            match &m {
-                FlushMsg::State { key, next } => {
-                    f.on_state(from, *key, *next, false, &mut out);
-                }
-                FlushMsg::Data { key, frame } => {
-                    if f.on_data(*key, frame, &mut out) {
-                        got.push(frame.clone());
-                    }
-                }
-            }
-            net.send(to, out);
-        }
+        net.run();
         let want = kept(0, 6, 64).frames_from(Seq(3));
-        assert_eq!(got, want);
+        assert_eq!(net.delivered[&1], want);
     }
 
     #[test]
@@ -850,33 +845,13 @@ mod tests {
             (2, Some(kept(0, 8, 64))),
             (3, Some(kept(0, 2, 64))),
         ]);
-        // Deliver everything except messages from 2 to 3.
-        let mut steps = 0;
-        while let Some((from, to, m)) = net.queue.pop_front() {
-            steps += 1;
-            assert!(steps < 10_000);
-            if from == 2 && to == 3 {
-                continue;
-            }
-            let mut out = Vec::new();
-            let f = net.nodes.get_mut(&to).unwrap();
-            match m {
-                FlushMsg::State { key, next } => {
-                    f.on_state(from, key, next, false, &mut out);
-                }
-                FlushMsg::Data { key, frame } => {
-                    if f.on_data(key, &frame, &mut out) {
-                        net.delivered.get_mut(&to).unwrap().push(frame.seq);
-                    }
-                }
-            }
-            net.send(to, out);
-        }
+        // Everything arrives except messages from 2 to 3.
+        net.run_dropping(|from, to| from == 2 && to == 3);
         net.dead.push(2);
         net.nodes.get_mut(&3).unwrap().peer_gone(KEY.group, 2);
-        assert_eq!(net.delivered[&1], seqs(4, 8));
+        assert_eq!(net.seqs_of(1), seqs(4, 8));
         assert_eq!(
-            net.delivered[&3],
+            net.seqs_of(3),
             seqs(2, 8),
             "node 1 passed on what node 2 sent it"
         );
