@@ -64,6 +64,8 @@ const FLUSH_TIMEOUT_NS: u64 = 1_000_000_000;
 const UNANSWERED_REQUESTS: u32 = 2;
 /// How often the send streams are asked for such members (ns).
 const UNRESPONSIVE_CHECK_NS: u64 = 10_000_000;
+/// Groups whose send position is remembered after this node stops carrying them.
+const MAX_SEND_RESUME: usize = 4096;
 
 /// A leave held back until what the member published has been delivered:
 /// the other daemons close their receive streams from this node as soon as
@@ -184,6 +186,11 @@ pub struct Daemon<T: Transport> {
     flushes: Flushes,
     /// When the send streams are next asked for unresponsive members (ns).
     next_unresponsive_check: u64,
+    /// Where each group's send stream stopped when this node stopped
+    /// carrying the group: a send stream opened again continues there, so
+    /// within one incarnation (the streams' epoch) no sequence number names
+    /// two frames.
+    send_resume: HashMap<GroupId, Seq>,
     lingering: Vec<Linger>,
     /// Final counters of groups no longer carried, newest last.
     retired: VecDeque<serde_json::Value>,
@@ -267,6 +274,7 @@ impl<T: Transport> Daemon<T> {
             kept: HashMap::new(),
             flushes: Flushes::new(),
             next_unresponsive_check: 0,
+            send_resume: HashMap::new(),
             lingering: Vec::new(),
             retired: VecDeque::new(),
             live,
@@ -632,7 +640,7 @@ impl<T: Transport> Daemon<T> {
         if !lg.sender_open {
             let start = StreamStart {
                 epoch: self.incarnation,
-                seq: Seq(0),
+                seq: self.send_resume.get(&group).copied().unwrap_or(Seq(0)),
             };
             self.engine.open_sender_in(group, &remote, start)?;
             lg.sender_open = true;
@@ -838,6 +846,7 @@ impl<T: Transport> Daemon<T> {
                         .warn("peer restarted: its old state is gone", &[("node", &n)]);
                     self.node_failed(n)?;
                     self.groups.node_recovered(n);
+                    self.peer_restarted(n)?;
                 }
                 LiveEvent::Recovered(n) => {
                     work = true;
@@ -940,6 +949,37 @@ impl<T: Transport> Daemon<T> {
         let interval = self.live.detector().config().interval;
         self.rejoin_at = mcast_engine::sys::monotonic_ns() + 3 * interval;
         self.rejoin_queue = again;
+        Ok(())
+    }
+
+    /// Peer `n` restarted: its old incarnation has left every group here,
+    /// whatever the views say yet (a view that drops it may never arrive:
+    /// views are skipped when the agent moves). Its streams are closed and
+    /// flushed, it leaves the send streams' ACK sets, and it leaves this
+    /// node's copy of each view, so the view that lists its new incarnation
+    /// is a join and gets a stream start.
+    fn peer_restarted(&mut self, n: NodeId) -> Result<(), EngineError> {
+        let groups: Vec<GroupId> = self
+            .local
+            .iter()
+            .filter(|(_, lg)| lg.view.as_ref().is_some_and(|v| v.has_node(n)))
+            .map(|(&g, _)| g)
+            .collect();
+        for group in groups {
+            let lg = self.local.get_mut(&group).expect("listed");
+            let view = lg.view.as_mut().expect("listed");
+            view.members.retain(|m| m.node != n);
+            let sender_open = lg.sender_open;
+            let remote = self.remote_nodes(group);
+            if sender_open {
+                self.engine.set_members_in(group, &remote)?;
+            }
+            self.flushes.peer_gone(group, n);
+            if self.engine.receivers_in(group).contains(&n) {
+                self.close_receiver(group, n)?;
+                self.start_flush(group, n, &remote);
+            }
+        }
         Ok(())
     }
 
@@ -1126,7 +1166,16 @@ impl<T: Transport> Daemon<T> {
             }
             return Ok(());
         }
+        if let Some(k) = self.kept.get(&(group, from)) {
+            if k.epoch == start.epoch && k.frames.next().is_some_and(|n| !start.seq.after(n)) {
+                // The open stream already holds everything from there on
+                // (a repeated start, or a view change this node never saw):
+                // opening it again would deliver those frames twice.
+                return Ok(());
+            }
+        }
         self.close_receiver(group, from)?;
+        self.flushes.forget_held(group, from);
         self.engine.open_receiver_in(group, from, start)?;
         let window = self.local[&group].window_frames;
         self.kept.insert(
@@ -1335,7 +1384,9 @@ impl<T: Transport> Daemon<T> {
             self.flushes.peer_gone(group, n);
         }
         for n in self.engine.receivers_in(group) {
-            if !remote.contains(&n) {
+            // A stream whose start overtook the view that adds its sender is
+            // kept: only a sender that was in the view and is not now left.
+            if !remote.contains(&n) && before.contains(&n) {
                 self.close_receiver(group, n)?;
                 self.start_flush(group, n, &survivors);
             }
@@ -1537,6 +1588,14 @@ impl<T: Transport> Daemon<T> {
 
     /// Stops carrying `group`, keeping its final counters for `mcast stat`.
     fn retire(&mut self, group: GroupId) -> Result<(), EngineError> {
+        if let Some(at) = self.engine.sender_position(group) {
+            if self.send_resume.len() >= MAX_SEND_RESUME && !self.send_resume.contains_key(&group) {
+                // Bounded: a group carried again after this starts at 0, which
+                // is safe once every receiver has closed its old stream.
+                self.send_resume.clear();
+            }
+            self.send_resume.insert(group, at.seq);
+        }
         if let Some(g) = self.engine.stats().groups.iter().find(|g| g.group == group) {
             let v = self.group_json(g, false);
             if self.retired.len() >= MAX_RETIRED {

@@ -440,6 +440,14 @@ impl Flushes {
         self.held.retain(|(_, k, _)| k.group != group);
     }
 
+    /// Forgets the states held for `sender`'s stream in `group`: this node
+    /// opened that stream again, so they belong to a departure it will not
+    /// flush (one it never saw), not to the next one.
+    pub fn forget_held(&mut self, group: GroupId, sender: NodeId) {
+        self.held
+            .retain(|(_, k, _)| !(k.group == group && k.sender == sender));
+    }
+
     /// True while a flush of `group` is under way.
     pub fn pending_in(&self, group: GroupId) -> bool {
         self.active.keys().any(|(g, _)| *g == group)
@@ -765,6 +773,18 @@ mod tests {
             Some((KEY, Outcome::Agreed { recovered: 3 }))
         );
         assert_eq!(f.counters().states_held, 1);
+        // A held state is forgotten when the stream is opened again.
+        let mut f = Flushes::new();
+        f.on_state(2, KEY, Some(Seq(8)), true, &mut out);
+        f.forget_held(KEY.group, KEY.sender);
+        out.clear();
+        f.start(KEY, Some(kept(0, 5, 64)), &[2], 1_000, &mut out);
+        assert_eq!(
+            out.len(),
+            1,
+            "only our own state: nothing applied, nothing served"
+        );
+        assert_eq!(f.poll_done(0), None, "node 2 must report again");
     }
 
     #[test]
