@@ -89,38 +89,41 @@
 //! # Findings: why the random runs are `#[ignore]`d
 //!
 //! The two deterministic tests run in every `cargo test`. The random runs
-//! (16 seeds each, about 1 s) find bugs that cannot be fixed here (cli/ and
-//! engine/groups/src belong to others); they pass nothing to CI until then:
-//! `cargo test -p mcast-groups --test datapath -- --ignored`. At the time
-//! of writing, crashes only: seed 11 of 0..16 fails; every fault: seeds 2,
-//! 4, 5, 6, 8, 9, 13, 14, 15 fail.
+//! (16 seeds each, about 1 s) still fail on open bugs, so they are run on
+//! request: `cargo test -p mcast-groups --test datapath -- --ignored`.
+//! Crashes only: seed 11 of 0..16 fails; every fault: seeds 2, 4, 5, 6, 8,
+//! 9, 13, 14, 15 fail.
 //!
-//! - Fixed in this model, present in the daemon: (a) a peer that restarts
-//!   or rejoins can sit in this node's views before and after (views are
-//!   skipped), so no view shows it leave: the daemon never sends its new
-//!   incarnation a stream start and its MAK sender waits for that peer's
-//!   ACKs forever. The model treats `LiveEvent::Restarted(n)` as n's old
-//!   incarnation leaving (`peer_restarted`; `MCAST_DATAPATH_DAEMON_RESTART=1`
-//!   turns it off). (b) The daemon's send epoch is its incarnation and its
-//!   sequence starts at 0 each time it carries a group again: a receiver
-//!   still holding the old (epoch, 0) stream takes the new stream's frames,
-//!   then the new stream start reopens it at 0 and the same messages are
-//!   delivered twice (seed 4, crashes only, with
-//!   `MCAST_DATAPATH_DAEMON_EPOCH=1`). The model makes each open's epoch
-//!   unique.
-//! - Open, flush: a state Held for a stream is not tied to one departure.
-//!   When a sender leaves a view and comes back with the same stream (same
-//!   epoch), a peer's state from the first flush stays held and is applied
-//!   to the second, which then ends Agreed on stale information while the
-//!   peer is still receiving (seed 4, every fault: node 2 agreed at 1588,
-//!   node 4 flushed 200 ms later at 1597). Fix: key a flush by the
-//!   departure too (the view epoch, or the receive stream's start), or
-//!   drop held states of a stream when it is opened again.
-//! - Open: receivers opened at a stream start that is ahead of (or, after
-//!   a long hold in `pending_starts`, a window behind) what the sender still
-//!   sends: every frame is a duplicate (or out of window), the receiver
-//!   never ACKs and the sender stalls (progress fails: seeds 2, 6, 11, 13,
-//!   14, 15). Not diagnosed further.
+//! - Found here and fixed in the daemon since (cli/src/daemon.rs,
+//!   docs/protocol.md §6): (a) a restarted peer could sit in a node's views
+//!   before and after (views are skipped when an agent moves), so no view
+//!   showed it leave and it never got a stream start: the daemon now takes
+//!   a restarted peer out of its views and data path at once
+//!   (`peer_restarted`; here too, `MCAST_DATAPATH_DAEMON_RESTART=1` turns
+//!   it off); (b) a send stream opened again restarted at sequence 0 in the
+//!   same epoch, so a receiver still holding the old stream could deliver
+//!   messages twice: the daemon now continues the sequence numbers (the
+//!   model gives each opening its own epoch instead; either makes a
+//!   (epoch, seq) name one frame; `MCAST_DATAPATH_DAEMON_EPOCH=1` brings the
+//!   old behaviour back); (c) a view closed every receiver whose sender it
+//!   lacked, so a stream start that overtook the view adding its sender was
+//!   closed by an older view: the daemon now closes only the streams of
+//!   senders that were in the previous view (`MCAST_DATAPATH_DAEMON_CLOSE=1`
+//!   for the old behaviour); (d) states held for a flush are forgotten when
+//!   the stream is opened again (`Flushes::forget_held`; the seed-4 case of
+//!   a held state applied to a later departure); (e) a stream that
+//!   delivered nothing reports its start (`Retained::starting_at`).
+//! - Open: receivers opened at a stream start that is ahead of what the
+//!   sender still sends (every frame counted a duplicate, `delivered: 0`) or
+//!   a window behind it (every frame out of window): the receiver never
+//!   delivers again (progress fails: seeds 2, 6, 11, 13, 14, 15). Not
+//!   diagnosed.
+//! - Open: survivors of a departure disagree on the last message (seeds 4,
+//!   5, 9, every fault). A suspected cause: a survivor ends `Agreed` when a
+//!   third survivor leaves mid-flush, before the frames that third one gave
+//!   another survivor reach it (reports are not sent again after a
+//!   `peer_gone`). Not confirmed.
+//! - Seed 8: no node has the publisher's stream after the faults.
 //!
 //! Each failure names its seed and the command that replays it.
 //! `MCAST_DATAPATH_TRACE=1` (and `_TRACE_DELIVERY=1`) prints what the glue
@@ -964,6 +967,8 @@ impl Sim {
     }
 
     fn open_receiver(&mut self, id: NodeId, g: GroupId, from: NodeId, epoch: u32, seq: Seq) {
+        // As the daemon: states held for the old stream's departure go.
+        self.n(id).flushes.forget_held(g, from);
         let now = self.now;
         if let Some(old) = self
             .n(id)
@@ -1002,7 +1007,7 @@ impl Sim {
                 RecvStream {
                     machine,
                     epoch,
-                    kept: Retained::new(WINDOW),
+                    kept: Retained::starting_at(WINDOW, seq),
                     deadline: None,
                 },
             );
