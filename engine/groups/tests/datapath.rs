@@ -249,6 +249,10 @@ enum LinkMsg {
         epoch: u32,
         seq: Seq,
     },
+    /// "I carry `group` and hold no stream from you": answered with a start.
+    StartRequest {
+        group: GroupId,
+    },
     Flush(FlushMsg),
 }
 
@@ -324,6 +328,10 @@ struct Node {
     started: BTreeMap<FlushKey, FlushStart>,
     /// Unknown states answered: (peer, stream).
     answered: BTreeSet<(NodeId, FlushKey)>,
+    /// Where each closed receive stream stopped (its deliveries and its
+    /// flush's): (group, sender) -> (epoch, next frame). A start behind it
+    /// opens there instead, so nothing is delivered twice.
+    stopped: BTreeMap<(GroupId, NodeId), (u32, Seq)>,
     /// The next counter per group, this incarnation.
     published: BTreeMap<GroupId, u64>,
     /// Send streams opened per group, this incarnation.
@@ -338,6 +346,7 @@ impl Node {
         self.flushes = Flushes::new();
         self.started.clear();
         self.answered.clear();
+        self.stopped.clear();
         self.published.clear();
         self.opens.clear();
         std::mem::take(&mut self.carried).into_values().collect()
@@ -441,6 +450,7 @@ impl Sim {
                     flushes: Flushes::new(),
                     started: BTreeMap::new(),
                     answered: BTreeSet::new(),
+                    stopped: BTreeMap::new(),
                     published: BTreeMap::new(),
                     opens: BTreeMap::new(),
                 }
@@ -561,6 +571,7 @@ impl Sim {
                     LinkMsg::Start { group, epoch, seq } => {
                         self.on_start(to, from, group, epoch, seq);
                     }
+                    LinkMsg::StartRequest { group } => self.on_start_request(to, from, group),
                     LinkMsg::Flush(m) => self.on_flush(to, from, m),
                 }
                 self.live_events(to, ev);
@@ -963,7 +974,63 @@ impl Sim {
             }
             return;
         }
+        let held = node.carried[&g]
+            .receivers
+            .get(&from)
+            .is_some_and(|r| r.epoch == epoch && r.kept.next().is_some_and(|n| !seq.after(n)));
+        if held {
+            // As the daemon: the open stream holds everything from there on.
+            self.trace(|| format!("node {id}:   (ignored: the open stream is there)"));
+            return;
+        }
+        let seq = match node.stopped.get(&(g, from)) {
+            Some(&(e, n))
+                if e == epoch
+                    && seq.before(n)
+                    && !node.carried[&g].receivers.contains_key(&from) =>
+            {
+                self.trace(|| format!("node {id}:   (opens at {}: delivered before)", n.0));
+                n
+            }
+            _ => seq,
+        };
         self.open_receiver(id, g, from, epoch, seq);
+    }
+
+    /// As the daemon's answer to a start request: a member that lost its
+    /// stream of this node's sender opens it again where it stopped.
+    fn on_start_request(&mut self, id: NodeId, from: NodeId, g: GroupId) {
+        let now = self.now;
+        let Some(c) = self.n(id).carried.get_mut(&g) else {
+            return;
+        };
+        if !c.members.contains(&from) {
+            return; // the view that adds it sends the start
+        }
+        let members = c.members.clone();
+        let Some(s) = c.sender.as_mut() else {
+            return;
+        };
+        let seq = match s.machine.resume_point(from) {
+            Some(seq) => seq,
+            None => {
+                let others: Vec<NodeId> = members.iter().copied().filter(|&m| m != from).collect();
+                s.machine.set_members(Instant(now), &others);
+                s.machine.set_members(Instant(now), &members);
+                s.next
+            }
+        };
+        let epoch = s.epoch;
+        self.send_link(
+            id,
+            from,
+            LinkMsg::Start {
+                group: g,
+                epoch,
+                seq,
+            },
+        );
+        self.service(id, g, Which::Sender, now);
     }
 
     fn open_receiver(&mut self, id: NodeId, g: GroupId, from: NodeId, epoch: u32, seq: Seq) {
@@ -1029,6 +1096,9 @@ impl Sim {
             node.flushes.forget_group(g);
             node.started.retain(|k, _| k.group != g);
             if let Some(c) = node.carried.remove(&g) {
+                for (&x, r) in &c.receivers {
+                    self.stopped_at(id, g, x, r.epoch, r.kept.next());
+                }
                 self.release(c);
             }
             return;
@@ -1127,6 +1197,14 @@ impl Sim {
             }
             self.service(id, g, Which::Sender, now);
         }
+        for &n in remote
+            .iter()
+            .filter(|n| !old.contains(n) && !receivers.contains(n))
+        {
+            // Its sender may hold this node as a member all along (its
+            // views never showed this node leave): ask for a start.
+            self.send_link(id, n, LinkMsg::StartRequest { group: g });
+        }
         for x in receivers {
             let left = old.contains(&x) && !remote.contains(&x);
             let daemon_closes = self.daemon_close && !remote.contains(&x);
@@ -1162,6 +1240,7 @@ impl Sim {
             sender: x,
             epoch: r.epoch,
         };
+        self.stopped_at(id, g, x, r.epoch, r.kept.next());
         let mut machine = r.machine;
         machine.release_all();
         while let Some(e) = machine.poll_event() {
@@ -1186,6 +1265,15 @@ impl Sim {
         }
     }
 
+    /// Notes where a receive stream stopped (see `Node::stopped`).
+    fn stopped_at(&mut self, id: NodeId, g: GroupId, x: NodeId, epoch: u32, next: Option<Seq>) {
+        let Some(next) = next else { return };
+        let e = self.n(id).stopped.entry((g, x)).or_insert((epoch, next));
+        if e.0 != epoch || e.1.before(next) {
+            *e = (epoch, next);
+        }
+    }
+
     fn on_flush(&mut self, id: NodeId, from: NodeId, m: FlushMsg) {
         let mut out = Vec::new();
         match m {
@@ -1203,6 +1291,8 @@ impl Sim {
             }
             FlushMsg::Data { key, frame } => {
                 if self.n(id).flushes.on_data(key, &frame, &mut out) {
+                    let next = Some(frame.seq.next());
+                    self.stopped_at(id, key.group, key.sender, key.epoch, next);
                     let msg = Msg::decode(&frame.data);
                     self.deliver(id, key.group, key.sender, key.epoch, msg, true);
                 }

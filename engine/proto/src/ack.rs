@@ -354,6 +354,14 @@ impl Sender for AckSender {
         // A removed member no longer holds frames back.
         self.release_acknowledged(now);
     }
+
+    fn resume_point(&self, member: NodeId) -> Option<Seq> {
+        // The window holds everything from the slowest member's position on.
+        self.members
+            .iter()
+            .find(|m| m.node == member)
+            .map(|m| m.acked)
+    }
 }
 
 /// Receiver of the ACK baseline (seed 000 §2 (2)): delivers in order and ACKs

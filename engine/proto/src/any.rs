@@ -184,6 +184,9 @@ impl Sender for AnySender {
     fn unresponsive(&self, after: u32, out: &mut Vec<NodeId>) {
         delegate!(self, e => e.unresponsive(after, out))
     }
+    fn resume_point(&self, member: NodeId) -> Option<Seq> {
+        delegate!(self, e => e.resume_point(member))
+    }
 }
 
 #[cfg(test)]

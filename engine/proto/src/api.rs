@@ -263,6 +263,16 @@ pub trait Sender: Endpoint {
     fn unresponsive(&self, after: u32, out: &mut Vec<NodeId>) {
         let _ = (after, out);
     }
+    /// Where `member`'s receive stream continues if the member opens it
+    /// again (it lost it while this sender kept it as a member): the first
+    /// frame it has not acknowledged, which this sender still holds, so
+    /// nothing it lacks is skipped. `None` when the algorithm keeps no such
+    /// position or `member` is not one: the driver then removes the member
+    /// and adds it again, at the position a new member starts at.
+    fn resume_point(&self, member: NodeId) -> Option<Seq> {
+        let _ = member;
+        None
+    }
 }
 
 /// Common per-machine helper: the header of a frame of this stream.

@@ -703,6 +703,14 @@ impl Sender for MakSender {
         self.release_acknowledged();
     }
 
+    fn resume_point(&self, member: NodeId) -> Option<Seq> {
+        // Every frame from the slowest member's position on is held.
+        self.members
+            .iter()
+            .find(|m| m.node == member)
+            .map(|m| m.acked)
+    }
+
     fn unresponsive(&self, after: u32, out: &mut Vec<NodeId>) {
         out.extend(
             self.members
@@ -1800,6 +1808,48 @@ mod tests {
         s.set_members(us(6), &[2]);
         assert_eq!(released(&drain_events(&mut s)), vec![0]);
         assert!(s.is_idle());
+    }
+
+    #[test]
+    fn a_member_that_lost_its_stream_resumes_where_it_acknowledged() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
+        let first = s.stream.initial_seq;
+        assert_eq!(
+            s.resume_point(2),
+            Some(first),
+            "a new member owes nothing before"
+        );
+        for b in 0..3 {
+            s.send(us(0), out(b, b == 2)).unwrap();
+        }
+        drain_tx(&mut s, us(0));
+        // Member 2 holds the first frame only; member 3 all three.
+        s.handle_frame(us(5), &ack_echo(2, first.add(1), 0), RxBody::None);
+        s.handle_frame(us(5), &ack_echo(3, first.add(3), 0), RxBody::None);
+        assert_eq!(s.resume_point(2), Some(first.add(1)));
+        assert_eq!(s.resume_point(3), Some(first.add(3)));
+        assert_eq!(s.resume_point(4), None, "not a member");
+        // Member 2 opens its stream again there: the sender's next request
+        // shows it the gap, and the repairs come from the buffer.
+        let mut cfg = stream(2);
+        cfg.initial_seq = s.resume_point(2).unwrap();
+        let mut r = MakReceiver::new(cfg, fixed(10));
+        let due = s.poll_timeout().expect("waiting for member 2");
+        s.handle_timeout(due);
+        for t in drain_tx(&mut s, due) {
+            deliver(&mut r, due, &t, 7);
+        }
+        assert_eq!(delivered_seqs(&drain_events(&mut r)), Vec::<u32>::new());
+        let later = due + Duration::from_micros(10);
+        r.handle_timeout(later);
+        let nak = drain_tx(&mut r, later);
+        assert_eq!(nak_ranges(&nak[0]), vec![(first.add(1).0, 1)]);
+        deliver(&mut s, later, &nak[0], 0);
+        for t in drain_tx(&mut s, later) {
+            deliver(&mut r, later, &t, 8);
+        }
+        let got = delivered_seqs(&drain_events(&mut r));
+        assert_eq!(got, vec![first.add(1).0, first.add(2).0]);
     }
 
     #[test]
