@@ -65,6 +65,18 @@ pub enum FlushMsg {
     Data { key: FlushKey, frame: FlushFrame },
 }
 
+/// A flush that ended: [`Flushes::poll_ended`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    pub key: FlushKey,
+    pub outcome: Outcome,
+    /// Where this node's copy of the stream stops: the frame after the last
+    /// it delivered, from the stream or the flush (`None`: it delivered
+    /// nothing and knew no start). The stream must never be opened again
+    /// before it, or those frames would be delivered twice.
+    pub next: Option<Seq>,
+}
+
 /// How a flush ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -455,6 +467,11 @@ impl Flushes {
 
     /// The next flush that ended, removed.
     pub fn poll_done(&mut self, now: u64) -> Option<(FlushKey, Outcome)> {
+        self.poll_ended(now).map(|e| (e.key, e.outcome))
+    }
+
+    /// The next flush that ended, removed, with where the stream stops here.
+    pub fn poll_ended(&mut self, now: u64) -> Option<Ended> {
         let (&k, outcome) = self
             .active
             .iter()
@@ -464,7 +481,11 @@ impl Flushes {
             Outcome::Agreed { .. } => self.counters.agreed += 1,
             Outcome::TimedOut { .. } => self.counters.timed_out += 1,
         }
-        Some((f.key, outcome))
+        Some(Ended {
+            key: f.key,
+            outcome,
+            next: f.kept.next(),
+        })
     }
 
     /// The earliest deadline of the flushes under way.

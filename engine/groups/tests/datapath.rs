@@ -305,6 +305,9 @@ struct FlushEnd {
     outcome: Outcome,
     /// The last counter this node delivered from the stream.
     last: Option<u64>,
+    /// Where its copy of the stream stops (`Ended::next`).
+    next: Option<Seq>,
+    incarnation: u32,
     start: u64,
     end: u64,
     survivors: Vec<NodeId>,
@@ -415,6 +418,12 @@ struct Sim {
     /// Per (sender, incarnation, group), per counter: the sender's members
     /// when it published the message (bit n-1: node n).
     sent_to: BTreeMap<(NodeId, u32, GroupId), Vec<u8>>,
+    /// Per (sender, stream epoch, group): the counter sent at each sequence
+    /// number (every stream starts at 0).
+    seqs: BTreeMap<(NodeId, u32, GroupId), Vec<u64>>,
+    /// Per (node, its incarnation, group, sender, stream epoch): where the
+    /// node first opened the stream.
+    first_open: BTreeMap<(NodeId, u32, GroupId, NodeId, u32), Seq>,
     ends: BTreeMap<FlushKey, Vec<FlushEnd>>,
     /// Partitions and pauses: (from, to).
     disturbed: Vec<(u64, u64)>,
@@ -484,6 +493,8 @@ impl Sim {
             filter: None,
             seen: BTreeMap::new(),
             sent_to: BTreeMap::new(),
+            seqs: BTreeMap::new(),
+            first_open: BTreeMap::new(),
             ends: BTreeMap::new(),
             disturbed: Vec::new(),
             partition_since: 0,
@@ -844,6 +855,10 @@ impl Sim {
                     Ok(seq) => {
                         assert_eq!(seq, s.next, "seed {seed}");
                         s.next = seq.next();
+                        let epoch = s.epoch;
+                        let counters = self.seqs.entry((id, epoch, g)).or_default();
+                        assert_eq!(counters.len(), seq.0 as usize, "seed {seed}");
+                        counters.push(n);
                         self.n(id).published.insert(g, n + 1);
                         let mask = remote.iter().fold(0u8, |m, &r| m | 1 << (r - 1));
                         self.sent_to.entry((id, inc, g)).or_default().push(mask);
@@ -1076,6 +1091,9 @@ impl Sim {
         };
         let machine = AnyReceiver::new(Algorithm::Mak, stream, &ProtocolConfig::default());
         let inc = self.nodes[id as usize - 1].incarnation;
+        self.first_open
+            .entry((id, inc, g, from, epoch))
+            .or_insert(seq);
         let sender_inc = self.inc_of(epoch);
         self.seen
             .entry((id, inc, g, from, sender_inc))
@@ -1324,7 +1342,9 @@ impl Sim {
 
     fn flushes_done(&mut self, id: NodeId) {
         let now = self.now;
-        while let Some((key, outcome)) = self.n(id).flushes.poll_done(now) {
+        while let Some(ended) = self.n(id).flushes.poll_ended(now) {
+            let (key, outcome) = (ended.key, ended.outcome);
+            self.stopped_at(id, key.group, key.sender, key.epoch, ended.next);
             let start = self
                 .n(id)
                 .started
@@ -1335,6 +1355,8 @@ impl Sim {
                 node: id,
                 outcome,
                 last,
+                next: ended.next,
+                incarnation: self.nodes[id as usize - 1].incarnation,
                 start: start.at,
                 end: now,
                 survivors: start.survivors,
@@ -1611,9 +1633,10 @@ impl Sim {
         for (key, ends) in &self.ends {
             let agreed: Vec<&FlushEnd> = ends
                 .iter()
-                .filter(|e| matches!(e.outcome, Outcome::Agreed { .. }) && e.last.is_some())
+                .filter(|e| matches!(e.outcome, Outcome::Agreed { .. }))
                 .collect();
             for (i, a) in agreed.iter().enumerate() {
+                self.check_complete(key, a);
                 for b in &agreed[i + 1..] {
                     // Flushes of one departure: each counted the other a
                     // survivor, and they overlapped in time (a departure
@@ -1624,8 +1647,8 @@ impl Sim {
                         && a.start <= b.end
                         && b.start <= a.end;
                     assert!(
-                        !same || a.last == b.last,
-                        "seed {seed}: the survivors of {key:?} disagree on its last message: {a:#?} {b:#?}"
+                        !same || a.next == b.next,
+                        "seed {seed}: the survivors of {key:?} disagree on where its stream ends: {a:#?} {b:#?}"
                     );
                 }
             }
@@ -1635,6 +1658,32 @@ impl Sim {
             "seed {seed}: flushes timed out with no partition or pause to explain it: {:#?}",
             self.unexplained
         );
+    }
+
+    /// Checker 2's other half: a node whose flush ended at `next` delivered
+    /// every message before it that was published with the node a member
+    /// (what it skipped was sent while the sender did not count it one).
+    fn check_complete(&self, key: &FlushKey, e: &FlushEnd) {
+        let seed = self.seed;
+        let Some(next) = e.next.filter(|n| n.0 > 0) else {
+            return;
+        };
+        let counters = &self.seqs[&(key.sender, key.epoch, key.group)];
+        let upto = counters[next.0 as usize - 1];
+        let inc = e.incarnation;
+        let opened = self.first_open[&(e.node, inc, key.group, key.sender, key.epoch)];
+        let Some(&first) = counters.get(opened.0 as usize) else {
+            return; // opened at the end of the stream: nothing to deliver
+        };
+        let from = e.last.map_or(first, |l| (l + 1).max(first));
+        let masks = &self.sent_to[&(key.sender, self.inc_of(key.epoch), key.group)];
+        let bit = 1u8 << (e.node - 1);
+        if let Some(c) = (from..=upto).find(|&c| masks[c as usize] & bit != 0) {
+            panic!(
+                "seed {seed}: node {} ended the flush of {key:?} at {} (message {upto}) but never delivered message {c}, published with it a member: {e:#?}",
+                e.node, next.0
+            );
+        }
     }
 
     /// Checker 3's membership part: one registry, one number and one agent
