@@ -66,6 +66,8 @@ const UNANSWERED_REQUESTS: u32 = 2;
 const UNRESPONSIVE_CHECK_NS: u64 = 10_000_000;
 /// Groups whose send position is remembered after this node stops carrying them.
 const MAX_SEND_RESUME: usize = 4096;
+/// Closed receive streams whose last position is remembered (`stopped`).
+const MAX_STOPPED: usize = 4096;
 
 /// A leave held back until what the member published has been delivered:
 /// the other daemons close their receive streams from this node as soon as
@@ -109,6 +111,15 @@ pub struct DaemonCounters {
     pub events_held: u64,
     /// Peers made suspect because they stopped acknowledging a stream.
     pub data_path_suspicions: u64,
+    /// Stream starts asked of senders (a view added them, no stream yet).
+    pub start_requests_sent: u64,
+    /// Starts sent to members that asked for one.
+    pub start_requests_answered: u64,
+    /// Starts moved forward to where a closed stream had stopped, so nothing
+    /// is delivered twice.
+    pub starts_moved_forward: u64,
+    /// Starts held until the flush of the same stream ended.
+    pub starts_deferred: u64,
 }
 
 #[derive(Debug)]
@@ -183,6 +194,13 @@ pub struct Daemon<T: Transport> {
     pending_starts: HashMap<GroupId, Vec<(NodeId, StreamStart)>>,
     /// The last window delivered from each open receive stream.
     kept: HashMap<(GroupId, NodeId), Kept>,
+    /// Where each closed receive stream stopped (its deliveries and its
+    /// flush's): (epoch, next frame). A start of that stream behind it opens
+    /// there instead, so a client never gets a message twice.
+    stopped: HashMap<(GroupId, NodeId), (u32, Seq)>,
+    /// Starts of a stream whose flush runs here, applied when it ends (the
+    /// flush and the reopened stream would deliver the same frames).
+    deferred_starts: HashMap<FlushKey, StreamStart>,
     flushes: Flushes,
     /// When the send streams are next asked for unresponsive members (ns).
     next_unresponsive_check: u64,
@@ -272,6 +290,8 @@ impl<T: Transport> Daemon<T> {
             links: Links::default(),
             pending_starts: HashMap::new(),
             kept: HashMap::new(),
+            stopped: HashMap::new(),
+            deferred_starts: HashMap::new(),
             flushes: Flushes::new(),
             next_unresponsive_check: 0,
             send_resume: HashMap::new(),
@@ -342,7 +362,7 @@ impl<T: Transport> Daemon<T> {
             self.server.finish_sleep();
         }
         work |= self.handle_links()?;
-        work |= self.finish_flushes();
+        work |= self.finish_flushes()?;
         work |= self.liveness()?;
         work |= self.handle_group_events()?;
         work |= self.flush_links()?;
@@ -1139,6 +1159,7 @@ impl<T: Transport> Daemon<T> {
                     }
                 }
                 Ok(LinkMessage::Start { group, start }) => self.stream_start(from, group, start)?,
+                Ok(LinkMessage::StartRequest { group }) => self.start_request(from, group)?,
                 Ok(LinkMessage::Flush(m)) => self.flush_message(from, m),
                 Err(e) => {
                     self.counters.link_errors += 1;
@@ -1166,12 +1187,36 @@ impl<T: Transport> Daemon<T> {
             }
             return Ok(());
         }
-        if let Some(k) = self.kept.get(&(group, from)) {
-            if k.epoch == start.epoch && k.frames.next().is_some_and(|n| !start.seq.after(n)) {
-                // The open stream already holds everything from there on
-                // (a repeated start, or a view change this node never saw):
-                // opening it again would deliver those frames twice.
-                return Ok(());
+        let key = FlushKey {
+            group,
+            sender: from,
+            epoch: start.epoch,
+        };
+        if self.flushes.running(key) {
+            // The flush still delivers this stream's last frames: opening it
+            // now would deliver them twice. It opens when the flush ends.
+            self.deferred_starts.insert(key, start);
+            self.counters.starts_deferred += 1;
+            return Ok(());
+        }
+        let mut start = start;
+        match self.kept.get(&(group, from)) {
+            Some(k) => {
+                if k.epoch == start.epoch && k.frames.next().is_some_and(|n| !start.seq.after(n)) {
+                    // The open stream already holds everything from there on
+                    // (a repeated start, or a view change this node never
+                    // saw): opening it again would deliver those frames twice.
+                    return Ok(());
+                }
+            }
+            None => {
+                if let Some(&(epoch, next)) = self.stopped.get(&(group, from)) {
+                    if epoch == start.epoch && start.seq.before(next) {
+                        // Delivered up to there before the stream closed.
+                        start.seq = next;
+                        self.counters.starts_moved_forward += 1;
+                    }
+                }
             }
         }
         self.close_receiver(group, from)?;
@@ -1190,6 +1235,39 @@ impl<T: Transport> Daemon<T> {
             &[("group", &group), ("from", &from), ("seq", &start.seq.0)],
         );
         Ok(())
+    }
+
+    /// `from` carries `group` and holds no stream from this node: if this
+    /// node's send stream counts it a member, it is told where to open one
+    /// (it lost the stream while this node's views never showed it leave).
+    fn start_request(&mut self, from: NodeId, group: GroupId) -> Result<(), EngineError> {
+        let Some(lg) = self.local.get(&group) else {
+            return Ok(());
+        };
+        let remote = self.remote_nodes(group);
+        if !lg.sender_open || !remote.contains(&from) {
+            return Ok(()); // the view that adds it sends the start
+        }
+        let start = self.engine.resume_member_in(group, from, &remote)?;
+        self.counters.start_requests_answered += 1;
+        self.send_link(from, LinkMessage::Start { group, start });
+        Ok(())
+    }
+
+    /// Notes where a receive stream stopped (see `stopped`).
+    fn note_stopped(&mut self, group: GroupId, sender: NodeId, epoch: u32, next: Option<Seq>) {
+        let Some(next) = next else {
+            return;
+        };
+        if self.stopped.len() >= MAX_STOPPED && !self.stopped.contains_key(&(group, sender)) {
+            // Bounded: forgetting a position only risks a repeat after a
+            // start that is both stale and behind it.
+            self.stopped.clear();
+        }
+        let e = self.stopped.entry((group, sender)).or_insert((epoch, next));
+        if e.0 != epoch || e.1.before(next) {
+            *e = (epoch, next);
+        }
     }
 
     fn handle_group_events(&mut self) -> Result<bool, EngineError> {
@@ -1373,6 +1451,15 @@ impl<T: Transport> Daemon<T> {
                 self.send_link(n, LinkMessage::Start { group, start });
             }
         }
+        let receivers = self.engine.receivers_in(group);
+        for &n in remote.iter().filter(|n| !before.contains(n)) {
+            if !receivers.contains(&n) {
+                // Its send stream may count this node a member all along
+                // (its views never showed this node leave): ask for a start.
+                self.counters.start_requests_sent += 1;
+                self.send_link(n, LinkMessage::StartRequest { group });
+            }
+        }
         // The survivors of this change: no flush waits for a node gone too,
         // and each sender gone starts one with the nodes of both views.
         let survivors: Vec<NodeId> = remote
@@ -1462,15 +1549,27 @@ impl<T: Transport> Daemon<T> {
     fn flush_message(&mut self, from: NodeId, m: FlushMsg) {
         let mut out = Vec::new();
         match m {
-            FlushMsg::State { key, next } => {
+            FlushMsg::State {
+                key,
+                next,
+                from: serves,
+            } => {
                 let has_stream = self.kept.contains_key(&(key.group, key.sender));
-                let taken = self.flushes.on_state(from, key, next, has_stream, &mut out);
+                let taken = self
+                    .flushes
+                    .on_state(from, key, (next, serves), has_stream, &mut out);
                 if taken == StateTaken::Unknown && next.is_some() {
-                    out.push((from, FlushMsg::State { key, next: None }));
+                    let none = FlushMsg::State {
+                        key,
+                        next: None,
+                        from: None,
+                    };
+                    out.push((from, none));
                 }
             }
             FlushMsg::Data { key, frame } => {
                 if self.flushes.on_data(key, &frame, &mut out) {
+                    self.note_stopped(key.group, key.sender, key.epoch, Some(frame.seq.next()));
                     let hdr = data_record(key.group, key.sender, frame.first, frame.last);
                     let members = self
                         .local
@@ -1492,11 +1591,16 @@ impl<T: Transport> Daemon<T> {
 
     /// Ends the flushes that are over and lets out the membership events
     /// they held.
-    fn finish_flushes(&mut self) -> bool {
+    fn finish_flushes(&mut self) -> Result<bool, EngineError> {
         let now = mcast_engine::sys::monotonic_ns();
         let mut work = false;
-        while let Some((key, outcome)) = self.flushes.poll_done(now) {
+        while let Some(ended) = self.flushes.poll_ended(now) {
             work = true;
+            let (key, outcome) = (ended.key, ended.outcome);
+            self.note_stopped(key.group, key.sender, key.epoch, ended.next);
+            if let Some(start) = self.deferred_starts.remove(&key) {
+                self.stream_start(key.sender, key.group, start)?;
+            }
             match outcome {
                 Outcome::Agreed { recovered } => self.log.info(
                     "flush agreed: the survivors hold the same messages of the departed sender",
@@ -1533,7 +1637,7 @@ impl<T: Transport> Daemon<T> {
                 self.event_to(&members, hdr, &e);
             }
         }
-        work
+        Ok(work)
     }
 
     fn remote_nodes(&self, group: GroupId) -> Vec<NodeId> {
@@ -1570,6 +1674,10 @@ impl<T: Transport> Daemon<T> {
     /// Closes the receive stream of `from` in `group`, keeping its final
     /// counters for `mcast stat`.
     fn close_receiver(&mut self, group: GroupId, from: NodeId) -> Result<(), EngineError> {
+        if let Some(k) = self.kept.get(&(group, from)) {
+            let (epoch, next) = (k.epoch, k.frames.next());
+            self.note_stopped(group, from, epoch, next);
+        }
         let stats = self.engine.stats();
         let closed = stats
             .groups
@@ -1604,7 +1712,17 @@ impl<T: Transport> Daemon<T> {
             self.retired.push_back(v);
         }
         self.local.remove(&group);
+        let closed: Vec<(NodeId, u32, Option<Seq>)> = self
+            .kept
+            .iter()
+            .filter(|((g, _), _)| *g == group)
+            .map(|(&(_, n), k)| (n, k.epoch, k.frames.next()))
+            .collect();
+        for (n, epoch, next) in closed {
+            self.note_stopped(group, n, epoch, next);
+        }
         self.kept.retain(|(g, _), _| *g != group);
+        self.deferred_starts.retain(|k, _| k.group != group);
         self.flushes.forget_group(group);
         self.engine.remove_group(group)
     }
@@ -1650,6 +1768,8 @@ impl<T: Transport> Daemon<T> {
             "started": fc.started, "agreed": fc.agreed, "timed_out": fc.timed_out,
             "frames_recovered": fc.frames_recovered, "frames_served": fc.frames_served,
             "states_held": fc.states_held, "events_held": c.events_held,
+            "beyond_reach": fc.beyond_reach,
+            "starts_deferred": c.starts_deferred,
             "kept_frames": self.kept.values().map(|k| k.frames.frames()).sum::<usize>(),
             "kept_bytes": self.kept.values().map(|k| k.frames.bytes()).sum::<usize>(),
         });
@@ -1684,6 +1804,9 @@ impl<T: Transport> Daemon<T> {
                 "nodes_recovered": c.nodes_recovered, "evictions": c.evictions,
                 "link_resets": c.link_resets, "role_moves": c.role_moves, "rejoins": c.rejoins,
                 "data_path_suspicions": c.data_path_suspicions,
+                "start_requests_sent": c.start_requests_sent,
+                "start_requests_answered": c.start_requests_answered,
+                "starts_moved_forward": c.starts_moved_forward,
                 "registry": self.groups.registry(),
                 // Anti-entropy since this node last (re)joined the cluster.
                 "membership_repairs": self.groups.repairs(),

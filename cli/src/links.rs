@@ -43,6 +43,9 @@ const TAG_GROUPS: u8 = 1;
 const TAG_START: u8 = 2;
 const TAG_FLUSH_STATE: u8 = 3;
 const TAG_FLUSH_DATA: u8 = 4;
+const TAG_START_REQUEST: u8 = 5;
+/// A flush state after the head: next and from, each a flag and a u32.
+const FLUSH_STATE_LEN: usize = FLUSH_HEAD + 10;
 /// Tag and key: group, sender, epoch.
 const FLUSH_HEAD: usize = 13;
 
@@ -50,7 +53,15 @@ const FLUSH_HEAD: usize = 13;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LinkMessage {
     Groups(Vec<u8>),
-    Start { group: GroupId, start: StreamStart },
+    Start {
+        group: GroupId,
+        start: StreamStart,
+    },
+    /// "I carry `group` and hold no stream from you": the sender answers
+    /// with a start where the asker can continue.
+    StartRequest {
+        group: GroupId,
+    },
     Flush(FlushMsg),
 }
 
@@ -70,10 +81,17 @@ impl LinkMessage {
                 v.extend_from_slice(&start.seq.0.to_be_bytes());
                 v
             }
-            LinkMessage::Flush(FlushMsg::State { key, next }) => {
-                let mut v = flush_head(TAG_FLUSH_STATE, key, 5);
-                v.push(u8::from(next.is_some()));
-                v.extend_from_slice(&next.unwrap_or_default().0.to_be_bytes());
+            LinkMessage::StartRequest { group } => {
+                let mut v = vec![TAG_START_REQUEST];
+                v.extend_from_slice(&group.to_be_bytes());
+                v
+            }
+            LinkMessage::Flush(FlushMsg::State { key, next, from }) => {
+                let mut v = flush_head(TAG_FLUSH_STATE, key, 10);
+                for s in [next, from] {
+                    v.push(u8::from(s.is_some()));
+                    v.extend_from_slice(&s.unwrap_or_default().0.to_be_bytes());
+                }
                 v
             }
             LinkMessage::Flush(FlushMsg::Data { key, frame }) => {
@@ -100,19 +118,24 @@ impl LinkMessage {
                 })
             }
             Some(&TAG_START) => Err(format!("stream start of {} bytes, not 13", b.len())),
-            Some(&TAG_FLUSH_STATE) if b.len() == FLUSH_HEAD + 5 => {
+            Some(&TAG_START_REQUEST) if b.len() == 5 => {
+                Ok(LinkMessage::StartRequest { group: word(b, 1) })
+            }
+            Some(&TAG_START_REQUEST) => Err(format!("start request of {} bytes, not 5", b.len())),
+            Some(&TAG_FLUSH_STATE) if b.len() == FLUSH_STATE_LEN => {
                 let key = flush_key(b);
-                let next = match b[FLUSH_HEAD] {
-                    0 => None,
-                    1 => Some(Seq(word(b, FLUSH_HEAD + 1))),
-                    h => return Err(format!("flush state with has = {h}, not 0 or 1")),
+                let seq_at = |i: usize| match b[i] {
+                    0 => Ok(None),
+                    1 => Ok(Some(Seq(word(b, i + 1)))),
+                    h => Err(format!("flush state with has = {h}, not 0 or 1")),
                 };
-                Ok(LinkMessage::Flush(FlushMsg::State { key, next }))
+                let next = seq_at(FLUSH_HEAD)?;
+                let from = seq_at(FLUSH_HEAD + 5)?;
+                Ok(LinkMessage::Flush(FlushMsg::State { key, next, from }))
             }
             Some(&TAG_FLUSH_STATE) => Err(format!(
-                "flush state of {} bytes, not {}",
-                b.len(),
-                FLUSH_HEAD + 5
+                "flush state of {} bytes, not {FLUSH_STATE_LEN}",
+                b.len()
             )),
             Some(&TAG_FLUSH_DATA) if b.len() >= FLUSH_HEAD + 5 => {
                 let flags = b[FLUSH_HEAD + 4];
@@ -178,6 +201,12 @@ mod tests {
         assert_eq!(LinkMessage::decode(&s.encode()).unwrap(), s);
         let g = LinkMessage::Groups(vec![1, 2, 3]);
         assert_eq!(LinkMessage::decode(&g.encode()).unwrap(), g);
+        let r = LinkMessage::StartRequest { group: 0x8000_0001 };
+        assert_eq!(r.encode().len(), 5);
+        assert_eq!(LinkMessage::decode(&r.encode()).unwrap(), r);
+        assert!(LinkMessage::decode(&[5, 0, 0])
+            .unwrap_err()
+            .contains("not 5"));
         assert!(LinkMessage::decode(&[]).is_err());
         assert!(LinkMessage::decode(&[2, 0, 0]).unwrap_err().contains("13"));
         assert!(LinkMessage::decode(&[9]).unwrap_err().contains("tag 9"));
@@ -193,8 +222,10 @@ mod tests {
             epoch: 0xdead_beef,
         };
         for next in [None, Some(Seq(0)), Some(Seq(u32::MAX))] {
-            let m = LinkMessage::Flush(FlushMsg::State { key, next });
-            assert_eq!(LinkMessage::decode(&m.encode()).unwrap(), m);
+            for from in [None, Some(Seq(7))] {
+                let m = LinkMessage::Flush(FlushMsg::State { key, next, from });
+                assert_eq!(LinkMessage::decode(&m.encode()).unwrap(), m);
+            }
         }
         for (first, last, data) in [
             (true, true, vec![]),
@@ -212,13 +243,22 @@ mod tests {
             });
             assert_eq!(LinkMessage::decode(&m.encode()).unwrap(), m);
         }
-        let state = LinkMessage::Flush(FlushMsg::State { key, next: None }).encode();
-        assert!(LinkMessage::decode(&state[..17])
+        let state = LinkMessage::Flush(FlushMsg::State {
+            key,
+            next: None,
+            from: None,
+        })
+        .encode();
+        assert_eq!(state.len(), 23);
+        assert!(LinkMessage::decode(&state[..18])
             .unwrap_err()
-            .contains("not 18"));
+            .contains("not 23"));
         let mut bad = state.clone();
         bad[13] = 2;
         assert!(LinkMessage::decode(&bad).unwrap_err().contains("has = 2"));
+        let mut bad = state.clone();
+        bad[18] = 3;
+        assert!(LinkMessage::decode(&bad).unwrap_err().contains("has = 3"));
         let mut data = LinkMessage::Flush(FlushMsg::Data {
             key,
             frame: FlushFrame {

@@ -634,6 +634,35 @@ impl<T: Transport> Engine<T> {
         freed.map(|()| start)
     }
 
+    /// Where `member`, which lost its receive stream of `group`'s send
+    /// stream while this node kept counting it a member, opens it again:
+    /// at the first frame it has not acknowledged, which the machine still
+    /// holds (nothing it lacks is skipped). Algorithms that keep no such
+    /// position take it out of `members` and add it back, so it starts
+    /// where a new member would.
+    pub fn resume_member_in(
+        &mut self,
+        group: GroupId,
+        member: NodeId,
+        members: &[NodeId],
+    ) -> Result<StreamStart, EngineError> {
+        let gi = self.require_group(group)?;
+        let Some(s) = self.groups[gi].sender.as_ref() else {
+            return Err(EngineError::Config(format!(
+                "no send stream is open in group {group}"
+            )));
+        };
+        if let Some(seq) = s.machine.resume_point(member) {
+            return Ok(StreamStart {
+                epoch: s.start.epoch,
+                seq,
+            });
+        }
+        let others: Vec<NodeId> = members.iter().copied().filter(|&n| n != member).collect();
+        self.set_members_in(group, &others)?;
+        self.set_members_in(group, members)
+    }
+
     /// Where a receiver added to `group`'s send stream now would start.
     pub fn sender_position(&self, group: GroupId) -> Option<StreamStart> {
         let g = &self.groups[self.group_index(group)?];

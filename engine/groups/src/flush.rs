@@ -59,8 +59,15 @@ pub struct FlushFrame {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FlushMsg {
     /// This node's `next` for the stream: what it has delivered ends before
-    /// it. `None`: no stream from that sender here.
-    State { key: FlushKey, next: Option<Seq> },
+    /// it. `None`: no stream from that sender here. `from`: the first frame
+    /// it can send a peer behind it (it keeps a window of frames, from its
+    /// own start at the earliest); a peer further behind does not wait for
+    /// it.
+    State {
+        key: FlushKey,
+        next: Option<Seq>,
+        from: Option<Seq>,
+    },
     /// A frame the peer lacks.
     Data { key: FlushKey, frame: FlushFrame },
 }
@@ -173,6 +180,12 @@ impl Retained {
         self.next
     }
 
+    /// The first frame this record can give a peer: the oldest kept, or
+    /// `next` when none is (`None`: no position at all).
+    pub fn serves_from(&self) -> Option<Seq> {
+        self.meta.front().map(|m| m.seq).or(self.next)
+    }
+
     /// Frames kept.
     pub fn frames(&self) -> usize {
         self.meta.len()
@@ -228,19 +241,30 @@ struct Flush {
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Peer {
-    /// `None` until the peer's state arrives.
-    reported: Option<Option<Seq>>,
+    /// `None` until the peer's state arrives: then its `next` and `from`.
+    reported: Option<(Option<Seq>, Option<Seq>)>,
     /// Frames before this have been sent to the peer.
     sent_to: Option<Seq>,
 }
 
 impl Flush {
-    fn on_state(&mut self, from: NodeId, next: Option<Seq>, out: &mut Vec<(NodeId, FlushMsg)>) {
-        let Some(p) = self.peers.get_mut(&from) else {
-            return;
+    /// A peer's state. True when the peer is ahead of this node but can no
+    /// longer send it what it lacks (beyond its reach: frames a MAK sender
+    /// sent while it did not count this node a member).
+    fn on_state(
+        &mut self,
+        peer: NodeId,
+        next: Option<Seq>,
+        from: Option<Seq>,
+        out: &mut Vec<(NodeId, FlushMsg)>,
+    ) -> bool {
+        let Some(p) = self.peers.get_mut(&peer) else {
+            return false;
         };
-        p.reported = Some(next);
+        p.reported = Some((next, from));
         self.serve(out);
+        let mine = self.kept.next();
+        matches!((mine, next), (Some(m), Some(n)) if m.before(n) && !reachable(m, from))
     }
 
     /// Sends every reported peer that is behind the frames it lacks.
@@ -249,7 +273,7 @@ impl Flush {
             return;
         };
         for (&node, p) in &mut self.peers {
-            let Some(Some(theirs)) = p.reported else {
+            let Some((Some(theirs), _)) = p.reported else {
                 continue;
             };
             let from = p.sent_to.map_or(theirs, |s| s.max(theirs));
@@ -286,8 +310,10 @@ impl Flush {
             .values()
             .filter(|p| match p.reported {
                 None => true,
-                Some(None) => false,
-                Some(Some(theirs)) => mine.is_some_and(|m| m.before(theirs)),
+                Some((None, _)) => false,
+                Some((Some(theirs), from)) => {
+                    mine.is_some_and(|m| m.before(theirs) && reachable(m, from))
+                }
             })
             .count()
     }
@@ -309,6 +335,11 @@ impl Flush {
     }
 }
 
+/// True when a peer that sends from `from` can bring a node at `mine`.
+fn reachable(mine: Seq, from: Option<Seq>) -> bool {
+    from.is_some_and(|f| !mine.before(f))
+}
+
 /// Counters of every flush at this node.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FlushCounters {
@@ -321,6 +352,10 @@ pub struct FlushCounters {
     pub frames_served: u64,
     /// States kept because they came before this node's own view change.
     pub states_held: u64,
+    /// Peers ahead of this node that no longer kept what it lacked (frames
+    /// their sender sent while it did not count this node a member): this
+    /// node ends behind them.
+    pub beyond_reach: u64,
 }
 
 /// States held at most (from peers whose view change came first).
@@ -331,7 +366,7 @@ pub const MAX_HELD_STATES: usize = 4096;
 #[derive(Debug, Default)]
 pub struct Flushes {
     active: BTreeMap<(GroupId, NodeId), Flush>,
-    held: VecDeque<(NodeId, FlushKey, Option<Seq>)>,
+    held: VecDeque<(NodeId, FlushKey, Option<Seq>, Option<Seq>)>,
     counters: FlushCounters,
 }
 
@@ -354,8 +389,10 @@ impl Flushes {
         out: &mut Vec<(NodeId, FlushMsg)>,
     ) {
         let before = out.len();
-        let kept = kept.unwrap_or_else(|| Retained::new(1));
-        let next = kept.next();
+        let mut kept = kept.unwrap_or_else(|| Retained::new(1));
+        let (next, from) = (kept.next(), kept.serves_from());
+        // While it takes in what it lacks, it keeps what it said it sends.
+        kept.max_frames = kept.max_frames.saturating_mul(2);
         let mut flush = Flush {
             key,
             kept,
@@ -364,19 +401,21 @@ impl Flushes {
             recovered: 0,
         };
         for &n in survivors {
-            out.push((n, FlushMsg::State { key, next }));
+            out.push((n, FlushMsg::State { key, next, from }));
         }
         let mut early = Vec::new();
-        self.held.retain(|&(from, k, next)| {
+        self.held.retain(|&(peer, k, next, from)| {
             if k == key {
-                early.push((from, next));
+                early.push((peer, next, from));
                 false
             } else {
                 true
             }
         });
-        for (from, next) in early {
-            flush.on_state(from, next, out);
+        for (peer, next, from) in early {
+            if flush.on_state(peer, next, from, out) {
+                self.counters.beyond_reach += 1;
+            }
         }
         self.counters.started += 1;
         self.active.insert((key.group, key.sender), flush);
@@ -388,17 +427,23 @@ impl Flushes {
     /// its way and the state is held for it).
     pub fn on_state(
         &mut self,
-        from: NodeId,
+        peer: NodeId,
         key: FlushKey,
-        next: Option<Seq>,
+        (next, from): (Option<Seq>, Option<Seq>),
         has_stream: bool,
         out: &mut Vec<(NodeId, FlushMsg)>,
     ) -> StateTaken {
         if let Some(f) = self.active.get_mut(&(key.group, key.sender)) {
             // Another epoch of the sender's stream: nothing in common.
-            let next = if f.key.epoch == key.epoch { next } else { None };
+            let (next, from) = if f.key.epoch == key.epoch {
+                (next, from)
+            } else {
+                (None, None)
+            };
             let before = out.len();
-            f.on_state(from, next, out);
+            if f.on_state(peer, next, from, out) {
+                self.counters.beyond_reach += 1;
+            }
             self.count_served(out, before);
             return StateTaken::Applied;
         }
@@ -408,7 +453,7 @@ impl Flushes {
         if self.held.len() >= MAX_HELD_STATES {
             self.held.pop_front();
         }
-        self.held.push_back((from, key, next));
+        self.held.push_back((peer, key, next, from));
         self.counters.states_held += 1;
         StateTaken::Held
     }
@@ -449,7 +494,7 @@ impl Flushes {
     /// Forgets every flush of `group` (this node no longer carries it).
     pub fn forget_group(&mut self, group: GroupId) {
         self.active.retain(|(g, _), _| *g != group);
-        self.held.retain(|(_, k, _)| k.group != group);
+        self.held.retain(|(_, k, _, _)| k.group != group);
     }
 
     /// Forgets the states held for `sender`'s stream in `group`: this node
@@ -457,7 +502,14 @@ impl Flushes {
     /// flush (one it never saw), not to the next one.
     pub fn forget_held(&mut self, group: GroupId, sender: NodeId) {
         self.held
-            .retain(|(_, k, _)| !(k.group == group && k.sender == sender));
+            .retain(|(_, k, _, _)| !(k.group == group && k.sender == sender));
+    }
+
+    /// True while this node's flush of exactly `key` is under way.
+    pub fn running(&self, key: FlushKey) -> bool {
+        self.active
+            .get(&(key.group, key.sender))
+            .is_some_and(|f| f.key == key)
     }
 
     /// True while a flush of `group` is under way.
@@ -587,8 +639,12 @@ mod tests {
                 let mut out = Vec::new();
                 let f = self.nodes.get_mut(&to).unwrap();
                 match m {
-                    FlushMsg::State { key, next } => {
-                        f.on_state(from, key, next, false, &mut out);
+                    FlushMsg::State {
+                        key,
+                        next,
+                        from: f0,
+                    } => {
+                        f.on_state(from, key, (next, f0), false, &mut out);
                     }
                     FlushMsg::Data { key, frame } => {
                         if f.on_data(key, &frame, &mut out) {
@@ -728,13 +784,13 @@ mod tests {
         let mut f = Flushes::new();
         let mut out = Vec::new();
         // Node 2 is ahead and reports first; we still receive from the sender.
-        let taken = f.on_state(2, KEY, Some(Seq(8)), true, &mut out);
+        let taken = f.on_state(2, KEY, (Some(Seq(8)), Some(Seq(0))), true, &mut out);
         assert_eq!(taken, StateTaken::Held);
         assert!(out.is_empty());
         // No stream and no flush: the caller answers None.
         let other = FlushKey { sender: 4, ..KEY };
         assert_eq!(
-            f.on_state(2, other, Some(Seq(1)), false, &mut out),
+            f.on_state(2, other, (Some(Seq(1)), Some(Seq(0))), false, &mut out),
             StateTaken::Unknown
         );
         f.start(KEY, Some(kept(0, 5, 64)), &[2], 1_000, &mut out);
@@ -744,7 +800,8 @@ mod tests {
                 2,
                 FlushMsg::State {
                     key: KEY,
-                    next: Some(Seq(5))
+                    next: Some(Seq(5)),
+                    from: Some(Seq(0)),
                 }
             )]
         );
@@ -796,7 +853,7 @@ mod tests {
         assert_eq!(f.counters().states_held, 1);
         // A held state is forgotten when the stream is opened again.
         let mut f = Flushes::new();
-        f.on_state(2, KEY, Some(Seq(8)), true, &mut out);
+        f.on_state(2, KEY, (Some(Seq(8)), Some(Seq(0))), true, &mut out);
         f.forget_held(KEY.group, KEY.sender);
         out.clear();
         f.start(KEY, Some(kept(0, 5, 64)), &[2], 1_000, &mut out);
@@ -819,7 +876,7 @@ mod tests {
             ..KEY
         };
         assert_eq!(
-            f.on_state(2, newer, Some(Seq(1)), false, &mut out),
+            f.on_state(2, newer, (Some(Seq(1)), Some(Seq(0))), false, &mut out),
             StateTaken::Applied
         );
         assert!(out.is_empty(), "nothing sent to a peer of another epoch");
@@ -841,7 +898,7 @@ mod tests {
         let mut f = Flushes::new();
         let mut out = Vec::new();
         f.start(KEY, Some(kept(0, 5, 64)), &[2, 3], 1_000, &mut out);
-        f.on_state(2, KEY, Some(Seq(5)), false, &mut out);
+        f.on_state(2, KEY, (Some(Seq(5)), Some(Seq(0))), false, &mut out);
         assert_eq!(f.poll_done(999), None);
         assert_eq!(f.next_deadline(), Some(1_000));
         assert_eq!(
@@ -857,7 +914,7 @@ mod tests {
         assert_eq!(f.counters().timed_out, 1);
         // The same, but node 3 leaves the view.
         f.start(KEY, Some(kept(0, 5, 64)), &[2, 3], 1_000, &mut out);
-        f.on_state(2, KEY, Some(Seq(5)), false, &mut out);
+        f.on_state(2, KEY, (Some(Seq(5)), Some(Seq(0))), false, &mut out);
         f.peer_gone(KEY.group, 3);
         assert_eq!(
             f.poll_done(0),
@@ -873,7 +930,7 @@ mod tests {
         let mut out = Vec::new();
         f.start(KEY, Some(kept(0, 10, 4)), &[2], 1_000, &mut out);
         out.clear();
-        f.on_state(2, KEY, Some(Seq(2)), false, &mut out);
+        f.on_state(2, KEY, (Some(Seq(2)), Some(Seq(0))), false, &mut out);
         assert!(out.is_empty(), "a partial range would leave node 2 a gap");
     }
 
@@ -901,5 +958,30 @@ mod tests {
             f3.poll_done(0),
             Some((KEY, Outcome::Agreed { recovered: 6 }))
         );
+    }
+
+    #[test]
+    fn a_peer_ahead_that_no_longer_keeps_what_this_node_lacks_is_not_waited_for() {
+        // Node 1 delivered 0..5; node 2 delivered 0..50 but keeps only the
+        // last 8 (42..50): its sender went on without node 1 as a member.
+        let mut net = Net::new(&[(1, Some(kept(0, 5, 8))), (2, Some(kept(0, 50, 8)))]);
+        net.run();
+        assert!(net.delivered[&1].is_empty(), "nothing it could take");
+        let f1 = net.nodes.get_mut(&1).unwrap();
+        let ended = f1.poll_ended(0).expect("not waiting for node 2");
+        assert_eq!(ended.outcome, Outcome::Agreed { recovered: 0 });
+        assert_eq!(ended.next, Some(Seq(5)), "it stops where it was");
+        assert_eq!(f1.counters().beyond_reach, 1);
+        let f2 = net.nodes.get_mut(&2).unwrap();
+        assert_eq!(f2.poll_ended(0).map(|e| e.next), Some(Some(Seq(50))));
+        assert_eq!(f2.counters().beyond_reach, 0);
+        // Within reach (node 2 keeps from 42, node 1 is at 45): it waits,
+        // and gets 45..50.
+        let mut net = Net::new(&[(1, Some(kept(40, 45, 8))), (2, Some(kept(0, 50, 8)))]);
+        net.run();
+        assert_eq!(net.seqs_of(1), seqs(45, 50));
+        let f1 = net.nodes.get_mut(&1).unwrap();
+        assert_eq!(f1.poll_ended(0).map(|e| e.next), Some(Some(Seq(50))));
+        assert_eq!(f1.counters().beyond_reach, 0);
     }
 }
