@@ -73,7 +73,7 @@ pub enum FlushMsg {
 }
 
 /// A flush that ended: [`Flushes::poll_ended`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ended {
     pub key: FlushKey,
     pub outcome: Outcome,
@@ -82,6 +82,9 @@ pub struct Ended {
     /// nothing and knew no start). The stream must never be opened again
     /// before it, or those frames would be delivered twice.
     pub next: Option<Seq>,
+    /// The survivors whose states this outcome took into account: they
+    /// reported and did not leave the view before the end.
+    pub with: Vec<NodeId>,
 }
 
 /// How a flush ended.
@@ -537,6 +540,12 @@ impl Flushes {
             key: f.key,
             outcome,
             next: f.kept.next(),
+            with: f
+                .peers
+                .iter()
+                .filter(|(_, p)| p.reported.is_some())
+                .map(|(&n, _)| n)
+                .collect(),
         })
     }
 
