@@ -874,6 +874,7 @@ impl<T: Transport> Daemon<T> {
                     self.groups.node_recovered(n);
                     self.log
                         .info("peer heard again after failing", &[("node", &n)]);
+                    self.peer_recovered(n)?;
                 }
                 LiveEvent::Rejoin { by } => {
                     work = true;
@@ -1062,6 +1063,7 @@ impl<T: Transport> Daemon<T> {
                 &[("failed", &n), ("registry", &self.groups.registry())],
             );
         }
+        self.flushes.node_failed(n);
         self.flush_group_sends();
         self.reset_link(n)
     }
@@ -1251,6 +1253,27 @@ impl<T: Transport> Daemon<T> {
         let start = self.engine.resume_member_in(group, from, &remote)?;
         self.counters.start_requests_answered += 1;
         self.send_link(from, LinkMessage::Start { group, start });
+        Ok(())
+    }
+
+    /// Node `n`, declared failed here, is heard again. The link to it was
+    /// reset, so a start or a start request to it may have been dropped:
+    /// ask it again for the streams this node lacks, and tell it again
+    /// where this node's own streams go on.
+    fn peer_recovered(&mut self, n: NodeId) -> Result<(), EngineError> {
+        let groups: Vec<GroupId> = self
+            .local
+            .iter()
+            .filter(|(_, lg)| lg.view.as_ref().is_some_and(|v| v.has_node(n)))
+            .map(|(&g, _)| g)
+            .collect();
+        for group in groups {
+            if !self.engine.receivers_in(group).contains(&n) {
+                self.counters.start_requests_sent += 1;
+                self.send_link(n, LinkMessage::StartRequest { group });
+            }
+            self.start_request(n, group)?;
+        }
         Ok(())
     }
 
@@ -1540,9 +1563,16 @@ impl<T: Transport> Daemon<T> {
             epoch: kept.epoch,
         };
         let deadline = mcast_engine::sys::monotonic_ns() + FLUSH_TIMEOUT_NS;
+        // A survivor already declared failed is not waited for (a view may
+        // still hold it when its group's agent cannot change the view).
+        let survivors: Vec<NodeId> = survivors
+            .iter()
+            .copied()
+            .filter(|&n| self.live.detector().state(n) != Some(PeerState::Failed))
+            .collect();
         let mut out = Vec::new();
         self.flushes
-            .start(key, Some(kept.frames), survivors, deadline, &mut out);
+            .start(key, Some(kept.frames), &survivors, deadline, &mut out);
         self.send_flush(out);
     }
 

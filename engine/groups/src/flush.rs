@@ -494,6 +494,15 @@ impl Flushes {
         }
     }
 
+    /// `node` was declared failed: no flush waits for it (its views may
+    /// never show it leave, e.g. when the group's number changed with a
+    /// new registry).
+    pub fn node_failed(&mut self, node: NodeId) {
+        for f in self.active.values_mut() {
+            f.peers.remove(&node);
+        }
+    }
+
     /// Forgets every flush of `group` (this node no longer carries it).
     pub fn forget_group(&mut self, group: GroupId) {
         self.active.retain(|(g, _), _| *g != group);

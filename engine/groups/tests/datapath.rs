@@ -1206,6 +1206,27 @@ impl Sim {
         self.members_changed(id, g, remote);
     }
 
+    /// Node `n`, declared failed here, is heard again: the link to it was
+    /// reset, so a start or a start request to it may have been dropped.
+    /// As the daemon: ask it again for the streams this node lacks, and
+    /// tell it again where this node's own stream goes on.
+    fn peer_recovered(&mut self, id: NodeId, n: NodeId) {
+        let groups: Vec<(GroupId, bool, bool)> = self.nodes[id as usize - 1]
+            .carried
+            .iter()
+            .filter(|(_, c)| c.members.contains(&n))
+            .map(|(&g, c)| (g, c.receivers.contains_key(&n), c.sender.is_some()))
+            .collect();
+        for (g, has_stream, has_sender) in groups {
+            if !has_stream {
+                self.send_link(id, n, LinkMsg::StartRequest { group: g });
+            }
+            if has_sender {
+                self.on_start_request(id, n, g);
+            }
+        }
+    }
+
     /// Node `n` restarted (or rejoined): its old incarnation's streams are
     /// gone, even if no view this node gets shows it absent (views may be
     /// skipped, and a rejoined node can be in the views before and after).
@@ -1358,8 +1379,16 @@ impl Sim {
             self.release_event(e);
         }
         let Some(survivors) = survivors.filter(|_| self.use_flush) else {
+            self.trace(|| format!("node {id}: closes {key:?} without a flush"));
             return;
         };
+        // As the daemon: a survivor already declared failed is not waited for.
+        let survivors: Vec<NodeId> = survivors
+            .into_iter()
+            .filter(|&n| {
+                self.nodes[id as usize - 1].live.detector().state(n) != Some(PeerState::Failed)
+            })
+            .collect();
         self.trace(|| format!("node {id}: flush of {key:?} with {survivors:?}"));
         let mut out = Vec::new();
         let node = self.n(id);
@@ -1522,6 +1551,7 @@ impl Sim {
                 LiveEvent::Suspect(_) => {}
                 LiveEvent::Failed(n) => {
                     self.n(id).svc.node_failed(n);
+                    self.n(id).flushes.node_failed(n);
                     self.links.remove(&(id, n)); // the link is reset
                 }
                 LiveEvent::Restarted(n) => {
@@ -1533,7 +1563,10 @@ impl Sim {
                         self.peer_restarted(id, n);
                     }
                 }
-                LiveEvent::Recovered(n) => self.n(id).svc.node_recovered(n),
+                LiveEvent::Recovered(n) => {
+                    self.n(id).svc.node_recovered(n);
+                    self.peer_recovered(id, n);
+                }
                 LiveEvent::Registry { node, epoch } => self.n(id).svc.adopt_registry(node, epoch),
                 LiveEvent::Majority => self.n(id).svc.confirm_registry(),
                 LiveEvent::Rejoin { .. } => self.rejoin(id),
@@ -1544,6 +1577,7 @@ impl Sim {
 
     /// As mcastd does when told it was declared failed.
     fn rejoin(&mut self, id: NodeId) {
+        self.trace(|| format!("node {id}: declared failed, rejoins"));
         let node = self.n(id);
         node.live.rejoined();
         node.incarnation = node.live.incarnation();
