@@ -980,12 +980,7 @@ impl<T: Transport> Daemon<T> {
     /// node's copy of each view, so the view that lists its new incarnation
     /// is a join and gets a stream start.
     fn peer_restarted(&mut self, n: NodeId) -> Result<(), EngineError> {
-        let groups: Vec<GroupId> = self
-            .local
-            .iter()
-            .filter(|(_, lg)| lg.view.as_ref().is_some_and(|v| v.has_node(n)))
-            .map(|(&g, _)| g)
-            .collect();
+        let groups = self.groups_with(n);
         for group in groups {
             let lg = self.local.get_mut(&group).expect("listed");
             let view = lg.view.as_mut().expect("listed");
@@ -1256,17 +1251,21 @@ impl<T: Transport> Daemon<T> {
         Ok(())
     }
 
+    /// The local groups whose view holds node `n`.
+    fn groups_with(&self, n: NodeId) -> Vec<GroupId> {
+        self.local
+            .iter()
+            .filter(|(_, lg)| lg.view.as_ref().is_some_and(|v| v.has_node(n)))
+            .map(|(&g, _)| g)
+            .collect()
+    }
+
     /// Node `n`, declared failed here, is heard again. The link to it was
     /// reset, so a start or a start request to it may have been dropped:
     /// ask it again for the streams this node lacks, and tell it again
     /// where this node's own streams go on.
     fn peer_recovered(&mut self, n: NodeId) -> Result<(), EngineError> {
-        let groups: Vec<GroupId> = self
-            .local
-            .iter()
-            .filter(|(_, lg)| lg.view.as_ref().is_some_and(|v| v.has_node(n)))
-            .map(|(&g, _)| g)
-            .collect();
+        let groups = self.groups_with(n);
         for group in groups {
             if !self.engine.receivers_in(group).contains(&n) {
                 self.counters.start_requests_sent += 1;

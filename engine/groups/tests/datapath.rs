@@ -548,6 +548,15 @@ impl Sim {
         }
     }
 
+    /// Node `id`'s open send stream in `g`.
+    fn sender_mut(&mut self, id: NodeId, g: GroupId) -> &mut SendStream {
+        self.n(id)
+            .carried
+            .get_mut(&g)
+            .and_then(|c| c.sender.as_mut())
+            .expect("open")
+    }
+
     fn n(&mut self, id: NodeId) -> &mut Node {
         &mut self.nodes[id as usize - 1]
     }
@@ -859,23 +868,13 @@ impl Sim {
                         );
                     }
                 }
-                let s = self
-                    .n(id)
-                    .carried
-                    .get_mut(&g)
-                    .and_then(|c| c.sender.as_mut())
-                    .expect("open");
+                let s = self.sender_mut(id, g);
                 if !s.machine.can_send() {
                     break; // back-pressure: the client waits
                 }
                 let b = self.slab.put(msg);
                 let seed = self.seed;
-                let s = self
-                    .n(id)
-                    .carried
-                    .get_mut(&g)
-                    .and_then(|c| c.sender.as_mut())
-                    .expect("open");
+                let s = self.sender_mut(id, g);
                 let frame = OutFrame {
                     buf: b,
                     len: MSG_LEN as u16,
@@ -1084,12 +1083,7 @@ impl Sim {
             // No position kept: out and in again, at the next frame.
             self.excluded(id, g, from);
         }
-        let s = self
-            .n(id)
-            .carried
-            .get_mut(&g)
-            .and_then(|c| c.sender.as_mut())
-            .expect("open");
+        let s = self.sender_mut(id, g);
         let seq = match resume {
             Some(seq) => seq,
             None => {
@@ -1289,12 +1283,7 @@ impl Sim {
             self.excluded(id, g, p);
         }
         if has_sender {
-            let s = self
-                .n(id)
-                .carried
-                .get_mut(&g)
-                .and_then(|c| c.sender.as_mut())
-                .expect("open");
+            let s = self.sender_mut(id, g);
             s.machine.set_members(Instant(now), &remote);
             let (epoch, seq) = (s.epoch, s.next);
             for &n in remote.iter().filter(|n| !old.contains(n)) {
