@@ -548,6 +548,19 @@ impl Sim {
         }
     }
 
+    /// Node `id` tells `to` where its stream in `g` starts for it.
+    fn send_start(&mut self, id: NodeId, to: NodeId, g: GroupId, epoch: u32, seq: Seq) {
+        self.send_link(
+            id,
+            to,
+            LinkMsg::Start {
+                group: g,
+                epoch,
+                seq,
+            },
+        );
+    }
+
     /// Node `id`'s open send stream in `g`.
     fn sender_mut(&mut self, id: NodeId, g: GroupId) -> &mut SendStream {
         self.n(id)
@@ -857,15 +870,7 @@ impl Sim {
                         deadline: None,
                     });
                     for &to in &remote {
-                        self.send_link(
-                            id,
-                            to,
-                            LinkMsg::Start {
-                                group: g,
-                                epoch,
-                                seq: Seq(0),
-                            },
-                        );
+                        self.send_start(id, to, g, epoch, Seq(0));
                     }
                 }
                 let s = self.sender_mut(id, g);
@@ -1094,15 +1099,7 @@ impl Sim {
             }
         };
         let epoch = s.epoch;
-        self.send_link(
-            id,
-            from,
-            LinkMsg::Start {
-                group: g,
-                epoch,
-                seq,
-            },
-        );
+        self.send_start(id, from, g, epoch, seq);
         self.service(id, g, Which::Sender, now);
     }
 
@@ -1247,15 +1244,7 @@ impl Sim {
                 s.machine.set_members(Instant(now), &others);
                 s.machine.set_members(Instant(now), &members);
                 let (epoch, seq) = (s.epoch, s.next);
-                self.send_link(
-                    id,
-                    n,
-                    LinkMsg::Start {
-                        group: g,
-                        epoch,
-                        seq,
-                    },
-                );
+                self.send_start(id, n, g, epoch, seq);
                 self.service(id, g, Which::Sender, now);
             }
             let old = self.nodes[id as usize - 1].carried[&g]
@@ -1287,15 +1276,7 @@ impl Sim {
             s.machine.set_members(Instant(now), &remote);
             let (epoch, seq) = (s.epoch, s.next);
             for &n in remote.iter().filter(|n| !old.contains(n)) {
-                self.send_link(
-                    id,
-                    n,
-                    LinkMsg::Start {
-                        group: g,
-                        epoch,
-                        seq,
-                    },
-                );
+                self.send_start(id, n, g, epoch, seq);
             }
             self.service(id, g, Which::Sender, now);
         }
