@@ -1238,17 +1238,25 @@ impl<T: Transport> Daemon<T> {
     /// node's send stream counts it a member, it is told where to open one
     /// (it lost the stream while this node's views never showed it leave).
     fn start_request(&mut self, from: NodeId, group: GroupId) -> Result<(), EngineError> {
+        if self.resend_start(from, group)? {
+            self.counters.start_requests_answered += 1;
+        }
+        Ok(())
+    }
+
+    /// Sends `to` a stream start at its resume point in `group`, if this
+    /// node's send stream there counts it a member. True when sent.
+    fn resend_start(&mut self, to: NodeId, group: GroupId) -> Result<bool, EngineError> {
         let Some(lg) = self.local.get(&group) else {
-            return Ok(());
+            return Ok(false);
         };
         let remote = self.remote_nodes(group);
-        if !lg.sender_open || !remote.contains(&from) {
-            return Ok(()); // the view that adds it sends the start
+        if !lg.sender_open || !remote.contains(&to) {
+            return Ok(false); // the view that adds it sends the start
         }
-        let start = self.engine.resume_member_in(group, from, &remote)?;
-        self.counters.start_requests_answered += 1;
-        self.send_link(from, LinkMessage::Start { group, start });
-        Ok(())
+        let start = self.engine.resume_member_in(group, to, &remote)?;
+        self.send_link(to, LinkMessage::Start { group, start });
+        Ok(true)
     }
 
     /// The local groups whose view holds node `n`.
@@ -1271,7 +1279,7 @@ impl<T: Transport> Daemon<T> {
                 self.counters.start_requests_sent += 1;
                 self.send_link(n, LinkMessage::StartRequest { group });
             }
-            self.start_request(n, group)?;
+            self.resend_start(n, group)?;
         }
         Ok(())
     }

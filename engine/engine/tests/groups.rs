@@ -187,6 +187,47 @@ fn a_late_joiner_starts_at_the_senders_position_and_a_leaver_holds_nothing_back(
 }
 
 #[test]
+fn a_member_that_lost_its_stream_resumes_where_it_acknowledged() {
+    let seg = MemorySegment::new();
+    let (mut a, mut b, mut c) = (engine(&seg, 1), engine(&seg, 2), engine(&seg, 3));
+    for e in [&mut a, &mut b, &mut c] {
+        e.add_group(10, opts(Algorithm::Mak)).unwrap();
+    }
+    a.open_sender_in(10, &[2, 3], start(0)).unwrap();
+    b.open_receiver_in(10, 1, start(0)).unwrap();
+    c.open_receiver_in(10, 1, start(0)).unwrap();
+    let mut got = vec![Vec::new(), Vec::new(), Vec::new()];
+    publish_all(&mut a, 10, 0..100);
+    pump(&mut [&mut a, &mut b, &mut c], &mut got, |e, g| {
+        e[0].send_idle() && g[2].len() == 100
+    });
+
+    // Node 3 drops its stream (it stopped carrying the group) while node 1
+    // keeps counting it a member: node 1 cannot finish what it sends next.
+    c.remove_group(10).unwrap();
+    c.add_group(10, opts(Algorithm::Mak)).unwrap();
+    publish_all(&mut a, 10, 100..200);
+    pump(&mut [&mut a, &mut b, &mut c], &mut got, |_, g| {
+        g[1].len() == 200
+    });
+    assert!(!a.send_idle(), "waiting for node 3's acknowledgments");
+
+    // Node 3 asks; node 1 names the first frame node 3 has not acknowledged
+    // (it holds everything from there), and node 3 gets the rest once.
+    let at = a.resume_member_in(10, 3, &[2, 3]).unwrap();
+    assert_eq!(at, start(100));
+    c.open_receiver_in(10, 1, at).unwrap();
+    pump(&mut [&mut a, &mut b, &mut c], &mut got, |e, g| {
+        e[0].send_idle() && g[2].len() == 200
+    });
+    assert_eq!(datas(&got[2], 10), expected(10, 0..200));
+    assert!(a.resume_member_in(11, 3, &[2, 3]).is_err(), "no such group");
+    for e in [a, b, c] {
+        check_clean(e);
+    }
+}
+
+#[test]
 fn a_paused_group_holds_its_sender_back_and_catches_up_on_resume() {
     let seg = MemorySegment::new();
     let (mut a, mut b) = (engine(&seg, 1), engine(&seg, 2));

@@ -529,11 +529,6 @@ impl Flushes {
         self.active.keys().any(|(g, _)| *g == group)
     }
 
-    /// The next flush that ended, removed.
-    pub fn poll_done(&mut self, now: u64) -> Option<(FlushKey, Outcome)> {
-        self.poll_ended(now).map(|e| (e.key, e.outcome))
-    }
-
     /// The next flush that ended, removed, with where the stream stops here.
     pub fn poll_ended(&mut self, now: u64) -> Option<Ended> {
         let (&k, outcome) = self
@@ -588,6 +583,11 @@ mod tests {
     };
 
     /// Frames `from..to` of the sender's stream, each one byte: its seq's low byte.
+    /// The next flush that ended, as key and outcome.
+    fn done(f: &mut Flushes, now: u64) -> Option<(FlushKey, Outcome)> {
+        f.poll_ended(now).map(|e| (e.key, e.outcome))
+    }
+
     fn kept(from: u32, to: u32, window: u32) -> Retained {
         let mut r = Retained::new(window);
         for s in from..to {
@@ -753,7 +753,7 @@ mod tests {
         assert_eq!(net.seqs_of(2), Vec::<Seq>::new());
         assert_eq!(net.seqs_of(3), seqs(7, 14), "once each, in order");
         for (n, f) in &mut net.nodes {
-            let done = f.poll_done(0);
+            let done = done(f, 0);
             let recovered = net.delivered[n].len() as u64;
             assert_eq!(done, Some((KEY, Outcome::Agreed { recovered })), "node {n}");
             assert!(!f.pending_in(KEY.group));
@@ -789,10 +789,7 @@ mod tests {
         net.run();
         assert!(net.delivered.values().all(Vec::is_empty));
         for f in net.nodes.values_mut() {
-            assert_eq!(
-                f.poll_done(0),
-                Some((KEY, Outcome::Agreed { recovered: 0 }))
-            );
+            assert_eq!(done(f, 0), Some((KEY, Outcome::Agreed { recovered: 0 })));
             assert_eq!(f.counters().frames_served, 0);
         }
     }
@@ -824,7 +821,7 @@ mod tests {
             )]
         );
         assert_eq!(
-            f.poll_done(0),
+            done(&mut f, 0),
             None,
             "behind node 2's report: waits for its frames"
         );
@@ -843,7 +840,7 @@ mod tests {
             );
         }
         assert_eq!(
-            f.poll_done(0),
+            done(&mut f, 0),
             None,
             "still one frame behind (node 2 delivered up to 7)"
         );
@@ -865,7 +862,7 @@ mod tests {
         };
         assert!(f.on_data(KEY, &frame, &mut out));
         assert_eq!(
-            f.poll_done(0),
+            done(&mut f, 0),
             Some((KEY, Outcome::Agreed { recovered: 3 }))
         );
         assert_eq!(f.counters().states_held, 1);
@@ -880,7 +877,7 @@ mod tests {
             1,
             "only our own state: nothing applied, nothing served"
         );
-        assert_eq!(f.poll_done(0), None, "node 2 must report again");
+        assert_eq!(done(&mut f, 0), None, "node 2 must report again");
     }
 
     #[test]
@@ -899,7 +896,7 @@ mod tests {
         );
         assert!(out.is_empty(), "nothing sent to a peer of another epoch");
         assert_eq!(
-            f.poll_done(0),
+            done(&mut f, 0),
             Some((KEY, Outcome::Agreed { recovered: 0 }))
         );
         let frame = FlushFrame {
@@ -917,10 +914,10 @@ mod tests {
         let mut out = Vec::new();
         f.start(KEY, Some(kept(0, 5, 64)), &[2, 3], 1_000, &mut out);
         f.on_state(2, KEY, (Some(Seq(5)), Some(Seq(0))), false, &mut out);
-        assert_eq!(f.poll_done(999), None);
+        assert_eq!(done(&mut f, 999), None);
         assert_eq!(f.next_deadline(), Some(1_000));
         assert_eq!(
-            f.poll_done(1_000),
+            done(&mut f, 1_000),
             Some((
                 KEY,
                 Outcome::TimedOut {
@@ -935,7 +932,7 @@ mod tests {
         f.on_state(2, KEY, (Some(Seq(5)), Some(Seq(0))), false, &mut out);
         f.peer_gone(KEY.group, 3);
         assert_eq!(
-            f.poll_done(0),
+            done(&mut f, 0),
             Some((KEY, Outcome::Agreed { recovered: 0 }))
         );
         assert_eq!(f.counters().agreed, 1);
@@ -972,10 +969,7 @@ mod tests {
             "node 1 passed on what node 2 sent it"
         );
         let f3 = net.nodes.get_mut(&3).unwrap();
-        assert_eq!(
-            f3.poll_done(0),
-            Some((KEY, Outcome::Agreed { recovered: 6 }))
-        );
+        assert_eq!(done(f3, 0), Some((KEY, Outcome::Agreed { recovered: 6 })));
     }
 
     #[test]
