@@ -990,7 +990,9 @@ impl<T: Transport> Daemon<T> {
             if sender_open {
                 self.engine.set_members_in(group, &remote)?;
             }
-            self.flushes.peer_gone(group, n);
+            let mut out = Vec::new();
+            self.flushes.peer_gone(group, n, &mut out);
+            self.send_flush(out);
             if self.engine.receivers_in(group).contains(&n) {
                 self.close_receiver(group, n)?;
                 self.start_flush(group, n, &remote);
@@ -1058,7 +1060,9 @@ impl<T: Transport> Daemon<T> {
                 &[("failed", &n), ("registry", &self.groups.registry())],
             );
         }
-        self.flushes.node_failed(n);
+        let mut out = Vec::new();
+        self.flushes.node_failed(n, &mut out);
+        self.send_flush(out);
         self.flush_group_sends();
         self.reset_link(n)
     }
@@ -1497,9 +1501,11 @@ impl<T: Transport> Daemon<T> {
             .copied()
             .filter(|n| before.contains(n))
             .collect();
+        let mut out = Vec::new();
         for &n in before.iter().filter(|n| !remote.contains(n)) {
-            self.flushes.peer_gone(group, n);
+            self.flushes.peer_gone(group, n, &mut out);
         }
+        self.send_flush(out);
         for n in self.engine.receivers_in(group) {
             // A stream whose start overtook the view that adds its sender is
             // kept: only a sender that was in the view and is not now left.
@@ -1605,19 +1611,45 @@ impl<T: Transport> Daemon<T> {
                 }
             }
             FlushMsg::Data { key, frame } => {
-                if self.flushes.on_data(key, &frame, &mut out) {
+                if let Some(skipped) = self.flushes.on_data(key, &frame, &mut out) {
                     self.note_stopped(key.group, key.sender, key.epoch, Some(frame.seq.next()));
-                    let hdr = data_record(key.group, key.sender, frame.first, frame.last);
                     let members = self
                         .local
                         .get(&key.group)
                         .map(|lg| lg.members.clone())
                         .unwrap_or_default();
+                    if skipped > 0 {
+                        self.jumped(key, skipped, &members);
+                    }
+                    let hdr = data_record(key.group, key.sender, frame.first, frame.last);
                     self.event_to(&members, hdr, &frame.data);
                 }
             }
         }
         self.send_flush(out);
+    }
+
+    /// The flush of `key` jumped over `skipped` frames no survivor kept: the
+    /// sender sent them while it did not count this node a member (it was
+    /// taken out by a view this node never installed, or the start that
+    /// would have moved its stream on was lost with the sender). The
+    /// clients are told before the messages after the jump.
+    fn jumped(&mut self, key: FlushKey, skipped: u64, members: &[ClientId]) {
+        self.log.warn(
+            "flush jumped: frames the departed sender sent while it did not count this node a member were passed over",
+            &[
+                ("group", &key.group),
+                ("sender", &key.sender),
+                ("skipped_frames", &skipped),
+            ],
+        );
+        let event = json!({"skipped": {"sender": key.sender, "frames": skipped}}).to_string();
+        let hdr = RecordHeader {
+            group: key.group,
+            source: 0,
+            flags: FLAG_FIRST | FLAG_LAST | mcast_ipc::ring::EVENT,
+        };
+        self.event_to(members, hdr, event.as_bytes());
     }
 
     fn send_flush(&mut self, out: Vec<(NodeId, FlushMsg)>) {
@@ -1806,6 +1838,8 @@ impl<T: Transport> Daemon<T> {
             "frames_recovered": fc.frames_recovered, "frames_served": fc.frames_served,
             "states_held": fc.states_held, "events_held": c.events_held,
             "beyond_reach": fc.beyond_reach,
+            "jumps": fc.jumps,
+            "frames_skipped": fc.frames_skipped,
             "starts_deferred": c.starts_deferred,
             "kept_frames": self.kept.values().map(|k| k.frames.frames()).sum::<usize>(),
             "kept_bytes": self.kept.values().map(|k| k.frames.bytes()).sum::<usize>(),

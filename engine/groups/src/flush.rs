@@ -17,7 +17,15 @@
 //! 3. A survivor delivers a flushed frame if it is exactly its `next` (a
 //!    frame sent by two peers is taken once) and serves it on to any peer
 //!    still behind.
-//! 4. The flush is over when every survivor has reported and this node has
+//! 4. A survivor behind what every survivor ahead of it still keeps
+//!    *jumps*: once all have reported, the one keeping the oldest frames
+//!    sends it all it keeps, and it takes them from the first whole
+//!    message on. What it passes over, the sender sent while it did not
+//!    count this node a member, or before it took this node out (the window
+//!    argument below): this node was taken out by a view it never installed,
+//!    or the start that would have moved its stream on was lost with the
+//!    sender. The daemon tells the clients how many frames it passed over.
+//! 5. The flush is over when every survivor has reported and this node has
 //!    caught up with every report, or a survivor leaves the view too, or the
 //!    deadline passes (counted: the survivors may then differ).
 //!
@@ -240,6 +248,9 @@ struct Flush {
     peers: BTreeMap<NodeId, Peer>,
     deadline: u64,
     recovered: u64,
+    /// The position this node reported (a jump is only awaited from it:
+    /// peers serve a jump from what was reported).
+    reported: Option<Seq>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -270,16 +281,38 @@ impl Flush {
         matches!((mine, next), (Some(m), Some(n)) if m.before(n) && !reachable(m, from))
     }
 
-    /// Sends every reported peer that is behind the frames it lacks.
+    /// Sends every reported peer that is behind the frames it lacks. A peer
+    /// behind what this node still keeps is sent all it keeps instead, if
+    /// no survivor can bring that peer in order and this node keeps the
+    /// oldest frames of those ahead of it (see [`Flush::may_jump`]).
     fn serve(&mut self, out: &mut Vec<(NodeId, FlushMsg)>) {
-        let Some(mine) = self.kept.next() else {
+        let (Some(mine), Some(front)) = (self.kept.next(), self.kept.serves_from()) else {
             return;
         };
+        let jumps: Vec<NodeId> = self
+            .peers
+            .iter()
+            .filter_map(|(&node, p)| match p.reported {
+                Some((Some(theirs), _))
+                    if p.sent_to.is_none()
+                        && theirs.before(front)
+                        && self.may_jump(theirs)
+                        && self.keeps_oldest_ahead_of(theirs, front) =>
+                {
+                    Some(node)
+                }
+                _ => None,
+            })
+            .collect();
         for (&node, p) in &mut self.peers {
             let Some((Some(theirs), _)) = p.reported else {
                 continue;
             };
-            let from = p.sent_to.map_or(theirs, |s| s.max(theirs));
+            let from = if jumps.contains(&node) {
+                front
+            } else {
+                p.sent_to.map_or(theirs, |s| s.max(theirs))
+            };
             if !from.before(mine) || !self.kept.covers(from) {
                 continue;
             }
@@ -296,27 +329,60 @@ impl Flush {
         }
     }
 
-    fn on_data(&mut self, frame: &FlushFrame, out: &mut Vec<(NodeId, FlushMsg)>) -> bool {
-        if self.kept.next() != Some(frame.seq) {
-            return false;
-        }
+    /// True when a node at `at` may jump forward: every survivor reported,
+    /// and none ahead of `at` still keeps the frame at `at`. The frames it
+    /// skips were then acknowledged by every member the sender counted
+    /// (a sender never has more than a window unacknowledged, and each
+    /// survivor keeps its last window), so the sender did not count that
+    /// node when it sent them: they were never its to deliver.
+    fn may_jump(&self, at: Seq) -> bool {
+        self.peers.values().all(|p| match p.reported {
+            None => false,
+            Some((Some(next), from)) if at.before(next) => !reachable(at, from),
+            Some(_) => true,
+        })
+    }
+
+    /// True when no survivor ahead of `at` keeps frames older than `front`:
+    /// this node is one of those that serve a jump from `at`.
+    fn keeps_oldest_ahead_of(&self, at: Seq, front: Seq) -> bool {
+        self.peers.values().all(|p| match p.reported {
+            Some((Some(next), Some(from))) if at.before(next) => !from.before(front),
+            _ => true,
+        })
+    }
+
+    fn on_data(&mut self, frame: &FlushFrame, out: &mut Vec<(NodeId, FlushMsg)>) -> Option<u64> {
+        let mine = self.kept.next()?;
+        let skipped = if mine == frame.seq {
+            0
+        } else if mine.before(frame.seq) && frame.first && self.may_jump(mine) {
+            // The first whole message a jump brings: what is before it
+            // was never this node's (see `may_jump`).
+            u64::from(frame.seq.0.wrapping_sub(mine.0))
+        } else {
+            return None;
+        };
         self.kept
             .push(frame.seq, frame.first, frame.last, &frame.data);
         self.recovered += 1;
         self.serve(out);
-        true
+        Some(skipped)
     }
 
     fn waiting(&self) -> usize {
         let mine = self.kept.next();
+        // Still where it reported, and nobody ahead can bring it in order:
+        // those ahead that keep frames send it a jump.
+        let jump = mine.is_some_and(|m| self.reported == Some(m) && self.may_jump(m));
         self.peers
             .values()
             .filter(|p| match p.reported {
                 None => true,
                 Some((None, _)) => false,
-                Some((Some(theirs), from)) => {
-                    mine.is_some_and(|m| m.before(theirs) && reachable(m, from))
-                }
+                Some((Some(theirs), from)) => mine.is_some_and(|m| {
+                    m.before(theirs) && (reachable(m, from) || (jump && from.is_some()))
+                }),
             })
             .count()
     }
@@ -359,6 +425,12 @@ pub struct FlushCounters {
     /// their sender sent while it did not count this node a member): this
     /// node ends behind them.
     pub beyond_reach: u64,
+    /// Flushes in which this node jumped forward: no survivor kept what it
+    /// lacked, so it took in what the one keeping the oldest frames held.
+    pub jumps: u64,
+    /// Frames such jumps passed over (sent while the sender did not count
+    /// this node a member).
+    pub frames_skipped: u64,
 }
 
 /// States held at most (from peers whose view change came first).
@@ -402,6 +474,7 @@ impl Flushes {
             peers: survivors.iter().map(|&n| (n, Peer::default())).collect(),
             deadline,
             recovered: 0,
+            reported: next,
         };
         for &n in survivors {
             out.push((n, FlushMsg::State { key, next, from }));
@@ -461,46 +534,59 @@ impl Flushes {
         StateTaken::Held
     }
 
-    /// A flushed frame from a peer. True when the caller must deliver it
-    /// (it is the next frame of the stream here); a duplicate or a frame of
-    /// no active flush is ignored.
+    /// A flushed frame from a peer. `Some` when the caller must deliver it
+    /// (it is the next frame of the stream here, or the first of a jump):
+    /// the number of frames it passes over, 0 but for a jump. A duplicate or
+    /// a frame of no active flush is ignored (`None`).
     pub fn on_data(
         &mut self,
         key: FlushKey,
         frame: &FlushFrame,
         out: &mut Vec<(NodeId, FlushMsg)>,
-    ) -> bool {
-        let Some(f) = self.active.get_mut(&(key.group, key.sender)) else {
-            return false;
-        };
+    ) -> Option<u64> {
+        let f = self.active.get_mut(&(key.group, key.sender))?;
         if f.key != key {
-            return false;
+            return None;
         }
         let before = out.len();
-        let take = f.on_data(frame, out);
+        let taken = f.on_data(frame, out);
         self.count_served(out, before);
-        if take {
-            self.counters.frames_recovered += 1;
+        let skipped = taken?;
+        self.counters.frames_recovered += 1;
+        if skipped > 0 {
+            self.counters.jumps += 1;
+            self.counters.frames_skipped += skipped;
         }
-        take
+        Some(skipped)
     }
 
-    /// `node` left the view of `group` too: no flush of the group waits for it.
-    pub fn peer_gone(&mut self, group: GroupId, node: NodeId) {
-        for ((g, _), f) in &mut self.active {
-            if *g == group {
-                f.peers.remove(&node);
-            }
-        }
+    /// `node` left the view of `group` too: no flush of the group waits for
+    /// it. What the others now may be sent (a jump that waited for its
+    /// state) goes into `out`.
+    pub fn peer_gone(&mut self, group: GroupId, node: NodeId, out: &mut Vec<(NodeId, FlushMsg)>) {
+        self.drop_peer(|g| g == group, node, out);
     }
 
     /// `node` was declared failed: no flush waits for it (its views may
     /// never show it leave, e.g. when the group's number changed with a
-    /// new registry).
-    pub fn node_failed(&mut self, node: NodeId) {
-        for f in self.active.values_mut() {
-            f.peers.remove(&node);
+    /// new registry). As [`Flushes::peer_gone`] for `out`.
+    pub fn node_failed(&mut self, node: NodeId, out: &mut Vec<(NodeId, FlushMsg)>) {
+        self.drop_peer(|_| true, node, out);
+    }
+
+    fn drop_peer(
+        &mut self,
+        in_group: impl Fn(GroupId) -> bool,
+        node: NodeId,
+        out: &mut Vec<(NodeId, FlushMsg)>,
+    ) {
+        let before = out.len();
+        for ((g, _), f) in &mut self.active {
+            if in_group(*g) && f.peers.remove(&node).is_some() {
+                f.serve(out);
+            }
         }
+        self.count_served(out, before);
     }
 
     /// Forgets every flush of `group` (this node no longer carries it).
@@ -665,7 +751,7 @@ mod tests {
                         f.on_state(from, key, (next, f0), false, &mut out);
                     }
                     FlushMsg::Data { key, frame } => {
-                        if f.on_data(key, &frame, &mut out) {
+                        if f.on_data(key, &frame, &mut out).is_some() {
                             self.delivered.get_mut(&to).unwrap().push(frame);
                         }
                     }
@@ -833,9 +919,9 @@ mod tests {
                 last: true,
                 data: vec![s as u8],
             };
-            assert!(f.on_data(KEY, &frame, &mut out));
+            assert_eq!(f.on_data(KEY, &frame, &mut out), Some(0));
             assert!(
-                !f.on_data(KEY, &frame, &mut out),
+                f.on_data(KEY, &frame, &mut out).is_none(),
                 "a duplicate is taken once"
             );
         }
@@ -851,7 +937,7 @@ mod tests {
             data: vec![],
         };
         assert!(
-            !f.on_data(KEY, &frame, &mut out),
+            f.on_data(KEY, &frame, &mut out).is_none(),
             "a frame after a gap is not delivered"
         );
         let frame = FlushFrame {
@@ -860,7 +946,7 @@ mod tests {
             last: true,
             data: vec![],
         };
-        assert!(f.on_data(KEY, &frame, &mut out));
+        assert_eq!(f.on_data(KEY, &frame, &mut out), Some(0));
         assert_eq!(
             done(&mut f, 0),
             Some((KEY, Outcome::Agreed { recovered: 3 }))
@@ -905,7 +991,7 @@ mod tests {
             last: true,
             data: vec![],
         };
-        assert!(!f.on_data(newer, &frame, &mut out));
+        assert_eq!(f.on_data(newer, &frame, &mut out), None);
     }
 
     #[test]
@@ -930,7 +1016,7 @@ mod tests {
         // The same, but node 3 leaves the view.
         f.start(KEY, Some(kept(0, 5, 64)), &[2, 3], 1_000, &mut out);
         f.on_state(2, KEY, (Some(Seq(5)), Some(Seq(0))), false, &mut out);
-        f.peer_gone(KEY.group, 3);
+        f.peer_gone(KEY.group, 3, &mut Vec::new());
         assert_eq!(
             done(&mut f, 0),
             Some((KEY, Outcome::Agreed { recovered: 0 }))
@@ -939,14 +1025,29 @@ mod tests {
     }
 
     #[test]
-    fn a_peer_behind_what_this_node_kept_is_sent_nothing() {
-        // Node 1 kept only frames 6..10 (window 4); node 2 is at 2.
+    fn a_peer_behind_what_this_node_kept_is_sent_nothing_while_another_keeps_its_next() {
+        // Node 1 kept only frames 6..10 (window 4); node 2 is at 2; node 3
+        // delivered 0..4 and keeps them all.
         let mut f = Flushes::new();
         let mut out = Vec::new();
-        f.start(KEY, Some(kept(0, 10, 4)), &[2], 1_000, &mut out);
+        f.start(KEY, Some(kept(0, 10, 4)), &[2, 3], 1_000, &mut out);
         out.clear();
         f.on_state(2, KEY, (Some(Seq(2)), Some(Seq(0))), false, &mut out);
-        assert!(out.is_empty(), "a partial range would leave node 2 a gap");
+        f.on_state(3, KEY, (Some(Seq(4)), Some(Seq(0))), false, &mut out);
+        let to_2 = out.iter().filter(|(n, _)| *n == 2).count();
+        assert_eq!(to_2, 0, "a partial range would leave node 2 a gap");
+        // Run to the end: node 3 brings node 2 to 4. Node 1 keeps from 6
+        // and node 2 never jumps to it: node 3 brought it in order, and
+        // once at 4 nobody is ahead that could have kept 4 and 5 but node
+        // 1, which did not, so node 2 ends at 4 beside node 3.
+        let mut net = Net::new(&[
+            (1, Some(kept(0, 10, 4))),
+            (2, Some(kept(0, 2, 4))),
+            (3, Some(kept(0, 4, 8))),
+        ]);
+        net.run();
+        assert_eq!(net.seqs_of(2), seqs(2, 4), "in order from node 3 only");
+        assert_eq!(net.nodes[&2].counters().jumps, 0);
     }
 
     #[test]
@@ -961,7 +1062,10 @@ mod tests {
         // Everything arrives except messages from 2 to 3.
         net.run_dropping(|from, to| from == 2 && to == 3);
         net.dead.push(2);
-        net.nodes.get_mut(&3).unwrap().peer_gone(KEY.group, 2);
+        net.nodes
+            .get_mut(&3)
+            .unwrap()
+            .peer_gone(KEY.group, 2, &mut Vec::new());
         assert_eq!(net.seqs_of(1), seqs(4, 8));
         assert_eq!(
             net.seqs_of(3),
@@ -973,27 +1077,68 @@ mod tests {
     }
 
     #[test]
-    fn a_peer_ahead_that_no_longer_keeps_what_this_node_lacks_is_not_waited_for() {
+    fn a_node_behind_every_kept_window_jumps_to_the_oldest_kept_message() {
         // Node 1 delivered 0..5; node 2 delivered 0..50 but keeps only the
-        // last 8 (42..50): its sender went on without node 1 as a member.
+        // last 8 (42..50): its sender went on without node 1 as a member,
+        // so 5..42 were acknowledged by every member and were not node 1's.
         let mut net = Net::new(&[(1, Some(kept(0, 5, 8))), (2, Some(kept(0, 50, 8)))]);
         net.run();
-        assert!(net.delivered[&1].is_empty(), "nothing it could take");
+        assert_eq!(net.seqs_of(1), seqs(42, 50), "all node 2 kept");
+        // It does not end between the states and the jump.
+        let mut f = Flushes::new();
+        f.start(KEY, Some(kept(0, 5, 8)), &[2], 1_000, &mut Vec::new());
+        f.on_state(
+            2,
+            KEY,
+            (Some(Seq(50)), Some(Seq(42))),
+            false,
+            &mut Vec::new(),
+        );
+        assert_eq!(f.poll_ended(0), None, "the jump is on its way");
         let f1 = net.nodes.get_mut(&1).unwrap();
-        let ended = f1.poll_ended(0).expect("not waiting for node 2");
-        assert_eq!(ended.outcome, Outcome::Agreed { recovered: 0 });
-        assert_eq!(ended.next, Some(Seq(5)), "it stops where it was");
+        let ended = f1.poll_ended(0).expect("caught up");
+        assert_eq!(ended.outcome, Outcome::Agreed { recovered: 8 });
+        assert_eq!(ended.next, Some(Seq(50)), "it ends with node 2");
         assert_eq!(f1.counters().beyond_reach, 1);
+        assert_eq!(f1.counters().jumps, 1);
+        assert_eq!(f1.counters().frames_skipped, 37);
         let f2 = net.nodes.get_mut(&2).unwrap();
         assert_eq!(f2.poll_ended(0).map(|e| e.next), Some(Some(Seq(50))));
         assert_eq!(f2.counters().beyond_reach, 0);
-        // Within reach (node 2 keeps from 42, node 1 is at 45): it waits,
-        // and gets 45..50.
+        // Kept from the middle of a message (43 is a last fragment): the
+        // jump lands on the next first fragment, 44.
+        let mut net = Net::new(&[(1, Some(kept(0, 5, 8))), (2, Some(kept(0, 50, 7)))]);
+        net.run();
+        assert_eq!(net.seqs_of(1), seqs(44, 50));
+        assert_eq!(net.nodes[&1].counters().frames_skipped, 39);
+        // Within reach (node 2 keeps from 42, node 1 is at 45): no jump,
+        // it gets 45..50.
         let mut net = Net::new(&[(1, Some(kept(40, 45, 8))), (2, Some(kept(0, 50, 8)))]);
         net.run();
         assert_eq!(net.seqs_of(1), seqs(45, 50));
         let f1 = net.nodes.get_mut(&1).unwrap();
         assert_eq!(f1.poll_ended(0).map(|e| e.next), Some(Some(Seq(50))));
         assert_eq!(f1.counters().beyond_reach, 0);
+        assert_eq!(f1.counters().jumps, 0);
+        // Two survivors ahead: only the one keeping the oldest frames
+        // (node 3, from 40) serves the jump, and node 1 gets 40..50 from it
+        // and nothing twice.
+        let mut net = Net::new(&[
+            (1, Some(kept(0, 5, 8))),
+            (2, Some(kept(0, 50, 8))),
+            (3, Some(kept(0, 50, 10))),
+        ]);
+        net.run();
+        assert_eq!(net.seqs_of(1), seqs(40, 50));
+        // A jump waits for every survivor's state: node 3 never reports.
+        let mut net = Net::new(&[
+            (1, Some(kept(0, 5, 8))),
+            (2, Some(kept(0, 50, 8))),
+            (3, Some(kept(0, 5, 8))),
+        ]);
+        net.queue.retain(|(from, _, _)| *from != 3);
+        net.run();
+        assert!(net.delivered[&1].is_empty(), "node 3 might have kept 5");
+        assert_eq!(net.nodes[&1].counters().jumps, 0);
     }
 }

@@ -934,13 +934,11 @@ impl Sim {
                 msg.n
             );
             if !e.1 {
-                // Inside one stream, only messages published while this
-                // node was not among the sender's members may be skipped.
-                let masks = &self.sent_to[&(x, epoch, g)];
-                let bit = 1u8 << (id - 1);
-                if let Some(k) = (last + 1..msg.n).find(|&k| masks[k as usize] & bit != 0) {
+                // Inside one stream, only messages that were not this
+                // node's may be skipped (a flush's jump).
+                if let Some(k) = (last + 1..msg.n).find(|&k| self.owed(id, inc, g, x, epoch, k)) {
                     panic!(
-                        "seed {seed}: node {id} (incarnation {inc}) delivered message {} of {x}/{epoch} in group {g} after {last}: a gap inside one stream, and {k} was published with node {id} a member (flush: {flush})",
+                        "seed {seed}: node {id} (incarnation {inc}) delivered message {} of {x}/{epoch} in group {g} after {last}: a gap inside one stream, and {k} was node {id}'s to deliver (flush: {flush})",
                         msg.n
                     );
                 }
@@ -1235,7 +1233,7 @@ impl Sim {
             .collect();
         for g in groups {
             self.trace(|| format!("node {id}: {n} restarted as {inc}: in {g}"));
-            self.n(id).flushes.peer_gone(g, n);
+            self.flush_peer_gone(id, g, n);
             self.excluded(id, g, n);
             let c = self.n(id).carried.get_mut(&g).expect("listed");
             let members = c.members.clone();
@@ -1268,7 +1266,7 @@ impl Sim {
         let receivers: Vec<NodeId> = c.receivers.keys().copied().collect();
         let has_sender = c.sender.is_some();
         for &p in old.iter().filter(|p| !remote.contains(p)) {
-            self.n(id).flushes.peer_gone(g, p);
+            self.flush_peer_gone(id, g, p);
             self.excluded(id, g, p);
         }
         if has_sender {
@@ -1369,9 +1367,7 @@ impl Sim {
             &mut out,
         );
         node.started.insert(key, FlushStart { at: now, survivors });
-        for (to, m) in out {
-            self.send_link(id, to, LinkMsg::Flush(m));
-        }
+        self.send_flush(id, out);
     }
 
     /// Node `id`'s data path takes `node` out of its members in `g`.
@@ -1424,7 +1420,7 @@ impl Sim {
                 }
             }
             FlushMsg::Data { key, frame } => {
-                if self.n(id).flushes.on_data(key, &frame, &mut out) {
+                if self.n(id).flushes.on_data(key, &frame, &mut out).is_some() {
                     let next = Some(frame.seq.next());
                     self.stopped_at(id, key.group, key.sender, key.epoch, next);
                     let msg = Msg::decode(&frame.data);
@@ -1432,10 +1428,21 @@ impl Sim {
                 }
             }
         }
+        self.send_flush(id, out);
+        self.flushes_done(id);
+    }
+
+    fn send_flush(&mut self, id: NodeId, out: Vec<(NodeId, FlushMsg)>) {
         for (to, m) in out {
             self.send_link(id, to, LinkMsg::Flush(m));
         }
-        self.flushes_done(id);
+    }
+
+    /// `p` left `g`'s view at node `id`: no flush there waits for it.
+    fn flush_peer_gone(&mut self, id: NodeId, g: GroupId, p: NodeId) {
+        let mut out = Vec::new();
+        self.n(id).flushes.peer_gone(g, p, &mut out);
+        self.send_flush(id, out);
     }
 
     fn flushes_done(&mut self, id: NodeId) {
@@ -1519,11 +1526,15 @@ impl Sim {
                 }
                 LiveEvent::Suspect(_) => {}
                 LiveEvent::Failed(n) => {
+                    self.trace(|| format!("node {id}: {n} failed (link reset)"));
                     self.n(id).svc.node_failed(n);
-                    self.n(id).flushes.node_failed(n);
+                    let mut out = Vec::new();
+                    self.n(id).flushes.node_failed(n, &mut out);
                     self.links.remove(&(id, n)); // the link is reset
+                    self.send_flush(id, out);
                 }
                 LiveEvent::Restarted(n) => {
+                    self.trace(|| format!("node {id}: {n} restarted (link reset)"));
                     let node = self.n(id);
                     node.svc.node_failed(n);
                     node.svc.node_recovered(n);
@@ -1533,6 +1544,7 @@ impl Sim {
                     }
                 }
                 LiveEvent::Recovered(n) => {
+                    self.trace(|| format!("node {id}: {n} recovered"));
                     self.n(id).svc.node_recovered(n);
                     self.peer_recovered(id, n);
                 }
@@ -1672,6 +1684,7 @@ impl Sim {
                 let now = self.now;
                 self.n(id).paused_until = now + d;
                 self.disturbed.push((now, now + d));
+                self.trace(|| format!("node {id}: PAUSED for {} ms", d / MS));
             }
             // Partition one or two nodes off, or heal.
             9 if self.faults.partitions && self.side.is_none() => {
@@ -1680,6 +1693,7 @@ impl Sim {
                 if self.rng.chance(500) {
                     side[self.rng.below(u64::from(N)) as usize] = true;
                 }
+                self.trace(|| format!("PARTITION: {side:?} (nodes 1..)"));
                 self.side = Some(side);
                 self.partition_since = self.now;
             }
@@ -1690,12 +1704,14 @@ impl Sim {
 
     fn heal(&mut self) {
         if self.side.take().is_some() {
+            self.trace(|| "HEALED".to_string());
             self.disturbed.push((self.partition_since, self.now));
         }
     }
 
     /// The daemon dies with its clients, streams and flushes.
     fn crash(&mut self, id: NodeId) {
+        self.trace(|| format!("node {id}: CRASHES"));
         let node = self.n(id);
         node.up = false;
         node.wants.clear();
@@ -1708,6 +1724,7 @@ impl Sim {
     }
 
     fn restart(&mut self, id: NodeId) {
+        self.trace(|| format!("node {id}: RESTARTS"));
         let now = self.now;
         let node = self.n(id);
         node.incarnation += 10;
@@ -1781,6 +1798,36 @@ impl Sim {
         );
     }
 
+    /// True when message `c` of `sender`'s incarnation `sender_inc` in `g`
+    /// was `node`'s (incarnation `inc`) to deliver: published after that
+    /// incarnation began, with the node among the sender's members, not
+    /// followed by the sender taking the node out (a member taken out may
+    /// lose what it had not received: it is not a survivor of that view),
+    /// and while the node's own view held the sender.
+    fn owed(
+        &self,
+        node: NodeId,
+        inc: u32,
+        g: GroupId,
+        sender: NodeId,
+        sender_inc: u32,
+        c: u64,
+    ) -> bool {
+        let stream = (sender, sender_inc, g);
+        let t = self.sent_at[&stream][c as usize];
+        let born = self.born.get(&(node, inc)).copied().unwrap_or(0);
+        t >= born
+            && self.sent_to[&stream][c as usize] & (1u8 << (node - 1)) != 0
+            && !self
+                .exclusions
+                .get(&stream)
+                .is_some_and(|x| x.iter().any(|&(n, at)| n == node && at > c))
+            && !self
+                .absent
+                .get(&(node, inc, g, sender))
+                .is_some_and(|x| x.iter().any(|&(from, to)| from <= t && t < to))
+    }
+
     /// Checker 2's other half: node `e.node` delivered every message before
     /// `next` (where `other`'s flush ended) that `other` delivered and that
     /// was published with `e.node` a member: what it lacks was sent while
@@ -1799,20 +1846,8 @@ impl Sim {
             return; // opened at the end of the stream: nothing to deliver
         };
         let from = e.last.map_or(first, |l| (l + 1).max(first));
-        let masks = &self.sent_to[&(key.sender, self.inc_of(key.epoch), key.group)];
-        let bit = 1u8 << (e.node - 1);
         let sender_inc = self.inc_of(key.epoch);
-        let no_exclusions = Vec::new();
-        let exclusions = self
-            .exclusions
-            .get(&(key.sender, sender_inc, key.group))
-            .unwrap_or(&no_exclusions);
-        let times = &self.sent_at[&(key.sender, sender_inc, key.group)];
-        let no_absence = Vec::new();
-        let absent = self
-            .absent
-            .get(&(e.node, e.incarnation, key.group, key.sender))
-            .unwrap_or(&no_absence);
+        let no_runs = Vec::new();
         let theirs = self
             .runs
             .get(&(
@@ -1822,19 +1857,10 @@ impl Sim {
                 key.sender,
                 sender_inc,
             ))
-            .unwrap_or(&no_absence);
-        let born = self
-            .born
-            .get(&(e.node, e.incarnation))
-            .copied()
-            .unwrap_or(0);
+            .unwrap_or(&no_runs);
         let owed = |c: u64| {
-            let t = times[c as usize];
-            t >= born
-                && theirs.iter().any(|&(a, b)| a <= c && c <= b)
-                && masks[c as usize] & bit != 0
-                && !exclusions.iter().any(|&(n, at)| n == e.node && at > c)
-                && !absent.iter().any(|&(from, to)| from <= t && t < to)
+            theirs.iter().any(|&(a, b)| a <= c && c <= b)
+                && self.owed(e.node, e.incarnation, key.group, key.sender, sender_inc, c)
         };
         if let Some(c) = (from..=upto).find(|&c| owed(c)) {
             panic!(
