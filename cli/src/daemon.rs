@@ -1222,6 +1222,10 @@ impl<T: Transport> Daemon<T> {
         }
         self.close_receiver(group, from)?;
         self.flushes.forget_held(group, from);
+        // A start of an older stream of this sender, waiting for that
+        // stream's flush, must not replace this one when it ends.
+        self.deferred_starts
+            .retain(|k, _| !(k.group == group && k.sender == from));
         self.engine.open_receiver_in(group, from, start)?;
         let window = self.local[&group].window_frames;
         self.kept.insert(
@@ -1597,7 +1601,12 @@ impl<T: Transport> Daemon<T> {
                 next,
                 from: serves,
             } => {
-                let has_stream = self.kept.contains_key(&(key.group, key.sender));
+                // Held only while this node's view still holds the sender
+                // (its own view change is on its way): a stream whose start
+                // overtook the view adding its sender has no departure to
+                // flush, and holding would keep the peer waiting.
+                let has_stream = self.kept.contains_key(&(key.group, key.sender))
+                    && self.remote_nodes(key.group).contains(&key.sender);
                 let taken = self
                     .flushes
                     .on_state(from, key, (next, serves), has_stream, &mut out);

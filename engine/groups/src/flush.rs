@@ -248,9 +248,13 @@ struct Flush {
     peers: BTreeMap<NodeId, Peer>,
     deadline: u64,
     recovered: u64,
-    /// The position this node reported (a jump is only awaited from it:
-    /// peers serve a jump from what was reported).
-    reported: Option<Seq>,
+    /// The state this node reported, `next` and `from` (a jump is only
+    /// awaited from that `next`: peers serve a jump from what was
+    /// reported).
+    reported: (Option<Seq>, Option<Seq>),
+    /// Survivors that left the view or failed: a state of theirs still on
+    /// its way is not taken.
+    gone: Vec<NodeId>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -272,9 +276,25 @@ impl Flush {
         from: Option<Seq>,
         out: &mut Vec<(NodeId, FlushMsg)>,
     ) -> bool {
-        let Some(p) = self.peers.get_mut(&peer) else {
-            return false;
-        };
+        if !self.peers.contains_key(&peer) {
+            if self.gone.contains(&peer) {
+                return false;
+            }
+            // A node that counts this one a survivor though this one's
+            // views did not count it (it came back between them): it
+            // waits for this node's state, and takes part from now on.
+            self.peers.insert(peer, Peer::default());
+            let (next, from) = self.reported;
+            out.push((
+                peer,
+                FlushMsg::State {
+                    key: self.key,
+                    next,
+                    from,
+                },
+            ));
+        }
+        let p = self.peers.get_mut(&peer).expect("inserted");
         p.reported = Some((next, from));
         self.serve(out);
         let mine = self.kept.next();
@@ -374,7 +394,7 @@ impl Flush {
         let mine = self.kept.next();
         // Still where it reported, and nobody ahead can bring it in order:
         // those ahead that keep frames send it a jump.
-        let jump = mine.is_some_and(|m| self.reported == Some(m) && self.may_jump(m));
+        let jump = mine.is_some_and(|m| self.reported.0 == Some(m) && self.may_jump(m));
         self.peers
             .values()
             .filter(|p| match p.reported {
@@ -474,7 +494,8 @@ impl Flushes {
             peers: survivors.iter().map(|&n| (n, Peer::default())).collect(),
             deadline,
             recovered: 0,
-            reported: next,
+            reported: (next, from),
+            gone: Vec::new(),
         };
         for &n in survivors {
             out.push((n, FlushMsg::State { key, next, from }));
@@ -582,7 +603,13 @@ impl Flushes {
     ) {
         let before = out.len();
         for ((g, _), f) in &mut self.active {
-            if in_group(*g) && f.peers.remove(&node).is_some() {
+            if !in_group(*g) {
+                continue;
+            }
+            if !f.gone.contains(&node) {
+                f.gone.push(node);
+            }
+            if f.peers.remove(&node).is_some() {
                 f.serve(out);
             }
         }
@@ -1140,5 +1167,56 @@ mod tests {
         net.run();
         assert!(net.delivered[&1].is_empty(), "node 3 might have kept 5");
         assert_eq!(net.nodes[&1].counters().jumps, 0);
+    }
+
+    #[test]
+    fn a_state_from_a_node_this_one_did_not_count_takes_it_in() {
+        // Node 1's views did not count node 3 a survivor; node 3's did, and
+        // waits for node 1's state. Node 1 is ahead of it.
+        let mut f1 = Flushes::new();
+        let mut f3 = Flushes::new();
+        let mut to_3 = Vec::new();
+        f1.start(KEY, Some(kept(0, 10, 8)), &[2], 1_000, &mut Vec::new());
+        let mut from_3 = Vec::new();
+        f3.start(KEY, Some(kept(0, 7, 8)), &[1], 1_000, &mut from_3);
+        let (_, FlushMsg::State { next, from, .. }) = from_3[0].clone() else {
+            panic!("a state first");
+        };
+        f1.on_state(3, KEY, (next, from), false, &mut to_3);
+        let states = to_3
+            .iter()
+            .filter(|(n, m)| *n == 3 && matches!(m, FlushMsg::State { .. }))
+            .count();
+        let frames: Vec<Seq> = to_3
+            .iter()
+            .filter_map(|(_, m)| match m {
+                FlushMsg::Data { frame, .. } => Some(frame.seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(states, 1, "node 3 is told node 1's state");
+        assert_eq!(frames, seqs(7, 10), "and sent what it lacks");
+        for (_, m) in to_3 {
+            match m {
+                FlushMsg::State { key, next, from } => {
+                    f3.on_state(1, key, (next, from), false, &mut Vec::new());
+                }
+                FlushMsg::Data { key, frame } => {
+                    assert_eq!(f3.on_data(key, &frame, &mut Vec::new()), Some(0));
+                }
+            }
+        }
+        let ended = f3
+            .poll_ended(0)
+            .expect("node 3 does not wait for the deadline");
+        assert_eq!(ended.outcome, Outcome::Agreed { recovered: 3 });
+        assert_eq!(ended.next, Some(Seq(10)));
+        // A node gone from the view is not taken in by a late state.
+        let mut f = Flushes::new();
+        f.start(KEY, Some(kept(0, 10, 8)), &[2, 4], 1_000, &mut Vec::new());
+        f.peer_gone(KEY.group, 4, &mut Vec::new());
+        let mut out = Vec::new();
+        f.on_state(4, KEY, (Some(Seq(3)), Some(Seq(0))), false, &mut out);
+        assert!(out.is_empty(), "{out:?}");
     }
 }

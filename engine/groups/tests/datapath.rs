@@ -1102,8 +1102,13 @@ impl Sim {
     }
 
     fn open_receiver(&mut self, id: NodeId, g: GroupId, from: NodeId, epoch: u32, seq: Seq) {
-        // As the daemon: states held for the old stream's departure go.
+        // As the daemon: states held for the old stream's departure go, and
+        // so does a start of an older stream waiting for its flush to end
+        // (seed 577: it replaced this newer one).
         self.n(id).flushes.forget_held(g, from);
+        self.n(id)
+            .deferred_starts
+            .retain(|k, _| !(k.group == g && k.sender == from));
         let now = self.now;
         if let Some(old) = self
             .n(id)
@@ -1402,11 +1407,16 @@ impl Sim {
                 from: serves,
             } => {
                 let node = self.n(id);
-                let has_stream = node
-                    .carried
-                    .get(&key.group)
-                    .and_then(|c| c.receivers.get(&key.sender))
-                    .is_some_and(|r| r.epoch == key.epoch);
+                // As the daemon: held only while this node's view still
+                // holds the sender (its own view change is on its way); a
+                // stream whose start overtook the view adding its sender
+                // has no departure to flush.
+                let has_stream = node.carried.get(&key.group).is_some_and(|c| {
+                    c.members.contains(&key.sender)
+                        && c.receivers
+                            .get(&key.sender)
+                            .is_some_and(|r| r.epoch == key.epoch)
+                });
                 let taken = node
                     .flushes
                     .on_state(from, key, (next, serves), has_stream, &mut out);
@@ -1787,7 +1797,21 @@ impl Sim {
                             "seed {seed}: the survivors of {key:?} disagree on where its stream ends: {a:#?} {b:#?}"
                         ),
                     };
-                    self.check_complete(key, behind, ahead.next, ahead);
+                    // A survivor the one ahead heard and the one behind
+                    // stopped waiting for, cut off from it by a partition or
+                    // a pause: the frames that survivor brought could not
+                    // reach the one behind (its side is not the one that
+                    // keeps the group).
+                    let cut_off = ahead
+                        .with
+                        .iter()
+                        .any(|n| *n != behind.node && !behind.with.contains(n))
+                        && self.disturbed.iter().any(|&(a, b)| {
+                            a <= behind.end && b >= behind.start.saturating_sub(1000 * MS)
+                        });
+                    if !cut_off {
+                        self.check_complete(key, behind, ahead.next, ahead);
+                    }
                 }
             }
         }
