@@ -103,6 +103,9 @@ pub struct DaemonCounters {
     pub probes_answered: u64,
     pub nodes_failed: u64,
     pub nodes_recovered: u64,
+    /// Receive streams of a peer's older incarnation closed when its beats
+    /// showed a newer one (it restarted unnoticed).
+    pub dead_streams_closed: u64,
     pub evictions: u64,
     pub link_resets: u64,
     pub role_moves: u64,
@@ -892,6 +895,7 @@ impl<T: Transport> Daemon<T> {
             }
         }
         self.live_events = events;
+        work |= self.close_dead_streams()?;
         self.rejoin_joins();
         let d = self.live.detector();
         self.counters.probes_sent = d.probes_sent;
@@ -999,6 +1003,40 @@ impl<T: Transport> Daemon<T> {
             }
         }
         Ok(())
+    }
+
+    /// Closes (and flushes) every receive stream whose sender's beats carry
+    /// a newer incarnation: the sender restarted, and no `Restarted` came
+    /// because this daemon never heard its old incarnation (this daemon
+    /// started after the peer's last beat before it died, yet got a start
+    /// from it). Without this, the old stream stays open and holds the
+    /// flush states of its departure for ever, so the other survivors wait
+    /// for this node until their deadline.
+    fn close_dead_streams(&mut self) -> Result<bool, EngineError> {
+        let dead = |d: &Self| -> Vec<(GroupId, NodeId)> {
+            d.kept
+                .iter()
+                .filter(|(&(_, s), k)| d.live.peer_incarnation(s).is_some_and(|i| k.epoch < i))
+                .map(|(&gs, _)| gs)
+                .collect()
+        };
+        let mut nodes: Vec<NodeId> = dead(self).into_iter().map(|(_, s)| s).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        for &n in &nodes {
+            self.counters.dead_streams_closed += 1;
+            self.log.warn(
+                "peer restarted unnoticed: the streams of its old incarnation are closed",
+                &[("node", &n)],
+            );
+            self.peer_restarted(n)?;
+        }
+        // Streams of groups whose view here lacks the sender have no
+        // departure to flush.
+        for (group, n) in dead(self) {
+            self.close_receiver(group, n)?;
+        }
+        Ok(!nodes.is_empty())
     }
 
     /// A membership event record into each of `members`' rings, in order with their data.
@@ -1605,7 +1643,10 @@ impl<T: Transport> Daemon<T> {
                 // (its own view change is on its way): a stream whose start
                 // overtook the view adding its sender has no departure to
                 // flush, and holding would keep the peer waiting.
-                let has_stream = self.kept.contains_key(&(key.group, key.sender))
+                let has_stream = self
+                    .kept
+                    .get(&(key.group, key.sender))
+                    .is_some_and(|k| k.epoch == key.epoch)
                     && self.remote_nodes(key.group).contains(&key.sender);
                 let taken = self
                     .flushes
@@ -1887,6 +1928,7 @@ impl<T: Transport> Daemon<T> {
                 "start_requests_sent": c.start_requests_sent,
                 "start_requests_answered": c.start_requests_answered,
                 "starts_moved_forward": c.starts_moved_forward,
+                "dead_streams_closed": c.dead_streams_closed,
                 "registry": self.groups.registry(),
                 // Anti-entropy since this node last (re)joined the cluster.
                 "membership_repairs": self.groups.repairs(),

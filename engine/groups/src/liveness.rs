@@ -91,6 +91,11 @@ impl Liveness {
         self.incarnation
     }
 
+    /// The incarnation `node`'s beats carry, once heard.
+    pub fn peer_incarnation(&self, node: NodeId) -> Option<u32> {
+        self.peer_incarnations.get(&node).copied()
+    }
+
     pub fn detector(&self) -> &Detector {
         &self.detector
     }

@@ -659,6 +659,7 @@ impl Sim {
             let reg = node.svc.registry_epoch();
             node.live.poll(now, reg, &mut ev);
             self.live_events(id, ev);
+            self.close_dead_streams(id);
             self.pump(id);
             self.flushes_done(id);
         }
@@ -1220,6 +1221,40 @@ impl Sim {
         }
     }
 
+    /// As the daemon's `close_dead_streams`: a receive stream whose sender's
+    /// beats carry a newer incarnation is closed as at a restart (seeds 167
+    /// and 455: the peer restarted unnoticed, as this node never heard its
+    /// old incarnation, and the old stream held the departure's flush
+    /// states for ever).
+    fn close_dead_streams(&mut self, id: NodeId) {
+        if !self.restart_departs {
+            return;
+        }
+        let dead = |sim: &Sim| -> Vec<(GroupId, NodeId)> {
+            let node = &sim.nodes[id as usize - 1];
+            node.carried
+                .iter()
+                .flat_map(|(&g, c)| c.receivers.iter().map(move |(&s, r)| (g, s, r.epoch)))
+                .filter(|&(_, s, e)| {
+                    node.live
+                        .peer_incarnation(s)
+                        .is_some_and(|i| sim.inc_of(e) < i)
+                })
+                .map(|(g, s, _)| (g, s))
+                .collect()
+        };
+        let mut nodes: Vec<NodeId> = dead(self).into_iter().map(|(_, s)| s).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        for n in nodes {
+            self.trace(|| format!("node {id}: {n} restarted unnoticed"));
+            self.peer_restarted(id, n);
+        }
+        for (g, n) in dead(self) {
+            self.close_receiver(id, g, n, None);
+        }
+    }
+
     /// Node `n` restarted (or rejoined): its old incarnation's streams are
     /// gone, even if no view this node gets shows it absent (views may be
     /// skipped, and a rejoined node can be in the views before and after).
@@ -1420,6 +1455,8 @@ impl Sim {
                 let taken = node
                     .flushes
                     .on_state(from, key, (next, serves), has_stream, &mut out);
+                self.trace(|| format!("node {id}:   state from {from} for {key:?}: {taken:?}"));
+                let node = self.n(id);
                 if taken == StateTaken::Unknown && node.answered.insert((from, key)) {
                     let none = FlushMsg::State {
                         key,
