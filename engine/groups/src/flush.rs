@@ -286,7 +286,9 @@ impl Flush {
         out: &mut Vec<(NodeId, FlushMsg)>,
     ) -> bool {
         if !self.peers.contains_key(&peer) {
-            if self.gone.contains(&peer) {
+            // Only a live state takes a node in: a held one may be another
+            // departure's (seed 942).
+            if !live || self.gone.contains(&peer) {
                 return false;
             }
             // A node that counts this one a survivor though this one's
@@ -560,7 +562,8 @@ impl Flushes {
                 return StateTaken::Applied;
             }
         }
-        if !has_stream {
+        if !has_stream || next.is_none() {
+            // A peer with nothing tells only a running flush anything.
             return StateTaken::Unknown;
         }
         if self.held.len() >= MAX_HELD_STATES {

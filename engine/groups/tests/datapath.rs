@@ -31,8 +31,8 @@
 //!   Nodes that left the view are `peer_gone` for the group's flushes. Flush
 //!   frames that `on_data` accepts are delivered as from X. A state for a
 //!   stream the node has no flush of is answered per `StateTaken` (Unknown:
-//!   a state with next None, at most once per peer and stream, see below;
-//!   Held: nothing).
+//!   a state with next None, unless the state itself had none, as the
+//!   daemon; Held: nothing).
 //! - A node told it was declared failed rejoins (new incarnation, every
 //!   group retired, its clients joined again); a crashed node loses
 //!   everything and restarts with a new incarnation (hence a new epoch).
@@ -52,16 +52,9 @@
 //! (the links are ideal in-order queues), beats' loss, a paused node's NIC
 //! buffering (frames to it are lost), local loopback delivery.
 //!
-//! Two deliberate differences from cli/src/daemon.rs as it stands:
-//! - A receive stream opened by a stream start whose sender is not yet in
-//!   the node's view is kept when a view without that sender arrives (the
-//!   daemon closes every receiver whose sender the new view lacks; a start
-//!   that overtakes the view adding its sender, on another link, is then
-//!   closed by an older view and never reopened). `MCAST_DATAPATH_DAEMON_CLOSE=1`
-//!   closes them as the daemon does.
-//! - An Unknown state is answered at most once per (peer, stream): a state
-//!   carries no "reply" mark, so two nodes with no flush of a stream that
-//!   answer each other's None would do so forever.
+//! The glue follows cli/src/daemon.rs as it stands; the
+//! `MCAST_DATAPATH_DAEMON_*` switches below bring back earlier daemon
+//! behaviours that the model found wrong.
 //!
 //! # Checks
 //!
@@ -337,8 +330,6 @@ struct Node {
     pending_starts: BTreeMap<GroupId, Vec<(NodeId, u32, Seq)>>,
     flushes: Flushes,
     started: BTreeMap<FlushKey, FlushStart>,
-    /// Unknown states answered: (peer, stream).
-    answered: BTreeSet<(NodeId, FlushKey)>,
     /// Where each closed receive stream stopped (its deliveries and its
     /// flush's): (group, sender) -> (epoch, next frame). A start behind it
     /// opens there instead, so nothing is delivered twice.
@@ -359,7 +350,6 @@ impl Node {
         self.pending_starts.clear();
         self.flushes = Flushes::new();
         self.started.clear();
-        self.answered.clear();
         self.stopped.clear();
         self.deferred_starts.clear();
         self.published.clear();
@@ -489,7 +479,6 @@ impl Sim {
                     pending_starts: BTreeMap::new(),
                     flushes: Flushes::new(),
                     started: BTreeMap::new(),
-                    answered: BTreeSet::new(),
                     stopped: BTreeMap::new(),
                     deferred_starts: BTreeMap::new(),
                     published: BTreeMap::new(),
@@ -1456,8 +1445,7 @@ impl Sim {
                     .flushes
                     .on_state(from, key, (next, serves), has_stream, &mut out);
                 self.trace(|| format!("node {id}:   state from {from} for {key:?}: {taken:?}"));
-                let node = self.n(id);
-                if taken == StateTaken::Unknown && node.answered.insert((from, key)) {
+                if taken == StateTaken::Unknown && next.is_some() {
                     let none = FlushMsg::State {
                         key,
                         next: None,
