@@ -1259,7 +1259,9 @@ impl<T: Transport> Daemon<T> {
             }
         }
         self.close_receiver(group, from)?;
-        self.flushes.forget_held(group, from);
+        let mut out = Vec::new();
+        self.flushes.forget_held(group, from, &mut out);
+        self.send_flush(out);
         // A start of an older stream of this sender, waiting for that
         // stream's flush, must not replace this one when it ends.
         self.deferred_starts

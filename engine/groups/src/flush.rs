@@ -644,9 +644,30 @@ impl Flushes {
     /// Forgets the states held for `sender`'s stream in `group`: this node
     /// opened that stream again, so they belong to a departure it will not
     /// flush (one it never saw), not to the next one.
-    pub fn forget_held(&mut self, group: GroupId, sender: NodeId) {
-        self.held
-            .retain(|(_, k, _, _)| !(k.group == group && k.sender == sender));
+    ///
+    /// The peers that sent them wait for this node's state: each is sent a
+    /// state of `None` for its stream in `out` ("no flush of it here, nor
+    /// ever"), or it would wait until its deadline (seed 185).
+    pub fn forget_held(
+        &mut self,
+        group: GroupId,
+        sender: NodeId,
+        out: &mut Vec<(NodeId, FlushMsg)>,
+    ) {
+        self.held.retain(|&(peer, key, _, _)| {
+            if key.group != group || key.sender != sender {
+                return true;
+            }
+            let none = FlushMsg::State {
+                key,
+                next: None,
+                from: None,
+            };
+            if !out.contains(&(peer, none.clone())) {
+                out.push((peer, none));
+            }
+            false
+        });
     }
 
     /// True while this node's flush of exactly `key` is under way.
@@ -1008,7 +1029,20 @@ mod tests {
         // A held state is forgotten when the stream is opened again.
         let mut f = Flushes::new();
         f.on_state(2, KEY, (Some(Seq(8)), Some(Seq(0))), true, &mut out);
-        f.forget_held(KEY.group, KEY.sender);
+        let mut told = Vec::new();
+        f.forget_held(KEY.group, KEY.sender, &mut told);
+        assert_eq!(
+            told,
+            vec![(
+                2,
+                FlushMsg::State {
+                    key: KEY,
+                    next: None,
+                    from: None
+                }
+            )],
+            "node 2 stops waiting for this node"
+        );
         out.clear();
         f.start(KEY, Some(kept(0, 5, 64)), &[2], 1_000, &mut out);
         assert_eq!(

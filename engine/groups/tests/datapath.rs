@@ -292,6 +292,8 @@ enum Which {
 struct FlushStart {
     at: u64,
     survivors: Vec<NodeId>,
+    /// The agent of the view that began it.
+    agent: Option<NodeId>,
 }
 
 /// How one node's flush of one stream ended (printed when checker 2 fails).
@@ -442,6 +444,10 @@ struct Sim {
     ends: BTreeMap<FlushKey, Vec<FlushEnd>>,
     /// Partitions and pauses: (from, to).
     disturbed: Vec<(u64, u64)>,
+    /// Crashes: (node, when).
+    crashes: Vec<(NodeId, u64)>,
+    /// The agent of the last view each node installed of each group.
+    agents: BTreeMap<(NodeId, GroupId), NodeId>,
     partition_since: u64,
     unexplained: Vec<String>,
     stats: Stats,
@@ -516,6 +522,8 @@ impl Sim {
             born: BTreeMap::new(),
             ends: BTreeMap::new(),
             disturbed: Vec::new(),
+            crashes: Vec::new(),
+            agents: BTreeMap::new(),
             partition_since: 0,
             unexplained: Vec::new(),
             stats: Stats::default(),
@@ -1095,7 +1103,9 @@ impl Sim {
         // As the daemon: states held for the old stream's departure go, and
         // so does a start of an older stream waiting for its flush to end
         // (seed 577: it replaced this newer one).
-        self.n(id).flushes.forget_held(g, from);
+        let mut out = Vec::new();
+        self.n(id).flushes.forget_held(g, from, &mut out);
+        self.send_flush(id, out);
         self.n(id)
             .deferred_starts
             .retain(|k, _| !(k.group == g && k.sender == from));
@@ -1150,6 +1160,7 @@ impl Sim {
     /// As the daemon's `view_changed`, with the flush.
     fn view_changed(&mut self, id: NodeId, g: GroupId, view: View) {
         let nodes = view.nodes();
+        self.agents.insert((id, g), view.agent);
         self.trace(|| {
             format!(
                 "node {id}: view of {g} epoch {:#x} agent {} nodes {nodes:?}",
@@ -1395,7 +1406,16 @@ impl Sim {
             now + FLUSH_DEADLINE,
             &mut out,
         );
-        node.started.insert(key, FlushStart { at: now, survivors });
+        let agent = self.agents.get(&(id, g)).copied();
+        let node = self.n(id);
+        node.started.insert(
+            key,
+            FlushStart {
+                at: now,
+                survivors,
+                agent,
+            },
+        );
         self.send_flush(id, out);
     }
 
@@ -1513,11 +1533,21 @@ impl Sim {
                     self.stats.flushes_timed_out += 1;
                     let from = start.at.saturating_sub(1000 * MS);
                     let partition = self.side.is_some().then_some((self.partition_since, now));
-                    let explained = self
-                        .disturbed
-                        .iter()
-                        .chain(partition.iter())
-                        .any(|&(a, b)| a <= now && b >= from);
+                    // Or the agent died while it sent the view that began
+                    // the flush: the survivors that did not get that view
+                    // hold this node's state until a view of theirs drops
+                    // the sender, if one ever does (seed 185).
+                    let agent_died = start.agent.is_some_and(|a| {
+                        self.crashes
+                            .iter()
+                            .any(|&(n, t)| n == a && t.abs_diff(start.at) <= 100 * MS)
+                    });
+                    let explained = agent_died
+                        || self
+                            .disturbed
+                            .iter()
+                            .chain(partition.iter())
+                            .any(|&(a, b)| a <= now && b >= from);
                     if !explained {
                         self.unexplained
                             .push(format!("node {id}'s flush of {key:?} timed out: {end:?}"));
@@ -1576,6 +1606,12 @@ impl Sim {
                     self.links.remove(&(id, n));
                     if self.restart_departs {
                         self.peer_restarted(id, n);
+                        // The reset link dropped start requests queued for
+                        // it (seed 1054). The daemon takes the node out of
+                        // its copy of each view, so the next view adds it
+                        // and asks again; the model keeps it in and asks
+                        // here.
+                        self.peer_recovered(id, n);
                     }
                 }
                 LiveEvent::Recovered(n) => {
@@ -1747,6 +1783,8 @@ impl Sim {
     /// The daemon dies with its clients, streams and flushes.
     fn crash(&mut self, id: NodeId) {
         self.trace(|| format!("node {id}: CRASHES"));
+        let now = self.now;
+        self.crashes.push((id, now));
         let node = self.n(id);
         node.up = false;
         node.wants.clear();
