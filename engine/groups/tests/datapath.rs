@@ -338,7 +338,9 @@ struct Node {
     stopped: BTreeMap<(GroupId, NodeId), (u32, Seq)>,
     /// Starts of a stream whose flush runs here: applied when it ends (the
     /// flush and a reopened stream would deliver the same frames).
-    deferred_starts: BTreeMap<FlushKey, Seq>,
+    /// Starts waiting for the flush of the stream (key) they follow: the
+    /// start's own epoch and sequence number.
+    deferred_starts: BTreeMap<FlushKey, (u32, Seq)>,
     /// The next counter per group, this incarnation.
     published: BTreeMap<GroupId, u64>,
     /// Send streams opened per group, this incarnation.
@@ -1038,11 +1040,31 @@ impl Sim {
             sender: from,
             epoch,
         };
-        if node.started.contains_key(&key) {
-            node.deferred_starts.insert(key, seq);
+        // The daemon's epoch is the incarnation, so a reopened stream has
+        // the flushed one's key; the model's reopened stream has its own
+        // epoch but continues the incarnation's messages, and must wait for
+        // the flush of the earlier one just as well (seed 1171).
+        let daemon_epoch = self.daemon_epoch;
+        let flushed = if daemon_epoch {
+            self.nodes[id as usize - 1]
+                .started
+                .contains_key(&key)
+                .then_some(key)
+        } else {
+            let inc = self.inc_of(epoch);
+            self.nodes[id as usize - 1]
+                .started
+                .keys()
+                .find(|k| k.group == g && k.sender == from && self.inc_of(k.epoch) == inc)
+                .copied()
+        };
+        if let Some(flushed) = flushed {
+            let node = self.n(id);
+            node.deferred_starts.insert(flushed, (epoch, seq));
             self.trace(|| format!("node {id}:   (deferred: its flush runs)"));
             return;
         }
+        let node = &self.nodes[id as usize - 1];
         let held = node.carried[&g]
             .receivers
             .get(&from)
@@ -1555,8 +1577,8 @@ impl Sim {
                 }
             }
             self.ends.entry(key).or_default().push(end);
-            if let Some(seq) = self.n(id).deferred_starts.remove(&key) {
-                self.on_start(id, key.sender, key.group, key.epoch, seq);
+            if let Some((epoch, seq)) = self.n(id).deferred_starts.remove(&key) {
+                self.on_start(id, key.sender, key.group, epoch, seq);
             }
         }
     }
