@@ -26,7 +26,7 @@ use mcast_engine::{
     StreamStart, Transport,
 };
 use mcast_groups::detector::{DetectorConfig, PeerState};
-use mcast_groups::flush::{FlushKey, FlushMsg, Flushes, Outcome, Retained, StateTaken};
+use mcast_groups::flush::{FlushKey, FlushMsg, Flushes, Outcome, Retained};
 use mcast_groups::liveness::{LiveEvent, Liveness};
 use mcast_groups::{GroupEvent, GroupService, Limits, View};
 use mcast_ipc::ring::{FIRST as FLAG_FIRST, LAST as FLAG_LAST};
@@ -1650,17 +1650,8 @@ impl<T: Transport> Daemon<T> {
                     .get(&(key.group, key.sender))
                     .is_some_and(|k| k.epoch == key.epoch)
                     && self.remote_nodes(key.group).contains(&key.sender);
-                let taken = self
-                    .flushes
+                self.flushes
                     .on_state(from, key, (next, serves), has_stream, &mut out);
-                if taken == StateTaken::Unknown && next.is_some() {
-                    let none = FlushMsg::State {
-                        key,
-                        next: None,
-                        from: None,
-                    };
-                    out.push((from, none));
-                }
             }
             FlushMsg::Data { key, frame } => {
                 if let Some(skipped) = self.flushes.on_data(key, &frame, &mut out) {

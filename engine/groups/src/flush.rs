@@ -118,11 +118,11 @@ pub enum StateTaken {
     /// than this node's running flush is applied to it as "nothing" and
     /// then held or answered like any other.
     Held,
-    /// This node has no flush of that stream and never will: the caller
-    /// answers with a state of `None`, unless the state it got was `None`
-    /// itself (nothing to give it, and two such nodes would answer each
-    /// other for ever). A node that had a stream reports a position (see
-    /// [`Retained::starting_at`]), so its states are always answered.
+    /// This node has no flush of that stream and never will: it answers
+    /// with a state of `None` (in `out`), unless the state it got was
+    /// `None` itself (nothing to give it, and two such nodes would answer
+    /// each other for ever). A node that had a stream reports a position
+    /// (see [`Retained::starting_at`]), so its states are always answered.
     Unknown,
 }
 
@@ -564,6 +564,14 @@ impl Flushes {
         }
         if !has_stream || next.is_none() {
             // A peer with nothing tells only a running flush anything.
+            if next.is_some() {
+                let none = FlushMsg::State {
+                    key,
+                    next: None,
+                    from: None,
+                };
+                out.push((peer, none));
+            }
             return StateTaken::Unknown;
         }
         if self.held.len() >= MAX_HELD_STATES {
@@ -955,12 +963,24 @@ mod tests {
         let taken = f.on_state(2, KEY, (Some(Seq(8)), Some(Seq(0))), true, &mut out);
         assert_eq!(taken, StateTaken::Held);
         assert!(out.is_empty());
-        // No stream and no flush: the caller answers None.
+        // No stream and no flush: answered with None.
         let other = FlushKey { sender: 4, ..KEY };
         assert_eq!(
             f.on_state(2, other, (Some(Seq(1)), Some(Seq(0))), false, &mut out),
             StateTaken::Unknown
         );
+        let none = FlushMsg::State {
+            key: other,
+            next: None,
+            from: None,
+        };
+        assert_eq!(out, vec![(2, none.clone())]);
+        out.clear();
+        assert_eq!(
+            f.on_state(2, other, (None, None), false, &mut out),
+            StateTaken::Unknown
+        );
+        assert!(out.is_empty(), "a None is never answered");
         f.start(KEY, Some(kept(0, 5, 64)), &[2], 1_000, &mut out);
         assert_eq!(
             out,
@@ -1064,11 +1084,22 @@ mod tests {
             ..KEY
         };
         // Node 2 counts as having nothing of this epoch; this node has no
-        // flush of node 2's epoch, so its caller answers that with None
-        // (seed 503: node 2 waited for it until the deadline).
+        // flush of node 2's epoch, so it answers that with None (seed 503:
+        // node 2 waited for it until the deadline).
         assert_eq!(
             f.on_state(2, newer, (Some(Seq(1)), Some(Seq(0))), false, &mut out),
             StateTaken::Unknown
+        );
+        assert!(
+            out.contains(&(
+                2,
+                FlushMsg::State {
+                    key: newer,
+                    next: None,
+                    from: None
+                }
+            )),
+            "{out:?}"
         );
         let mut held = Vec::new();
         assert_eq!(

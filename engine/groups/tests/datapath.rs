@@ -30,9 +30,8 @@
 //!   (`Flushes::start`) with the survivors: the other nodes in both views.
 //!   Nodes that left the view are `peer_gone` for the group's flushes. Flush
 //!   frames that `on_data` accepts are delivered as from X. A state for a
-//!   stream the node has no flush of is answered per `StateTaken` (Unknown:
-//!   a state with next None, unless the state itself had none, as the
-//!   daemon; Held: nothing).
+//!   stream the node has no flush of is answered or held by
+//!   `Flushes::on_state` itself, as in the daemon.
 //! - A node told it was declared failed rejoins (new incarnation, every
 //!   group retired, its clients joined again); a crashed node loses
 //!   everything and restarts with a new incarnation (hence a new epoch).
@@ -165,7 +164,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use common::{env_u64, fresh, panic_text, Faults, Rng, MS, N};
 use mcast_groups::detector::PeerState;
-use mcast_groups::flush::{FlushKey, FlushMsg, Flushes, Outcome, Retained, StateTaken};
+use mcast_groups::flush::{FlushKey, FlushMsg, Flushes, Outcome, Retained};
 use mcast_groups::liveness::{LiveEvent, Liveness};
 use mcast_groups::{GroupEvent, GroupId, GroupService, Limits, MemberId, NodeId, View};
 use mcast_proto::any::{Algorithm, AnyReceiver, AnySender, ProtocolConfig};
@@ -1516,14 +1515,6 @@ impl Sim {
                     .flushes
                     .on_state(from, key, (next, serves), has_stream, &mut out);
                 self.trace(|| format!("node {id}:   state from {from} for {key:?}: {taken:?}"));
-                if taken == StateTaken::Unknown && next.is_some() {
-                    let none = FlushMsg::State {
-                        key,
-                        next: None,
-                        from: None,
-                    };
-                    out.push((from, none));
-                }
             }
             FlushMsg::Data { key, frame } => {
                 if self.n(id).flushes.on_data(key, &frame, &mut out).is_some() {
