@@ -925,11 +925,7 @@ impl<T: Transport> Daemon<T> {
         for g in groups {
             let lg = &self.local[&g];
             let event = json!({"evicted": true, "by": by, "rejoining": true}).to_string();
-            let hdr = RecordHeader {
-                group: g,
-                source: 0,
-                flags: FLAG_FIRST | FLAG_LAST | mcast_ipc::ring::EVENT,
-            };
+            let hdr = event_record(g);
             let members = lg.members.clone();
             again.extend(members.iter().map(|&c| (c, lg.name.clone())));
             for &c in &members {
@@ -1035,6 +1031,8 @@ impl<T: Transport> Daemon<T> {
         // departure to flush.
         for (group, n) in dead(self) {
             self.close_receiver(group, n)?;
+            // Or it would be found dead again at every poll.
+            self.kept.remove(&(group, n));
         }
         Ok(!nodes.is_empty())
     }
@@ -1584,11 +1582,7 @@ impl<T: Transport> Daemon<T> {
             "failed": failed,
         })
         .to_string();
-        let hdr = RecordHeader {
-            group,
-            source: 0,
-            flags: FLAG_FIRST | FLAG_LAST | mcast_ipc::ring::EVENT,
-        };
+        let hdr = event_record(group);
         let members = self.local[&group].members.clone();
         for &c in &members {
             self.server.notify(c, notice.clone());
@@ -1687,11 +1681,7 @@ impl<T: Transport> Daemon<T> {
             ],
         );
         let event = json!({"skipped": {"sender": key.sender, "frames": skipped}}).to_string();
-        let hdr = RecordHeader {
-            group: key.group,
-            source: 0,
-            flags: FLAG_FIRST | FLAG_LAST | mcast_ipc::ring::EVENT,
-        };
+        let hdr = event_record(key.group);
         self.event_to(members, hdr, event.as_bytes());
     }
 
@@ -1740,11 +1730,7 @@ impl<T: Transport> Daemon<T> {
             };
             let held = std::mem::take(&mut lg.held_events);
             let members = lg.members.clone();
-            let hdr = RecordHeader {
-                group: key.group,
-                source: 0,
-                flags: FLAG_FIRST | FLAG_LAST | mcast_ipc::ring::EVENT,
-            };
+            let hdr = event_record(key.group);
             for e in held {
                 self.event_to(&members, hdr, &e);
             }
@@ -2018,6 +2004,16 @@ impl Deliver for Sink<'_> {
 }
 
 /// The record header of a data fragment from `source`.
+/// The header of a membership event record (one whole record, from no
+/// node) in `group`'s stream.
+fn event_record(group: GroupId) -> RecordHeader {
+    RecordHeader {
+        group,
+        source: 0,
+        flags: FLAG_FIRST | FLAG_LAST | mcast_ipc::ring::EVENT,
+    }
+}
+
 fn data_record(group: GroupId, source: NodeId, first: bool, last: bool) -> RecordHeader {
     let mut flags = 0;
     if first {
