@@ -267,6 +267,12 @@ struct Peer {
     /// view change came first) is tentative: it may belong to a departure
     /// this node never saw, so the flush waits for a live one as well.
     live: bool,
+    /// `reported` came from a state of this flush's epoch. A state of
+    /// another epoch counts as "nothing" only until one does: it is the
+    /// peer's answer about another stream of the sender and says nothing of
+    /// what the peer holds of this one (seed 638: it wiped a peer's report
+    /// of 11 frames, and the flush ended without them).
+    own_epoch: bool,
     /// Frames before this have been sent to the peer.
     sent_to: Option<Seq>,
 }
@@ -283,6 +289,7 @@ impl Flush {
         peer: NodeId,
         (next, from): (Option<Seq>, Option<Seq>),
         live: bool,
+        own_epoch: bool,
         out: &mut Vec<(NodeId, FlushMsg)>,
     ) -> bool {
         if !self.peers.contains_key(&peer) {
@@ -297,7 +304,13 @@ impl Flush {
             self.peers.insert(peer, Peer::default());
         }
         let p = self.peers.get_mut(&peer).expect("inserted");
-        p.reported = Some((next, from));
+        if own_epoch {
+            p.reported = Some((next, from));
+            p.own_epoch = true;
+        } else if !p.own_epoch {
+            p.reported = Some((None, None));
+        }
+        let (next, from) = p.reported.expect("just set");
         let first_live = live && !p.live;
         if first_live {
             p.live = true;
@@ -528,7 +541,7 @@ impl Flushes {
             }
         });
         for (peer, next, from) in early {
-            if flush.on_state(peer, (next, from), false, out) {
+            if flush.on_state(peer, (next, from), false, true, out) {
                 self.counters.beyond_reach += 1;
             }
         }
@@ -551,10 +564,10 @@ impl Flushes {
         if let Some(f) = self.active.get_mut(&(key.group, key.sender)) {
             let same = f.key.epoch == key.epoch;
             // Another epoch of the sender's stream: nothing in common, for
-            // this node's flush; the peer's flush is answered below.
-            let (next, from) = if same { (next, from) } else { (None, None) };
+            // this node's flush (unless the peer reported on this epoch
+            // too); the peer's flush is answered below.
             let before = out.len();
-            if f.on_state(peer, (next, from), true, out) {
+            if f.on_state(peer, (next, from), true, same, out) {
                 self.counters.beyond_reach += 1;
             }
             self.count_served(out, before);
@@ -1122,6 +1135,56 @@ mod tests {
             data: vec![],
         };
         assert_eq!(f.on_data(newer, &frame, &mut out), None);
+    }
+
+    #[test]
+    fn another_epochs_state_does_not_wipe_what_a_peer_reported_of_this_one() {
+        // Seed 638: node 2 reported frames 0..11 of this epoch, then its
+        // answer about the sender's older stream (`None`) arrived; the
+        // flush took it as "node 2 has nothing" and ended without them.
+        let mut f = Flushes::new();
+        let mut out = Vec::new();
+        f.start(
+            KEY,
+            Some(Retained::starting_at(64, Seq(0))),
+            &[2],
+            1_000,
+            &mut out,
+        );
+        f.on_state(2, KEY, (Some(Seq(11)), Some(Seq(0))), true, &mut out);
+        let older = FlushKey {
+            epoch: KEY.epoch - 1,
+            ..KEY
+        };
+        f.on_state(2, older, (None, None), false, &mut out);
+        assert_eq!(done(&mut f, 0), None, "still behind node 2's report");
+        for s in 0..11 {
+            let frame = FlushFrame {
+                seq: Seq(s),
+                first: true,
+                last: true,
+                data: vec![s as u8],
+            };
+            assert_eq!(f.on_data(KEY, &frame, &mut out), Some(0), "frame {s}");
+        }
+        assert_eq!(
+            done(&mut f, 0),
+            Some((KEY, Outcome::Agreed { recovered: 11 }))
+        );
+
+        // Before any report of this epoch, the other epoch's still counts
+        // as "nothing here", and a later report of this epoch replaces it.
+        let mut f = Flushes::new();
+        f.start(
+            KEY,
+            Some(Retained::starting_at(64, Seq(0))),
+            &[2],
+            1_000,
+            &mut out,
+        );
+        f.on_state(2, older, (None, None), false, &mut out);
+        f.on_state(2, KEY, (Some(Seq(3)), Some(Seq(0))), true, &mut out);
+        assert_eq!(done(&mut f, 0), None, "behind node 2's report");
     }
 
     #[test]
