@@ -1256,9 +1256,11 @@ impl<T: Transport> Daemon<T> {
                 }
             }
         }
+        let first = !self.kept.contains_key(&(group, from));
         self.close_receiver(group, from)?;
         let mut out = Vec::new();
-        self.flushes.forget_held(group, from, &mut out);
+        self.flushes
+            .forget_held(group, from, first.then_some(start.epoch), &mut out);
         self.send_flush(out);
         // A start of an older stream of this sender, waiting for that
         // stream's flush, must not replace this one when it ends.
@@ -1638,12 +1640,25 @@ impl<T: Transport> Daemon<T> {
                 // Held only while this node's view still holds the sender
                 // (its own view change is on its way): a stream whose start
                 // overtook the view adding its sender has no departure to
-                // flush, and holding would keep the peer waiting.
-                let has_stream = self
+                // flush, and holding would keep the peer waiting. Before
+                // this node's first view (it restarted, and starts came
+                // first, kept for that view) it is held: that view opens
+                // the stream and shows the departure, and answering
+                // "nothing" would let the peers end without sending this
+                // node the frames it was counted for (seed 1168).
+                let has_stream = (self
                     .kept
                     .get(&(key.group, key.sender))
                     .is_some_and(|k| k.epoch == key.epoch)
-                    && self.remote_nodes(key.group).contains(&key.sender);
+                    && self
+                        .local
+                        .get(&key.group)
+                        .and_then(|lg| lg.view.as_ref())
+                        .is_none_or(|v| v.nodes().contains(&key.sender)))
+                    || self.pending_starts.get(&key.group).is_some_and(|q| {
+                        q.iter()
+                            .any(|(n, s)| *n == key.sender && s.epoch == key.epoch)
+                    });
                 self.flushes
                     .on_state(from, key, (next, serves), has_stream, &mut out);
             }

@@ -664,7 +664,11 @@ impl Flushes {
 
     /// Forgets the states held for `sender`'s stream in `group`: this node
     /// opened that stream again, so they belong to a departure it will not
-    /// flush (one it never saw), not to the next one.
+    /// flush (one it never saw), not to the next one. `keep`: the epoch of
+    /// a stream opened here for the first time (from a start that came
+    /// before this node's view): states of that epoch were held for the
+    /// departure of this very stream, which the view may show next (seed
+    /// 1168), and stay.
     ///
     /// The peers that sent them wait for this node's state: each is sent a
     /// state of `None` for its stream in `out` ("no flush of it here, nor
@@ -673,10 +677,11 @@ impl Flushes {
         &mut self,
         group: GroupId,
         sender: NodeId,
+        keep: Option<u32>,
         out: &mut Vec<(NodeId, FlushMsg)>,
     ) {
         self.held.retain(|&(peer, key, _, _)| {
-            if key.group != group || key.sender != sender {
+            if key.group != group || key.sender != sender || Some(key.epoch) == keep {
                 return true;
             }
             let none = FlushMsg::State {
@@ -1063,7 +1068,7 @@ mod tests {
         let mut f = Flushes::new();
         f.on_state(2, KEY, (Some(Seq(8)), Some(Seq(0))), true, &mut out);
         let mut told = Vec::new();
-        f.forget_held(KEY.group, KEY.sender, &mut told);
+        f.forget_held(KEY.group, KEY.sender, None, &mut told);
         assert_eq!(
             told,
             vec![(
@@ -1084,6 +1089,22 @@ mod tests {
             "only our own state: nothing applied, nothing served"
         );
         assert_eq!(done(&mut f, 0), None, "node 2 must report again");
+
+        // A stream opened for the first time keeps the states held for its
+        // own epoch (seed 1168: they came before this node's first view,
+        // which opened the stream and then showed the sender gone).
+        let mut f = Flushes::new();
+        f.on_state(2, KEY, (Some(Seq(3)), Some(Seq(0))), true, &mut out);
+        let mut told = Vec::new();
+        f.forget_held(KEY.group, KEY.sender, Some(KEY.epoch), &mut told);
+        assert!(told.is_empty(), "{told:?}");
+        out.clear();
+        f.start(KEY, Some(kept(0, 5, 64)), &[2], 1_000, &mut out);
+        assert!(
+            out.iter()
+                .any(|(n, m)| *n == 2 && matches!(m, FlushMsg::Data { .. })),
+            "the held state was applied: node 2 is served: {out:?}"
+        );
     }
 
     #[test]

@@ -1154,7 +1154,12 @@ impl Sim {
         // so does a start of an older stream waiting for its flush to end
         // (seed 577: it replaced this newer one).
         let mut out = Vec::new();
-        self.n(id).flushes.forget_held(g, from, &mut out);
+        let first = !self.nodes[id as usize - 1].carried[&g]
+            .receivers
+            .contains_key(&from);
+        self.n(id)
+            .flushes
+            .forget_held(g, from, first.then_some(epoch), &mut out);
         self.send_flush(id, out);
         self.n(id)
             .deferred_starts
@@ -1504,13 +1509,17 @@ impl Sim {
                 // As the daemon: held only while this node's view still
                 // holds the sender (its own view change is on its way); a
                 // stream whose start overtook the view adding its sender
-                // has no departure to flush.
+                // has no departure to flush. Before its first view it is
+                // held (seed 1168).
                 let has_stream = node.carried.get(&key.group).is_some_and(|c| {
-                    c.members.contains(&key.sender)
+                    (c.view.is_none() || c.members.contains(&key.sender))
                         && c.receivers
                             .get(&key.sender)
                             .is_some_and(|r| r.epoch == key.epoch)
-                });
+                }) || node
+                    .pending_starts
+                    .get(&key.group)
+                    .is_some_and(|q| q.iter().any(|&(n, e, _)| n == key.sender && e == key.epoch));
                 let taken = node
                     .flushes
                     .on_state(from, key, (next, serves), has_stream, &mut out);
