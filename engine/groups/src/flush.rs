@@ -275,6 +275,8 @@ struct Peer {
     own_epoch: bool,
     /// Frames before this have been sent to the peer.
     sent_to: Option<Seq>,
+    /// The `next` this node last told the peer.
+    told: Option<Seq>,
 }
 
 impl Flush {
@@ -314,7 +316,11 @@ impl Flush {
         let first_live = live && !p.live;
         if first_live {
             p.live = true;
-            let (next, from) = self.reported;
+            // Where this node is now, not where it began: a peer behind
+            // what it took in since would end its flush at the old `next`,
+            // with the frames after it still on their way (seed 98).
+            let (next, from) = (self.kept.next(), self.kept.serves_from());
+            p.told = next;
             out.push((
                 peer,
                 FlushMsg::State {
@@ -364,6 +370,19 @@ impl Flush {
             };
             if !from.before(mine) || !self.kept.covers(from) {
                 continue;
+            }
+            if p.told != Some(mine) {
+                // The peer ends its flush at the `next` it was told: it
+                // learns the new one before the frames up to it arrive.
+                p.told = Some(mine);
+                out.push((
+                    node,
+                    FlushMsg::State {
+                        key: self.key,
+                        next: Some(mine),
+                        from: Some(front),
+                    },
+                ));
             }
             for frame in self.kept.frames_from(from) {
                 out.push((
@@ -522,7 +541,19 @@ impl Flushes {
         let mut flush = Flush {
             key,
             kept,
-            peers: survivors.iter().map(|&n| (n, Peer::default())).collect(),
+            peers: survivors
+                .iter()
+                .map(|&n| {
+                    let told = next;
+                    (
+                        n,
+                        Peer {
+                            told,
+                            ..Peer::default()
+                        },
+                    )
+                })
+                .collect(),
             deadline,
             recovered: 0,
             reported: (next, from),
@@ -1206,6 +1237,92 @@ mod tests {
         f.on_state(2, older, (None, None), false, &mut out);
         f.on_state(2, KEY, (Some(Seq(3)), Some(Seq(0))), true, &mut out);
         assert_eq!(done(&mut f, 0), None, "behind node 2's report");
+    }
+
+    #[test]
+    fn a_peer_behind_is_told_where_this_node_is_now_before_it_is_sent_the_frames() {
+        // Seed 98: this node began at 5, took frame 5 from node 1 (which
+        // then left) and answered node 4 with the 5 it began at. Node 4
+        // ended its flush at 5, with frame 5 still on its way.
+        let mut a = Flushes::new();
+        let mut out = Vec::new();
+        a.start(KEY, Some(kept(0, 5, 64)), &[1, 4], 1_000, &mut out);
+        a.on_state(1, KEY, (Some(Seq(6)), Some(Seq(0))), true, &mut out);
+        let five = FlushFrame {
+            seq: Seq(5),
+            first: true,
+            last: true,
+            data: vec![5],
+        };
+        assert_eq!(a.on_data(KEY, &five, &mut out), Some(0));
+        a.peer_gone(KEY.group, 1, &mut out);
+        out.clear();
+        a.on_state(4, KEY, (Some(Seq(3)), Some(Seq(0))), true, &mut out);
+        let to_4: Vec<&FlushMsg> = out
+            .iter()
+            .filter(|(n, _)| *n == 4)
+            .map(|(_, m)| m)
+            .collect();
+        assert!(
+            matches!(
+                to_4[0],
+                FlushMsg::State {
+                    next: Some(Seq(6)),
+                    ..
+                }
+            ),
+            "answered with where it is now: {to_4:?}"
+        );
+
+        // Node 4's side: it takes the answer, then the frames, and ends
+        // only with frame 5.
+        let mut b = Flushes::new();
+        let mut ignored = Vec::new();
+        b.start(KEY, Some(kept(0, 3, 64)), &[1, 2], 1_000, &mut ignored);
+        b.peer_gone(KEY.group, 1, &mut ignored);
+        b.on_state(2, KEY, (Some(Seq(5)), Some(Seq(0))), true, &mut ignored);
+        for m in to_4 {
+            match m.clone() {
+                FlushMsg::State { key, next, from } => {
+                    b.on_state(2, key, (next, from), true, &mut ignored);
+                }
+                FlushMsg::Data { key, frame } => {
+                    assert_eq!(done(&mut b, 0), None, "ended before frame {:?}", frame.seq);
+                    assert_eq!(b.on_data(key, &frame, &mut ignored), Some(0));
+                }
+            }
+        }
+        assert_eq!(
+            done(&mut b, 0),
+            Some((KEY, Outcome::Agreed { recovered: 3 }))
+        );
+
+        // A frame this node takes in while a peer behind is served: the
+        // peer is told the new `next` before the frame.
+        let mut a = Flushes::new();
+        a.start(KEY, Some(kept(0, 5, 64)), &[1, 4], 1_000, &mut out);
+        a.on_state(1, KEY, (Some(Seq(6)), Some(Seq(0))), true, &mut out);
+        a.on_state(4, KEY, (Some(Seq(3)), Some(Seq(0))), true, &mut out);
+        out.clear();
+        assert_eq!(a.on_data(KEY, &five, &mut out), Some(0));
+        let to_4: Vec<&FlushMsg> = out
+            .iter()
+            .filter(|(n, _)| *n == 4)
+            .map(|(_, m)| m)
+            .collect();
+        assert!(
+            matches!(
+                to_4[..],
+                [
+                    FlushMsg::State {
+                        next: Some(Seq(6)),
+                        ..
+                    },
+                    FlushMsg::Data { .. }
+                ]
+            ),
+            "{to_4:?}"
+        );
     }
 
     #[test]
