@@ -572,6 +572,20 @@ impl Flushes {
             }
         });
         for (peer, next, from) in early {
+            if !flush.peers.contains_key(&peer) {
+                // Held for a flush that does not count it (another
+                // departure's, or this node's views do not hold it): it
+                // would wait for this node until its deadline (seed 1100).
+                out.push((
+                    peer,
+                    FlushMsg::State {
+                        key,
+                        next: None,
+                        from: None,
+                    },
+                ));
+                continue;
+            }
             if flush.on_state(peer, (next, from), false, true, out) {
                 self.counters.beyond_reach += 1;
             }
@@ -1526,5 +1540,26 @@ mod tests {
         let mut out = Vec::new();
         f.on_state(4, KEY, (Some(Seq(3)), Some(Seq(0))), false, &mut out);
         assert!(out.is_empty(), "{out:?}");
+        // A state held from a node the flush does not count is not taken
+        // in, but answered with None: that node stops waiting for this one
+        // (seed 1100: it waited until its deadline).
+        let mut f = Flushes::new();
+        f.on_state(4, KEY, (Some(Seq(32)), Some(Seq(0))), true, &mut out);
+        let mut out = Vec::new();
+        f.start(KEY, Some(kept(0, 10, 8)), &[2], 1_000, &mut out);
+        assert!(
+            out.contains(&(
+                4,
+                FlushMsg::State {
+                    key: KEY,
+                    next: None,
+                    from: None
+                }
+            )),
+            "{out:?}"
+        );
+        assert!(out
+            .iter()
+            .all(|(n, m)| *n != 4 || matches!(m, FlushMsg::State { .. })));
     }
 }
