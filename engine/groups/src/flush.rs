@@ -812,6 +812,16 @@ mod tests {
         f.poll_ended(now).map(|e| (e.key, e.outcome))
     }
 
+    /// A frame that is a whole message.
+    fn whole(seq: Seq, data: Vec<u8>) -> FlushFrame {
+        FlushFrame {
+            seq,
+            first: true,
+            last: true,
+            data,
+        }
+    }
+
     fn kept(from: u32, to: u32, window: u32) -> Retained {
         let mut r = Retained::new(window);
         for s in from..to {
@@ -1070,12 +1080,7 @@ mod tests {
         f.on_state(2, KEY, (Some(Seq(8)), Some(Seq(0))), false, &mut out);
         assert!(out.is_empty(), "answered once: {out:?}");
         for s in 5..7 {
-            let frame = FlushFrame {
-                seq: Seq(s),
-                first: true,
-                last: true,
-                data: vec![s as u8],
-            };
+            let frame = whole(Seq(s), vec![s as u8]);
             assert_eq!(f.on_data(KEY, &frame, &mut out), Some(0));
             assert!(
                 f.on_data(KEY, &frame, &mut out).is_none(),
@@ -1087,22 +1092,12 @@ mod tests {
             None,
             "still one frame behind (node 2 delivered up to 7)"
         );
-        let frame = FlushFrame {
-            seq: Seq(8),
-            first: true,
-            last: true,
-            data: vec![],
-        };
+        let frame = whole(Seq(8), vec![]);
         assert!(
             f.on_data(KEY, &frame, &mut out).is_none(),
             "a frame after a gap is not delivered"
         );
-        let frame = FlushFrame {
-            seq: Seq(7),
-            first: true,
-            last: true,
-            data: vec![],
-        };
+        let frame = whole(Seq(7), vec![]);
         assert_eq!(f.on_data(KEY, &frame, &mut out), Some(0));
         assert_eq!(
             done(&mut f, 0),
@@ -1194,12 +1189,7 @@ mod tests {
             done(&mut f, 0),
             Some((KEY, Outcome::Agreed { recovered: 0 }))
         );
-        let frame = FlushFrame {
-            seq: Seq(5),
-            first: true,
-            last: true,
-            data: vec![],
-        };
+        let frame = whole(Seq(5), vec![]);
         assert_eq!(f.on_data(newer, &frame, &mut out), None);
     }
 
@@ -1225,12 +1215,7 @@ mod tests {
         f.on_state(2, older, (None, None), false, &mut out);
         assert_eq!(done(&mut f, 0), None, "still behind node 2's report");
         for s in 0..11 {
-            let frame = FlushFrame {
-                seq: Seq(s),
-                first: true,
-                last: true,
-                data: vec![s as u8],
-            };
+            let frame = whole(Seq(s), vec![s as u8]);
             assert_eq!(f.on_data(KEY, &frame, &mut out), Some(0), "frame {s}");
         }
         assert_eq!(
@@ -1262,12 +1247,7 @@ mod tests {
         let mut out = Vec::new();
         a.start(KEY, Some(kept(0, 5, 64)), &[1, 4], 1_000, &mut out);
         a.on_state(1, KEY, (Some(Seq(6)), Some(Seq(0))), true, &mut out);
-        let five = FlushFrame {
-            seq: Seq(5),
-            first: true,
-            last: true,
-            data: vec![5],
-        };
+        let five = whole(Seq(5), vec![5]);
         assert_eq!(a.on_data(KEY, &five, &mut out), Some(0));
         a.peer_gone(KEY.group, 1, &mut out);
         out.clear();
