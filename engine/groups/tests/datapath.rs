@@ -169,7 +169,10 @@
 //! partition or pause from a survivor the other heard (seed 845); a flush
 //! timeout is explained when the agent of the view that began it crashed
 //! within 100 ms (seed 185: the survivors that never got that view hold the
-//! states).
+//! states), or when a survivor held the node's state before its first view
+//! of the group (seed 1419: a pending start under a group number that a
+//! registry split left without a view for 2 s; answering "nothing" there
+//! instead is what lost seed 1168's frames).
 //!
 //! Each failure names its seed and the command that replays it.
 //! `MCAST_DATAPATH_TRACE=1` (and `_TRACE_DELIVERY=1`) prints what the glue
@@ -183,7 +186,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use common::{env_u64, fresh, panic_text, Faults, Rng, MS, N};
 use mcast_groups::detector::PeerState;
-use mcast_groups::flush::{FlushKey, FlushMsg, Flushes, Outcome, Retained};
+use mcast_groups::flush::{FlushKey, FlushMsg, Flushes, Outcome, Retained, StateTaken};
 use mcast_groups::liveness::{LiveEvent, Liveness};
 use mcast_groups::{GroupEvent, GroupId, GroupService, Limits, MemberId, NodeId, View};
 use mcast_proto::any::{Algorithm, AnyReceiver, AnySender, ProtocolConfig};
@@ -499,6 +502,9 @@ struct Sim {
     agents: BTreeMap<(NodeId, GroupId), NodeId>,
     partition_since: u64,
     unexplained: Vec<String>,
+    /// (node, flush) whose state a survivor held before that survivor's
+    /// first view of the group (it had only a stream start waiting).
+    held_before_view: BTreeSet<(NodeId, FlushKey)>,
     stats: Stats,
     tracing: bool,
     trace_delivery: bool,
@@ -575,6 +581,7 @@ impl Sim {
             agents: BTreeMap::new(),
             partition_since: 0,
             unexplained: Vec::new(),
+            held_before_view: BTreeSet::new(),
             stats: Stats::default(),
             tracing: std::env::var("MCAST_DATAPATH_TRACE").is_ok(),
             trace_delivery: std::env::var("MCAST_DATAPATH_TRACE_DELIVERY").is_ok(),
@@ -1530,18 +1537,26 @@ impl Sim {
                 // stream whose start overtook the view adding its sender
                 // has no departure to flush. Before its first view it is
                 // held (seed 1168).
-                let has_stream = node.carried.get(&key.group).is_some_and(|c| {
+                let streaming = node.carried.get(&key.group).is_some_and(|c| {
                     (c.view.is_none() || c.members.contains(&key.sender))
                         && c.receivers
                             .get(&key.sender)
                             .is_some_and(|r| r.epoch == key.epoch)
-                }) || node
+                });
+                let pending = node
                     .pending_starts
                     .get(&key.group)
                     .is_some_and(|q| q.iter().any(|&(n, e, _)| n == key.sender && e == key.epoch));
-                let taken = node
-                    .flushes
-                    .on_state(from, key, (next, serves), has_stream, &mut out);
+                let taken = node.flushes.on_state(
+                    from,
+                    key,
+                    (next, serves),
+                    streaming || pending,
+                    &mut out,
+                );
+                if taken == StateTaken::Held && !streaming {
+                    self.held_before_view.insert((from, key));
+                }
                 self.trace(|| format!("node {id}:   state from {from} for {key:?}: {taken:?}"));
             }
             FlushMsg::Data { key, frame } => {
@@ -1612,7 +1627,11 @@ impl Sim {
                             .iter()
                             .any(|&(n, t)| n == a && t.abs_diff(start.at) <= 100 * MS)
                     });
+                    // Or a survivor held this node's state until its
+                    // first view of the group's number (seed 1419: after a
+                    // registry split, 2 s later).
                     let explained = agent_died
+                        || self.held_before_view.contains(&(id, key))
                         || self
                             .disturbed
                             .iter()
