@@ -1629,6 +1629,32 @@ impl<T: Transport> Daemon<T> {
         self.send_flush(out);
     }
 
+    /// True when a peer's flush state for `key` is held for a flush of this
+    /// node's to come. Only while this node's view still holds the sender
+    /// (its own view change is on its way): a stream whose start overtook
+    /// the view adding its sender has no departure to flush, and holding
+    /// would keep the peer waiting. Before this node's first view (it
+    /// restarted, and starts came first, kept for that view) it is held:
+    /// that view opens the stream and shows the departure, and answering
+    /// "nothing" would let the peers end without sending this node the
+    /// frames it was counted for (seed 1168).
+    fn may_flush_later(&self, key: FlushKey) -> bool {
+        let streaming = self
+            .kept
+            .get(&(key.group, key.sender))
+            .is_some_and(|k| k.epoch == key.epoch)
+            && self
+                .local
+                .get(&key.group)
+                .and_then(|lg| lg.view.as_ref())
+                .is_none_or(|v| v.nodes().contains(&key.sender));
+        let pending = self.pending_starts.get(&key.group).is_some_and(|q| {
+            q.iter()
+                .any(|(n, s)| *n == key.sender && s.epoch == key.epoch)
+        });
+        streaming || pending
+    }
+
     fn flush_message(&mut self, from: NodeId, m: FlushMsg) {
         let mut out = Vec::new();
         match m {
@@ -1637,28 +1663,7 @@ impl<T: Transport> Daemon<T> {
                 next,
                 from: serves,
             } => {
-                // Held only while this node's view still holds the sender
-                // (its own view change is on its way): a stream whose start
-                // overtook the view adding its sender has no departure to
-                // flush, and holding would keep the peer waiting. Before
-                // this node's first view (it restarted, and starts came
-                // first, kept for that view) it is held: that view opens
-                // the stream and shows the departure, and answering
-                // "nothing" would let the peers end without sending this
-                // node the frames it was counted for (seed 1168).
-                let has_stream = (self
-                    .kept
-                    .get(&(key.group, key.sender))
-                    .is_some_and(|k| k.epoch == key.epoch)
-                    && self
-                        .local
-                        .get(&key.group)
-                        .and_then(|lg| lg.view.as_ref())
-                        .is_none_or(|v| v.nodes().contains(&key.sender)))
-                    || self.pending_starts.get(&key.group).is_some_and(|q| {
-                        q.iter()
-                            .any(|(n, s)| *n == key.sender && s.epoch == key.epoch)
-                    });
+                let has_stream = self.may_flush_later(key);
                 self.flushes
                     .on_state(from, key, (next, serves), has_stream, &mut out);
             }

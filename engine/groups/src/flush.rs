@@ -80,6 +80,17 @@ pub enum FlushMsg {
     Data { key: FlushKey, frame: FlushFrame },
 }
 
+impl FlushMsg {
+    /// A state of `None`: no stream of `key` here to flush with the peer.
+    pub fn nothing(key: FlushKey) -> FlushMsg {
+        FlushMsg::State {
+            key,
+            next: None,
+            from: None,
+        }
+    }
+}
+
 /// A flush that ended: [`Flushes::poll_ended`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ended {
@@ -544,14 +555,11 @@ impl Flushes {
             peers: survivors
                 .iter()
                 .map(|&n| {
-                    let told = next;
-                    (
-                        n,
-                        Peer {
-                            told,
-                            ..Peer::default()
-                        },
-                    )
+                    let peer = Peer {
+                        told: next,
+                        ..Peer::default()
+                    };
+                    (n, peer)
                 })
                 .collect(),
             deadline,
@@ -576,14 +584,7 @@ impl Flushes {
                 // Held for a flush that does not count it (another
                 // departure's, or this node's views do not hold it): it
                 // would wait for this node until its deadline (seed 1100).
-                out.push((
-                    peer,
-                    FlushMsg::State {
-                        key,
-                        next: None,
-                        from: None,
-                    },
-                ));
+                out.push((peer, FlushMsg::nothing(key)));
                 continue;
             }
             if flush.on_state(peer, (next, from), false, true, out) {
@@ -623,12 +624,7 @@ impl Flushes {
         if !has_stream || next.is_none() {
             // A peer with nothing tells only a running flush anything.
             if next.is_some() {
-                let none = FlushMsg::State {
-                    key,
-                    next: None,
-                    from: None,
-                };
-                out.push((peer, none));
+                out.push((peer, FlushMsg::nothing(key)));
             }
             return StateTaken::Unknown;
         }
@@ -729,11 +725,7 @@ impl Flushes {
             if key.group != group || key.sender != sender || Some(key.epoch) == keep {
                 return true;
             }
-            let none = FlushMsg::State {
-                key,
-                next: None,
-                from: None,
-            };
+            let none = FlushMsg::nothing(key);
             if !out.contains(&(peer, none.clone())) {
                 out.push((peer, none));
             }
@@ -1111,14 +1103,7 @@ mod tests {
         f.forget_held(KEY.group, KEY.sender, None, &mut told);
         assert_eq!(
             told,
-            vec![(
-                2,
-                FlushMsg::State {
-                    key: KEY,
-                    next: None,
-                    from: None
-                }
-            )],
+            vec![(2, FlushMsg::nothing(KEY))],
             "node 2 stops waiting for this node"
         );
         out.clear();
@@ -1527,17 +1512,7 @@ mod tests {
         f.on_state(4, KEY, (Some(Seq(32)), Some(Seq(0))), true, &mut out);
         let mut out = Vec::new();
         f.start(KEY, Some(kept(0, 10, 8)), &[2], 1_000, &mut out);
-        assert!(
-            out.contains(&(
-                4,
-                FlushMsg::State {
-                    key: KEY,
-                    next: None,
-                    from: None
-                }
-            )),
-            "{out:?}"
-        );
+        assert!(out.contains(&(4, FlushMsg::nothing(KEY))), "{out:?}");
         assert!(out
             .iter()
             .all(|(n, m)| *n != 4 || matches!(m, FlushMsg::State { .. })));
