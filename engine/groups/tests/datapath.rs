@@ -2034,8 +2034,16 @@ impl Sim {
                 sender_inc,
             ))
             .unwrap_or(&no_runs);
+        // What the node delivered itself: a stream reopened after its flush
+        // (a start past where the flush ended, the sender having gone on)
+        // may bring what the flush did not.
+        let mine = self
+            .runs
+            .get(&(e.node, inc, key.group, key.sender, sender_inc))
+            .unwrap_or(&no_runs);
         let owed = |c: u64| {
             theirs.iter().any(|&(a, b)| a <= c && c <= b)
+                && !mine.iter().any(|&(a, b)| a <= c && c <= b)
                 && self.owed(e.node, e.incarnation, key.group, key.sender, sender_inc, c)
         };
         if let Some(c) = (from..=upto).find(|&c| owed(c)) {
