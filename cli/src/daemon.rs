@@ -1338,8 +1338,10 @@ impl<T: Transport> Daemon<T> {
             return;
         };
         if self.stopped.len() >= MAX_STOPPED && !self.stopped.contains_key(&(group, sender)) {
-            // Bounded: forgetting a position only risks a repeat after a
-            // start that is both stale and behind it.
+            // Bounded (4,096 pairs of group and sender, far beyond a
+            // cluster's): forgetting a position risks a repeat after a start
+            // behind it, such as a join point below what this node delivered
+            // before it left the group.
             self.stopped.clear();
         }
         let e = self.stopped.entry((group, sender)).or_insert((epoch, next));
@@ -2157,5 +2159,6 @@ fn counters_json(c: &mcast_proto::Counters) -> serde_json::Value {
         "acks_sent": c.acks_sent, "acks_received": c.acks_received,
         "ack_reqs_sent": c.ack_reqs_sent, "ack_reqs_received": c.ack_reqs_received,
         "stalls": c.stalls, "timeouts": c.timeouts, "window_full": c.window_full,
+        "acks_stale": c.acks_stale,
     })
 }

@@ -646,13 +646,14 @@ impl<T: Transport> Engine<T> {
         member: NodeId,
         members: &[NodeId],
     ) -> Result<StreamStart, EngineError> {
+        let now = self.now();
         let gi = self.require_group(group)?;
-        let Some(s) = self.groups[gi].sender.as_ref() else {
+        let Some(s) = self.groups[gi].sender.as_mut() else {
             return Err(EngineError::Config(format!(
                 "no send stream is open in group {group}"
             )));
         };
-        if let Some(seq) = s.machine.resume_point(member) {
+        if let Some(seq) = s.machine.resume_point(now, member) {
             return Ok(StreamStart {
                 epoch: s.start.epoch,
                 seq,
@@ -1795,16 +1796,18 @@ impl<T: Transport> Engine<T> {
     }
 }
 
-/// Where a receiver added to a send stream now starts: the next frame for the
-/// multicast algorithms (a new member owes nothing before it); the stream's
-/// first sequence number for the iterative baseline, whose per-member
-/// Go-Back-N senders each start there.
+/// Where a receiver added to a send stream now starts: for MAK the oldest
+/// frame the sender still holds (`Sender::join_point`: what a member of
+/// before may lack, the new one gets too, so a flush after the sender dies
+/// finds it); the next frame for the ACK and NAK baselines; the stream's first sequence
+/// number for the iterative baseline, whose per-member Go-Back-N senders each
+/// start there.
 fn joining_position(algorithm: Algorithm, s: &SendStream) -> StreamStart {
     StreamStart {
         epoch: s.start.epoch,
         seq: match algorithm {
             Algorithm::Iterative => s.start.seq,
-            _ => s.next_seq,
+            _ => s.machine.join_point().unwrap_or(s.next_seq),
         },
     }
 }

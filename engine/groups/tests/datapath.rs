@@ -315,6 +315,14 @@ struct SendStream {
     deadline: Option<u64>,
 }
 
+impl SendStream {
+    /// Where a member added now starts, as the engine's: the oldest frame
+    /// still held (`Sender::join_point`).
+    fn joins_at(&self) -> Seq {
+        self.machine.join_point().unwrap_or(self.next)
+    }
+}
+
 struct RecvStream {
     machine: AnyReceiver,
     epoch: u32,
@@ -1153,9 +1161,10 @@ impl Sim {
             return; // the view that adds it sends the start
         }
         let members = c.members.clone();
-        let Some(resume) = c.sender.as_ref().map(|s| s.machine.resume_point(from)) else {
+        if c.sender.is_none() {
             return;
-        };
+        }
+        let resume = self.sender_mut(id, g).machine.resume_point(Instant(now), from);
         if resume.is_none() {
             // No position kept: out and in again, at the next frame.
             self.excluded(id, g, from);
@@ -1167,7 +1176,7 @@ impl Sim {
                 let others: Vec<NodeId> = members.iter().copied().filter(|&m| m != from).collect();
                 s.machine.set_members(Instant(now), &others);
                 s.machine.set_members(Instant(now), &members);
-                s.next
+                s.joins_at()
             }
         };
         let epoch = s.epoch;
@@ -1272,8 +1281,11 @@ impl Sim {
         if !self.nodes[id as usize - 1].carried.contains_key(&g) {
             let node = self.n(id);
             node.carried.insert(g, Carried::default());
+            // As the daemon: each goes through the whole start (seed 768:
+            // opened here directly, a start behind what the node delivered
+            // before it left the group delivered those messages again).
             for (from, epoch, seq) in node.pending_starts.remove(&g).unwrap_or_default() {
-                self.open_receiver(id, g, from, epoch, seq);
+                self.on_start(id, from, g, epoch, seq);
             }
         }
         let remote: Vec<NodeId> = nodes.iter().copied().filter(|&n| n != id).collect();
@@ -1362,7 +1374,7 @@ impl Sim {
                 let others: Vec<NodeId> = members.iter().copied().filter(|&m| m != n).collect();
                 s.machine.set_members(Instant(now), &others);
                 s.machine.set_members(Instant(now), &members);
-                let (epoch, seq) = (s.epoch, s.next);
+                let (epoch, seq) = (s.epoch, s.joins_at());
                 self.send_start(id, n, g, epoch, seq);
                 self.service(id, g, Which::Sender, now);
             }
@@ -1393,7 +1405,7 @@ impl Sim {
         if has_sender {
             let s = self.sender_mut(id, g);
             s.machine.set_members(Instant(now), &remote);
-            let (epoch, seq) = (s.epoch, s.next);
+            let (epoch, seq) = (s.epoch, s.joins_at());
             for &n in remote.iter().filter(|n| !old.contains(n)) {
                 self.send_start(id, n, g, epoch, seq);
             }

@@ -355,7 +355,7 @@ impl Sender for AckSender {
         self.release_acknowledged(now);
     }
 
-    fn resume_point(&self, member: NodeId) -> Option<Seq> {
+    fn resume_point(&mut self, _now: Instant, member: NodeId) -> Option<Seq> {
         // The window holds everything from the slowest member's position on.
         self.members
             .iter()

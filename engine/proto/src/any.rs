@@ -184,8 +184,11 @@ impl Sender for AnySender {
     fn unresponsive(&self, after: u32, out: &mut Vec<NodeId>) {
         delegate!(self, e => e.unresponsive(after, out))
     }
-    fn resume_point(&self, member: NodeId) -> Option<Seq> {
-        delegate!(self, e => e.resume_point(member))
+    fn resume_point(&mut self, now: Instant, member: NodeId) -> Option<Seq> {
+        delegate!(self, e => e.resume_point(now, member))
+    }
+    fn join_point(&self) -> Option<Seq> {
+        delegate!(self, e => e.join_point())
     }
 }
 

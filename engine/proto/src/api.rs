@@ -180,6 +180,9 @@ pub struct Counters {
     pub window_full: u64,
     /// Frames from a node that is not a member, or malformed for their kind, dropped.
     pub rejected: u64,
+    /// ACKs a member's receive stream sent before the member joined the send
+    /// stream or opened it again (the stream it had before), ignored.
+    pub acks_stale: u64,
 }
 
 impl Counters {
@@ -215,7 +218,8 @@ impl Counters {
             stalls,
             timeouts,
             window_full,
-            rejected
+            rejected,
+            acks_stale
         );
     }
 }
@@ -266,11 +270,20 @@ pub trait Sender: Endpoint {
     /// Where `member`'s receive stream continues if the member opens it
     /// again (it lost it while this sender kept it as a member): the first
     /// frame it has not acknowledged, which this sender still holds, so
-    /// nothing it lacks is skipped. `None` when the algorithm keeps no such
-    /// position or `member` is not one: the driver then removes the member
-    /// and adds it again, at the position a new member starts at.
-    fn resume_point(&self, member: NodeId) -> Option<Seq> {
-        let _ = member;
+    /// nothing it lacks is skipped. From `now` on, acknowledgments its old
+    /// stream sent before no longer count. `None` when the algorithm keeps
+    /// no such position or `member` is not one: the driver then removes the
+    /// member and adds it again, at the position a new member starts at.
+    fn resume_point(&mut self, now: Instant, member: NodeId) -> Option<Seq> {
+        let _ = (now, member);
+        None
+    }
+    /// Where a member added now starts: the oldest frame this sender still
+    /// holds, so that whatever a member of before may still lack, the new
+    /// one receives too and can give it in a flush if this sender dies.
+    /// `None` when the algorithm holds no such frames: a new member then
+    /// starts at the next frame.
+    fn join_point(&self) -> Option<Seq> {
         None
     }
 }

@@ -180,6 +180,12 @@ struct Member {
     /// ACK-wait expiries in a row that found it not having acknowledged
     /// the request (reset by any ACK from it): [`Sender::unresponsive`].
     unanswered: u32,
+    /// When it joined the stream, or opened it again, on this sender's
+    /// clock (microseconds, as ACK echoes carry it): an ACK echoing an
+    /// earlier time was sent by the receive stream it had before, and
+    /// counts for nothing (it could free frames the new stream lacks).
+    /// `None` for the members the stream was opened with.
+    since_us: Option<u32>,
 }
 
 /// The MAK sender.
@@ -245,7 +251,7 @@ impl MakSender {
             events: VecDeque::with_capacity(2 * w as usize),
             counters: Counters::default(),
         };
-        s.install_members(members);
+        s.install_members(None, members);
         s
     }
 
@@ -308,20 +314,24 @@ impl MakSender {
         }
     }
 
-    fn install_members(&mut self, members: &[NodeId]) {
+    fn install_members(&mut self, now: Option<Instant>, members: &[NodeId]) {
         let mut next: Vec<Member> = members
             .iter()
             .filter(|&&n| n != self.stream.local && n != 0)
             .map(|&node| {
                 // A member that was there keeps its progress and its round
-                // trip; a new one joins at the current position and owes
-                // nothing before it.
+                // trip; a new one joins at the oldest frame still held (the
+                // join point) and owes everything from there.
                 let known = self.members.iter().find(|m| m.node == node);
                 Member {
                     node,
-                    acked: known.map_or(self.next_seq, |m| m.acked),
+                    acked: known.map_or(self.buffer.base(), |m| m.acked),
                     rtt: known.map_or(RttEstimator::new(), |m| m.rtt),
                     unanswered: known.map_or(0, |m| m.unanswered),
+                    since_us: match known {
+                        Some(m) => m.since_us,
+                        None => now.map(Instant::as_micros_u32),
+                    },
                 }
             })
             .collect();
@@ -449,6 +459,15 @@ impl MakSender {
         if ack.after(self.next_seq) {
             self.counters.rejected += 1;
             return;
+        }
+        if let Some(since) = self.members[i].since_us {
+            // Wrapping time order: the echo is at or after the (re)join.
+            let fresh = header.flags.contains(Flags::ACK_VALID)
+                && header.tstamp_us.wrapping_sub(since) < 1 << 31;
+            if !fresh {
+                self.counters.acks_stale += 1;
+                return;
+            }
         }
         // The ACK echoes the request's timestamp, adjusted by the time the
         // receiver held it: the difference is the network round trip.
@@ -697,18 +716,22 @@ impl Sender for MakSender {
         self.buffer.is_empty() && self.fresh.is_empty()
     }
 
-    fn set_members(&mut self, _now: Instant, members: &[NodeId]) {
-        self.install_members(members);
+    fn set_members(&mut self, now: Instant, members: &[NodeId]) {
+        self.install_members(Some(now), members);
         // A departed member no longer holds frames back.
         self.release_acknowledged();
     }
 
-    fn resume_point(&self, member: NodeId) -> Option<Seq> {
-        // Every frame from the slowest member's position on is held.
-        self.members
-            .iter()
-            .find(|m| m.node == member)
-            .map(|m| m.acked)
+    fn resume_point(&mut self, now: Instant, member: NodeId) -> Option<Seq> {
+        // Every frame from the slowest member's position on is held. What
+        // its old stream still sends no longer counts.
+        let m = self.members.iter_mut().find(|m| m.node == member)?;
+        m.since_us = Some(now.as_micros_u32());
+        Some(m.acked)
+    }
+
+    fn join_point(&self) -> Option<Seq> {
+        Some(self.buffer.base())
     }
 
     fn unresponsive(&self, after: u32, out: &mut Vec<NodeId>) {
@@ -1815,7 +1838,7 @@ mod tests {
         let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
         let first = s.stream.initial_seq;
         assert_eq!(
-            s.resume_point(2),
+            s.resume_point(us(0), 2),
             Some(first),
             "a new member owes nothing before"
         );
@@ -1826,13 +1849,13 @@ mod tests {
         // Member 2 holds the first frame only; member 3 all three.
         s.handle_frame(us(5), &ack_echo(2, first.add(1), 0), RxBody::None);
         s.handle_frame(us(5), &ack_echo(3, first.add(3), 0), RxBody::None);
-        assert_eq!(s.resume_point(2), Some(first.add(1)));
-        assert_eq!(s.resume_point(3), Some(first.add(3)));
-        assert_eq!(s.resume_point(4), None, "not a member");
+        assert_eq!(s.resume_point(us(6), 2), Some(first.add(1)));
+        assert_eq!(s.resume_point(us(6), 3), Some(first.add(3)));
+        assert_eq!(s.resume_point(us(6), 4), None, "not a member");
         // Member 2 opens its stream again there: the sender's next request
         // shows it the gap, and the repairs come from the buffer.
         let mut cfg = stream(2);
-        cfg.initial_seq = s.resume_point(2).unwrap();
+        cfg.initial_seq = s.resume_point(us(6), 2).unwrap();
         let mut r = MakReceiver::new(cfg, fixed(10));
         let due = s.poll_timeout().expect("waiting for member 2");
         s.handle_timeout(due);
@@ -1850,6 +1873,73 @@ mod tests {
         }
         let got = delivered_seqs(&drain_events(&mut r));
         assert_eq!(got, vec![first.add(1).0, first.add(2).0]);
+    }
+
+    #[test]
+    fn a_new_member_joins_at_the_oldest_frame_still_held() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+        let first = s.stream.initial_seq;
+        for b in 0..3 {
+            s.send(us(0), out(b, b == 2)).unwrap();
+        }
+        drain_tx(&mut s, us(0));
+        // Member 2 holds the first frame only: the other two are held for it.
+        s.handle_frame(us(5), &ack_echo(2, first.add(1), 0), RxBody::None);
+        assert_eq!(released(&drain_events(&mut s)), vec![0]);
+        assert_eq!(s.join_point(), Some(first.add(1)));
+        // Member 3 joins there, owes those two and gets them: if the sender
+        // dies, member 2 can take what it lacks from member 3 in a flush.
+        s.set_members(us(6), &[2, 3]);
+        assert_eq!(s.resume_point(us(6), 3), Some(first.add(1)));
+        let mut cfg = stream(3);
+        cfg.initial_seq = s.join_point().unwrap();
+        let mut r = MakReceiver::new(cfg, fixed(10));
+        let due = s.poll_timeout().expect("waiting for members");
+        s.handle_timeout(due);
+        for t in drain_tx(&mut s, due) {
+            deliver(&mut r, due, &t, 7);
+        }
+        let later = due + Duration::from_micros(10);
+        r.handle_timeout(later);
+        for nak in drain_tx(&mut r, later) {
+            deliver(&mut s, later, &nak, 0);
+        }
+        for t in drain_tx(&mut s, later) {
+            deliver(&mut r, later, &t, 8);
+        }
+        let got = delivered_seqs(&drain_events(&mut r));
+        assert_eq!(got, vec![first.add(1).0, first.add(2).0]);
+        // Until member 3 acknowledges them, they stay held.
+        s.handle_frame(us(900), &ack_echo(2, first.add(3), 0), RxBody::None);
+        assert!(released(&drain_events(&mut s)).is_empty());
+        // An ACK its node sent before it joined (echoing an earlier time)
+        // is from a stream it no longer has: it frees nothing.
+        s.handle_frame(us(901), &ack_echo(3, first.add(3), 5), RxBody::None);
+        assert!(released(&drain_events(&mut s)).is_empty());
+        assert_eq!(s.counters().acks_stale, 1);
+        s.handle_frame(us(902), &ack_echo(3, first.add(3), 900), RxBody::None);
+        assert_eq!(released(&drain_events(&mut s)), vec![1, 2]);
+    }
+
+    #[test]
+    fn a_resumed_member_s_acks_from_its_old_stream_free_nothing() {
+        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+        let first = s.stream.initial_seq;
+        for b in 0..3 {
+            s.send(us(0), out(b, b == 2)).unwrap();
+        }
+        drain_tx(&mut s, us(0));
+        s.handle_frame(us(5), &ack_echo(2, first.add(1), 0), RxBody::None);
+        assert_eq!(released(&drain_events(&mut s)), vec![0]);
+        // Member 2 lost its stream and opens it again at its position; its
+        // old stream's ACK for everything, still on the way, must not free
+        // the frames the new one has to receive.
+        assert_eq!(s.resume_point(us(10), 2), Some(first.add(1)));
+        s.handle_frame(us(11), &ack_echo(2, first.add(3), 4), RxBody::None);
+        assert!(released(&drain_events(&mut s)).is_empty());
+        assert_eq!(s.resume_point(us(12), 2), Some(first.add(1)));
+        s.handle_frame(us(30), &ack_echo(2, first.add(3), 20), RxBody::None);
+        assert_eq!(released(&drain_events(&mut s)), vec![1, 2]);
     }
 
     #[test]
