@@ -582,9 +582,20 @@ impl Flushes {
         for (peer, next, from) in early {
             if !flush.peers.contains_key(&peer) {
                 // Held for a flush that does not count it (another
-                // departure's, or this node's views do not hold it): it
-                // would wait for this node until its deadline (seed 1100).
-                out.push((peer, FlushMsg::nothing(key)));
+                // departure's, or this node's views do not hold it): not
+                // taken in, but answered, or it would wait for this node
+                // until its deadline (seed 1100). With where this node is:
+                // "nothing" would end that peer's flush without sending
+                // this node what it lacks, though this node opened the
+                // stream and then took its frames in (seed 718).
+                out.push((
+                    peer,
+                    FlushMsg::State {
+                        key,
+                        next: flush.kept.next(),
+                        from: flush.kept.serves_from(),
+                    },
+                ));
                 continue;
             }
             if flush.on_state(peer, (next, from), false, true, out) {
@@ -1506,13 +1517,21 @@ mod tests {
         f.on_state(4, KEY, (Some(Seq(3)), Some(Seq(0))), false, &mut out);
         assert!(out.is_empty(), "{out:?}");
         // A state held from a node the flush does not count is not taken
-        // in, but answered with None: that node stops waiting for this one
-        // (seed 1100: it waited until its deadline).
+        // in, but answered with where this node is: that node stops waiting
+        // for this one (seed 1100: it waited until its deadline), and sends
+        // it what it lacks (seed 718: "nothing" ended that node's flush
+        // without sending this one the frames it delivered past it).
         let mut f = Flushes::new();
         f.on_state(4, KEY, (Some(Seq(32)), Some(Seq(0))), true, &mut out);
         let mut out = Vec::new();
-        f.start(KEY, Some(kept(0, 10, 8)), &[2], 1_000, &mut out);
-        assert!(out.contains(&(4, FlushMsg::nothing(KEY))), "{out:?}");
+        let mine = kept(0, 10, 8);
+        let here = FlushMsg::State {
+            key: KEY,
+            next: mine.next(),
+            from: mine.serves_from(),
+        };
+        f.start(KEY, Some(mine), &[2], 1_000, &mut out);
+        assert!(out.contains(&(4, here)), "{out:?}");
         assert!(out
             .iter()
             .all(|(n, m)| *n != 4 || matches!(m, FlushMsg::State { .. })));
