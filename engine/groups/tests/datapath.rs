@@ -1164,7 +1164,10 @@ impl Sim {
         if c.sender.is_none() {
             return;
         }
-        let resume = self.sender_mut(id, g).machine.resume_point(Instant(now), from);
+        let resume = self
+            .sender_mut(id, g)
+            .machine
+            .resume_point(Instant(now), from);
         if resume.is_none() {
             // No position kept: out and in again, at the next frame.
             self.excluded(id, g, from);
