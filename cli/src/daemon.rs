@@ -26,7 +26,7 @@ use mcast_engine::{
     StreamStart, Transport,
 };
 use mcast_groups::detector::{DetectorConfig, PeerState};
-use mcast_groups::flush::{FlushKey, FlushMsg, Flushes, Outcome, Retained};
+use mcast_groups::flush::{FlushFrame, FlushKey, FlushMsg, Flushes, Outcome, Retained};
 use mcast_groups::liveness::{LiveEvent, Liveness};
 use mcast_groups::{GroupEvent, GroupService, Limits, View};
 use mcast_ipc::ring::{FIRST as FLAG_FIRST, LAST as FLAG_LAST};
@@ -1671,21 +1671,27 @@ impl<T: Transport> Daemon<T> {
             }
             FlushMsg::Data { key, frame } => {
                 if let Some(skipped) = self.flushes.on_data(key, &frame, &mut out) {
-                    self.note_stopped(key.group, key.sender, key.epoch, Some(frame.seq.next()));
-                    let members = self
-                        .local
-                        .get(&key.group)
-                        .map(|lg| lg.members.clone())
-                        .unwrap_or_default();
-                    if skipped > 0 {
-                        self.jumped(key, skipped, &members);
-                    }
-                    let hdr = data_record(key.group, key.sender, frame.first, frame.last);
-                    self.event_to(&members, hdr, &frame.data);
+                    self.deliver_flushed(key, &frame, skipped);
                 }
             }
         }
         self.send_flush(out);
+    }
+
+    /// A frame the flush of `key` took: to the local members, as from the
+    /// departed sender, after the event of a jump.
+    fn deliver_flushed(&mut self, key: FlushKey, frame: &FlushFrame, skipped: u64) {
+        self.note_stopped(key.group, key.sender, key.epoch, Some(frame.seq.next()));
+        let members = self
+            .local
+            .get(&key.group)
+            .map(|lg| lg.members.clone())
+            .unwrap_or_default();
+        if skipped > 0 {
+            self.jumped(key, skipped, &members);
+        }
+        let hdr = data_record(key.group, key.sender, frame.first, frame.last);
+        self.event_to(&members, hdr, &frame.data);
     }
 
     /// The flush of `key` jumped over `skipped` frames no survivor kept: the
@@ -1707,7 +1713,12 @@ impl<T: Transport> Daemon<T> {
         self.event_to(members, hdr, event.as_bytes());
     }
 
+    /// Delivers what the flushes took of the frames that came early, then
+    /// sends `out`: every call into the flushes ends here.
     fn send_flush(&mut self, out: Vec<(NodeId, FlushMsg)>) {
+        for r in self.flushes.take_ready() {
+            self.deliver_flushed(r.key, &r.frame, r.skipped);
+        }
         for (to, m) in out {
             self.send_link(to, LinkMessage::Flush(m));
         }

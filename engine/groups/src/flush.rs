@@ -268,6 +268,12 @@ struct Flush {
     /// Survivors that left the view or failed: a state of theirs still on
     /// its way is not taken.
     gone: Vec<NodeId>,
+    /// Frames ahead of `kept.next()` that could not be taken when they came:
+    /// a jump's frames that overtook the state of a survivor not yet heard
+    /// (seed 3940: they were dropped, the survivor that sent them had ended
+    /// its flush, and this node ended behind them). At most
+    /// `kept.max_frames`; taken when they follow or the jump is allowed.
+    early: Vec<FlushFrame>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -434,13 +440,11 @@ impl Flush {
 
     fn on_data(&mut self, frame: &FlushFrame, out: &mut Vec<(NodeId, FlushMsg)>) -> Option<u64> {
         let mine = self.kept.next()?;
-        let skipped = if mine == frame.seq {
-            0
-        } else if mine.before(frame.seq) && frame.first && self.may_jump(mine) {
-            // The first whole message a jump brings: what is before it
-            // was never this node's (see `may_jump`).
-            u64::from(frame.seq.0.wrapping_sub(mine.0))
-        } else {
+        let Some(skipped) = self.takes(mine, frame) else {
+            let ahead = mine.before(frame.seq) && !self.early.iter().any(|f| f.seq == frame.seq);
+            if ahead && self.early.len() < self.kept.max_frames {
+                self.early.push(frame.clone());
+            }
             return None;
         };
         self.kept
@@ -448,6 +452,46 @@ impl Flush {
         self.recovered += 1;
         self.serve(out);
         Some(skipped)
+    }
+
+    /// Whether this node, at `mine`, takes `frame` now: `Some` with the
+    /// frames it passes over (0 but for a jump).
+    fn takes(&self, mine: Seq, frame: &FlushFrame) -> Option<u64> {
+        if mine == frame.seq {
+            Some(0)
+        } else if mine.before(frame.seq) && frame.first && self.may_jump(mine) {
+            // The first whole message a jump brings: what is before it
+            // was never this node's (see `may_jump`).
+            Some(u64::from(frame.seq.0.wrapping_sub(mine.0)))
+        } else {
+            None
+        }
+    }
+
+    /// Takes the early frames that can be taken now, in order, into `ready`.
+    fn take_early(&mut self, out: &mut Vec<(NodeId, FlushMsg)>, ready: &mut Vec<Ready>) {
+        while let Some(mine) = self.kept.next() {
+            self.early.retain(|f| mine.before(f.seq) || f.seq == mine);
+            let pick = self
+                .early
+                .iter()
+                .enumerate()
+                .filter_map(|(i, f)| self.takes(mine, f).map(|s| (i, s)))
+                .min_by_key(|&(_, s)| s);
+            let Some((i, skipped)) = pick else {
+                break;
+            };
+            let frame = self.early.swap_remove(i);
+            self.kept
+                .push(frame.seq, frame.first, frame.last, &frame.data);
+            self.recovered += 1;
+            self.serve(out);
+            ready.push(Ready {
+                key: self.key,
+                frame,
+                skipped,
+            });
+        }
     }
 
     fn waiting(&self) -> usize {
@@ -524,6 +568,20 @@ pub struct Flushes {
     active: BTreeMap<(GroupId, NodeId), Flush>,
     held: VecDeque<(NodeId, FlushKey, Option<Seq>, Option<Seq>)>,
     counters: FlushCounters,
+    /// Frames taken from `Flush::early`, for the caller to deliver
+    /// ([`Flushes::take_ready`]).
+    ready: Vec<Ready>,
+}
+
+/// A flushed frame taken after it came (it came ahead of a state that
+/// allowed it): the caller delivers it as one returned by
+/// [`Flushes::on_data`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ready {
+    pub key: FlushKey,
+    pub frame: FlushFrame,
+    /// Frames it passes over (0 but for a jump).
+    pub skipped: u64,
 }
 
 impl Flushes {
@@ -566,6 +624,7 @@ impl Flushes {
             recovered: 0,
             reported: (next, from),
             gone: Vec::new(),
+            early: Vec::new(),
         };
         for &n in survivors {
             out.push((n, FlushMsg::State { key, next, from }));
@@ -627,6 +686,9 @@ impl Flushes {
             if f.on_state(peer, (next, from), true, same, out) {
                 self.counters.beyond_reach += 1;
             }
+            let at = self.ready.len();
+            f.take_early(out, &mut self.ready);
+            self.count_ready(at);
             self.count_served(out, before);
             if same {
                 return StateTaken::Applied;
@@ -663,14 +725,37 @@ impl Flushes {
         }
         let before = out.len();
         let taken = f.on_data(frame, out);
+        let at = self.ready.len();
+        if taken.is_some() {
+            f.take_early(out, &mut self.ready);
+        }
+        self.count_ready(at);
         self.count_served(out, before);
         let skipped = taken?;
+        self.count_taken(skipped);
+        Some(skipped)
+    }
+
+    /// The frames taken since the last call that came before they could be
+    /// (see [`Ready`]), in the order taken. The caller delivers them after
+    /// any call that takes a state, a frame or a departure, and after the
+    /// frame [`Flushes::on_data`] returned.
+    pub fn take_ready(&mut self) -> Vec<Ready> {
+        std::mem::take(&mut self.ready)
+    }
+
+    fn count_ready(&mut self, from: usize) {
+        for i in from..self.ready.len() {
+            self.count_taken(self.ready[i].skipped);
+        }
+    }
+
+    fn count_taken(&mut self, skipped: u64) {
         self.counters.frames_recovered += 1;
         if skipped > 0 {
             self.counters.jumps += 1;
             self.counters.frames_skipped += skipped;
         }
-        Some(skipped)
     }
 
     /// `node` left the view of `group` too: no flush of the group waits for
@@ -694,6 +779,7 @@ impl Flushes {
         out: &mut Vec<(NodeId, FlushMsg)>,
     ) {
         let before = out.len();
+        let at = self.ready.len();
         for ((g, _), f) in &mut self.active {
             if !in_group(*g) {
                 continue;
@@ -703,8 +789,10 @@ impl Flushes {
             }
             if f.peers.remove(&node).is_some() {
                 f.serve(out);
+                f.take_early(out, &mut self.ready);
             }
         }
+        self.count_ready(at);
         self.count_served(out, before);
     }
 
@@ -907,6 +995,9 @@ mod tests {
                         }
                     }
                 }
+                // As the daemon: what was taken of the frames that came early.
+                let ready = f.take_ready().into_iter().map(|r| r.frame);
+                self.delivered.get_mut(&to).unwrap().extend(ready);
                 self.send(to, out);
             }
         }
@@ -1095,16 +1186,27 @@ mod tests {
             None,
             "still one frame behind (node 2 delivered up to 7)"
         );
-        let frame = whole(Seq(8), vec![]);
+        let eight = whole(Seq(8), vec![]);
         assert!(
-            f.on_data(KEY, &frame, &mut out).is_none(),
+            f.on_data(KEY, &eight, &mut out).is_none(),
             "a frame after a gap is not delivered"
         );
+        assert!(f.take_ready().is_empty(), "nor taken");
         let frame = whole(Seq(7), vec![]);
         assert_eq!(f.on_data(KEY, &frame, &mut out), Some(0));
+        let ready = f.take_ready();
+        assert_eq!(
+            ready,
+            vec![Ready {
+                key: KEY,
+                frame: eight,
+                skipped: 0
+            }],
+            "the frame after the gap, once the gap is filled"
+        );
         assert_eq!(
             done(&mut f, 0),
-            Some((KEY, Outcome::Agreed { recovered: 3 }))
+            Some((KEY, Outcome::Agreed { recovered: 4 }))
         );
         assert_eq!(f.counters().states_held, 1);
         // A held state is forgotten when the stream is opened again.
@@ -1465,6 +1567,45 @@ mod tests {
         net.run();
         assert!(net.delivered[&1].is_empty(), "node 3 might have kept 5");
         assert_eq!(net.nodes[&1].counters().jumps, 0);
+    }
+
+    #[test]
+    fn a_jump_that_overtakes_a_survivor_s_state_is_taken_when_it_comes() {
+        // Seed 3940: node 1 (at 5) counts nodes 2 and 3. Node 2 keeps 42..50
+        // and sends the jump as soon as it has node 1's state; the frames
+        // come before node 3's state, and node 1 may not jump until it has
+        // heard everyone (node 3 might have kept 5). Node 2 has ended by
+        // then: the frames must not be lost.
+        let mut net = Net::new(&[
+            (1, Some(kept(0, 5, 8))),
+            (2, Some(kept(0, 50, 8))),
+            (3, None),
+        ]);
+        // Node 3's messages to node 1 wait until everything else is done.
+        let mut later = Vec::new();
+        net.queue.retain(|(from, to, m)| {
+            let hold = *from == 3 && *to == 1;
+            if hold {
+                later.push((*from, *to, m.clone()));
+            }
+            !hold
+        });
+        net.run_dropping(|from, to| from == 3 && to == 1);
+        assert!(net.delivered[&1].is_empty(), "not before node 3 is heard");
+        assert_eq!(
+            net.nodes.get_mut(&2).unwrap().poll_ended(0).map(|e| e.next),
+            Some(Some(Seq(50))),
+            "node 2 sent the jump and ended"
+        );
+        net.queue.extend(later);
+        net.run();
+        assert_eq!(net.seqs_of(1), seqs(42, 50), "taken when node 3 is heard");
+        let f1 = net.nodes.get_mut(&1).unwrap();
+        assert_eq!(f1.counters().jumps, 1);
+        assert_eq!(f1.counters().frames_recovered, 8);
+        let ended = f1.poll_ended(0).expect("caught up");
+        assert_eq!(ended.outcome, Outcome::Agreed { recovered: 8 });
+        assert_eq!(ended.next, Some(Seq(50)));
     }
 
     #[test]

@@ -1588,6 +1588,13 @@ impl Sim {
     }
 
     fn send_flush(&mut self, id: NodeId, out: Vec<(NodeId, FlushMsg)>) {
+        // As the daemon: the frames the flush took after they came.
+        for r in self.n(id).flushes.take_ready() {
+            let (key, next) = (r.key, Some(r.frame.seq.next()));
+            self.stopped_at(id, key.group, key.sender, key.epoch, next);
+            let msg = Msg::decode(&r.frame.data);
+            self.deliver(id, key.group, key.sender, key.epoch, msg, true);
+        }
         for (to, m) in out {
             self.send_link(id, to, LinkMsg::Flush(m));
         }
