@@ -1875,17 +1875,23 @@ mod tests {
         assert_eq!(got, vec![first.add(1).0, first.add(2).0]);
     }
 
-    #[test]
-    fn a_new_member_joins_at_the_oldest_frame_still_held() {
+    /// A sender to member 2 that sent three frames, of which member 2
+    /// acknowledged the first (released): the other two are held for it.
+    fn sender_holding_two_of_three() -> (MakSender, Seq) {
         let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
         let first = s.stream.initial_seq;
         for b in 0..3 {
             s.send(us(0), out(b, b == 2)).unwrap();
         }
         drain_tx(&mut s, us(0));
-        // Member 2 holds the first frame only: the other two are held for it.
         s.handle_frame(us(5), &ack_echo(2, first.add(1), 0), RxBody::None);
         assert_eq!(released(&drain_events(&mut s)), vec![0]);
+        (s, first)
+    }
+
+    #[test]
+    fn a_new_member_joins_at_the_oldest_frame_still_held() {
+        let (mut s, first) = sender_holding_two_of_three();
         assert_eq!(s.join_point(), Some(first.add(1)));
         // Member 3 joins there, owes those two and gets them: if the sender
         // dies, member 2 can take what it lacks from member 3 in a flush.
@@ -1923,14 +1929,7 @@ mod tests {
 
     #[test]
     fn a_resumed_member_s_acks_from_its_old_stream_free_nothing() {
-        let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
-        let first = s.stream.initial_seq;
-        for b in 0..3 {
-            s.send(us(0), out(b, b == 2)).unwrap();
-        }
-        drain_tx(&mut s, us(0));
-        s.handle_frame(us(5), &ack_echo(2, first.add(1), 0), RxBody::None);
-        assert_eq!(released(&drain_events(&mut s)), vec![0]);
+        let (mut s, first) = sender_holding_two_of_three();
         // Member 2 lost its stream and opens it again at its position; its
         // old stream's ACK for everything, still on the way, must not free
         // the frames the new one has to receive.
