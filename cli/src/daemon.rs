@@ -1532,6 +1532,13 @@ impl<T: Transport> Daemon<T> {
             }
         }
         let receivers = self.engine.receivers_in(group);
+        let now = mcast_engine::sys::monotonic_ns();
+        for &n in remote.iter().filter(|n| !before.contains(n)) {
+            // Back in the view, alive, with the stream flushed here: the
+            // flush stops waiting for survivors that never saw it leave.
+            let inc = self.live.peer_incarnation(n);
+            self.flushes.sender_back(group, n, |e| Some(e) == inc, now);
+        }
         for &n in remote.iter().filter(|n| !before.contains(n)) {
             if !receivers.contains(&n) {
                 // Its send stream may count this node a member all along
@@ -1902,6 +1909,7 @@ impl<T: Transport> Daemon<T> {
             "beyond_reach": fc.beyond_reach,
             "jumps": fc.jumps,
             "frames_skipped": fc.frames_skipped,
+            "ended_sender_back": fc.ended_sender_back,
             "starts_deferred": c.starts_deferred,
             "kept_frames": self.kept.values().map(|k| k.frames.frames()).sum::<usize>(),
             "kept_bytes": self.kept.values().map(|k| k.frames.bytes()).sum::<usize>(),

@@ -274,6 +274,10 @@ struct Flush {
     /// its flush, and this node ended behind them). At most
     /// `kept.max_frames`; taken when they follow or the jump is allowed.
     early: Vec<FlushFrame>,
+    /// The sender is in the view again with this stream (it was dropped and
+    /// added back, alive): from this time on, survivors not heard live are
+    /// not waited for ([`Flushes::sender_back`]).
+    back_at: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -494,7 +498,8 @@ impl Flush {
         }
     }
 
-    fn waiting(&self) -> usize {
+    fn waiting(&self, now: u64) -> usize {
+        let silent_ok = self.back_at.is_some_and(|t| now >= t);
         let mine = self.kept.next();
         // Still where it reported, and nobody ahead can bring it in order:
         // those ahead that keep frames send it a jump.
@@ -502,8 +507,8 @@ impl Flush {
         self.peers
             .values()
             .filter(|p| match p.reported {
-                None => true,
-                Some(_) if !p.live => true,
+                None => !silent_ok,
+                Some(_) if !p.live => !silent_ok,
                 Some((None, _)) => false,
                 Some((Some(theirs), from)) => mine.is_some_and(|m| {
                     m.before(theirs) && (reachable(m, from) || (jump && from.is_some()))
@@ -513,7 +518,7 @@ impl Flush {
     }
 
     fn outcome(&self, now: u64) -> Option<Outcome> {
-        let waiting = self.waiting();
+        let waiting = self.waiting(now);
         if waiting == 0 {
             Some(Outcome::Agreed {
                 recovered: self.recovered,
@@ -556,7 +561,14 @@ pub struct FlushCounters {
     /// Frames such jumps passed over (sent while the sender did not count
     /// this node a member).
     pub frames_skipped: u64,
+    /// Flushes that ended without survivors never heard live, after the
+    /// sender came back into the view ([`Flushes::sender_back`]).
+    pub ended_sender_back: u64,
 }
+
+/// How long a flush whose sender came back into the view still waits for
+/// survivors not heard live (their states may be on their way): 100 ms.
+pub const SENDER_BACK_GRACE_NS: u64 = 100_000_000;
 
 /// States held at most (from peers whose view change came first).
 pub const MAX_HELD_STATES: usize = 4096;
@@ -625,6 +637,7 @@ impl Flushes {
             reported: (next, from),
             gone: Vec::new(),
             early: Vec::new(),
+            back_at: None,
         };
         for &n in survivors {
             out.push((n, FlushMsg::State { key, next, from }));
@@ -855,6 +868,9 @@ impl Flushes {
             Outcome::Agreed { .. } => self.counters.agreed += 1,
             Outcome::TimedOut { .. } => self.counters.timed_out += 1,
         }
+        if f.back_at.is_some_and(|t| now >= t) && f.peers.values().any(|p| !p.live) {
+            self.counters.ended_sender_back += 1;
+        }
         Some(Ended {
             key: f.key,
             outcome,
@@ -870,7 +886,34 @@ impl Flushes {
 
     /// The earliest deadline of the flushes under way.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.active.values().map(|f| f.deadline).min()
+        self.active
+            .values()
+            .map(|f| f.back_at.map_or(f.deadline, |t| t.min(f.deadline)))
+            .min()
+    }
+
+    /// `sender` is in the view of `group` again (dropped and added back,
+    /// alive), still with the stream whose flush runs here (`same` holds
+    /// for that stream's epoch: the sender's incarnation is unchanged). The
+    /// flush stops waiting, `SENDER_BACK_GRACE_NS` from `now`, for the
+    /// survivors not heard live: a survivor that never saw the sender
+    /// leave still receives its stream, and holds this node's state for a
+    /// flush of its own that never comes (its stream was opened while its
+    /// views lacked the sender, so the views that dropped the sender did
+    /// not close it: seeds 4109 and 4727 waited until the deadline). What
+    /// this node lacks and they have, the sender, alive, still sends it.
+    pub fn sender_back(
+        &mut self,
+        group: GroupId,
+        sender: NodeId,
+        same: impl Fn(u32) -> bool,
+        now: u64,
+    ) {
+        if let Some(f) = self.active.get_mut(&(group, sender)) {
+            if same(f.key.epoch) && f.back_at.is_none() {
+                f.back_at = Some(now.saturating_add(SENDER_BACK_GRACE_NS));
+            }
+        }
     }
 
     pub fn counters(&self) -> FlushCounters {
@@ -1445,6 +1488,45 @@ mod tests {
             Some((KEY, Outcome::Agreed { recovered: 0 }))
         );
         assert_eq!(f.counters().agreed, 1);
+    }
+
+    #[test]
+    fn a_sender_back_in_the_view_ends_the_wait_for_survivors_never_heard() {
+        // Seed 4109: node 3 never saw the sender leave (it holds this
+        // node's state for a flush it never starts); the sender, alive with
+        // the same stream, is back in the view at t=10.
+        let mut f = Flushes::new();
+        let mut out = Vec::new();
+        f.start(
+            KEY,
+            Some(kept(0, 5, 64)),
+            &[2, 3],
+            2 * SENDER_BACK_GRACE_NS,
+            &mut out,
+        );
+        f.on_state(2, KEY, (Some(Seq(5)), Some(Seq(0))), false, &mut out);
+        f.sender_back(KEY.group, KEY.sender, |e| e == KEY.epoch + 1, 10);
+        assert_eq!(
+            f.next_deadline(),
+            Some(2 * SENDER_BACK_GRACE_NS),
+            "another stream"
+        );
+        f.sender_back(KEY.group, KEY.sender, |e| e == KEY.epoch, 10);
+        let grace = 10 + SENDER_BACK_GRACE_NS;
+        assert_eq!(f.next_deadline(), Some(grace));
+        assert_eq!(done(&mut f, grace - 1), None, "its state may be on its way");
+        let ended = f.poll_ended(grace).expect("no longer waits for node 3");
+        assert_eq!(ended.outcome, Outcome::Agreed { recovered: 0 });
+        assert_eq!(ended.with, vec![2]);
+        assert_eq!(f.counters().ended_sender_back, 1);
+        // A survivor heard live but behind still gets what it lacks first.
+        f.start(KEY, Some(kept(0, 5, 64)), &[2, 3], 1_000, &mut out);
+        f.on_state(2, KEY, (Some(Seq(3)), Some(Seq(0))), false, &mut out);
+        f.sender_back(KEY.group, KEY.sender, |e| e == KEY.epoch, 0);
+        assert!(out
+            .iter()
+            .any(|(n, m)| *n == 2
+                && matches!(m, FlushMsg::Data { frame, .. } if frame.seq == Seq(4))));
     }
 
     #[test]
