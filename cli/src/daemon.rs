@@ -1538,8 +1538,6 @@ impl<T: Transport> Daemon<T> {
             // flush stops waiting for survivors that never saw it leave.
             let inc = self.live.peer_incarnation(n);
             self.flushes.sender_back(group, n, |e| Some(e) == inc, now);
-        }
-        for &n in remote.iter().filter(|n| !before.contains(n)) {
             if !receivers.contains(&n) {
                 // Its send stream may count this node a member all along
                 // (its views never showed this node leave): ask for a start.

@@ -1519,14 +1519,23 @@ mod tests {
         assert_eq!(ended.outcome, Outcome::Agreed { recovered: 0 });
         assert_eq!(ended.with, vec![2]);
         assert_eq!(f.counters().ended_sender_back, 1);
-        // A survivor heard live but behind still gets what it lacks first.
-        f.start(KEY, Some(kept(0, 5, 64)), &[2, 3], 1_000, &mut out);
-        f.on_state(2, KEY, (Some(Seq(3)), Some(Seq(0))), false, &mut out);
+        // A survivor heard live and ahead is still waited for: only the
+        // silent ones are let go.
+        f.start(KEY, Some(kept(0, 5, 64)), &[2, 3], 1_000_000_000, &mut out);
+        f.on_state(2, KEY, (Some(Seq(8)), Some(Seq(0))), false, &mut out);
         f.sender_back(KEY.group, KEY.sender, |e| e == KEY.epoch, 0);
-        assert!(out
-            .iter()
-            .any(|(n, m)| *n == 2
-                && matches!(m, FlushMsg::Data { frame, .. } if frame.seq == Seq(4))));
+        assert_eq!(
+            done(&mut f, SENDER_BACK_GRACE_NS),
+            None,
+            "frames 5..8 to come"
+        );
+        for s in 5..8 {
+            f.on_data(KEY, &whole(Seq(s), vec![s as u8]), &mut out);
+        }
+        assert_eq!(
+            done(&mut f, SENDER_BACK_GRACE_NS),
+            Some((KEY, Outcome::Agreed { recovered: 3 }))
+        );
     }
 
     #[test]

@@ -1046,11 +1046,7 @@ impl Sim {
 
     /// The sender's incarnation, from a stream's epoch.
     fn inc_of(&self, epoch: u32) -> u32 {
-        if self.daemon_epoch {
-            epoch
-        } else {
-            epoch / 256
-        }
+        incarnation_of(self.daemon_epoch, epoch)
     }
 
     /// The last message `id` delivered from `x`'s incarnation `epoch` in `g`.
@@ -1426,7 +1422,7 @@ impl Sim {
             // whose stream is flushed here (seed 4109).
             let inc = self.nodes[n as usize - 1].incarnation;
             let daemon_epoch = self.daemon_epoch;
-            let same = |e: u32| (if daemon_epoch { e } else { e / 256 }) == inc;
+            let same = |e: u32| incarnation_of(daemon_epoch, e) == inc;
             self.n(id).flushes.sender_back(g, n, same, now);
         }
         for &n in remote
@@ -2410,5 +2406,15 @@ fn without_the_flush_those_frames_stay_at_one_receiver() {
         let at2 = before[1].expect("node 2 delivered from node 5");
         assert_eq!(after, before, "nothing delivered after the crash");
         assert!(after.iter().filter(|&&l| l == Some(at2)).count() == 1);
+    }
+}
+
+/// The sender incarnation a stream epoch belongs to: the epoch itself as in
+/// the daemon, or the model's incarnation × 256 + opening.
+fn incarnation_of(daemon_epoch: bool, epoch: u32) -> u32 {
+    if daemon_epoch {
+        epoch
+    } else {
+        epoch / 256
     }
 }
