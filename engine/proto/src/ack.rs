@@ -93,6 +93,13 @@ struct Member {
     node: NodeId,
     acked: Seq,
     rtt: RttEstimator,
+    /// When it joined the stream, or opened it again, on this sender's
+    /// clock (microseconds, as ACK echoes carry it): an ACK echoing an
+    /// earlier time comes from the receive stream it had before and counts
+    /// for nothing (its cumulative ACK could free frames the new stream
+    /// lacks, and this baseline has no NAK to get them back). `None` for
+    /// the members the stream was opened with.
+    since_us: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -121,7 +128,7 @@ impl AckSender {
             events: VecDeque::with_capacity(stream.window_frames as usize),
             counters: Counters::default(),
         };
-        s.install_members(members);
+        s.install_members(None, members);
         s
     }
 
@@ -130,7 +137,9 @@ impl AckSender {
         self.next_seq.distance(self.window.base()) as u32
     }
 
-    fn install_members(&mut self, members: &[NodeId]) {
+    /// `now`: when the members not known before join (`None` when the
+    /// stream opens with them).
+    fn install_members(&mut self, now: Option<Instant>, members: &[NodeId]) {
         let base = self.window.base();
         let old = core::mem::take(&mut self.members);
         for &node in members {
@@ -139,12 +148,17 @@ impl AckSender {
                 continue;
             }
             // A member we already know keeps its progress and its round
-            // trip; a new one must acknowledge everything still held.
+            // trip; a new one joins at the oldest frame still held (the
+            // join point) and must acknowledge everything from there.
             let known = old.iter().find(|m| m.node == node);
             self.members.push(Member {
                 node,
                 acked: known.map_or(base, |m| m.acked.max(base)),
                 rtt: known.map_or(RttEstimator::new(), |m| m.rtt),
+                since_us: match known {
+                    Some(m) => m.since_us,
+                    None => now.map(Instant::as_micros_u32),
+                },
             });
         }
     }
@@ -201,6 +215,15 @@ impl AckSender {
         }
         self.counters.acks_received += 1;
         let m = &mut self.members[i];
+        if let Some(since) = m.since_us {
+            // Wrapping time order: the echo is at or after the (re)join.
+            let fresh = header.flags.contains(Flags::ACK_VALID)
+                && header.tstamp_us.wrapping_sub(since) < 1 << 31;
+            if !fresh {
+                self.counters.acks_stale += 1;
+                return;
+            }
+        }
         if header.flags.contains(Flags::ACK_VALID) {
             if let Some(rtt) = echo_rtt(now, header.tstamp_us) {
                 m.rtt.sample(rtt);
@@ -350,17 +373,21 @@ impl Sender for AckSender {
     }
 
     fn set_members(&mut self, now: Instant, members: &[NodeId]) {
-        self.install_members(members);
+        self.install_members(Some(now), members);
         // A removed member no longer holds frames back.
         self.release_acknowledged(now);
     }
 
-    fn resume_point(&mut self, _now: Instant, member: NodeId) -> Option<Seq> {
+    fn resume_point(&mut self, now: Instant, member: NodeId) -> Option<Seq> {
         // The window holds everything from the slowest member's position on.
-        self.members
-            .iter()
-            .find(|m| m.node == member)
-            .map(|m| m.acked)
+        // What its old stream still sends no longer counts.
+        let m = self.members.iter_mut().find(|m| m.node == member)?;
+        m.since_us = Some(now.as_micros_u32());
+        Some(m.acked)
+    }
+
+    fn join_point(&self) -> Option<Seq> {
+        Some(self.window.base())
     }
 }
 
@@ -729,7 +756,7 @@ mod tests {
         expect_data(&mut s, t(1030), 0, 2, false);
         s.handle_frame(t(1040), &ack_from(2, 1), RxBody::None);
         assert_eq!(events(&mut s), vec![]);
-        s.handle_frame(t(1040), &ack_from(3, 1), RxBody::None);
+        s.handle_frame(t(1040), &echoed(3, 1, 1030), RxBody::None);
         assert_eq!(events(&mut s), vec![Event::Release(BufId(2))]);
         // Everyone gone: nothing can be sent.
         s.set_members(t(1050), &[]);
@@ -737,6 +764,40 @@ mod tests {
             s.send(t(1050), frame(3)),
             Err(SendError::NoMembers(BufId(3)))
         );
+    }
+
+    #[test]
+    fn a_new_member_joins_at_the_oldest_frame_held_and_its_old_acks_free_nothing() {
+        let mut s = AckSender::new(stream(SENDER, 4), cfg(), &[2]);
+        for b in 0..3 {
+            s.send(t(1000), frame(b)).unwrap();
+        }
+        for (i, seq) in [u32::MAX - 1, u32::MAX, 0].into_iter().enumerate() {
+            expect_data(&mut s, t(1000), seq, i as u32, false);
+        }
+        s.handle_frame(t(1010), &echoed(2, u32::MAX, 1000), RxBody::None);
+        assert_eq!(events(&mut s), vec![Event::Release(BufId(0))]);
+        // Member 3 joins where member 2 still lacks frames: it owes them
+        // too, so a flush could give them to member 2 if the sender died.
+        assert_eq!(s.join_point(), Some(Seq(u32::MAX)));
+        s.set_members(t(1020), &[2, 3]);
+        s.handle_frame(t(1030), &echoed(2, 1, 1000), RxBody::None);
+        assert_eq!(events(&mut s), vec![]);
+        // An ACK its node's earlier stream sent (echoing a time before it
+        // joined) would free frames the new stream lacks: it counts for
+        // nothing.
+        s.handle_frame(t(1031), &echoed(3, 1, 1000), RxBody::None);
+        assert_eq!(events(&mut s), vec![]);
+        assert_eq!(s.counters().acks_stale, 1);
+        s.handle_frame(t(1032), &echoed(3, 0, 1020), RxBody::None);
+        assert_eq!(events(&mut s), vec![Event::Release(BufId(1))]);
+        // Opened again (it lost its stream): the same rule from then on.
+        assert_eq!(s.resume_point(t(1040), 3), Some(Seq(0)));
+        s.handle_frame(t(1041), &echoed(3, 1, 1032), RxBody::None);
+        assert_eq!(events(&mut s), vec![]);
+        assert_eq!(s.counters().acks_stale, 2);
+        s.handle_frame(t(1042), &echoed(3, 1, 1040), RxBody::None);
+        assert_eq!(events(&mut s), vec![Event::Release(BufId(2))]);
     }
 
     #[test]

@@ -284,6 +284,12 @@ impl Sender for NakSender {
             }
         }
     }
+
+    /// Every frame ever sent is held: a member added now starts at the
+    /// first, like those before it, and NAKs whatever it lacks.
+    fn join_point(&self) -> Option<Seq> {
+        Some(self.window.base())
+    }
 }
 
 /// Receiver of the plain NAK baseline (seed 000 §2 (3)): delivers in order and
@@ -727,6 +733,9 @@ mod tests {
             now += Duration::from_millis(1);
         }
         assert_eq!(s.counters().window_full, 1000);
+        // Everything is held, so a member added now starts at the first
+        // frame, as the members before it did.
+        assert_eq!(s.join_point(), Some(sq(0)));
         // Only the application's shutdown returns the buffers.
         s.release_all();
         assert_eq!(
