@@ -40,6 +40,7 @@ use serde_json::json;
 use crate::config::{Config, SlowSubscriber};
 use crate::links::{inbox, is_link, LinkMessage};
 use crate::log::Logger;
+use crate::stopped::{Room, StoppedPositions};
 
 /// Control messages waiting for a full link at most, per peer.
 const MAX_LINK_BACKLOG: usize = 65_536;
@@ -66,8 +67,11 @@ const UNANSWERED_REQUESTS: u32 = 2;
 const UNRESPONSIVE_CHECK_NS: u64 = 10_000_000;
 /// Groups whose send position is remembered after this node stops carrying them.
 const MAX_SEND_RESUME: usize = 4096;
-/// Closed receive streams whose last position is remembered (`stopped`).
-const MAX_STOPPED: usize = 4096;
+/// Closed receive streams whose last position is remembered (`stopped`), at
+/// the least: the bound is twice the (group, sender) pairs this node can
+/// carry or rejoin (`max_groups` each, times the cluster's nodes) when that
+/// is more.
+const MIN_STOPPED: usize = 4096;
 
 /// A leave held back until what the member published has been delivered:
 /// the other daemons close their receive streams from this node as soon as
@@ -200,7 +204,10 @@ pub struct Daemon<T: Transport> {
     /// Where each closed receive stream stopped (its deliveries and its
     /// flush's): (epoch, next frame). A start of that stream behind it opens
     /// there instead, so a client never gets a message twice.
-    stopped: HashMap<(GroupId, NodeId), (u32, Seq)>,
+    stopped: StoppedPositions,
+    /// Groups this node stopped carrying to rejoin them (after it was
+    /// declared failed): their clients still want their stopped positions.
+    rejoin_groups: HashSet<GroupId>,
     /// Starts of a stream whose flush runs here, applied when it ends (the
     /// flush and the reopened stream would deliver the same frames).
     deferred_starts: HashMap<FlushKey, StreamStart>,
@@ -293,7 +300,10 @@ impl<T: Transport> Daemon<T> {
             links: Links::default(),
             pending_starts: HashMap::new(),
             kept: HashMap::new(),
-            stopped: HashMap::new(),
+            stopped: StoppedPositions::new(
+                MIN_STOPPED.max(2 * Limits::default().max_groups * (cfg.peers.len() + 1)),
+            ),
+            rejoin_groups: HashSet::new(),
             deferred_starts: HashMap::new(),
             flushes: Flushes::new(),
             next_unresponsive_check: 0,
@@ -934,6 +944,9 @@ impl<T: Transport> Daemon<T> {
                 }
             }
             self.event_to(&members, hdr, event.as_bytes());
+            if !members.is_empty() {
+                self.rejoin_groups.insert(g);
+            }
             self.retire(g)?;
         }
         for (_, p) in std::mem::take(&mut self.pending) {
@@ -1247,8 +1260,8 @@ impl<T: Transport> Daemon<T> {
                 }
             }
             None => {
-                if let Some(&(epoch, next)) = self.stopped.get(&(group, from)) {
-                    if epoch == start.epoch && start.seq.before(next) {
+                if let Some(next) = self.stopped.get(group, from, start.epoch) {
+                    if start.seq.before(next) {
                         // Delivered up to there before the stream closed.
                         start.seq = next;
                         self.counters.starts_moved_forward += 1;
@@ -1337,16 +1350,18 @@ impl<T: Transport> Daemon<T> {
         let Some(next) = next else {
             return;
         };
-        if self.stopped.len() >= MAX_STOPPED && !self.stopped.contains_key(&(group, sender)) {
-            // Bounded (4,096 pairs of group and sender, far beyond a
-            // cluster's): forgetting a position risks a repeat after a start
-            // behind it, such as a join point below what this node delivered
-            // before it left the group.
-            self.stopped.clear();
+        // A position matters only while clients of this node may receive
+        // the stream again: in a group it carries, or rejoins for them.
+        if self.rejoining.is_empty() && self.rejoin_queue.is_empty() {
+            self.rejoin_groups.clear();
         }
-        let e = self.stopped.entry((group, sender)).or_insert((epoch, next));
-        if e.0 != epoch || e.1.before(next) {
-            *e = (epoch, next);
+        let (local, rejoin) = (&self.local, &self.rejoin_groups);
+        let wanted = |g| local.contains_key(&g) || rejoin.contains(&g);
+        if let Room::Cleared(n) = self.stopped.note(group, sender, epoch, next, wanted) {
+            self.log.warn(
+                "too many stopped stream positions: forgot them all, a stream started behind one may repeat messages",
+                &[("positions", &n)],
+            );
         }
     }
 

@@ -11,6 +11,7 @@
 //!   between daemons and the local clients (docs/mcastd.md).
 //! - [`links`]: what travels on the daemons' unicast links.
 //! - [`log`]: structured `key=value` logs.
+//! - [`stopped`]: where closed receive streams stopped (no repeats).
 //! - [`stream`]: what `mcast send`/`recv` put in messages; `mcast`'s rendering.
 //!
 //! The daemon (`mcastd`) and the tool (`mcast`) binaries build on this library.
@@ -20,4 +21,5 @@ pub mod daemon;
 pub mod doctor;
 pub mod links;
 pub mod log;
+pub mod stopped;
 pub mod stream;
