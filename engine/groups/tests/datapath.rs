@@ -191,11 +191,14 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use common::{env_u64, fresh, panic_text, Faults, Rng, MS, N};
+use common::{
+    env_u64, fresh, panic_text, pick_fault, rejoined_service, Churn, ClientHost, Clients, Fault,
+    Faults, Rng, MS, N,
+};
 use mcast_groups::detector::PeerState;
 use mcast_groups::flush::{FlushKey, FlushMsg, Flushes, Outcome, Retained, StateTaken};
 use mcast_groups::liveness::{LiveEvent, Liveness};
-use mcast_groups::{GroupEvent, GroupId, GroupService, Limits, MemberId, NodeId, View};
+use mcast_groups::{GroupEvent, GroupId, GroupService, NodeId, View};
 use mcast_proto::any::{Algorithm, AnyReceiver, AnySender, ProtocolConfig};
 use mcast_proto::{
     stream_of, BufId, Dest, Endpoint, Event, Flags, Header, Instant, OutFrame, RangeList, RxBody,
@@ -385,12 +388,8 @@ struct Node {
     up: bool,
     /// Frozen (SIGSTOP): up but neither hears nor speaks.
     paused_until: u64,
-    /// Clients and the group they want to be in.
-    wants: BTreeMap<MemberId, &'static str>,
-    /// The clients that never leave (one per group).
-    permanent: BTreeSet<MemberId>,
-    /// Join requests in flight: request -> member.
-    joining: BTreeMap<u64, MemberId>,
+    /// Its clients; the permanent ones are one per group.
+    clients: Clients,
     incarnation: u32,
     publisher: bool,
     carried: BTreeMap<GroupId, Carried>,
@@ -465,10 +464,7 @@ struct Sim {
     links: BTreeMap<(NodeId, NodeId), Link>,
     /// Side of each node while partitioned (None: no partition).
     side: Option<Vec<bool>>,
-    next_member: MemberId,
-    next_req: u64,
-    /// Clients whose join failed, to try again.
-    retry: Vec<(NodeId, MemberId)>,
+    churn: Churn,
     /// No new client joins or leaves (before the check).
     quiet: bool,
     /// Frames on the segment: (arrival, number) -> frame.
@@ -546,9 +542,7 @@ impl Sim {
                     live,
                     up: true,
                     paused_until: 0,
-                    wants: BTreeMap::new(),
-                    permanent: BTreeSet::new(),
-                    joining: BTreeMap::new(),
+                    clients: Clients::default(),
                     incarnation: 1,
                     publisher: chosen[n as usize - 1],
                     carried: BTreeMap::new(),
@@ -570,9 +564,7 @@ impl Sim {
             nodes,
             links: BTreeMap::new(),
             side: None,
-            next_member: 1,
-            next_req: 1,
-            retry: Vec::new(),
+            churn: Churn::new(&GROUPS, 10, 500),
             quiet: false,
             wire: BTreeMap::new(),
             wire_count: 0,
@@ -642,11 +634,6 @@ impl Sim {
         &mut self.nodes[id as usize - 1]
     }
 
-    fn active(&self, id: NodeId) -> bool {
-        let n = &self.nodes[id as usize - 1];
-        n.up && self.now >= n.paused_until
-    }
-
     fn connected(&self, a: NodeId, b: NodeId) -> bool {
         self.side
             .as_ref()
@@ -656,15 +643,8 @@ impl Sim {
     /// The node's clients of every group (at start and after a restart).
     fn join_permanent(&mut self, id: NodeId) {
         for name in GROUPS {
-            let m = self.next_member;
-            self.next_member += 1;
-            let req = self.next_req;
-            self.next_req += 1;
-            let node = self.n(id);
-            node.wants.insert(m, name);
-            node.permanent.insert(m);
-            node.joining.insert(req, m);
-            node.svc.join(req, m, name);
+            let (m, _) = self.join_new(id, name);
+            self.n(id).clients.permanent.insert(m);
         }
         self.pump(id);
     }
@@ -677,7 +657,7 @@ impl Sim {
         if faults {
             self.fault();
         }
-        self.clients(!self.quiet);
+        self.clients_step(!self.quiet);
         for k in 1..=MS / SUB {
             let t = start + k * SUB;
             if k == 1 {
@@ -1759,139 +1739,37 @@ impl Sim {
         let now = self.now;
         self.born.insert((id, inc), now);
         let node = self.n(id);
-        let registry = node.svc.registry_epoch();
-        let mut svc = GroupService::new(id, 1, Limits::default());
-        svc.set_cluster(&common::cluster());
-        svc.adopt_registry(registry.0, registry.1);
-        svc.confirm_registry();
-        node.svc = svc;
-        node.joining.clear();
+        node.svc = rejoined_service(id, node.svc.registry_epoch());
         for c in node.drop_data() {
             self.release(c);
         }
-        let wants: Vec<(MemberId, &str)> = self.n(id).wants.iter().map(|(&m, &g)| (m, g)).collect();
-        for (m, g) in wants {
-            let req = self.next_req;
-            self.next_req += 1;
-            let node = self.n(id);
-            node.joining.insert(req, m);
-            node.svc.join(req, m, g);
-        }
+        self.join_all_again(id);
         for peer in 1..=N {
             self.links.remove(&(id, peer));
         }
     }
 
-    /// Moves what a service wants sent onto the links; handles its events.
-    fn pump(&mut self, id: NodeId) {
-        while let Some((to, bytes)) = self.n(id).svc.poll_send() {
-            let delay = (1 + self.rng.below(3)) * MS;
-            let q = self.links.entry((id, to)).or_default();
-            let at = q.back().map_or(0, |b| b.0).max(self.now + delay);
-            q.push_back((at, LinkMsg::Group(bytes)));
-        }
-        while let Some(e) = self.n(id).svc.poll_event() {
-            match e {
-                GroupEvent::Joined { req, .. } => {
-                    self.n(id).joining.remove(&req);
-                }
-                GroupEvent::Failed { req, .. } => {
-                    // The application is told and tries again.
-                    let node = self.n(id);
-                    if let Some(m) = node.joining.remove(&req) {
-                        if node.wants.contains_key(&m) {
-                            self.retry.push((id, m));
-                        }
-                    }
-                }
-                GroupEvent::ViewChanged { group, view } => self.view_changed(id, group, view),
-                _ => {}
-            }
-        }
-    }
-
-    /// Retries failed joins and, if `new`, starts random joins and leaves
-    /// of short-lived clients.
-    fn clients(&mut self, new: bool) {
-        for (id, m) in std::mem::take(&mut self.retry) {
-            if !self.active(id) {
-                self.retry.push((id, m));
-                continue;
-            }
-            let Some(&g) = self.n(id).wants.get(&m) else {
-                continue;
-            };
-            let req = self.next_req;
-            self.next_req += 1;
-            let node = self.n(id);
-            node.joining.insert(req, m);
-            node.svc.join(req, m, g);
-            self.pump(id);
-        }
-        if !new || !self.rng.chance(10) {
-            return;
-        }
-        let id = 1 + self.rng.below(u64::from(N)) as NodeId;
-        if !self.active(id) {
-            return;
-        }
-        let node = self.n(id);
-        let extra: Vec<MemberId> = node
-            .wants
-            .keys()
-            .copied()
-            .filter(|m| !node.permanent.contains(m))
-            .collect();
-        if self.rng.chance(500) && !extra.is_empty() {
-            let m = extra[self.rng.below(extra.len() as u64) as usize];
-            let node = self.n(id);
-            node.wants.remove(&m);
-            node.joining.retain(|_, j| *j != m); // its requests get no answer
-            node.svc.member_gone(m);
-        } else {
-            let g = GROUPS[self.rng.below(GROUPS.len() as u64) as usize];
-            let m = self.next_member;
-            self.next_member += 1;
-            let req = self.next_req;
-            self.next_req += 1;
-            let node = self.n(id);
-            node.wants.insert(m, g);
-            node.joining.insert(req, m);
-            node.svc.join(req, m, g);
-        }
-        self.pump(id);
-    }
-
     fn fault(&mut self) {
-        let r = self.rng.below(1000);
-        let id = 1 + self.rng.below(u64::from(N)) as NodeId;
-        let up = self.nodes.iter().filter(|n| n.up).count();
-        match r {
-            // Crash: at most two down at once.
-            0..=2 if self.faults.crashes && self.n(id).up && up > 3 => self.crash(id),
-            // Restart a crashed node: a fresh daemon, a new incarnation.
-            3..=6 if !self.n(id).up => self.restart(id),
-            // Pause (SIGSTOP) for 50..800 ms.
-            7..=8 if self.faults.pauses && self.active(id) => {
-                let d = (50 + self.rng.below(750)) * MS;
-                let now = self.now;
+        let nodes = &self.nodes;
+        let now = self.now;
+        let up = |id: NodeId| nodes[id as usize - 1].up;
+        let active = |id: NodeId| up(id) && now >= nodes[id as usize - 1].paused_until;
+        let fault = pick_fault(&mut self.rng, self.faults, up, active, self.side.is_some());
+        match fault {
+            Some(Fault::Crash(id)) => self.crash(id),
+            Some(Fault::Restart(id)) => self.restart(id),
+            Some(Fault::Pause(id, d)) => {
                 self.n(id).paused_until = now + d;
                 self.disturbed.push((now, now + d));
                 self.trace(|| format!("node {id}: PAUSED for {} ms", d / MS));
             }
-            // Partition one or two nodes off, or heal.
-            9 if self.faults.partitions && self.side.is_none() => {
-                let mut side = vec![false; N as usize];
-                side[id as usize - 1] = true;
-                if self.rng.chance(500) {
-                    side[self.rng.below(u64::from(N)) as usize] = true;
-                }
+            Some(Fault::Partition(side)) => {
                 self.trace(|| format!("PARTITION: {side:?} (nodes 1..)"));
                 self.side = Some(side);
-                self.partition_since = self.now;
+                self.partition_since = now;
             }
-            10..=12 if self.side.is_some() => self.heal(),
-            _ => {}
+            Some(Fault::Heal) => self.heal(),
+            None => {}
         }
     }
 
@@ -1909,9 +1787,7 @@ impl Sim {
         self.crashes.push((id, now));
         let node = self.n(id);
         node.up = false;
-        node.wants.clear();
-        node.permanent.clear();
-        node.joining.clear();
+        node.clients.clear();
         for c in node.drop_data() {
             self.release(c);
         }
@@ -2236,6 +2112,41 @@ impl Sim {
 }
 
 /// The machine `which` of node `id` in group `g`.
+impl ClientHost for Sim {
+    fn churn(&mut self) -> &mut Churn {
+        &mut self.churn
+    }
+
+    fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+
+    fn active(&self, id: NodeId) -> bool {
+        let n = &self.nodes[id as usize - 1];
+        n.up && self.now >= n.paused_until
+    }
+
+    fn node_clients(&mut self, id: NodeId) -> (&mut Clients, &mut GroupService) {
+        let n = &mut self.nodes[id as usize - 1];
+        (&mut n.clients, &mut n.svc)
+    }
+
+    fn pump(&mut self, id: NodeId) {
+        while let Some((to, bytes)) = self.n(id).svc.poll_send() {
+            let delay = (1 + self.rng.below(3)) * MS;
+            let q = self.links.entry((id, to)).or_default();
+            let at = q.back().map_or(0, |b| b.0).max(self.now + delay);
+            q.push_back((at, LinkMsg::Group(bytes)));
+        }
+        while let Some(e) = self.n(id).svc.poll_event() {
+            match e {
+                GroupEvent::ViewChanged { group, view } => self.view_changed(id, group, view),
+                e => self.join_answered(id, &e),
+            }
+        }
+    }
+}
+
 fn endpoint(nodes: &mut [Node], id: NodeId, g: GroupId, which: Which) -> Option<&mut dyn Endpoint> {
     let c = nodes[id as usize - 1].carried.get_mut(&g)?;
     match which {

@@ -12,9 +12,12 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use common::{cluster, fresh, Faults, Rng, MS, N};
+use common::{
+    env_u64, fresh, panic_text, pick_fault, rejoined_service, Churn, ClientHost, Clients, Fault,
+    Faults, Rng, MS, N,
+};
 use mcast_groups::liveness::{LiveEvent, Liveness};
-use mcast_groups::{GroupEvent, GroupService, Limits, MemberId, NodeId};
+use mcast_groups::{GroupService, MemberId, NodeId};
 
 const NAMES: [&str; 3] = ["red", "green", "blue"];
 
@@ -24,10 +27,7 @@ struct Node {
     up: bool,
     /// Frozen (SIGSTOP): up but neither hears nor speaks.
     paused_until: u64,
-    /// Clients and the group they want to be in.
-    wants: BTreeMap<MemberId, &'static str>,
-    /// Join requests in flight: request -> member.
-    joining: BTreeMap<u64, MemberId>,
+    clients: Clients,
     incarnation: u32,
 }
 
@@ -43,10 +43,7 @@ struct Sim {
     links: BTreeMap<(NodeId, NodeId), Link>,
     /// Side of each node while partitioned (None: no partition).
     side: Option<Vec<bool>>,
-    next_member: MemberId,
-    next_req: u64,
-    /// Clients whose join failed, to try again.
-    retry: Vec<(NodeId, MemberId)>,
+    churn: Churn,
     /// No new client joins or leaves (before the check).
     quiet: bool,
 }
@@ -61,8 +58,7 @@ impl Sim {
                     live,
                     up: true,
                     paused_until: 0,
-                    wants: BTreeMap::new(),
-                    joining: BTreeMap::new(),
+                    clients: Clients::default(),
                     incarnation: 1,
                 }
             })
@@ -74,20 +70,13 @@ impl Sim {
             nodes,
             links: BTreeMap::new(),
             side: None,
-            next_member: 1,
-            next_req: 1,
-            retry: Vec::new(),
+            churn: Churn::new(&NAMES, 20, 300),
             quiet: false,
         }
     }
 
     fn n(&mut self, id: NodeId) -> &mut Node {
         &mut self.nodes[id as usize - 1]
-    }
-
-    fn active(&self, id: NodeId) -> bool {
-        let n = &self.nodes[id as usize - 1];
-        n.up && self.now >= n.paused_until
     }
 
     fn connected(&self, a: NodeId, b: NodeId) -> bool {
@@ -106,7 +95,7 @@ impl Sim {
         if faults {
             self.fault();
         }
-        self.clients(!self.quiet);
+        self.clients_step(!self.quiet);
         // Deliver link messages that are due (held while partitioned: the
         // reliable links retransmit until the partition heals).
         let keys: Vec<(NodeId, NodeId)> = self.links.keys().copied().collect();
@@ -180,137 +169,34 @@ impl Sim {
 
     /// As mcastd does when told it was declared failed.
     fn rejoin(&mut self, id: NodeId) {
-        let now = self.now;
         let node = self.n(id);
         node.live.rejoined();
         node.incarnation = node.live.incarnation();
-        let registry = node.svc.registry_epoch();
-        let mut svc = GroupService::new(id, 1, Limits::default());
-        svc.set_cluster(&cluster());
-        svc.adopt_registry(registry.0, registry.1);
-        svc.confirm_registry();
-        node.svc = svc;
-        node.joining.clear();
-        let wants: Vec<(MemberId, &str)> = node.wants.iter().map(|(&m, &g)| (m, g)).collect();
-        for (m, g) in wants {
-            let req = self.next_req;
-            self.next_req += 1;
-            let node = self.n(id);
-            node.joining.insert(req, m);
-            node.svc.join(req, m, g);
-        }
-        let _ = now;
+        node.svc = rejoined_service(id, node.svc.registry_epoch());
+        self.join_all_again(id);
         for peer in 1..=N {
             self.links.remove(&(id, peer));
         }
     }
 
-    /// Moves what a service wants sent onto the links; handles its events.
-    fn pump(&mut self, id: NodeId) {
-        while let Some((to, bytes)) = self.n(id).svc.poll_send() {
-            let delay = (1 + self.rng.below(3)) * MS;
-            let q = self.links.entry((id, to)).or_default();
-            let at = q.back().map_or(0, |b| b.0).max(self.now + delay);
-            q.push_back((at, bytes));
-        }
-        while let Some(e) = self.n(id).svc.poll_event() {
-            let node = self.n(id);
-            match e {
-                GroupEvent::Joined { req, .. } => {
-                    node.joining.remove(&req);
-                }
-                GroupEvent::Failed { req, .. } => {
-                    // The application is told and tries again.
-                    if let Some(m) = node.joining.remove(&req) {
-                        if node.wants.contains_key(&m) {
-                            self.retry.push((id, m));
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// Retries failed joins and, if `new`, starts random joins and leaves.
-    fn clients(&mut self, new: bool) {
-        for (id, m) in std::mem::take(&mut self.retry) {
-            if !self.active(id) {
-                self.retry.push((id, m));
-                continue;
-            }
-            let Some(&g) = self.n(id).wants.get(&m) else {
-                continue;
-            };
-            let req = self.next_req;
-            self.next_req += 1;
-            let node = self.n(id);
-            node.joining.insert(req, m);
-            node.svc.join(req, m, g);
-            self.pump(id);
-        }
-        if !new || !self.rng.chance(20) {
-            return;
-        }
-        let id = 1 + self.rng.below(u64::from(N)) as NodeId;
-        if !self.active(id) {
-            return;
-        }
-        let leave = self.rng.chance(300);
-        let node_wants: Vec<(MemberId, &'static str)> =
-            self.n(id).wants.iter().map(|(&m, &g)| (m, g)).collect();
-        if leave && !node_wants.is_empty() {
-            let (m, _) = node_wants[self.rng.below(node_wants.len() as u64) as usize];
-            let node = self.n(id);
-            node.wants.remove(&m);
-            node.joining.retain(|_, j| *j != m); // its requests get no answer
-            node.svc.member_gone(m);
-        } else {
-            let g = NAMES[self.rng.below(NAMES.len() as u64) as usize];
-            let m = self.next_member;
-            self.next_member += 1;
-            let req = self.next_req;
-            self.next_req += 1;
-            let node = self.n(id);
-            node.wants.insert(m, g);
-            node.joining.insert(req, m);
-            node.svc.join(req, m, g);
-        }
-        self.pump(id);
-    }
-
     fn fault(&mut self) {
-        let r = self.rng.below(1000);
-        let id = 1 + self.rng.below(u64::from(N)) as NodeId;
-        let up = self.nodes.iter().filter(|n| n.up).count();
-        match r {
-            // Crash: at most two down at once.
-            0..=2 if self.faults.crashes && self.n(id).up && up > 3 => {
+        let nodes = &self.nodes;
+        let now = self.now;
+        let up = |id: NodeId| nodes[id as usize - 1].up;
+        let active = |id: NodeId| up(id) && now >= nodes[id as usize - 1].paused_until;
+        let fault = pick_fault(&mut self.rng, self.faults, up, active, self.side.is_some());
+        match fault {
+            Some(Fault::Crash(id)) => {
                 let node = self.n(id);
                 node.up = false;
-                node.wants.clear();
-                node.joining.clear();
+                node.clients.clear();
                 self.links.retain(|&(a, b), _| a != id && b != id);
             }
-            // Restart a crashed node: a fresh daemon, a new incarnation.
-            3..=6 if !self.n(id).up => self.restart(id),
-            // Pause (SIGSTOP) for 50..800 ms.
-            7..=8 if self.faults.pauses && self.active(id) => {
-                let d = (50 + self.rng.below(750)) * MS;
-                let now = self.now;
-                self.n(id).paused_until = now + d;
-            }
-            // Partition one or two nodes off, or heal.
-            9 if self.faults.partitions && self.side.is_none() => {
-                let mut side = vec![false; N as usize];
-                side[id as usize - 1] = true;
-                if self.rng.chance(500) {
-                    side[self.rng.below(u64::from(N)) as usize] = true;
-                }
-                self.side = Some(side);
-            }
-            10..=12 if self.side.is_some() => self.side = None,
-            _ => {}
+            Some(Fault::Restart(id)) => self.restart(id),
+            Some(Fault::Pause(id, d)) => self.n(id).paused_until = now + d,
+            Some(Fault::Partition(side)) => self.side = Some(side),
+            Some(Fault::Heal) => self.side = None,
+            None => {}
         }
     }
 
@@ -359,7 +245,8 @@ impl Sim {
                 .iter()
                 .enumerate()
                 .flat_map(|(i, n)| {
-                    n.wants
+                    n.clients
+                        .wants
                         .iter()
                         .filter(move |(_, &g)| g == name)
                         .map(move |(&m, _)| (i as NodeId + 1, m))
@@ -412,7 +299,8 @@ impl Sim {
                 // A member whose join is still in flight may be in or out.
                 let settled = |&(n, m): &(NodeId, MemberId)| {
                     let node = &self.nodes[n as usize - 1];
-                    !node.joining.values().any(|&j| j == m) && !self.retry.contains(&(n, m))
+                    !node.clients.joining.values().any(|&j| j == m)
+                        && !self.churn.retry.contains(&(n, m))
                 };
                 let mut want: Vec<(NodeId, MemberId)> =
                     members.iter().copied().filter(settled).collect();
@@ -465,18 +353,11 @@ impl Sim {
             }
         }
         // Progress: a new join anywhere completes within 100 ms.
-        let req = self.next_req;
-        self.next_req += 1;
-        let m = self.next_member;
-        self.next_member += 1;
-        let node = self.n(3);
-        node.wants.insert(m, "red");
-        node.joining.insert(req, m);
-        node.svc.join(req, m, "red");
+        let (_, req) = self.join_new(3, "red");
         self.pump(3);
         for _ in 0..100 {
             self.step(false);
-            if !self.n(3).joining.contains_key(&req) {
+            if !self.n(3).clients.joining.contains_key(&req) {
                 return;
             }
         }
@@ -485,6 +366,38 @@ impl Sim {
 }
 
 /// One seed's faults, then healing: the state the checker looks at.
+impl ClientHost for Sim {
+    fn churn(&mut self) -> &mut Churn {
+        &mut self.churn
+    }
+
+    fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+
+    fn active(&self, id: NodeId) -> bool {
+        let n = &self.nodes[id as usize - 1];
+        n.up && self.now >= n.paused_until
+    }
+
+    fn node_clients(&mut self, id: NodeId) -> (&mut Clients, &mut GroupService) {
+        let n = &mut self.nodes[id as usize - 1];
+        (&mut n.clients, &mut n.svc)
+    }
+
+    fn pump(&mut self, id: NodeId) {
+        while let Some((to, bytes)) = self.n(id).svc.poll_send() {
+            let delay = (1 + self.rng.below(3)) * MS;
+            let q = self.links.entry((id, to)).or_default();
+            let at = q.back().map_or(0, |b| b.0).max(self.now + delay);
+            q.push_back((at, bytes));
+        }
+        while let Some(e) = self.n(id).svc.poll_event() {
+            self.join_answered(id, &e);
+        }
+    }
+}
+
 fn play(seed: u64, faults: Faults) -> Sim {
     let mut sim = Sim::new(seed, faults);
     // Everyone hears everyone first (a cluster that came up).
@@ -500,28 +413,17 @@ fn play(seed: u64, faults: Faults) -> Sim {
 }
 
 fn run(faults: Faults, default_seeds: u64) {
-    let seeds: u64 = std::env::var("MCAST_FAILURE_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default_seeds);
+    let seeds = env_u64("MCAST_FAILURE_SEEDS", default_seeds);
     // Every seed runs; the failures are listed together.
     let mut failed = Vec::new();
-    let first: u64 = std::env::var("MCAST_FAILURE_FIRST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    let first = env_u64("MCAST_FAILURE_FIRST_SEED", 0);
     for seed in first..first + seeds {
         if std::env::var("MCAST_FAILURE_TRACE").is_ok() {
             eprintln!("seed {seed}");
         }
         let outcome = std::panic::catch_unwind(|| play(seed, faults).check(seed));
         if let Err(e) = outcome {
-            let why = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            failed.push(why);
+            failed.push(panic_text(&*e));
         }
     }
     assert!(
@@ -614,7 +516,10 @@ fn debug_end_state() {
         if let Ok(d) = std::env::var("MCAST_FAILURE_DUMP") {
             if d.parse::<NodeId>().ok() == Some(n) {
                 let node = &sim.nodes[n as usize - 1];
-                println!("wants {:?} joining {:?}", node.wants, node.joining);
+                println!(
+                    "wants {:?} joining {:?}",
+                    node.clients.wants, node.clients.joining
+                );
                 println!("{svc:#?}");
             }
         }
