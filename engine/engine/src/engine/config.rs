@@ -1,0 +1,151 @@
+//! The engine's configuration: [`EngineConfig`] (fixed at construction),
+//! [`GroupOptions`] (how one group is carried) and [`StreamStart`] (where a
+//! stream starts).
+//!
+//! Owns: these plain settings types and their defaults. May not touch: the
+//! engine's state; nothing here runs on the per-frame path.
+
+use std::time::Duration;
+
+use mcast_proto::any::{Algorithm, ProtocolConfig};
+use mcast_proto::{GroupId, NodeId, Seq};
+use mcast_wire::{MacAddr, ETHERTYPE_DEFAULT};
+
+#[cfg(doc)]
+use super::Engine;
+
+/// Configuration of one engine. Sizes are fixed at construction.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// This node.
+    pub node: NodeId,
+    /// The group [`Engine::new`] opens with the settings below (0: none; the
+    /// caller adds groups with [`Engine::add_group`]).
+    pub group: GroupId,
+    pub ethertype: u16,
+    /// The interface MTU; fragments carry at most `max_payload_for_mtu(mtu)` bytes.
+    pub mtu: usize,
+    pub algorithm: Algorithm,
+    pub protocol: ProtocolConfig,
+    /// The window of every stream (sender buffer and receiver reorder buffer).
+    pub window_frames: u32,
+    pub epoch: u32,
+    pub initial_seq: Seq,
+    pub seed: u64,
+    /// Known peers' MACs (unicast destinations). Others are learnt from the
+    /// frames they send.
+    pub peers: Vec<(NodeId, MacAddr)>,
+    /// TX batch size (frames per transmit call, >= 32).
+    pub batch: usize,
+    /// Busy-poll this long without work before sleeping.
+    pub spin: Duration,
+    /// Never sleep longer than this (wakes to re-check the send queue).
+    pub max_sleep: Duration,
+    /// Wake this long before a protocol deadline and busy-poll to it, so that
+    /// timers (a NAK's wait is tens of microseconds) fire on time rather than
+    /// a scheduler's wake-up late. Zero sleeps to the deadline itself.
+    pub deadline_spin: Duration,
+    /// Give the CPU up between busy-poll rounds that find no work
+    /// (`sched_yield`) instead of spinning on it, once `spin_yield_after`
+    /// has passed without work. Free when no other thread wants the CPU (the
+    /// call returns at once); where polling threads outnumber CPUs it lets a
+    /// thread woken by a frame run now rather than when the spinner's
+    /// scheduler slice ends: four engines busy-polling on two vCPUs had a
+    /// one-way p50 of 3.2 ms without it and 15 µs with it, and MAK's
+    /// throughput there rose by about a fifth (docs/benchmarks.md). Turn it
+    /// off only for a thread alone on an isolated CPU.
+    pub spin_yield: bool,
+    /// How long an idle busy-poll keeps the CPU before it starts yielding
+    /// (with `spin_yield`). Zero, the default, yields from the first empty
+    /// round: best for throughput where threads outnumber CPUs, since a
+    /// receiver between two frames lets the sender run. 10 µs keeps the CPU
+    /// across the short gaps of a stream: in alternating runs on two vCPUs it
+    /// put MAK's p99 at 10,000 msg/s and 1 % loss lower (1,085 µs against
+    /// 1,265 µs for never yielding, about 1.7 ms for yielding at once; the
+    /// host's own swing is as large) but cost MAK a tenth of its throughput.
+    pub spin_yield_after: Duration,
+    /// Pin the thread that creates the engine to this CPU.
+    pub cpu: Option<usize>,
+    /// Largest message accepted and reassembled.
+    pub max_message: usize,
+    /// Fragments queued ahead of the send window at most (back-pressure).
+    pub max_queued_frames: usize,
+    /// Groups open at once at most.
+    pub max_groups: usize,
+}
+
+impl EngineConfig {
+    /// Defaults for `node` in `group` running `algorithm`.
+    pub fn new(node: NodeId, group: GroupId, algorithm: Algorithm) -> EngineConfig {
+        EngineConfig {
+            node,
+            group,
+            ethertype: ETHERTYPE_DEFAULT,
+            mtu: 1500,
+            algorithm,
+            protocol: ProtocolConfig::default(),
+            window_frames: 512,
+            epoch: 1,
+            initial_seq: Seq(0),
+            seed: 1,
+            peers: Vec::new(),
+            batch: 64,
+            spin: Duration::from_micros(20),
+            max_sleep: Duration::from_millis(1),
+            deadline_spin: Duration::from_micros(50),
+            spin_yield: true,
+            spin_yield_after: Duration::ZERO,
+            cpu: None,
+            max_message: 1 << 20,
+            max_queued_frames: 256,
+            max_groups: 256,
+        }
+    }
+
+    /// Where the configuration group's streams start.
+    pub fn start(&self) -> StreamStart {
+        StreamStart {
+            epoch: self.epoch,
+            seq: self.initial_seq,
+        }
+    }
+
+    /// The settings of the configuration's own group.
+    pub fn group_options(&self) -> GroupOptions {
+        GroupOptions {
+            algorithm: self.algorithm,
+            protocol: self.protocol,
+            window_frames: self.window_frames,
+            subscribe: true,
+            accept_any_sender: false,
+            max_queued_frames: self.max_queued_frames,
+        }
+    }
+}
+
+/// How one group is carried.
+#[derive(Debug, Clone)]
+pub struct GroupOptions {
+    pub algorithm: Algorithm,
+    pub protocol: ProtocolConfig,
+    /// The window of every stream of the group.
+    pub window_frames: u32,
+    /// Receive frames sent to the group's MAC (false for unicast-only groups).
+    pub subscribe: bool,
+    /// Open a receive stream, from sequence 0, for any node whose data frame
+    /// arrives, and start it afresh when that node's frames show a newer
+    /// epoch (a restarted peer). For the daemons' unicast links, where the
+    /// sender always starts at 0. Otherwise receive streams are opened only by
+    /// [`Engine::open_receiver_in`].
+    pub accept_any_sender: bool,
+    /// Fragments queued ahead of the group's send window at most.
+    pub max_queued_frames: usize,
+}
+
+/// Where a send stream starts: its session epoch and first sequence number
+/// (or, for a receiver added later, the first one it is owed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamStart {
+    pub epoch: u32,
+    pub seq: Seq,
+}

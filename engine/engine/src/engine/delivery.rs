@@ -1,0 +1,170 @@
+//! Delivery of received fragments: in place to the caller's [`Deliver`]
+//! sink ([`Engine::poll_deliver`]), or reassembled into a [`Message`] queued
+//! for [`Engine::recv_message`]. The one copy of a received payload is made
+//! here (the sink's, or into the message).
+//!
+//! Owns: the delivery types and the drain of the machines' events (a
+//! delivery frees its frame, a release goes to the frame accounting). May
+//! not touch: how frames arrive or leave (the receive path and the TX
+//! batches), or a frame's place except to free a delivered one.
+
+use std::time::Duration;
+
+use mcast_proto::{Endpoint, Event, GroupId, NodeId, Seq};
+use mcast_wire::{Flags, FRAME_OVERHEAD};
+
+use super::frames::{release_from_machine, Place};
+use super::{nanos, Engine};
+use crate::sys;
+use crate::transport::Transport;
+use crate::EngineError;
+
+/// One received fragment, in place in its frame, handed to a [`Deliver`] sink
+/// in stream order. A message is the fragments from one with `first` to the
+/// next with `last` (both on a message of one frame).
+#[derive(Debug, Clone, Copy)]
+pub struct Fragment<'a> {
+    pub group: GroupId,
+    /// The sending node.
+    pub stream: NodeId,
+    /// The frame's sequence number in that node's stream.
+    pub seq: Seq,
+    pub first: bool,
+    pub last: bool,
+    pub data: &'a [u8],
+}
+
+/// Takes received fragments as the engine delivers them (see [`Engine::poll_deliver`]).
+pub trait Deliver {
+    fn deliver(&mut self, fragment: Fragment<'_>);
+}
+
+impl<F: FnMut(Fragment<'_>)> Deliver for F {
+    fn deliver(&mut self, fragment: Fragment<'_>) {
+        self(fragment)
+    }
+}
+
+/// A whole message received on a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub group: GroupId,
+    /// The sending node.
+    pub stream: NodeId,
+    pub data: Vec<u8>,
+}
+
+impl<T: Transport> Engine<T> {
+    /// The next whole message received, if any.
+    pub fn recv_message(&mut self) -> Option<Message> {
+        self.messages.pop_front()
+    }
+
+    /// Runs the engine until a message arrives or `timeout` passes.
+    pub fn recv_message_blocking(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<Message>, EngineError> {
+        let deadline = sys::monotonic_ns() + nanos(timeout);
+        loop {
+            if let Some(m) = self.messages.pop_front() {
+                return Ok(Some(m));
+            }
+            if sys::monotonic_ns() >= deadline {
+                return Ok(None);
+            }
+            self.run_once()?;
+        }
+    }
+
+    /// Messages received and not yet taken.
+    pub fn pending_messages(&self) -> usize {
+        self.messages.len()
+    }
+
+    #[inline]
+    pub(super) fn drain_events<'s>(
+        &mut self,
+        mut sink: Option<&mut (dyn Deliver + 's)>,
+    ) -> Result<(), EngineError> {
+        for g in &mut self.groups {
+            if let Some(s) = g.sender.as_mut() {
+                while let Some(ev) = s.machine.poll_event() {
+                    match ev {
+                        Event::Release(b) => release_from_machine(
+                            &mut self.frames.place,
+                            &mut self.transport,
+                            &mut self.deferred,
+                            b,
+                        )?,
+                        Event::Deliver { buf, .. } => {
+                            return Err(EngineError::Accounting(format!(
+                                "a send machine delivered frame {}",
+                                buf.0
+                            )))
+                        }
+                    }
+                }
+            }
+            for r in &mut g.receivers {
+                while let Some(ev) = r.machine.poll_event() {
+                    match ev {
+                        Event::Release(b) => release_from_machine(
+                            &mut self.frames.place,
+                            &mut self.transport,
+                            &mut self.deferred,
+                            b,
+                        )?,
+                        Event::Deliver {
+                            stream,
+                            seq,
+                            buf,
+                            len,
+                            flags,
+                        } => {
+                            let f = buf.0;
+                            if self.frames.place[f as usize] != Place::Machine {
+                                return Err(EngineError::Accounting(format!(
+                                    "delivered frame {f} is in {:?}",
+                                    self.frames.place[f as usize]
+                                )));
+                            }
+                            let start = self.frames.rx_offset[f as usize] as usize + FRAME_OVERHEAD;
+                            let payload = &self.transport.frame(f)[start..start + usize::from(len)];
+                            match sink.as_deref_mut() {
+                                // The one copy of a received payload is the sink's.
+                                Some(sink) => sink.deliver(Fragment {
+                                    group: g.id,
+                                    stream,
+                                    seq,
+                                    first: flags.contains(Flags::FRAG_FIRST),
+                                    last: flags.contains(Flags::FRAG_LAST),
+                                    data: payload,
+                                }),
+                                // Or into the message.
+                                None => match r.reassembler.push_owned(flags, payload) {
+                                    Ok(Some(data)) => {
+                                        self.messages.push_back(Message {
+                                            group: g.id,
+                                            stream,
+                                            data,
+                                        });
+                                        self.counters.messages_delivered += 1;
+                                    }
+                                    Ok(None) => {}
+                                    Err(_) => self.counters.reassembly_errors += 1,
+                                },
+                            }
+                            if sink.is_some() && flags.contains(Flags::FRAG_LAST) {
+                                self.counters.messages_delivered += 1;
+                            }
+                            self.frames.place[f as usize] = Place::Transport;
+                            self.transport.release(f);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

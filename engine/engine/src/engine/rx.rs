@@ -1,0 +1,123 @@
+//! The receive path: one received frame, checked (`Frame::new_checked`; a
+//! checksum failure counts as a loss), routed by (group, [`stream_of`]) to
+//! its send or receive machine, or taken as a beat.
+//!
+//! Owns: the per-frame receive decisions and the peers the frames teach.
+//! May not touch: the TX batches; it opens receive streams only through the
+//! stream table (`accept_any_sender`).
+
+use mcast_proto::{stream_of, BufId, Endpoint, Instant, RxBody};
+use mcast_wire::{Frame, Kind, RangeList, WireError, FRAME_OVERHEAD};
+
+use super::beats::{MAX_BEAT, MAX_BEATS};
+use super::frames::Place;
+use super::Engine;
+use crate::transport::{RxDesc, Transport};
+use crate::EngineError;
+
+impl<T: Transport> Engine<T> {
+    #[inline]
+    pub(super) fn handle_rx(&mut self, now: Instant, d: RxDesc) -> Result<(), EngineError> {
+        let f = d.frame;
+        if self.frames.place[f as usize] != Place::Transport {
+            return Err(EngineError::Accounting(format!(
+                "received frame {f} that the engine has in {:?}",
+                self.frames.place[f as usize]
+            )));
+        }
+        self.frames.place[f as usize] = Place::Rx;
+        self.counters.rx_frames += 1;
+        let start = d.offset as usize;
+        let bytes = &self.transport.frame(f)[start..start + d.len as usize];
+        let parsed = Frame::new_checked(bytes, self.cfg.ethertype).and_then(|fr| {
+            let h = fr.header()?;
+            let nak = if h.kind == Kind::Nak {
+                Some(RangeList::parse(fr.payload())?)
+            } else {
+                None
+            };
+            Ok((h, nak, fr.src_mac()))
+        });
+        let (header, nak, src_mac) = match parsed {
+            Ok(p) => p,
+            Err(WireError::BadChecksum { .. }) => {
+                self.counters.rx_checksum_failures += 1;
+                self.free(f);
+                return Ok(());
+            }
+            Err(_) => {
+                self.counters.rx_malformed += 1;
+                self.free(f);
+                return Ok(());
+            }
+        };
+        if header.kind == Kind::Beat {
+            self.counters.rx_beats += 1;
+            if header.src != 0 && !src_mac.is_multicast() {
+                self.peers.entry(header.src).or_insert(src_mac);
+            }
+            if self.beats.len() >= MAX_BEATS {
+                self.beats.pop_front();
+                self.counters.rx_beats_dropped += 1;
+            }
+            let start = d.offset as usize + FRAME_OVERHEAD;
+            let n = usize::from(header.payload_len).min(MAX_BEAT);
+            let payload = self.transport.frame(f)[start..start + n].to_vec();
+            self.beats.push_back((header.src, payload));
+            self.free(f);
+            return Ok(());
+        }
+        let Some(gi) = self.group_index(header.group) else {
+            self.counters.rx_other_group += 1;
+            self.free(f);
+            return Ok(());
+        };
+        if header.src != 0 && !src_mac.is_multicast() {
+            self.peers.entry(header.src).or_insert(src_mac);
+        }
+        let stream = stream_of(&header);
+        let data = header.kind.carries_data();
+        if data && self.groups[gi].paused {
+            self.counters.rx_paused += 1;
+            self.free(f);
+            return Ok(());
+        }
+        if data && stream != self.cfg.node && self.groups[gi].opts.accept_any_sender {
+            self.accept_sender(gi, stream, header.epoch)?;
+        }
+        let g = &mut self.groups[gi];
+        let machine: &mut dyn Endpoint = if stream == self.cfg.node {
+            match g.sender.as_mut() {
+                Some(s) => &mut s.machine,
+                None => {
+                    self.counters.rx_unrouted += 1;
+                    self.free(f);
+                    return Ok(());
+                }
+            }
+        } else {
+            match g.receivers.iter_mut().find(|r| r.sender == stream) {
+                Some(r) => &mut r.machine,
+                None => {
+                    self.counters.rx_unrouted += 1;
+                    self.free(f);
+                    return Ok(());
+                }
+            }
+        };
+        if data {
+            // The frame now belongs to the machine, which returns it exactly
+            // once as Deliver or Release.
+            self.frames.place[f as usize] = Place::Machine;
+            self.frames.rx_offset[f as usize] = d.offset;
+            machine.handle_frame(now, &header, RxBody::Data(BufId(f)));
+        } else {
+            match &nak {
+                Some(list) => machine.handle_frame(now, &header, RxBody::Nak(list)),
+                None => machine.handle_frame(now, &header, RxBody::None),
+            }
+            self.free(f);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,125 @@
+//! What the engine counts: its own [`EngineCounters`], and the snapshot
+//! [`Engine::stats`] takes of them with every machine's and the transport's.
+//!
+//! Owns: the counter and statistics types and the snapshot. May not touch:
+//! any state (the snapshot reads only); the counters themselves are bumped
+//! where the events happen.
+
+use mcast_proto::any::Algorithm;
+use mcast_proto::{Counters, Endpoint, GroupId, NodeId};
+use mcast_xsk::{SocketStats, SteeringCounters};
+
+use super::Engine;
+use crate::transport::{Transport, TransportCounts, TransportInfo};
+
+/// The engine's own counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineCounters {
+    pub rx_frames: u64,
+    /// Frames whose CRC32C did not match: dropped, handled as lost.
+    pub rx_checksum_failures: u64,
+    /// Frames that failed any other check (length, version, kind, NAK list).
+    pub rx_malformed: u64,
+    /// Frames of a group this engine does not carry.
+    pub rx_other_group: u64,
+    /// Data frames dropped because their group's delivery is paused.
+    pub rx_paused: u64,
+    /// Beat frames received, and dropped because the caller did not take them.
+    pub rx_beats: u64,
+    pub rx_beats_dropped: u64,
+    /// Beat frames sent.
+    pub tx_beats: u64,
+    /// Receive streams opened on their first frame (`accept_any_sender`).
+    pub rx_streams_opened: u64,
+    /// Receive streams started afresh for a newer epoch of their sender.
+    pub rx_streams_restarted: u64,
+    /// Frames of a stream this engine neither sends nor receives.
+    pub rx_unrouted: u64,
+    /// Frames accepted by the transport for sending.
+    pub tx_frames: u64,
+    /// Transmit calls (each kicks the kernel at least once on AF_XDP).
+    pub tx_batches: u64,
+    /// Retransmissions deferred because their frame was still in flight.
+    pub tx_deferred: u64,
+    /// Payloads copied into a fresh frame (iterative: one per receiver).
+    pub tx_payload_copies: u64,
+    /// Control frames dropped because the pool had no free frame.
+    pub tx_no_frame: u64,
+    /// Frames dropped because the destination node's MAC is unknown.
+    pub tx_no_route: u64,
+    pub messages_published: u64,
+    pub publish_would_block: u64,
+    pub messages_delivered: u64,
+    pub reassembly_errors: u64,
+    pub polls: u64,
+    pub sleeps: u64,
+}
+
+/// The counters of one group's streams.
+#[derive(Debug, Clone)]
+pub struct GroupStats {
+    pub group: GroupId,
+    pub algorithm: Algorithm,
+    /// This node's send machine.
+    pub sender: Option<Counters>,
+    /// Each receive machine, by sending node.
+    pub receivers: Vec<(NodeId, Counters)>,
+    /// Fragments queued ahead of the send window.
+    pub queued: usize,
+    pub paused: bool,
+}
+
+/// Everything countable about a running engine.
+#[derive(Debug, Clone)]
+pub struct EngineStats {
+    pub engine: EngineCounters,
+    /// The configuration group's send machine.
+    pub sender: Option<Counters>,
+    /// The configuration group's receive machines, by sending node.
+    pub receivers: Vec<(NodeId, Counters)>,
+    /// Every group.
+    pub groups: Vec<GroupStats>,
+    pub transport: TransportInfo,
+    /// AF_XDP: the steering program's counters.
+    pub steering: Option<SteeringCounters>,
+    /// AF_XDP: the kernel's counters of the socket.
+    pub socket: Option<SocketStats>,
+    pub frames: TransportCounts,
+}
+
+impl<T: Transport> Engine<T> {
+    /// Counters of the engine, its machines and its transport.
+    pub fn stats(&self) -> EngineStats {
+        let groups: Vec<GroupStats> = self
+            .groups
+            .iter()
+            .map(|g| GroupStats {
+                group: g.id,
+                algorithm: g.opts.algorithm,
+                sender: g.sender.as_ref().map(|s| *s.machine.counters()),
+                receivers: g
+                    .receivers
+                    .iter()
+                    .map(|r| {
+                        let mut c = *r.machine.counters();
+                        c.checksum_failures = self.counters.rx_checksum_failures;
+                        (r.sender, c)
+                    })
+                    .collect(),
+                queued: g.sender.as_ref().map_or(0, |s| s.queue.len()),
+                paused: g.paused,
+            })
+            .collect();
+        let own = groups.iter().find(|g| g.group == self.cfg.group);
+        EngineStats {
+            engine: self.counters,
+            sender: own.and_then(|g| g.sender),
+            receivers: own.map(|g| g.receivers.clone()).unwrap_or_default(),
+            groups,
+            transport: self.transport.info(),
+            steering: self.transport.steering_counters(),
+            socket: self.transport.socket_stats(),
+            frames: self.transport.counts(),
+        }
+    }
+}

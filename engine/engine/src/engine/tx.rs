@@ -1,0 +1,202 @@
+//! The transmit path: the machines' transmits, round-robin over groups,
+//! written in place (headers only) or copied once (iterative to several
+//! receivers) into TX batches, deferred while their frame is still in
+//! flight, and handed to the transport in batches.
+//!
+//! Owns: the TX batches, the deferred transmits and the header writing. May
+//! not touch: a payload, except the one copy of `CopyPerTransmit`.
+
+use mcast_proto::{Dest, Endpoint, Instant, Transmit, TxBody};
+use mcast_wire::{group_mac, Frame, MacAddr, FRAME_OVERHEAD};
+
+use super::frames::Place;
+use super::streams::TxPolicy;
+use super::Engine;
+use crate::transport::{Transport, TxDesc};
+use crate::EngineError;
+
+impl<T: Transport> Engine<T> {
+    #[inline]
+    pub(super) fn drain_transmits(&mut self, now: Instant) -> Result<bool, EngineError> {
+        let mut work = false;
+        // Deferred retransmissions first: their frames may have completed.
+        for _ in 0..self.deferred.len() {
+            let t = self.deferred.pop_front().expect("counted");
+            self.stage(t)?;
+        }
+        let n = self.groups.len();
+        if n > 0 {
+            self.turn = (self.turn + 1) % n;
+        }
+        'groups: for k in 0..n {
+            let gi = (self.turn + k) % n;
+            loop {
+                if self.tx_keep.len() + self.tx_copy.len() >= self.cfg.batch {
+                    self.flush_batches()?;
+                    if self.tx_keep.len() + self.tx_copy.len() >= self.cfg.batch {
+                        break 'groups; // the TX ring is full: come back later
+                    }
+                }
+                let g = &mut self.groups[gi];
+                let t = match g.sender.as_mut().and_then(|s| s.machine.poll_transmit(now)) {
+                    Some(t) => t,
+                    None => match g
+                        .receivers
+                        .iter_mut()
+                        .find_map(|r| r.machine.poll_transmit(now))
+                    {
+                        Some(t) => t,
+                        None => break,
+                    },
+                };
+                work = true;
+                self.stage(t)?;
+            }
+        }
+        if !self.tx_keep.is_empty() || !self.tx_copy.is_empty() {
+            self.flush_batches()?;
+            work = true;
+        }
+        Ok(work)
+    }
+
+    /// Writes a frame's headers and puts it in a TX batch (or defers it).
+    pub(super) fn stage(&mut self, t: Transmit) -> Result<(), EngineError> {
+        let dst = match t.dest {
+            Dest::Group => group_mac(t.header.group),
+            Dest::Node(n) => match self.peers.get(&n) {
+                Some(m) => *m,
+                None => {
+                    self.counters.tx_no_route += 1;
+                    return Ok(());
+                }
+            },
+        };
+        let (src, ethertype) = (self.mac, self.cfg.ethertype);
+        match &t.body {
+            TxBody::None | TxBody::Nak(_) => {
+                let Some(f) = self.transport.alloc() else {
+                    self.counters.tx_no_frame += 1;
+                    return Ok(());
+                };
+                let buf = self.transport.frame_mut(f);
+                if let TxBody::Nak(list) = &t.body {
+                    let area = Frame::<&mut [u8]>::payload_area_mut(buf, list.wire_len())
+                        .map_err(|e| EngineError::Accounting(format!("NAK does not fit: {e}")))?;
+                    list.emit(area)
+                        .map_err(|e| EngineError::Accounting(format!("NAK emit: {e}")))?;
+                }
+                let len = emit(buf, dst, src, ethertype, &t)?;
+                self.frames.place[f as usize] = Place::Staged {
+                    keep: false,
+                    back: false,
+                };
+                self.tx_copy.push(TxDesc { frame: f, len });
+            }
+            TxBody::Buf(b) => {
+                let b = b.0;
+                let place = self.frames.place[b as usize];
+                // The payload's CRC, kept since publish wrote it (a copy for
+                // CopyPerTransmit carries the same payload).
+                let crc = self.frames.payload_crc[b as usize];
+                let addr = (dst, src, ethertype);
+                let policy = self
+                    .group_index(t.header.group)
+                    .and_then(|gi| self.groups[gi].sender.as_ref())
+                    .map_or(TxPolicy::InPlace, |s| s.policy);
+                match (policy, place) {
+                    (TxPolicy::InPlace, Place::Machine) => {
+                        let len = emit_published(self.transport.frame_mut(b), addr, &t, crc)?;
+                        self.frames.place[b as usize] = Place::Staged {
+                            keep: true,
+                            back: true,
+                        };
+                        self.tx_keep.push(TxDesc { frame: b, len });
+                    }
+                    (_, Place::Staged { back: true, .. } | Place::InTx { back: true }) => {
+                        // Still on its way out: rewriting it now would corrupt
+                        // the copy in flight (and a frame the kernel owns
+                        // cannot be read to copy it, after a change of
+                        // policy). Retry after its completion.
+                        self.counters.tx_deferred += 1;
+                        self.deferred.push_back(t);
+                    }
+                    (TxPolicy::CopyPerTransmit, Place::Machine) => {
+                        let Some(f) = self.transport.alloc() else {
+                            self.counters.tx_deferred += 1;
+                            self.deferred.push_back(t);
+                            return Ok(());
+                        };
+                        let n = usize::from(t.header.payload_len);
+                        self.transport
+                            .copy_between(b, f, FRAME_OVERHEAD..FRAME_OVERHEAD + n);
+                        let len = emit_published(self.transport.frame_mut(f), addr, &t, crc)?;
+                        self.counters.tx_payload_copies += 1;
+                        self.frames.place[f as usize] = Place::Staged {
+                            keep: false,
+                            back: false,
+                        };
+                        self.tx_copy.push(TxDesc { frame: f, len });
+                    }
+                    (_, other) => {
+                        return Err(EngineError::Accounting(format!(
+                            "machine asked to send frame {b} that the engine has in {other:?}"
+                        )))
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn flush_batches(&mut self) -> Result<(), EngineError> {
+        if !self.tx_keep.is_empty() {
+            let n = self.transport.transmit(&self.tx_keep, true)?;
+            for d in &self.tx_keep[..n] {
+                let back = matches!(
+                    self.frames.place[d.frame as usize],
+                    Place::Staged { back: true, .. }
+                );
+                self.frames.place[d.frame as usize] = Place::InTx { back };
+            }
+            self.tx_keep.drain(..n);
+            self.counters.tx_frames += n as u64;
+            self.counters.tx_batches += 1;
+        }
+        if !self.tx_copy.is_empty() {
+            let n = self.transport.transmit(&self.tx_copy, false)?;
+            for d in &self.tx_copy[..n] {
+                self.frames.place[d.frame as usize] = Place::Transport;
+            }
+            self.tx_copy.drain(..n);
+            self.counters.tx_frames += n as u64;
+            self.counters.tx_batches += 1;
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn emit(
+    buf: &mut [u8],
+    dst: MacAddr,
+    src: MacAddr,
+    ethertype: u16,
+    t: &Transmit,
+) -> Result<u32, EngineError> {
+    let (_, len) = Frame::emit(buf, dst, src, ethertype, &t.header)
+        .map_err(|e| EngineError::Accounting(format!("frame does not fit: {e}")))?;
+    Ok(len as u32)
+}
+
+/// [`emit`] for a frame a publish wrote, whose payload CRC it kept; `addr`
+/// is (destination, source, EtherType).
+pub(super) fn emit_published(
+    buf: &mut [u8],
+    (dst, src, ethertype): (MacAddr, MacAddr, u16),
+    t: &Transmit,
+    payload_crc: u32,
+) -> Result<u32, EngineError> {
+    let (_, len) = Frame::emit_with_payload_crc(buf, dst, src, ethertype, &t.header, payload_crc)
+        .map_err(|e| EngineError::Accounting(format!("frame does not fit: {e}")))?;
+    Ok(len as u32)
+}
