@@ -1,0 +1,301 @@
+//! Where the roles are: the cluster, the nodes declared failed, and the
+//! moves of the registry and agent roles off failed nodes (a majority side
+//! only), the adoption of a registry a peer names, and the confirmation
+//! that this node knows the registry (requests to it are held until then).
+//!
+//! Owns the cluster, the failed set, the registry's node and epoch, and the
+//! held registry requests. It decides who plays a role; what a role does
+//! is in `registry`, `agent` and `operating`.
+
+use crate::agent::AgentGroup;
+use crate::key::{key, Key};
+use crate::operating::Pending;
+use crate::types::limit_u32;
+use crate::wire::Message;
+use crate::{GroupError, GroupId, GroupService, NodeId, View, EPOCH_GENERATION_SHIFT};
+
+impl GroupService {
+    /// The nodes of the cluster (this one included): the registry role moves
+    /// among them when its node fails. Without it the role never moves.
+    pub fn set_cluster(&mut self, nodes: &[NodeId]) {
+        self.cluster = nodes.to_vec();
+        self.cluster.sort_unstable();
+        self.cluster.dedup();
+        // With peers, the registry is known only once a majority is heard
+        // ([`GroupService::confirm_registry`]).
+        self.confirmed = self.cluster.len() <= 1;
+        if self.is_registry() && self.registry_moves == 0 && !self.confirmed {
+            self.registry.sync_needed = true;
+            self.registry.sync_majority = true;
+        }
+    }
+
+    /// The registry's node as this node knows it.
+    pub fn registry(&self) -> NodeId {
+        self.registry_node
+    }
+
+    /// The registry's node and how many times the role has moved, as beats
+    /// carry them between daemons.
+    pub fn registry_epoch(&self) -> (NodeId, u32) {
+        (self.registry_node, self.registry_epoch)
+    }
+
+    /// Times the registry role moved (as this node saw it).
+    pub fn registry_moves(&self) -> u64 {
+        self.registry_moves
+    }
+
+    /// Whether [`GroupService::confirm_registry`] was called (or needed not be).
+    pub fn registry_confirmed(&self) -> bool {
+        self.confirmed
+    }
+
+    /// Node `node` was declared failed (seed 004 §3.4): as the agent of a
+    /// group, remove its members and send the new view to the others (the
+    /// senders' ACK sets follow); requests waiting for its answer fail with
+    /// [`GroupError::NodeFailed`]. Returns the groups whose view this agent
+    /// changed. (Moving the registry or agent role off a failed node is not
+    /// done here.)
+    pub fn node_failed(&mut self, node: NodeId) -> Vec<GroupId> {
+        self.failed.insert(node);
+        self.release_deferred();
+        if node == self.registry_node {
+            self.move_registry();
+        }
+        let mut changed = self.take_over_from(node);
+        let groups: Vec<Key> = self.agent_of.keys().cloned().collect();
+        for k in groups {
+            let a = self.agent_of.get_mut(&k).expect("listed");
+            if !a.view.has_node(node) {
+                continue;
+            }
+            a.view.members.retain(|m| m.node != node);
+            a.view.epoch += 1;
+            let view = a.view.clone();
+            self.publish(&view, Some(node));
+            changed.push(k.0);
+        }
+        let registry = self.registry_node;
+        let waiting: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.peer(registry) == node)
+            .map(|(&t, _)| t)
+            .collect();
+        for t in waiting {
+            let p = self.pending.remove(&t).expect("listed");
+            if let Some(req) = p.answer_to() {
+                self.fail(req, GroupError::NodeFailed { node });
+            }
+        }
+        self.pump();
+        changed
+    }
+
+    /// A node declared failed is alive again (its restarted daemon joins as new).
+    pub fn node_recovered(&mut self, node: NodeId) {
+        self.failed.remove(&node);
+    }
+
+    /// The registry's node failed: the lowest live node of the cluster takes
+    /// the role, if the live nodes are a majority of the cluster (so the two
+    /// sides of a partition never both have one). Every agent announces its
+    /// groups to it; it rebuilds the name table from those announcements and
+    /// from what it knows itself.
+    fn move_registry(&mut self) {
+        let live: Vec<NodeId> = self
+            .cluster
+            .iter()
+            .copied()
+            .filter(|n| !self.failed.contains(n))
+            .collect();
+        let Some(&next) = live.first() else {
+            return;
+        };
+        if live.len() * 2 <= self.cluster.len() {
+            return;
+        }
+        self.registry_node = next;
+        self.registry_moves += 1;
+        self.registry_epoch += 1;
+        self.registry.sync_needed = next == self.node;
+        self.registry.sync_majority = false;
+        if next == self.node {
+            // Never hand out a number this node already knows to be taken.
+            let known = self
+                .views
+                .keys()
+                .chain(self.agent_of.keys())
+                .map(|k| k.0)
+                .max();
+            self.registry.last_group = self.registry.last_group.max(known.unwrap_or(0));
+        }
+        // Tell it what this node serves (to itself: through the loopback).
+        self.announce_all();
+        self.reask_registry();
+        self.pump();
+    }
+
+    /// A peer says the registry is `node` after `epoch` moves: a node that
+    /// knows of fewer moves (e.g. it restarted), or of as many but a higher
+    /// registry node, adopts it, and tells it the groups it serves.
+    pub fn adopt_registry(&mut self, node: NodeId, epoch: u32) {
+        // Nodes that moved the role on different verdicts may name different
+        // registries after the same number of moves: the lower node wins.
+        let tie = epoch == self.registry_epoch
+            && node < self.registry_node
+            && !self.failed.contains(&node);
+        if !(epoch > self.registry_epoch || tie) || node == self.registry_node {
+            self.registry_epoch = self.registry_epoch.max(epoch);
+            return;
+        }
+        if self.registry_node == self.node {
+            self.registry.sync_needed = false;
+        }
+        self.registry_node = node;
+        self.registry_epoch = epoch;
+        self.announce_all();
+        self.reask_registry();
+        self.pump();
+    }
+
+    /// This node has heard from a majority of the cluster, so it knows the
+    /// registry: the registry requests held until now go out.
+    pub fn confirm_registry(&mut self) {
+        if self.confirmed {
+            return;
+        }
+        self.confirmed = true;
+        let registry = self.registry_node;
+        while let Some(m) = self.held.pop_front() {
+            self.send(registry, m);
+        }
+        // Tells the registry what this node serves (SYNCED: a registry
+        // creates names only once enough nodes have).
+        self.announce_all();
+        self.release_deferred();
+        self.pump();
+    }
+
+    /// The registry moved: what was asked of the old one and not answered
+    /// is asked again of the new one (same tokens; an old answer arriving
+    /// late is ignored, answers are accepted only from the registry).
+    fn reask_registry(&mut self) {
+        if !self.confirmed {
+            return; // held requests go out on confirmation
+        }
+        let registry = self.registry_node;
+        let again: Vec<Message> = self
+            .pending
+            .iter()
+            .filter_map(|(&token, p)| match p {
+                Pending::JoinLookup {
+                    name,
+                    cancelled: false,
+                    ..
+                } => Some(Message::Lookup {
+                    token,
+                    create: true,
+                    name: name.clone(),
+                }),
+                Pending::QueryLookup { name, .. } => Some(Message::Lookup {
+                    token,
+                    create: false,
+                    name: name.clone(),
+                }),
+                Pending::List { .. } => Some(Message::List { token }),
+                Pending::Relocate { group, name } => Some(Message::Claim {
+                    token,
+                    group: *group,
+                    stale: self.homes.get(&key(*group, name)).copied().unwrap_or(0),
+                    name: name.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        for m in again {
+            self.send(registry, m);
+        }
+    }
+
+    pub(crate) fn announce_all(&mut self) {
+        let next = self.registry_node;
+        let groups: Vec<View> = self.agent_of.values().map(|a| a.view.clone()).collect();
+        let epoch = self.registry_epoch;
+        for view in groups {
+            self.send(
+                next,
+                Message::Announce {
+                    group: view.group,
+                    epoch: view.epoch,
+                    members: limit_u32(view.members.len()),
+                    name: view.name.clone(),
+                },
+            );
+        }
+        self.send(next, Message::Synced { epoch });
+    }
+
+    /// The agent of a group this node is in has failed: if this node is the
+    /// lowest node of the last view still alive, and the live nodes are a
+    /// majority of that view's nodes, it becomes the agent: the view without
+    /// the failed node's members, one epoch later, goes to every member and
+    /// the registry (whose entry follows the newer epoch). Otherwise it
+    /// waits for that view from whoever takes over; a minority side of a
+    /// partition never takes over, so two sides never both hold the role.
+    fn take_over_from(&mut self, failed: NodeId) -> Vec<GroupId> {
+        let orphaned: Vec<View> = self
+            .views
+            .values()
+            .filter(|v| v.agent == failed && !self.agent_of.contains_key(&key(v.group, &v.name)))
+            .cloned()
+            .collect();
+        let mut changed = Vec::new();
+        for old in orphaned {
+            let nodes = old.nodes();
+            let live: Vec<NodeId> = nodes
+                .iter()
+                .copied()
+                .filter(|n| !self.failed.contains(n))
+                .collect();
+            if live.first() != Some(&self.node) || live.len() * 2 <= nodes.len() {
+                continue;
+            }
+            // And a majority of the whole cluster: a partition's minority side
+            // may hold a majority of one group's members, and must still not
+            // take its agent role (the other side may keep the agent).
+            if !self.cluster.is_empty() {
+                let live_cluster = self
+                    .cluster
+                    .iter()
+                    .filter(|n| !self.failed.contains(n))
+                    .count();
+                if live_cluster * 2 <= self.cluster.len() {
+                    continue;
+                }
+            }
+            let mut view = old.clone();
+            view.members.retain(|m| !self.failed.contains(&m.node));
+            view.agent = self.node;
+            // A takeover starts a new generation of epochs (the high bits):
+            // every survivor accepts it, even one that saw views of the old
+            // agent this node missed.
+            view.epoch = ((old.epoch >> EPOCH_GENERATION_SHIFT) + 1) << EPOCH_GENERATION_SHIFT;
+            let next_rank = old.members.iter().map(|m| m.rank + 1).max().unwrap_or(0);
+            self.agent_of.insert(
+                key(view.group, &view.name),
+                AgentGroup::new(view.clone(), next_rank),
+            );
+            self.takeovers += 1;
+            self.publish(&view, Some(failed));
+            changed.push(view.group);
+        }
+        changed
+    }
+
+    /// Agent roles this node took over from failed nodes.
+    pub fn takeovers(&self) -> u64 {
+        self.takeovers
+    }
+}
