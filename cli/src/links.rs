@@ -14,6 +14,8 @@
 //! | 2      | stream start: group u32, epoch u32, seq u32 (big-endian) |
 //! | 3      | flush state: group u32, sender u32, epoch u32, has u8, next u32 |
 //! | 4      | flush data: group u32, sender u32, epoch u32, seq u32, flags u8 (1 first, 2 last), the frame's bytes |
+//! | 5      | start request: group u32 |
+//! | 6      | mode message: group u32, then the group mode's own bytes |
 //!
 //! A stream start tells a member where the sender's data stream begins for
 //! it: at the sender's first frame when the stream opens, at the sender's
@@ -44,6 +46,7 @@ const TAG_START: u8 = 2;
 const TAG_FLUSH_STATE: u8 = 3;
 const TAG_FLUSH_DATA: u8 = 4;
 const TAG_START_REQUEST: u8 = 5;
+const TAG_MODE: u8 = 6;
 /// A flush state after the head: next and from, each a flag and a u32.
 const FLUSH_STATE_LEN: usize = FLUSH_HEAD + 10;
 /// Tag and key: group, sender, epoch.
@@ -63,6 +66,11 @@ pub enum LinkMessage {
         group: GroupId,
     },
     Flush(FlushMsg),
+    /// For the group's mode (`daemon::mode`), which alone reads `body`.
+    Mode {
+        group: GroupId,
+        body: Vec<u8>,
+    },
 }
 
 impl LinkMessage {
@@ -84,6 +92,13 @@ impl LinkMessage {
             LinkMessage::StartRequest { group } => {
                 let mut v = vec![TAG_START_REQUEST];
                 v.extend_from_slice(&group.to_be_bytes());
+                v
+            }
+            LinkMessage::Mode { group, body } => {
+                let mut v = Vec::with_capacity(5 + body.len());
+                v.push(TAG_MODE);
+                v.extend_from_slice(&group.to_be_bytes());
+                v.extend_from_slice(body);
                 v
             }
             LinkMessage::Flush(FlushMsg::State { key, next, from }) => {
@@ -122,6 +137,11 @@ impl LinkMessage {
                 Ok(LinkMessage::StartRequest { group: word(b, 1) })
             }
             Some(&TAG_START_REQUEST) => Err(format!("start request of {} bytes, not 5", b.len())),
+            Some(&TAG_MODE) if b.len() >= 5 => Ok(LinkMessage::Mode {
+                group: word(b, 1),
+                body: b[5..].to_vec(),
+            }),
+            Some(&TAG_MODE) => Err(format!("mode message of {} bytes, less than 5", b.len())),
             Some(&TAG_FLUSH_STATE) if b.len() == FLUSH_STATE_LEN => {
                 let key = flush_key(b);
                 let seq_at = |i: usize| match b[i] {
@@ -207,6 +227,20 @@ mod tests {
         assert!(LinkMessage::decode(&[5, 0, 0])
             .unwrap_err()
             .contains("not 5"));
+        let m = LinkMessage::Mode {
+            group: 9,
+            body: vec![7, 7],
+        };
+        assert_eq!(m.encode(), [6, 0, 0, 0, 9, 7, 7]);
+        assert_eq!(LinkMessage::decode(&m.encode()).unwrap(), m);
+        let empty = LinkMessage::Mode {
+            group: 9,
+            body: Vec::new(),
+        };
+        assert_eq!(LinkMessage::decode(&empty.encode()).unwrap(), empty);
+        assert!(LinkMessage::decode(&[6, 0, 0, 9])
+            .unwrap_err()
+            .contains("less than 5"));
         assert!(LinkMessage::decode(&[]).is_err());
         assert!(LinkMessage::decode(&[2, 0, 0]).unwrap_err().contains("13"));
         assert!(LinkMessage::decode(&[9]).unwrap_err().contains("tag 9"));

@@ -1,0 +1,116 @@
+//! The engine's deliveries: each fragment the engine hands over in place in
+//! its UMEM frame goes either to the links (a daemon's message, reassembled
+//! in [`peers`](super::peers)) or, for group data, through the group's mode
+//! into each local member's subscription ring, overflowing into the
+//! client's queue when the ring is full.
+//!
+//! Owns: the [`Sink`] the engine delivers into, the ring record headers,
+//! and [`deliver_to`] (ring or overflow).
+//! Does not touch: what the records mean to clients, the slow-subscriber
+//! policy ([`clients`](super::clients) applies it), views.
+
+use std::collections::HashMap;
+
+use mcast_engine::{Deliver, Fragment};
+use mcast_ipc::ring::{FIRST as FLAG_FIRST, LAST as FLAG_LAST};
+use mcast_ipc::{ClientId, RecordHeader, Server};
+use mcast_wire::{GroupId, NodeId};
+
+use super::clients::{ClientState, Clients};
+use super::flush::Kept;
+use super::membership::LocalGroup;
+use super::peers::Links;
+use super::DaemonCounters;
+use crate::links::is_link;
+
+/// Bytes an overflowed fragment counts for beyond its payload.
+pub(super) const RECORD_COST: usize = 32;
+
+/// Receives the engine's fragments: link messages are reassembled for the
+/// daemon, group data goes through the group's mode into each local
+/// member's ring.
+pub(super) struct Sink<'a> {
+    pub(super) clients: &'a mut Clients,
+    pub(super) local: &'a mut HashMap<GroupId, LocalGroup>,
+    pub(super) kept: &'a mut HashMap<(GroupId, NodeId), Kept>,
+    pub(super) links: &'a mut Links,
+    pub(super) counters: &'a mut DaemonCounters,
+    pub(super) max_message: usize,
+}
+
+impl Deliver for Sink<'_> {
+    fn deliver(&mut self, f: Fragment<'_>) {
+        if is_link(f.group) {
+            if self.links.take_fragment(&f, self.max_message).is_err() {
+                self.counters.link_errors += 1;
+            }
+            return;
+        }
+        let Some(lg) = self.local.get_mut(&f.group) else {
+            return;
+        };
+        // What the flush of this sender's departure may need.
+        if let Some(k) = self.kept.get_mut(&(f.group, f.stream)) {
+            k.frames.push(f.seq, f.first, f.last, f.data);
+        }
+        let (clients, counters) = (&mut *self.clients, &mut *self.counters);
+        let (mode, members) = lg.mode_and_members();
+        mode.deliver(&f, &mut |hdr, data| {
+            for &c in members {
+                if let Some(state) = clients.by_id.get_mut(&c) {
+                    deliver_to(&mut clients.server, c, state, hdr, data, counters);
+                }
+            }
+        });
+    }
+}
+
+/// The header of a membership event record (one whole record, from no
+/// node) in `group`'s stream.
+pub(super) fn event_record(group: GroupId) -> RecordHeader {
+    RecordHeader {
+        group,
+        source: 0,
+        flags: FLAG_FIRST | FLAG_LAST | mcast_ipc::ring::EVENT,
+    }
+}
+
+/// The record header of a data fragment from `source`.
+pub(super) fn data_record(group: GroupId, source: NodeId, first: bool, last: bool) -> RecordHeader {
+    let mut flags = 0;
+    if first {
+        flags |= FLAG_FIRST;
+    }
+    if last {
+        flags |= FLAG_LAST;
+    }
+    RecordHeader {
+        group,
+        source,
+        flags,
+    }
+}
+
+/// Into the client's ring if it has room and nothing older waits, else
+/// into its overflow queue (bounded by the slow-subscriber policy).
+pub(super) fn deliver_to(
+    server: &mut Server,
+    c: ClientId,
+    state: &mut ClientState,
+    hdr: RecordHeader,
+    data: &[u8],
+    counters: &mut DaemonCounters,
+) {
+    counters.fragments_delivered += 1;
+    if state.overflow.is_empty() {
+        if let Some(p) = server.subscription(c) {
+            if p.try_push(hdr, &[data]).is_ok() {
+                state.delivered += 1;
+                return;
+            }
+        }
+    }
+    counters.fragments_overflowed += 1;
+    state.overflow_bytes += data.len() + RECORD_COST;
+    state.overflow.push_back((hdr, data.to_vec()));
+}

@@ -1,0 +1,372 @@
+//! Failure detection (seed 004 §3.4) and what follows from it: beats and
+//! probes, peers declared failed, restarted or heard again, this node's own
+//! eviction and its rejoin as a new member.
+//!
+//! Owns: [`Live`]: the detector (`mcast_groups::liveness`), the joins of a
+//! rejoin, and when the send streams are next asked for silent members.
+//! Does not touch: views (the group service changes them; it is told of
+//! failures here), the flush's state, the links' queues (it asks
+//! [`peers`](super::peers) to reset a link).
+
+use std::collections::HashMap;
+
+use mcast_engine::{EngineError, Transport};
+use mcast_groups::detector::DetectorConfig;
+use mcast_groups::liveness::{LiveEvent, Liveness};
+use mcast_ipc::{ClientId, ErrorCode, Response};
+use mcast_wire::{GroupId, NodeId};
+use serde_json::json;
+
+use super::deliver::event_record;
+use super::Daemon;
+use crate::config::Config;
+use crate::links::LinkMessage;
+
+/// A member that leaves this many of a MAK sender's acknowledgment requests
+/// in a row unanswered is reported to the failure detector, which probes it
+/// at once if it is also overdue for a beat (protocol.md §6.0).
+const UNANSWERED_REQUESTS: u32 = 2;
+/// How often the send streams are asked for such members (ns).
+const UNRESPONSIVE_CHECK_NS: u64 = 10_000_000;
+
+/// Failure detection and rejoin state.
+#[derive(Debug)]
+pub(super) struct Live {
+    pub(super) tracker: Liveness,
+    pub(super) events: Vec<LiveEvent>,
+    /// When the send streams are next asked for unresponsive members (ns).
+    next_unresponsive_check: u64,
+    /// Joins made again after a rejoin, by request id, until answered.
+    pub(super) rejoining: HashMap<u64, (ClientId, String)>,
+    /// Joins of a rejoin waiting until `rejoin_at` (ns).
+    pub(super) rejoin_queue: Vec<(ClientId, String)>,
+    rejoin_at: u64,
+}
+
+impl Live {
+    pub(super) fn new(cfg: &Config, incarnation: u32) -> Live {
+        let ms = 1_000_000;
+        let dcfg = DetectorConfig {
+            interval: cfg.heartbeat_ms * ms,
+            suspect_after: cfg.suspect_after,
+            probe_interval: cfg.probe_ms * ms,
+            probes: cfg.probes,
+        };
+        let peers: Vec<NodeId> = cfg.peers.iter().map(|p| p.node).collect();
+        Live {
+            tracker: Liveness::new(incarnation, &peers, dcfg, mcast_engine::sys::monotonic_ns()),
+            events: Vec::new(),
+            next_unresponsive_check: 0,
+            rejoining: HashMap::new(),
+            rejoin_queue: Vec::new(),
+            rejoin_at: 0,
+        }
+    }
+
+    /// True while joins of a rejoin are waiting or on their way.
+    pub(super) fn rejoin_under_way(&self) -> bool {
+        !self.rejoining.is_empty() || !self.rejoin_queue.is_empty()
+    }
+}
+
+impl<T: Transport> Daemon<T> {
+    /// Beats, probes and their answers; the detector's verdicts.
+    pub(super) fn liveness(&mut self) -> Result<bool, EngineError> {
+        let now = mcast_engine::sys::monotonic_ns();
+        self.groups.tick(now);
+        let mut events = std::mem::take(&mut self.live.events);
+        while let Some((from, payload)) = self.engine.poll_beat() {
+            self.live.tracker.on_beat(
+                from,
+                &payload,
+                now,
+                self.groups.registry_epoch(),
+                &mut events,
+            );
+        }
+        if now >= self.live.next_unresponsive_check {
+            self.live.next_unresponsive_check = now + UNRESPONSIVE_CHECK_NS;
+            let mut silent = Vec::new();
+            self.engine.unresponsive(UNANSWERED_REQUESTS, &mut silent);
+            for (group, n) in silent {
+                if self
+                    .live
+                    .tracker
+                    .unreachable(n, now, self.groups.registry_epoch(), &mut events)
+                {
+                    self.counters.data_path_suspicions += 1;
+                    self.log.warn(
+                        "peer stopped acknowledging a stream and missed a beat: probing it",
+                        &[("node", &n), ("group", &group)],
+                    );
+                }
+            }
+        }
+        self.live
+            .tracker
+            .poll(now, self.groups.registry_epoch(), &mut events);
+        let mut work = false;
+        for ev in events.drain(..) {
+            match ev {
+                LiveEvent::Send { to, payload } => {
+                    self.engine.send_beat(to, &payload)?;
+                }
+                LiveEvent::Suspect(n) => {
+                    self.counters.suspicions += 1;
+                    self.log.warn("peer suspect: probing it", &[("node", &n)]);
+                }
+                LiveEvent::Failed(n) => {
+                    work = true;
+                    self.node_failed(n)?;
+                }
+                LiveEvent::Restarted(n) => {
+                    work = true;
+                    self.log
+                        .warn("peer restarted: its old state is gone", &[("node", &n)]);
+                    self.node_failed(n)?;
+                    self.groups.node_recovered(n);
+                    self.peer_restarted(n)?;
+                }
+                LiveEvent::Recovered(n) => {
+                    work = true;
+                    self.counters.nodes_recovered += 1;
+                    self.groups.node_recovered(n);
+                    self.log
+                        .info("peer heard again after failing", &[("node", &n)]);
+                    self.peer_recovered(n)?;
+                }
+                LiveEvent::Rejoin { by } => {
+                    work = true;
+                    self.rejoin(by)?;
+                }
+                LiveEvent::Registry { node, epoch } => self.groups.adopt_registry(node, epoch),
+                LiveEvent::Majority => {
+                    let (r, e) = self.groups.registry_epoch();
+                    self.log.info(
+                        "registry known: a majority of the cluster heard",
+                        &[("registry", &r), ("moves", &e)],
+                    );
+                    self.groups.confirm_registry();
+                }
+            }
+        }
+        self.live.events = events;
+        work |= self.close_dead_streams()?;
+        self.rejoin_joins();
+        let d = self.live.tracker.detector();
+        self.counters.probes_sent = d.probes_sent;
+        self.counters.probes_answered = self.live.tracker.counters.probes_answered;
+        Ok(work)
+    }
+
+    /// A peer declared this node failed (it was paused, or cut off by a
+    /// partition, longer than the detection bound): every view it was in
+    /// has moved on without it. It starts afresh as a new member: a new
+    /// incarnation (so every peer drops its old state), its groups and
+    /// streams closed, its clients told (a membership event saying
+    /// `evicted`) and joined again by name: they continue from their new
+    /// join point, so nothing is delivered twice or out of order.
+    pub(super) fn rejoin(&mut self, by: NodeId) -> Result<(), EngineError> {
+        self.counters.rejoins += 1;
+        self.live.tracker.rejoined();
+        self.incarnation = self.live.tracker.incarnation();
+        self.log.warn(
+            "this node was declared failed: rejoining as a new member",
+            &[("by", &by), ("incarnation", &self.incarnation)],
+        );
+        // Joins of an earlier rejoin still on their way are made again too.
+        let mut again: Vec<(ClientId, String)> = std::mem::take(&mut self.live.rejoining)
+            .into_values()
+            .collect();
+        let groups: Vec<GroupId> = self.local.keys().copied().collect();
+        for g in groups {
+            let lg = &self.local[&g];
+            let event = json!({"evicted": true, "by": by, "rejoining": true}).to_string();
+            let hdr = event_record(g);
+            let members = lg.members.clone();
+            again.extend(members.iter().map(|&c| (c, lg.name.clone())));
+            for &c in &members {
+                if let Some(state) = self.clients.by_id.get_mut(&c) {
+                    state.groups.remove(&g);
+                }
+            }
+            self.event_to(&members, hdr, event.as_bytes());
+            if !members.is_empty() {
+                self.streams.rejoin_groups.insert(g);
+            }
+            self.retire(g)?;
+        }
+        for (_, p) in std::mem::take(&mut self.clients.pending) {
+            self.clients.server.reply(
+                p.client(),
+                p.req(),
+                Response::error(
+                    ErrorCode::Unavailable,
+                    format!("node {by} declared this node failed; it is rejoining: retry"),
+                ),
+            );
+        }
+        self.clients.lingering.clear();
+        self.streams.pending_starts.clear();
+        let (registry, epoch) = self.groups.registry_epoch();
+        let mut groups = super::membership::fresh_service(&self.cfg);
+        groups.adopt_registry(registry, epoch);
+        groups.confirm_registry();
+        self.groups = groups;
+        let peers: Vec<NodeId> = self.cfg.peers.iter().map(|p| p.node).collect();
+        for p in peers {
+            let e = self.links.epochs.entry(p).or_insert(0);
+            *e = (*e).max(self.incarnation);
+            self.reset_link(p)?;
+        }
+        // The joins wait a few beats, until every peer has seen the new
+        // incarnation: a peer that sees it only later drops this node's
+        // members as a restart's leftovers, new ones included.
+        let interval = self.live.tracker.detector().config().interval;
+        self.live.rejoin_at = mcast_engine::sys::monotonic_ns() + 3 * interval;
+        self.live.rejoin_queue = again;
+        Ok(())
+    }
+
+    /// Peer `n` restarted: its old incarnation has left every group here,
+    /// whatever the views say yet (a view that drops it may never arrive:
+    /// views are skipped when the agent moves). Its streams are closed and
+    /// flushed, it leaves the send streams' ACK sets, and it leaves this
+    /// node's copy of each view, so the view that lists its new incarnation
+    /// is a join and gets a stream start.
+    pub(super) fn peer_restarted(&mut self, n: NodeId) -> Result<(), EngineError> {
+        let groups = self.groups_with(n);
+        for group in groups {
+            self.local
+                .get_mut(&group)
+                .expect("listed")
+                .drop_node(n, self.node);
+            self.members_changed(group, &[])?;
+            let remote = self.remote_nodes(group);
+            let mut out = Vec::new();
+            self.flush.flushes.peer_gone(group, n, &mut out);
+            self.send_flush(out);
+            if self.engine.receivers_in(group).contains(&n) {
+                self.close_receiver(group, n)?;
+                self.start_flush(group, n, &remote);
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes (and flushes) every receive stream whose sender's beats carry
+    /// a newer incarnation: the sender restarted, and no `Restarted` came
+    /// because this daemon never heard its old incarnation (this daemon
+    /// started after the peer's last beat before it died, yet got a start
+    /// from it). Without this, the old stream stays open and holds the
+    /// flush states of its departure for ever, so the other survivors wait
+    /// for this node until their deadline.
+    pub(super) fn close_dead_streams(&mut self) -> Result<bool, EngineError> {
+        let dead = |d: &Self| -> Vec<(GroupId, NodeId)> {
+            d.flush
+                .kept
+                .iter()
+                .filter(|(&(_, s), k)| {
+                    d.live
+                        .tracker
+                        .peer_incarnation(s)
+                        .is_some_and(|i| k.epoch < i)
+                })
+                .map(|(&gs, _)| gs)
+                .collect()
+        };
+        let mut nodes: Vec<NodeId> = dead(self).into_iter().map(|(_, s)| s).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        for &n in &nodes {
+            self.counters.dead_streams_closed += 1;
+            self.log.warn(
+                "peer restarted unnoticed: the streams of its old incarnation are closed",
+                &[("node", &n)],
+            );
+            self.peer_restarted(n)?;
+        }
+        // Streams of groups whose view here lacks the sender have no
+        // departure to flush.
+        for (group, n) in dead(self) {
+            self.close_receiver(group, n)?;
+            // Or it would be found dead again at every poll.
+            self.flush.kept.remove(&(group, n));
+        }
+        Ok(!nodes.is_empty())
+    }
+
+    /// Issues the joins of a rejoin once their wait is over.
+    pub(super) fn rejoin_joins(&mut self) {
+        if self.live.rejoin_queue.is_empty()
+            || mcast_engine::sys::monotonic_ns() < self.live.rejoin_at
+        {
+            return;
+        }
+        for (c, name) in std::mem::take(&mut self.live.rejoin_queue) {
+            if !self.clients.by_id.contains_key(&c) {
+                continue;
+            }
+            let id = self.clients.next_id();
+            self.live.rejoining.insert(id, (c, name.clone()));
+            self.groups.join(id, c.0, &name);
+        }
+    }
+
+    /// Node `n` is declared failed: it leaves every view this node is the
+    /// agent of, and the link to it starts afresh (what was queued for it
+    /// is dropped; if it comes back it gets a new link epoch).
+    pub(super) fn node_failed(&mut self, n: NodeId) -> Result<(), EngineError> {
+        self.counters.nodes_failed += 1;
+        let bound_ms = self.live.tracker.detector().config().detection_bound() / 1_000_000;
+        self.log.warn(
+            "peer failed: no beat or probe answer",
+            &[("node", &n), ("detection_bound_ms", &bound_ms)],
+        );
+        let (takeovers, registry) = (self.groups.takeovers(), self.groups.registry());
+        let changed = self.groups.node_failed(n);
+        for g in &changed {
+            self.counters.evictions += 1;
+            self.log
+                .warn("evicted from group", &[("node", &n), ("group", g)]);
+        }
+        if self.groups.takeovers() > takeovers {
+            self.counters.role_moves += self.groups.takeovers() - takeovers;
+            self.log.warn(
+                "took over the agent role of the failed node's groups",
+                &[
+                    ("failed", &n),
+                    ("groups", &(self.groups.takeovers() - takeovers)),
+                ],
+            );
+        }
+        if self.groups.registry() != registry {
+            self.counters.role_moves += 1;
+            self.log.warn(
+                "registry role moved",
+                &[("failed", &n), ("registry", &self.groups.registry())],
+            );
+        }
+        let mut out = Vec::new();
+        self.flush.flushes.node_failed(n, &mut out);
+        self.send_flush(out);
+        self.flush_group_sends();
+        self.reset_link(n)
+    }
+
+    /// Node `n`, declared failed here, is heard again. The link to it was
+    /// reset, so a start or a start request to it may have been dropped:
+    /// ask it again for the streams this node lacks, and tell it again
+    /// where this node's own streams go on.
+    pub(super) fn peer_recovered(&mut self, n: NodeId) -> Result<(), EngineError> {
+        let groups = self.groups_with(n);
+        for group in groups {
+            if !self.engine.receivers_in(group).contains(&n) {
+                self.counters.start_requests_sent += 1;
+                self.send_link(n, LinkMessage::StartRequest { group });
+            }
+            self.resume_member(group, n)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,433 @@
+//! Membership glue: the group service's events (answers to the clients'
+//! joins, leaves and queries; new views) and the groups this node carries:
+//! their local members, their views, starting and stopping to carry them.
+//!
+//! Owns: [`LocalGroup`] (one per group carried, with its [`mode`](super::mode))
+//! and the group service's construction.
+//! Does not touch: receive streams beyond closing those of departed
+//! senders ([`streams`](super::streams)), the flush's state (it tells
+//! [`flush`](super::flush) who left), the clients' rings.
+
+use std::collections::VecDeque;
+
+use mcast_engine::{EngineError, GroupOptions, ProtocolConfig, Transport};
+use mcast_groups::detector::PeerState;
+use mcast_groups::{GroupEvent, GroupService, Limits, View};
+use mcast_ipc::{ClientId, ErrorCode, Notice, Response};
+use mcast_wire::{GroupId, NodeId, Seq};
+use serde_json::json;
+
+use super::clients::Pending;
+use super::deliver::event_record;
+use super::mode::{self, GroupMode};
+use super::stats::info_json;
+use super::Daemon;
+use crate::config::{Config, SlowSubscriber};
+use crate::links::LinkMessage;
+
+/// A group this node carries.
+#[derive(Debug)]
+pub(super) struct LocalGroup {
+    pub(super) name: String,
+    /// The group's view here; changed only by [`LocalGroup::set_view`] and
+    /// [`LocalGroup::drop_node`], which keep `remote` with it.
+    pub(super) view: Option<View>,
+    /// The view's nodes but this one.
+    remote: Vec<NodeId>,
+    /// Local clients joined, in join order.
+    pub(super) members: Vec<ClientId>,
+    /// How the group sends, acknowledges and delivers.
+    pub(super) mode: Box<dyn GroupMode>,
+    pub(super) paused: bool,
+    pub(super) slow: SlowSubscriber,
+    /// Final counters of receive streams closed (senders that left), oldest first.
+    pub(super) closed: Vec<(NodeId, mcast_proto::Counters)>,
+    /// Every stream's window (frames): how much of a sender's stream is
+    /// kept for a flush.
+    pub(super) window_frames: u32,
+    /// Membership events waiting for the group's flushes to end, in order.
+    pub(super) held_events: VecDeque<Vec<u8>>,
+}
+
+impl LocalGroup {
+    /// Installs `view` (which holds `node`, this one).
+    fn set_view(&mut self, view: View, node: NodeId) {
+        self.remote = view.nodes().into_iter().filter(|&n| n != node).collect();
+        self.view = Some(view);
+    }
+
+    /// Takes node `n` out of this node's copy of the view (it restarted).
+    pub(super) fn drop_node(&mut self, n: NodeId, node: NodeId) {
+        if let Some(mut view) = self.view.take() {
+            view.members.retain(|m| m.node != n);
+            self.set_view(view, node);
+        }
+    }
+
+    /// The view's nodes but this one.
+    pub(super) fn remote(&self) -> &[NodeId] {
+        &self.remote
+    }
+
+    /// The mode, and the view's nodes but this one, borrowed together.
+    pub(super) fn mode_and_remote(&mut self) -> (&mut dyn GroupMode, &[NodeId]) {
+        (self.mode.as_mut(), &self.remote)
+    }
+
+    /// The mode, and the local members, borrowed together.
+    pub(super) fn mode_and_members(&mut self) -> (&mut dyn GroupMode, &[ClientId]) {
+        (self.mode.as_mut(), &self.members)
+    }
+}
+
+/// A group service for this node, knowing the cluster, with no group yet.
+pub(super) fn fresh_service(cfg: &Config) -> GroupService {
+    let mut groups = GroupService::new(cfg.node, cfg.registry, Limits::default());
+    let cluster: Vec<NodeId> = std::iter::once(cfg.node)
+        .chain(cfg.peers.iter().map(|p| p.node))
+        .collect();
+    groups.set_cluster(&cluster);
+    groups.tick(mcast_engine::sys::monotonic_ns());
+    groups
+}
+
+impl<T: Transport> Daemon<T> {
+    /// Answers the clients and installs the views the group service decided.
+    pub(super) fn handle_group_events(&mut self) -> Result<bool, EngineError> {
+        self.flush_group_sends();
+        let mut work = false;
+        while let Some(ev) = self.groups.poll_event() {
+            work = true;
+            match ev {
+                GroupEvent::Joined {
+                    req,
+                    member,
+                    group,
+                    name,
+                    rank,
+                    view,
+                } => {
+                    let client = ClientId(member);
+                    self.ensure_local(group, &name)?;
+                    if let Some(s) = self.clients.by_id.get_mut(&client) {
+                        s.groups.insert(group);
+                        let lg = self.local.get_mut(&group).expect("ensured");
+                        if !lg.members.contains(&client) {
+                            lg.members.push(client);
+                        }
+                    }
+                    self.log.info(
+                        "client joined",
+                        &[
+                            ("client", &member),
+                            ("group", &name),
+                            ("number", &group),
+                            ("rank", &rank),
+                        ],
+                    );
+                    self.live.rejoining.remove(&req);
+                    if let Some(Pending::Join { client, req }) = self.clients.pending.remove(&req) {
+                        self.clients.server.reply(
+                            client,
+                            req,
+                            Response::Joined {
+                                group,
+                                name,
+                                rank,
+                                view: ipc_view(&view),
+                            },
+                        );
+                    }
+                }
+                GroupEvent::Left { req, member, group } => {
+                    let client = ClientId(member);
+                    if let Some(s) = self.clients.by_id.get_mut(&client) {
+                        s.groups.remove(&group);
+                    }
+                    if let Some(lg) = self.local.get_mut(&group) {
+                        lg.members.retain(|&c| c != client);
+                    }
+                    if let Some(Pending::Leave { client, req }) = self.clients.pending.remove(&req)
+                    {
+                        self.clients.server.reply(client, req, Response::Left);
+                    }
+                }
+                GroupEvent::Failed { req, error } => {
+                    if let Some((c, name)) = self.live.rejoining.remove(&req) {
+                        self.log.warn(
+                            "a client's join after the rejoin failed",
+                            &[("client", &c.0), ("group", &name), ("error", &error)],
+                        );
+                        self.clients.server.notify(
+                            c,
+                            Notice::Error {
+                                message: format!(
+                                    "this node was declared failed and could not join {name} again: {error}"
+                                ),
+                            },
+                        );
+                    }
+                    if let Some(p) = self.clients.pending.remove(&req) {
+                        self.clients.server.reply(
+                            p.client(),
+                            p.req(),
+                            Response::error(error_code(&error), error.to_string()),
+                        );
+                    }
+                }
+                GroupEvent::QueryResult { req, info } => {
+                    if let Some(p) = self.clients.pending.remove(&req) {
+                        let v = info.as_ref().map_or(json!(null), info_json);
+                        self.clients
+                            .server
+                            .reply(p.client(), p.req(), Response::Json(v));
+                    }
+                }
+                GroupEvent::List { req, groups } => {
+                    if let Some(p) = self.clients.pending.remove(&req) {
+                        let v = json!(groups
+                            .iter()
+                            .map(|g| json!({
+                                "name": g.name,
+                                "group": g.group,
+                                "agent": g.agent,
+                                "members": g.members,
+                            }))
+                            .collect::<Vec<_>>());
+                        self.clients
+                            .server
+                            .reply(p.client(), p.req(), Response::Json(v));
+                    }
+                }
+                GroupEvent::ViewChanged { group, view } => self.view_changed(group, view)?,
+            }
+        }
+        self.flush_group_sends();
+        Ok(work)
+    }
+
+    /// Starts carrying `group` if this node does not yet.
+    pub(super) fn ensure_local(&mut self, group: GroupId, name: &str) -> Result<(), EngineError> {
+        if self.local.contains_key(&group) {
+            return Ok(());
+        }
+        let s = self.cfg.group_settings(name);
+        self.engine.add_group(
+            group,
+            GroupOptions {
+                algorithm: s.algorithm.to_engine(),
+                protocol: ProtocolConfig::default(),
+                window_frames: s.window_frames,
+                subscribe: true,
+                accept_any_sender: false,
+                max_queued_frames: (s.window_frames as usize).max(256),
+            },
+        )?;
+        self.local.insert(
+            group,
+            LocalGroup {
+                name: name.to_owned(),
+                view: None,
+                remote: Vec::new(),
+                members: Vec::new(),
+                mode: mode::for_group(self.streams.send_resume.get(&group).copied()),
+                paused: false,
+                slow: s.slow_subscriber,
+                closed: Vec::new(),
+                window_frames: s.window_frames,
+                held_events: VecDeque::new(),
+            },
+        );
+        for (from, start) in self
+            .streams
+            .pending_starts
+            .remove(&group)
+            .unwrap_or_default()
+        {
+            self.stream_start(from, group, start)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn view_changed(&mut self, group: GroupId, view: View) -> Result<(), EngineError> {
+        let nodes = view.nodes();
+        self.log.info(
+            "view",
+            &[
+                ("group", &view.name),
+                ("number", &group),
+                ("epoch", &view.epoch),
+                ("nodes", &format!("{nodes:?}")),
+            ],
+        );
+        if !nodes.contains(&self.node) {
+            // Our last local member left: stop carrying the group.
+            if self.local.contains_key(&group) {
+                self.retire(group)?;
+            }
+            return Ok(());
+        }
+        self.ensure_local(group, &view.name)?;
+        let remote: Vec<NodeId> = nodes.iter().copied().filter(|&n| n != self.node).collect();
+        let before: Vec<NodeId> = self.local[&group].remote().to_vec();
+        let added: Vec<NodeId> = remote
+            .iter()
+            .copied()
+            .filter(|n| !before.contains(n))
+            .collect();
+        let notice = Notice::ViewChanged {
+            group,
+            epoch: view.epoch,
+            members: ipc_view(&view).members,
+        };
+        let event = self.view_event(&view, &before, &added);
+        // Nothing below reads the view before this, and the mode is told of
+        // the new one.
+        let node = self.node;
+        let lg = self.local.get_mut(&group).expect("ensured");
+        lg.set_view(view, node);
+        self.members_changed(group, &added)?;
+        let receivers = self.engine.receivers_in(group);
+        let now = mcast_engine::sys::monotonic_ns();
+        for &n in &added {
+            // Back in the view, alive, with the stream flushed here: the
+            // flush stops waiting for survivors that never saw it leave.
+            let inc = self.live.tracker.peer_incarnation(n);
+            self.flush
+                .flushes
+                .sender_back(group, n, |e| Some(e) == inc, now);
+            if !receivers.contains(&n) {
+                // Its send stream may count this node a member all along
+                // (its views never showed this node leave): ask for a start.
+                self.counters.start_requests_sent += 1;
+                self.send_link(n, LinkMessage::StartRequest { group });
+            }
+        }
+        // The survivors of this change: no flush waits for a node gone too,
+        // and each sender gone starts one with the nodes of both views.
+        let survivors: Vec<NodeId> = remote
+            .iter()
+            .copied()
+            .filter(|n| before.contains(n))
+            .collect();
+        let mut out = Vec::new();
+        for &n in before.iter().filter(|n| !remote.contains(n)) {
+            self.flush.flushes.peer_gone(group, n, &mut out);
+        }
+        self.send_flush(out);
+        for n in self.engine.receivers_in(group) {
+            // A stream whose start overtook the view that adds its sender is
+            // kept: only a sender that was in the view and is not now left.
+            if !remote.contains(&n) && before.contains(&n) {
+                self.close_receiver(group, n)?;
+                self.start_flush(group, n, &survivors);
+            }
+        }
+        // The same change, in stream order, in every local member's ring.
+        let hdr = event_record(group);
+        let members = self.local[&group].members.clone();
+        for &c in &members {
+            self.clients.server.notify(c, notice.clone());
+        }
+        let lg = self.local.get_mut(&group).expect("ensured");
+        if self.flush.flushes.pending_in(group) || !lg.held_events.is_empty() {
+            // After the departed senders' last messages, which the flush
+            // may still bring.
+            lg.held_events.push_back(event.into_bytes());
+            self.counters.events_held += 1;
+        } else {
+            self.event_to(&members, hdr, event.as_bytes());
+        }
+        Ok(())
+    }
+
+    /// The membership event of a change from `before` (remote nodes) to
+    /// `view`, for the local members' rings.
+    fn view_event(&self, view: &View, before: &[NodeId], added: &[NodeId]) -> String {
+        let now_nodes = view.nodes();
+        let gone: Vec<NodeId> = before
+            .iter()
+            .copied()
+            .filter(|n| !now_nodes.contains(n))
+            .collect();
+        let failed: Vec<NodeId> = gone
+            .iter()
+            .copied()
+            .filter(|&n| self.live.tracker.detector().state(n) != Some(PeerState::Alive))
+            .collect();
+        json!({
+            "epoch": view.epoch,
+            "agent": view.agent,
+            "members": view.members.iter().map(|m| json!({"rank": m.rank, "node": m.node, "member": m.member})).collect::<Vec<_>>(),
+            "joined": added,
+            "gone": gone,
+            "failed": failed,
+        })
+        .to_string()
+    }
+
+    /// The nodes of `group`'s view here but this one.
+    pub(super) fn remote_nodes(&self, group: GroupId) -> Vec<NodeId> {
+        self.local
+            .get(&group)
+            .map(|lg| lg.remote().to_vec())
+            .unwrap_or_default()
+    }
+
+    /// Stops carrying `group`, keeping its final counters for `mcast stat`.
+    pub(super) fn retire(&mut self, group: GroupId) -> Result<(), EngineError> {
+        let resume = self
+            .local
+            .get_mut(&group)
+            .and_then(|lg| lg.mode.retire(&self.engine, group));
+        if let Some(seq) = resume {
+            self.streams.note_send_resume(group, seq);
+        }
+        if let Some(g) = self.engine.stats().groups.iter().find(|g| g.group == group) {
+            let v = self.group_json(g, false);
+            self.retired.push(v);
+        }
+        self.local.remove(&group);
+        let closed: Vec<(NodeId, u32, Option<Seq>)> = self
+            .flush
+            .kept
+            .iter()
+            .filter(|((g, _), _)| *g == group)
+            .map(|(&(_, n), k)| (n, k.epoch, k.frames.next()))
+            .collect();
+        for (n, epoch, next) in closed {
+            self.note_stopped(group, n, epoch, next);
+        }
+        self.flush.kept.retain(|(g, _), _| *g != group);
+        self.flush.deferred_starts.retain(|k, _| k.group != group);
+        self.flush.flushes.forget_group(group);
+        self.engine.remove_group(group)
+    }
+}
+
+pub(super) fn ipc_view(v: &View) -> mcast_ipc::View {
+    mcast_ipc::View {
+        epoch: v.epoch,
+        members: v
+            .members
+            .iter()
+            .map(|m| mcast_ipc::Member {
+                rank: m.rank,
+                node: m.node,
+                member: m.member,
+            })
+            .collect(),
+    }
+}
+
+fn error_code(e: &mcast_groups::GroupError) -> ErrorCode {
+    use mcast_groups::GroupError as G;
+    match e {
+        G::InvalidName { .. } => ErrorCode::Malformed,
+        G::UnknownGroup { .. } | G::NotMember { .. } => ErrorCode::UnknownGroup,
+        G::TooManyGroups { .. } | G::GroupFull { .. } | G::TooManyPending { .. } => {
+            ErrorCode::Unavailable
+        }
+        _ => ErrorCode::Other,
+    }
+}

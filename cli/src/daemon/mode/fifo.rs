@@ -1,0 +1,262 @@
+//! The per-sender FIFO mode: every member that publishes opens its own
+//! send stream in the group (MAK by default; the group's `algorithm`), and
+//! every receiver delivers each sender's messages in that sender's order,
+//! as they arrive. Different senders' messages may interleave differently
+//! at different receivers.
+//!
+//! Owns: whether this node's send stream is open, and where it starts.
+//! Does not touch: the receive streams (the daemon opens them at the
+//! starts senders announce), nor what a departed sender's survivors agree
+//! on (the flush).
+
+use mcast_engine::{EngineError, Fragment, PublishError, StreamStart};
+use mcast_ipc::RecordHeader;
+use mcast_wire::{GroupId, NodeId, Seq};
+use serde_json::json;
+
+use super::{GroupMode, ModeCx, Published, StreamOps};
+use crate::daemon::deliver::data_record;
+use crate::links::LinkMessage;
+
+/// A group in per-sender FIFO order.
+#[derive(Debug)]
+pub struct PerSenderFifo {
+    /// Where this node's send stream opens (the last position of an earlier
+    /// stream of this incarnation, else 0).
+    first_seq: Seq,
+    sender_open: bool,
+}
+
+impl PerSenderFifo {
+    pub fn new(first_seq: Seq) -> PerSenderFifo {
+        PerSenderFifo {
+            first_seq,
+            sender_open: false,
+        }
+    }
+
+    /// Tells each of `to` where this node's stream starts for it.
+    fn announce(cx: &mut ModeCx<'_>, to: &[NodeId], start: StreamStart) {
+        let group = cx.group;
+        cx.outbox
+            .extend(to.iter().map(|&n| (n, LinkMessage::Start { group, start })));
+    }
+}
+
+impl GroupMode for PerSenderFifo {
+    fn name(&self) -> &'static str {
+        "fifo"
+    }
+
+    /// Opens the send stream on first use, to the view's remote nodes, and
+    /// tells each where it starts.
+    fn publish(&mut self, cx: &mut ModeCx<'_>, msg: &[u8]) -> Result<Published, EngineError> {
+        if cx.remote.is_empty() {
+            return Ok(Published::Sent); // nobody else in the group: local delivery only
+        }
+        if !self.sender_open {
+            let start = StreamStart {
+                epoch: cx.epoch,
+                seq: self.first_seq,
+            };
+            cx.streams.open_sender(cx.group, cx.remote, start)?;
+            self.sender_open = true;
+            Self::announce(cx, added, start);
+        }
+        match cx.streams.publish(cx.group, msg) {
+            Ok(()) => Ok(Published::Sent),
+            Err(PublishError::WouldBlock) => Ok(Published::WouldBlock),
+            Err(e) => Ok(Published::Dropped(format!(
+                "a message for group {} was dropped: {e}",
+                cx.group
+            ))),
+        }
+    }
+
+    /// The send stream's ACK set is the view; a new member starts where
+    /// the stream is now.
+    fn members_changed(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        added: &[NodeId],
+    ) -> Result<(), EngineError> {
+        if self.sender_open {
+            let start = cx.streams.set_members(cx.group, cx.remote)?;
+            Self::announce(cx, added, start);
+        }
+        Ok(())
+    }
+
+    fn resume_member(&mut self, cx: &mut ModeCx<'_>, to: NodeId) -> Result<bool, EngineError> {
+        if !self.sender_open || !cx.remote.contains(&to) {
+            return Ok(false); // the view that adds it sends the start
+        }
+        let start = cx.streams.resume_member(cx.group, to, cx.remote)?;
+        Self::announce(cx, &[to], start);
+        Ok(true)
+    }
+
+    fn deliver(&mut self, f: &Fragment<'_>, out: &mut dyn FnMut(RecordHeader, &[u8])) {
+        out(data_record(f.group, f.stream, f.first, f.last), f.data);
+    }
+
+    fn send_idle(&self, streams: &dyn StreamOps, group: GroupId) -> bool {
+        streams.send_idle(group)
+    }
+
+    fn retire(&mut self, streams: &dyn StreamOps, group: GroupId) -> Option<Seq> {
+        streams.sender_position(group).map(|at| at.seq)
+    }
+
+    fn stats_json(&self) -> serde_json::Value {
+        json!({"mode": self.name(), "sender_open": self.sender_open})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Streams that record what the mode asked of them.
+    #[derive(Debug, Default)]
+    struct Fake {
+        opened: Vec<(Vec<NodeId>, StreamStart)>,
+        published: Vec<Vec<u8>>,
+        members: Vec<Vec<NodeId>>,
+        full: bool,
+        position: Option<StreamStart>,
+    }
+
+    impl StreamOps for Fake {
+        fn open_sender(
+            &mut self,
+            _: GroupId,
+            members: &[NodeId],
+            start: StreamStart,
+        ) -> Result<(), EngineError> {
+            self.opened.push((members.to_vec(), start));
+            Ok(())
+        }
+        fn publish(&mut self, _: GroupId, msg: &[u8]) -> Result<(), PublishError> {
+            if self.full {
+                return Err(PublishError::WouldBlock);
+            }
+            self.published.push(msg.to_vec());
+            Ok(())
+        }
+        fn set_members(
+            &mut self,
+            _: GroupId,
+            members: &[NodeId],
+        ) -> Result<StreamStart, EngineError> {
+            self.members.push(members.to_vec());
+            Ok(at(40))
+        }
+        fn resume_member(
+            &mut self,
+            _: GroupId,
+            _: NodeId,
+            _: &[NodeId],
+        ) -> Result<StreamStart, EngineError> {
+            Ok(at(30))
+        }
+        fn sender_position(&self, _: GroupId) -> Option<StreamStart> {
+            self.position
+        }
+        fn send_idle(&self, _: GroupId) -> bool {
+            true
+        }
+    }
+
+    fn at(seq: u32) -> StreamStart {
+        StreamStart {
+            epoch: 5,
+            seq: Seq(seq),
+        }
+    }
+
+    fn starts(outbox: &[(NodeId, LinkMessage)]) -> Vec<(NodeId, u32)> {
+        outbox
+            .iter()
+            .map(|(n, m)| match m {
+                LinkMessage::Start { group: 3, start } => (*n, start.seq.0),
+                other => panic!("not a start in group 3: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_send_stream_opens_once_at_the_resume_point_and_new_members_are_told_where_it_is() {
+        let mut mode = PerSenderFifo::new(Seq(17));
+        let mut streams = Fake::default();
+        let mut outbox = Vec::new();
+        let remote = [2, 4];
+        let mut cx = ModeCx {
+            group: 3,
+            epoch: 5,
+            remote: &remote,
+            streams: &mut streams,
+            outbox: &mut outbox,
+        };
+        // Before the stream is open, a new view and a start request tell nobody.
+        mode.members_changed(&mut cx, &[4]).unwrap();
+        assert!(!mode.resume_member(&mut cx, 2).unwrap());
+        assert!(cx.outbox.is_empty());
+        assert_eq!(mode.publish(&mut cx, b"a").unwrap(), Published::Sent);
+        assert_eq!(mode.publish(&mut cx, b"b").unwrap(), Published::Sent);
+        assert_eq!(starts(cx.outbox), [(2, 17), (4, 17)]);
+        cx.outbox.clear();
+        // Only the added member is told, where the stream is now.
+        let remote = [2, 4, 6];
+        cx.remote = &remote;
+        mode.members_changed(&mut cx, &[6]).unwrap();
+        assert_eq!(starts(cx.outbox), [(6, 40)]);
+        cx.outbox.clear();
+        assert!(mode.resume_member(&mut cx, 4).unwrap());
+        assert!(!mode.resume_member(&mut cx, 9).unwrap(), "not a member");
+        assert_eq!(starts(cx.outbox), [(4, 30)]);
+        assert_eq!(streams.opened, [(vec![2, 4], at(17))]);
+        assert_eq!(streams.published, [b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(streams.members, [vec![2, 4, 6]]);
+    }
+
+    #[test]
+    fn a_full_window_blocks_and_a_group_alone_sends_nothing() {
+        let mut mode = PerSenderFifo::new(Seq(0));
+        let mut streams = Fake {
+            full: true,
+            position: Some(at(99)),
+            ..Fake::default()
+        };
+        let mut outbox = Vec::new();
+        let mut cx = ModeCx {
+            group: 3,
+            epoch: 5,
+            remote: &[],
+            streams: &mut streams,
+            outbox: &mut outbox,
+        };
+        assert_eq!(mode.publish(&mut cx, b"x").unwrap(), Published::Sent);
+        assert!(cx.outbox.is_empty());
+        let remote = [2];
+        cx.remote = &remote;
+        assert_eq!(mode.publish(&mut cx, b"x").unwrap(), Published::WouldBlock);
+        assert_eq!(mode.retire(&streams, 3), Some(Seq(99)));
+    }
+
+    #[test]
+    fn fragments_are_delivered_at_once_as_their_senders_records() {
+        let mut mode = PerSenderFifo::new(Seq(0));
+        let mut got = Vec::new();
+        let f = Fragment {
+            group: 3,
+            stream: 2,
+            seq: Seq(8),
+            first: true,
+            last: false,
+            data: b"part",
+        };
+        mode.deliver(&f, &mut |hdr, data| got.push((hdr, data.to_vec())));
+        assert_eq!(got, [(data_record(3, 2, true, false), b"part".to_vec())]);
+    }
+}

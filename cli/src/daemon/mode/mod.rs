@@ -1,0 +1,321 @@
+//! The seam for group modes: how one group's messages are sent,
+//! acknowledged and delivered.
+//!
+//! Owns: the [`GroupMode`] interface, the [`StreamOps`] a mode may ask of
+//! the engine, the context ([`ModeCx`]) the daemon hands it, the choice of
+//! a group's mode ([`for_group`]), and the daemon's calls into a group's
+//! mode (one place that builds the context and sends what the mode queued).
+//! Does not touch: clients, views, liveness, the flush: the daemon calls a
+//! mode at fixed points and does everything else itself. A mode sees only
+//! its own group's streams and talks to its peers only through
+//! [`ModeCx::outbox`] (link messages the daemon sends after the call).
+//!
+//! Built today: [`fifo::PerSenderFifo`], each member's MAK stream with the
+//! receivers delivering each sender's messages in that sender's order.
+//!
+//! How the coming modes fit (docs/mcastd.md, "Architecture"):
+//! - **the hybrid tree** (seed 004 §2): [`GroupMode::publish`] sends a
+//!   member's message up the tree (many-to-many through the root) over
+//!   [`ModeCx::outbox`]; the root's [`GroupMode::on_link`] multicasts it;
+//!   ACK aggregation and the barrier travel as [`LinkMessage::Mode`]
+//!   messages between parent and children; [`GroupMode::members_changed`]
+//!   re-parents; [`GroupMode::poll`] runs the rounds' timers.
+//! - **total order** (seed 002): [`GroupMode::publish`] stamps each message;
+//!   [`GroupMode::deliver`] holds fragments until the barrier passes them
+//!   and [`GroupMode::poll`] releases them (and sends beacons); commit
+//!   barriers travel as [`LinkMessage::Mode`].
+//! - **broadcast over unicast links** (seed 003): [`GroupMode::publish`]
+//!   sends to the first children of the spanning tree over
+//!   [`ModeCx::outbox`]; [`GroupMode::on_link`] delivers (through `out`)
+//!   and forwards; [`GroupMode::members_changed`] re-plans the tree.
+
+pub mod fifo;
+
+use std::fmt;
+
+use mcast_engine::{Engine, EngineError, Fragment, PublishError, StreamStart, Transport};
+use mcast_ipc::RecordHeader;
+use mcast_wire::{GroupId, NodeId, Seq};
+
+use super::Daemon;
+use crate::links::LinkMessage;
+
+/// What became of a message a local client published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Published {
+    /// Taken: the mode owns it now.
+    Sent,
+    /// The group cannot take it now (its window is full): the record stays
+    /// in the client's ring and is offered again next round.
+    WouldBlock,
+    /// Refused for good (the client is told why).
+    Dropped(String),
+}
+
+/// How one group sends, acknowledges and delivers. One instance per group
+/// this node carries, created when the node starts carrying it.
+pub trait GroupMode: fmt::Debug {
+    /// The mode's name in `mcast stat`.
+    fn name(&self) -> &'static str;
+
+    /// A local client's message for the group's remote members (local
+    /// subscribers already have it: the daemon loops it back itself).
+    fn publish(&mut self, cx: &mut ModeCx<'_>, msg: &[u8]) -> Result<Published, EngineError>;
+
+    /// The group's remote members changed (a new view, or a member that
+    /// restarted left it): [`ModeCx::remote`] is the new set, `added` the
+    /// nodes new in it.
+    fn members_changed(&mut self, cx: &mut ModeCx<'_>, added: &[NodeId])
+        -> Result<(), EngineError>;
+
+    /// Remote member `to` lost what this node sends it while this node kept
+    /// counting it (it asked, or was heard again after a reset link): tell
+    /// it where to go on. True when it was told.
+    fn resume_member(&mut self, cx: &mut ModeCx<'_>, to: NodeId) -> Result<bool, EngineError>;
+
+    /// A fragment of a remote member's stream, in that stream's order:
+    /// hand what may be delivered now to `out`, as ring records for every
+    /// local member.
+    fn deliver(&mut self, f: &Fragment<'_>, out: &mut dyn FnMut(RecordHeader, &[u8]));
+
+    /// A [`LinkMessage::Mode`] for this group from peer `from`. Err: the
+    /// message is malformed or not one this mode takes (counted as a link
+    /// error).
+    fn on_link(&mut self, cx: &mut ModeCx<'_>, from: NodeId, body: &[u8]) -> Result<(), String> {
+        let _ = (cx, body);
+        Err(format!(
+            "a {} group takes no mode messages (from node {from})",
+            self.name()
+        ))
+    }
+
+    /// When the mode next wants [`poll`](GroupMode::poll) called
+    /// (monotonic ns; None: never). The daemon's sleep ends by then.
+    fn poll_at(&self) -> Option<u64> {
+        None
+    }
+
+    /// Timers and held deliveries: called once [`poll_at`](GroupMode::poll_at)
+    /// has come. True when it did something.
+    fn poll(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        now_ns: u64,
+        out: &mut dyn FnMut(RecordHeader, &[u8]),
+    ) -> Result<bool, EngineError> {
+        let _ = (cx, now_ns, out);
+        Ok(false)
+    }
+
+    /// True when everything published here has reached every member (a
+    /// leave waits for it).
+    fn send_idle(&self, streams: &dyn StreamOps, group: GroupId) -> bool;
+
+    /// The node stops carrying the group: where its send stream stopped, so
+    /// that a stream opened again within this incarnation goes on from
+    /// there and no sequence number names two frames.
+    fn retire(&mut self, streams: &dyn StreamOps, group: GroupId) -> Option<Seq>;
+
+    /// The mode's own state for `mcast stat`.
+    fn stats_json(&self) -> serde_json::Value;
+}
+
+/// What a mode is given at each call.
+pub struct ModeCx<'a> {
+    pub group: GroupId,
+    /// The epoch of this node's streams (its incarnation).
+    pub epoch: u32,
+    /// The nodes of the group's current view, this one excluded.
+    pub remote: &'a [NodeId],
+    pub streams: &'a mut dyn StreamOps,
+    /// Link messages for peers, sent by the daemon after the call.
+    pub outbox: &'a mut Vec<(NodeId, LinkMessage)>,
+}
+
+impl fmt::Debug for ModeCx<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModeCx")
+            .field("group", &self.group)
+            .field("epoch", &self.epoch)
+            .field("remote", &self.remote)
+            .field("outbox", &self.outbox)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The engine's stream operations a mode may use, for any group.
+pub trait StreamOps {
+    fn open_sender(
+        &mut self,
+        group: GroupId,
+        members: &[NodeId],
+        start: StreamStart,
+    ) -> Result<(), EngineError>;
+    fn publish(&mut self, group: GroupId, msg: &[u8]) -> Result<(), PublishError>;
+    fn set_members(
+        &mut self,
+        group: GroupId,
+        members: &[NodeId],
+    ) -> Result<StreamStart, EngineError>;
+    fn resume_member(
+        &mut self,
+        group: GroupId,
+        member: NodeId,
+        members: &[NodeId],
+    ) -> Result<StreamStart, EngineError>;
+    fn sender_position(&self, group: GroupId) -> Option<StreamStart>;
+    fn send_idle(&self, group: GroupId) -> bool;
+}
+
+impl<T: Transport> StreamOps for Engine<T> {
+    fn open_sender(
+        &mut self,
+        group: GroupId,
+        members: &[NodeId],
+        start: StreamStart,
+    ) -> Result<(), EngineError> {
+        self.open_sender_in(group, members, start)
+    }
+    fn publish(&mut self, group: GroupId, msg: &[u8]) -> Result<(), PublishError> {
+        self.publish_in(group, msg)
+    }
+    fn set_members(
+        &mut self,
+        group: GroupId,
+        members: &[NodeId],
+    ) -> Result<StreamStart, EngineError> {
+        self.set_members_in(group, members)
+    }
+    fn resume_member(
+        &mut self,
+        group: GroupId,
+        member: NodeId,
+        members: &[NodeId],
+    ) -> Result<StreamStart, EngineError> {
+        self.resume_member_in(group, member, members)
+    }
+    fn sender_position(&self, group: GroupId) -> Option<StreamStart> {
+        Engine::sender_position(self, group)
+    }
+    fn send_idle(&self, group: GroupId) -> bool {
+        self.group_send_idle(group)
+    }
+}
+
+/// The mode of a group this node starts carrying. `resume`: where this
+/// node's send stream in the group stopped the last time it carried it in
+/// this incarnation.
+pub fn for_group(resume: Option<Seq>) -> Box<dyn GroupMode> {
+    Box::new(fifo::PerSenderFifo::new(resume.unwrap_or(Seq(0))))
+}
+
+impl<T: Transport> Daemon<T> {
+    /// Runs `f` on `group`'s mode (None if this node does not carry the
+    /// group), then queues the link messages it left in the outbox.
+    fn with_mode<R>(
+        &mut self,
+        group: GroupId,
+        f: impl FnOnce(&mut dyn GroupMode, &mut ModeCx<'_>) -> R,
+    ) -> Option<R> {
+        let lg = self.local.get_mut(&group)?;
+        let mut outbox = Vec::new();
+        let r = {
+            let (mode, remote) = lg.mode_and_remote();
+            let mut cx = ModeCx {
+                group,
+                epoch: self.incarnation,
+                remote,
+                streams: &mut self.engine,
+                outbox: &mut outbox,
+            };
+            f(mode, &mut cx)
+        };
+        for (to, m) in outbox {
+            self.send_link(to, m);
+        }
+        Some(r)
+    }
+
+    /// The record the client service is taking, to `group`'s mode.
+    pub(super) fn publish_in_mode(&mut self, group: GroupId) -> Result<Published, EngineError> {
+        let msg = std::mem::take(&mut self.clients.scratch);
+        let r = self.with_mode(group, |m, cx| m.publish(cx, &msg));
+        self.clients.scratch = msg;
+        r.expect("a joined group is carried")
+    }
+
+    /// `group`'s remote members changed; `added` are new.
+    pub(super) fn members_changed(
+        &mut self,
+        group: GroupId,
+        added: &[NodeId],
+    ) -> Result<(), EngineError> {
+        self.with_mode(group, |m, cx| m.members_changed(cx, added))
+            .unwrap_or(Ok(()))
+    }
+
+    /// Tells `to` again where this node's stream in `group` goes on for
+    /// it, if the group's mode counts it. True when it was told.
+    pub(super) fn resume_member(
+        &mut self,
+        group: GroupId,
+        to: NodeId,
+    ) -> Result<bool, EngineError> {
+        self.with_mode(group, |m, cx| m.resume_member(cx, to))
+            .unwrap_or(Ok(false))
+    }
+
+    /// True when what this node published in `group` reached every member.
+    pub(super) fn send_idle(&self, group: GroupId) -> bool {
+        self.local
+            .get(&group)
+            .is_none_or(|lg| lg.mode.send_idle(&self.engine, group))
+    }
+
+    /// A mode message for `group` from peer `from`.
+    pub(super) fn mode_message(&mut self, from: NodeId, group: GroupId, body: &[u8]) {
+        let r = self.with_mode(group, |m, cx| m.on_link(cx, from, body));
+        let error = match r {
+            Some(Ok(())) => return,
+            Some(Err(e)) => e,
+            None => format!("a mode message for group {group}, which this node does not carry"),
+        };
+        self.counters.link_errors += 1;
+        self.log
+            .warn("bad mode message", &[("from", &from), ("error", &error)]);
+    }
+
+    /// The earliest time a group's mode wants to be polled.
+    pub(super) fn modes_due(&self) -> Option<u64> {
+        self.local.values().filter_map(|lg| lg.mode.poll_at()).min()
+    }
+
+    /// The timers and held deliveries of the modes whose time has come.
+    pub(super) fn poll_modes(&mut self) -> Result<bool, EngineError> {
+        let now = mcast_engine::sys::monotonic_ns();
+        if self.modes_due().is_none_or(|t| t > now) {
+            return Ok(false);
+        }
+        let mut work = false;
+        let mut out: Vec<(RecordHeader, Vec<u8>)> = Vec::new();
+        let groups: Vec<GroupId> = self
+            .local
+            .iter()
+            .filter(|(_, lg)| lg.mode.poll_at().is_some_and(|t| t <= now))
+            .map(|(&g, _)| g)
+            .collect();
+        for group in groups {
+            let polled = self.with_mode(group, |m, cx| {
+                m.poll(cx, now, &mut |hdr, data| out.push((hdr, data.to_vec())))
+            });
+            work |= polled.transpose()?.unwrap_or(false);
+            if !out.is_empty() {
+                let members = self.local[&group].members.clone();
+                for (hdr, data) in out.drain(..) {
+                    self.event_to(&members, hdr, &data);
+                }
+            }
+        }
+        Ok(work)
+    }
+}

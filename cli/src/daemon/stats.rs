@@ -1,0 +1,251 @@
+//! The daemon's counters and everything `mcast stat` shows (the `Stats`
+//! request's JSON, docs/mcastd.md).
+//!
+//! Owns: [`DaemonCounters`] (written by every concern, read here), the final
+//! counters of groups no longer carried ([`Retired`]), and the JSON shapes.
+//! Does not touch: anything it reports on: it only reads.
+
+use std::collections::VecDeque;
+
+use mcast_engine::Transport;
+use mcast_groups::detector::PeerState;
+use mcast_groups::View;
+use serde_json::json;
+
+use super::Daemon;
+use crate::links::is_link;
+
+/// Groups whose final counters `mcast stat` keeps after the node leaves
+/// them; also the closed receive streams kept per group.
+pub(super) const MAX_RETIRED: usize = 32;
+
+/// Final counters of groups no longer carried, newest last.
+#[derive(Debug, Default)]
+pub(super) struct Retired(VecDeque<serde_json::Value>);
+
+impl Retired {
+    pub(super) fn push(&mut self, group: serde_json::Value) {
+        if self.0.len() >= MAX_RETIRED {
+            self.0.pop_front();
+        }
+        self.0.push_back(group);
+    }
+}
+
+/// The daemon's own counters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DaemonCounters {
+    pub clients_connected: u64,
+    pub clients_disconnected: u64,
+    pub clients_cut_off: u64,
+    pub requests: u64,
+    pub messages_published: u64,
+    pub publish_errors: u64,
+    pub fragments_delivered: u64,
+    pub fragments_overflowed: u64,
+    pub local_loopback: u64,
+    pub link_messages_sent: u64,
+    pub link_messages_received: u64,
+    pub link_errors: u64,
+    pub link_backlog_drops: u64,
+    pub group_pauses: u64,
+    pub suspicions: u64,
+    pub probes_sent: u64,
+    pub probes_answered: u64,
+    pub nodes_failed: u64,
+    pub nodes_recovered: u64,
+    /// Receive streams of a peer's older incarnation closed when its beats
+    /// showed a newer one (it restarted unnoticed).
+    pub dead_streams_closed: u64,
+    pub evictions: u64,
+    pub link_resets: u64,
+    pub role_moves: u64,
+    pub rejoins: u64,
+    /// Membership events held back until a flush ended.
+    pub events_held: u64,
+    /// Peers made suspect because they stopped acknowledging a stream.
+    pub data_path_suspicions: u64,
+    /// Stream starts asked of senders (a view added them, no stream yet).
+    pub start_requests_sent: u64,
+    /// Starts sent to members that asked for one.
+    pub start_requests_answered: u64,
+    /// Starts moved forward to where a closed stream had stopped, so nothing
+    /// is delivered twice.
+    pub starts_moved_forward: u64,
+    /// Starts held until the flush of the same stream ended.
+    pub starts_deferred: u64,
+}
+
+impl<T: Transport> Daemon<T> {
+    /// One group's counters (`active`: this node still carries it).
+    pub(super) fn group_json(
+        &self,
+        g: &mcast_engine::GroupStats,
+        active: bool,
+    ) -> serde_json::Value {
+        let lg = self.local.get(&g.group);
+        json!({
+            "group": g.group,
+            "name": lg.map(|l| l.name.clone()),
+            "active": active,
+            "algorithm": g.algorithm.name(),
+            "local_members": lg.map_or(0, |l| l.members.len()),
+            "view_epoch": lg.and_then(|l| l.view.as_ref()).map(|v| v.epoch),
+            "mode": lg.map(|l| l.mode.stats_json()),
+            "paused": g.paused,
+            "queued_frames": g.queued,
+            "sender": g.sender.map(|c| counters_json(&c)),
+            "receivers": g
+                .receivers
+                .iter()
+                .map(|(n, c)| json!({"from": n, "counters": counters_json(c)}))
+                .chain(lg.into_iter().flat_map(|l| l.closed.iter()).map(
+                    |(n, c)| json!({"from": n, "closed": true, "counters": counters_json(c)}),
+                ))
+                .collect::<Vec<_>>(),
+        })
+    }
+
+    /// Everything `mcast stat` shows.
+    pub fn stats_json(&self) -> serde_json::Value {
+        let s = self.engine.stats();
+        let mut groups: Vec<_> = s
+            .groups
+            .iter()
+            .filter(|g| !is_link(g.group))
+            .map(|g| self.group_json(g, true))
+            .collect();
+        groups.extend(self.retired.0.iter().cloned());
+        let links: Vec<_> = s
+            .groups
+            .iter()
+            .filter(|g| is_link(g.group))
+            .map(|g| {
+                json!({
+                    "inbox_of": g.group & !crate::links::LINK_BASE,
+                    "sender": g.sender.map(|c| counters_json(&c)),
+                    "receivers": g.receivers.iter().map(|(n, c)| json!({"from": n, "counters": counters_json(c)})).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        let clients: Vec<_> = self
+            .clients
+            .by_id
+            .iter()
+            .map(|(c, st)| {
+                json!({
+                    "client": c.0, "name": st.name, "pid": st.pid, "uid": st.uid,
+                    "groups": st.groups.iter().collect::<Vec<_>>(),
+                    "published": st.published, "delivered": st.delivered,
+                    "overflow_bytes": st.overflow_bytes,
+                })
+            })
+            .collect();
+        let e = &s.engine;
+        let c = &self.counters;
+        let fc = self.flush.flushes.counters();
+        let flush = json!({
+            "started": fc.started, "agreed": fc.agreed, "timed_out": fc.timed_out,
+            "frames_recovered": fc.frames_recovered, "frames_served": fc.frames_served,
+            "states_held": fc.states_held, "events_held": c.events_held,
+            "beyond_reach": fc.beyond_reach,
+            "jumps": fc.jumps,
+            "frames_skipped": fc.frames_skipped,
+            "ended_sender_back": fc.ended_sender_back,
+            "starts_deferred": c.starts_deferred,
+            "kept_frames": self.flush.kept.values().map(|k| k.frames.frames()).sum::<usize>(),
+            "kept_bytes": self.flush.kept.values().map(|k| k.frames.bytes()).sum::<usize>(),
+        });
+        json!({
+            "node": self.node,
+            "incarnation": self.incarnation,
+            "transport": {
+                "kind": s.transport.kind,
+                "xdp_mode": s.transport.attach_mode.map(|m| format!("{m:?}")),
+                "xdp_fallback": s.transport.attach_fallback,
+                "bind_mode": s.transport.bind_mode.map(|m| format!("{m:?}")),
+                "frames": {"total": s.frames.total, "free": s.frames.free, "fill": s.frames.fill, "held": s.frames.held, "tx": s.frames.tx},
+            },
+            "steering": s.steering.map(|st| format!("{st:?}")),
+            "engine": {
+                "rx_frames": e.rx_frames, "tx_frames": e.tx_frames, "tx_batches": e.tx_batches,
+                "rx_checksum_failures": e.rx_checksum_failures, "rx_malformed": e.rx_malformed,
+                "rx_other_group": e.rx_other_group, "rx_unrouted": e.rx_unrouted, "rx_paused": e.rx_paused,
+                "tx_no_frame": e.tx_no_frame, "tx_no_route": e.tx_no_route, "tx_deferred": e.tx_deferred,
+                "publish_would_block": e.publish_would_block, "polls": e.polls, "sleeps": e.sleeps,
+            },
+            "daemon": {
+                "clients_connected": c.clients_connected, "clients_disconnected": c.clients_disconnected,
+                "clients_cut_off": c.clients_cut_off, "requests": c.requests,
+                "messages_published": c.messages_published, "publish_errors": c.publish_errors,
+                "fragments_delivered": c.fragments_delivered, "fragments_overflowed": c.fragments_overflowed,
+                "local_loopback": c.local_loopback, "link_messages_sent": c.link_messages_sent,
+                "link_messages_received": c.link_messages_received, "link_errors": c.link_errors,
+                "link_backlog_drops": c.link_backlog_drops, "group_pauses": c.group_pauses,
+                "suspicions": c.suspicions, "probes_sent": c.probes_sent,
+                "probes_answered": c.probes_answered, "nodes_failed": c.nodes_failed,
+                "nodes_recovered": c.nodes_recovered, "evictions": c.evictions,
+                "link_resets": c.link_resets, "role_moves": c.role_moves, "rejoins": c.rejoins,
+                "data_path_suspicions": c.data_path_suspicions,
+                "start_requests_sent": c.start_requests_sent,
+                "start_requests_answered": c.start_requests_answered,
+                "starts_moved_forward": c.starts_moved_forward,
+                "dead_streams_closed": c.dead_streams_closed,
+                "registry": self.groups.registry(),
+                // Anti-entropy since this node last (re)joined the cluster.
+                "membership_repairs": self.groups.repairs(),
+                "agent_resignations": self.groups.resignations(),
+                // Departed senders' streams agreed on by the survivors.
+                "flush": flush,
+            },
+            "peers": self.live.tracker.detector().peers().map(|(n, st, last)| json!({
+                "node": n,
+                "state": match st {
+                    PeerState::Alive => "alive".to_string(),
+                    PeerState::Suspect { probes } => format!("suspect ({probes} probes)"),
+                    PeerState::Failed => "failed".to_string(),
+                },
+                "last_heard_ms_ago": mcast_engine::sys::monotonic_ns().saturating_sub(last) / 1_000_000,
+            })).collect::<Vec<_>>(),
+            "groups": groups,
+            "links": links,
+            "clients": clients,
+        })
+    }
+}
+
+pub(super) fn view_json(v: &View) -> serde_json::Value {
+    json!({
+        "group": v.group,
+        "name": v.name,
+        "epoch": v.epoch,
+        "agent": v.agent,
+        "members": v.members.iter().map(|m| json!({"rank": m.rank, "node": m.node, "member": m.member})).collect::<Vec<_>>(),
+    })
+}
+
+pub(super) fn info_json(i: &mcast_groups::GroupInfo) -> serde_json::Value {
+    json!({
+        "group": i.group,
+        "name": i.name,
+        "agent": i.agent,
+        "view": view_json(&i.view),
+    })
+}
+
+fn counters_json(c: &mcast_proto::Counters) -> serde_json::Value {
+    json!({
+        "data_sent": c.data_sent, "data_retransmitted": c.data_retransmitted,
+        "data_received": c.data_received, "delivered": c.delivered,
+        "duplicates_dropped": c.duplicates_dropped, "out_of_window_dropped": c.out_of_window_dropped,
+        "wrong_epoch_dropped": c.wrong_epoch_dropped, "repairs_deferred": c.repairs_deferred,
+        "packs_sent": c.packs_sent, "packs_received": c.packs_received,
+        "nacks_sent": c.nacks_sent, "nacks_received": c.nacks_received,
+        "naks_sent": c.naks_sent, "naks_received": c.naks_received, "naks_suppressed": c.naks_suppressed,
+        "repairs_suppressed": c.repairs_suppressed, "naks_unrepairable": c.naks_unrepairable,
+        "acks_sent": c.acks_sent, "acks_received": c.acks_received,
+        "ack_reqs_sent": c.ack_reqs_sent, "ack_reqs_received": c.ack_reqs_received,
+        "stalls": c.stalls, "timeouts": c.timeouts, "window_full": c.window_full,
+        "acks_stale": c.acks_stale,
+    })
+}

@@ -1,0 +1,235 @@
+//! Receive streams: the stream starts senders announce over the links
+//! (held until the view that makes this node a member, deferred behind a
+//! flush of the same stream, moved past what was delivered before), start
+//! requests, closing streams, and where closed streams stopped so that no
+//! message is delivered twice.
+//!
+//! Owns: [`Streams`]: starts waiting for their group, stopped positions,
+//! the groups a rejoin will want them for, and where this node's send
+//! streams stopped.
+//! Does not touch: views ([`membership`](super::membership) installs them),
+//! the send streams (the group's [`mode`](super::mode) opens them).
+
+use std::collections::{HashMap, HashSet};
+
+use mcast_engine::{EngineError, StreamStart, Transport};
+use mcast_groups::flush::{FlushKey, Retained};
+use mcast_groups::Limits;
+use mcast_wire::{GroupId, NodeId, Seq};
+
+use super::flush::Kept;
+use super::stats::MAX_RETIRED;
+use super::Daemon;
+use crate::config::Config;
+use crate::stopped::{Room, StoppedPositions};
+
+/// Stream starts held for groups not joined yet, per group.
+const MAX_PENDING_STARTS: usize = 1024;
+
+/// Groups whose send position is remembered after this node stops carrying them.
+const MAX_SEND_RESUME: usize = 4096;
+/// Closed receive streams whose last position is remembered (`stopped`), at
+/// the least: the bound is twice the (group, sender) pairs this node can
+/// carry or rejoin (`max_groups` each, times the cluster's nodes) when that
+/// is more.
+const MIN_STOPPED: usize = 4096;
+
+/// What this node remembers of streams beyond their life.
+#[derive(Debug)]
+pub(super) struct Streams {
+    /// Starts received for groups this node does not carry yet.
+    pub(super) pending_starts: HashMap<GroupId, Vec<(NodeId, StreamStart)>>,
+    /// Where each closed receive stream stopped (its deliveries and its
+    /// flush's): (epoch, next frame). A start of that stream behind it opens
+    /// there instead, so a client never gets a message twice.
+    stopped: StoppedPositions,
+    /// Groups this node stopped carrying to rejoin them (after it was
+    /// declared failed): their clients still want their stopped positions.
+    pub(super) rejoin_groups: HashSet<GroupId>,
+    /// Where each group's send stream stopped when this node stopped
+    /// carrying the group: a send stream opened again continues there, so
+    /// within one incarnation (the streams' epoch) no sequence number names
+    /// two frames.
+    pub(super) send_resume: HashMap<GroupId, Seq>,
+}
+
+impl Streams {
+    pub(super) fn new(cfg: &Config) -> Streams {
+        Streams {
+            pending_starts: HashMap::new(),
+            stopped: StoppedPositions::new(
+                MIN_STOPPED.max(2 * Limits::default().max_groups * (cfg.peers.len() + 1)),
+            ),
+            rejoin_groups: HashSet::new(),
+            send_resume: HashMap::new(),
+        }
+    }
+
+    /// Remembers where `group`'s send stream stopped.
+    pub(super) fn note_send_resume(&mut self, group: GroupId, seq: Seq) {
+        if self.send_resume.len() >= MAX_SEND_RESUME && !self.send_resume.contains_key(&group) {
+            // Bounded: a group carried again after this starts at 0, which
+            // is safe once every receiver has closed its old stream.
+            self.send_resume.clear();
+        }
+        self.send_resume.insert(group, seq);
+    }
+}
+
+impl<T: Transport> Daemon<T> {
+    /// Node `from` says where its stream in `group` starts for us.
+    pub(super) fn stream_start(
+        &mut self,
+        from: NodeId,
+        group: GroupId,
+        start: StreamStart,
+    ) -> Result<(), EngineError> {
+        if !self.local.contains_key(&group) {
+            // The view that makes us a member may still be on its way.
+            let q = self.streams.pending_starts.entry(group).or_default();
+            q.retain(|(n, _)| *n != from);
+            if q.len() < MAX_PENDING_STARTS {
+                q.push((from, start));
+            }
+            return Ok(());
+        }
+        let key = FlushKey {
+            group,
+            sender: from,
+            epoch: start.epoch,
+        };
+        if self.flush.flushes.running(key) {
+            // The flush still delivers this stream's last frames: opening it
+            // now would deliver them twice. It opens when the flush ends.
+            self.flush.deferred_starts.insert(key, start);
+            self.counters.starts_deferred += 1;
+            return Ok(());
+        }
+        let mut start = start;
+        match self.flush.kept.get(&(group, from)) {
+            Some(k) => {
+                if k.epoch == start.epoch && k.frames.next().is_some_and(|n| !start.seq.after(n)) {
+                    // The open stream already holds everything from there on
+                    // (a repeated start, or a view change this node never
+                    // saw): opening it again would deliver those frames twice.
+                    return Ok(());
+                }
+            }
+            None => {
+                if let Some(next) = self.streams.stopped.get(group, from, start.epoch) {
+                    if start.seq.before(next) {
+                        // Delivered up to there before the stream closed.
+                        start.seq = next;
+                        self.counters.starts_moved_forward += 1;
+                    }
+                }
+            }
+        }
+        let first = !self.flush.kept.contains_key(&(group, from));
+        self.close_receiver(group, from)?;
+        let mut out = Vec::new();
+        self.flush
+            .flushes
+            .forget_held(group, from, first.then_some(start.epoch), &mut out);
+        self.send_flush(out);
+        // A start of an older stream of this sender, waiting for that
+        // stream's flush, must not replace this one when it ends.
+        self.flush
+            .deferred_starts
+            .retain(|k, _| !(k.group == group && k.sender == from));
+        self.engine.open_receiver_in(group, from, start)?;
+        let window = self.local[&group].window_frames;
+        self.flush.kept.insert(
+            (group, from),
+            Kept {
+                epoch: start.epoch,
+                frames: Retained::starting_at(window, start.seq),
+            },
+        );
+        self.log.debug(
+            "receive stream opened",
+            &[("group", &group), ("from", &from), ("seq", &start.seq.0)],
+        );
+        Ok(())
+    }
+
+    /// `from` carries `group` and holds no stream from this node: if this
+    /// node's send stream counts it a member, it is told where to open one
+    /// (it lost the stream while this node's views never showed it leave).
+    pub(super) fn start_request(
+        &mut self,
+        from: NodeId,
+        group: GroupId,
+    ) -> Result<(), EngineError> {
+        if self.resume_member(group, from)? {
+            self.counters.start_requests_answered += 1;
+        }
+        Ok(())
+    }
+
+    /// The local groups whose view holds node `n`.
+    pub(super) fn groups_with(&self, n: NodeId) -> Vec<GroupId> {
+        self.local
+            .iter()
+            .filter(|(_, lg)| lg.view.as_ref().is_some_and(|v| v.has_node(n)))
+            .map(|(&g, _)| g)
+            .collect()
+    }
+
+    /// Notes where a receive stream stopped (see `stopped`).
+    pub(super) fn note_stopped(
+        &mut self,
+        group: GroupId,
+        sender: NodeId,
+        epoch: u32,
+        next: Option<Seq>,
+    ) {
+        let Some(next) = next else {
+            return;
+        };
+        // A position matters only while clients of this node may receive
+        // the stream again: in a group it carries, or rejoins for them.
+        if !self.live.rejoin_under_way() {
+            self.streams.rejoin_groups.clear();
+        }
+        let (local, rejoin) = (&self.local, &self.streams.rejoin_groups);
+        let wanted = |g| local.contains_key(&g) || rejoin.contains(&g);
+        if let Room::Cleared(n) = self
+            .streams
+            .stopped
+            .note(group, sender, epoch, next, wanted)
+        {
+            self.log.warn(
+                "too many stopped stream positions: forgot them all, a stream started behind one may repeat messages",
+                &[("positions", &n)],
+            );
+        }
+    }
+
+    /// Closes the receive stream of `from` in `group`, keeping its final
+    /// counters for `mcast stat`.
+    pub(super) fn close_receiver(
+        &mut self,
+        group: GroupId,
+        from: NodeId,
+    ) -> Result<(), EngineError> {
+        if let Some(k) = self.flush.kept.get(&(group, from)) {
+            let (epoch, next) = (k.epoch, k.frames.next());
+            self.note_stopped(group, from, epoch, next);
+        }
+        let stats = self.engine.stats();
+        let closed = stats
+            .groups
+            .iter()
+            .filter(|g| g.group == group)
+            .flat_map(|g| g.receivers.iter())
+            .find(|(n, _)| *n == from);
+        if let (Some((_, c)), Some(lg)) = (closed, self.local.get_mut(&group)) {
+            if lg.closed.len() >= MAX_RETIRED {
+                lg.closed.remove(0);
+            }
+            lg.closed.push((from, *c));
+        }
+        self.engine.close_receiver_in(group, from)
+    }
+}
