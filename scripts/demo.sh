@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main demo: a 4-node cluster on this machine, in network namespaces.
 #
-#   sudo ./scripts/demo.sh [FILE]
+#   ./scripts/demo.sh [FILE]        (as root; with sudo where root is not the user: sudo ./scripts/demo.sh)
 #
 # Installs what it needs (clang, llvm, libbpf-dev, iproute2), builds mcastd
 # and mcast, creates four namespaces on one bridge (veth pairs made inside a
@@ -14,7 +14,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" -ne 0 ]; then
-    echo "demo: needs root (network namespaces, XDP): sudo $0 $*" >&2
+    echo "demo: needs root (network namespaces, XDP): run it as root, e.g. sudo $0 $*" >&2
     exit 1
 fi
 ./scripts/setup.sh

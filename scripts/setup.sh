@@ -11,7 +11,7 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
-    echo "setup: missing ${need[*]}; run as root or: sudo apt-get install -y ${need[*]}" >&2
+    echo "setup: missing ${need[*]}; run this script as root, or install them as root: apt-get install -y ${need[*]}" >&2
     exit 1
   fi
   echo "setup: installing ${need[*]}" >&2

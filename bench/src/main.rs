@@ -37,8 +37,8 @@ mod xdp;
         mcast-bench run --algo mak --receivers 64 --loss 0.01 --messages 10000\n  \
         mcast-bench sweep --seeds 1000\n  \
         mcast-bench table --receivers 1,8,64,512 --loss 0,0.01,0.05\n  \
-        sudo -E mcast-bench xdp --json xdp.json\n  \
-        sudo -E mcast-bench paper --out target/bench-paper"
+        mcast-bench xdp --json xdp.json          # as root\n  \
+        mcast-bench paper --out target/bench-paper  # as root"
 )]
 struct Cli {
     #[command(subcommand)]

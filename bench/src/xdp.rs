@@ -12,7 +12,7 @@ pub fn run(messages: usize, latency_messages: usize, json: Option<&str>) -> Resu
     if let Some(why) = bench::missing_privileges() {
         return Err(format!(
             "xdp needs root ({why}): it creates network namespaces and attaches XDP inside them. \
-             Run it as root, e.g. `sudo -E mcast-bench xdp`"
+             Run it as root (with sudo where root is not the user: `sudo -E mcast-bench xdp`)"
         ));
     }
     if messages == 0 || latency_messages == 0 {

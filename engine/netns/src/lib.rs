@@ -124,7 +124,7 @@ pub fn privileged_or_skip(test: &str) -> bool {
     let Some(why) = missing_privileges() else {
         return true;
     };
-    let msg = format!("SKIPPED {test}: namespace tests need root ({why}); run as root: sudo -E cargo test -p mcast-engine");
+    let msg = format!("SKIPPED {test}: namespace tests need root ({why}); run the tests as root (sudo -E cargo test where root is not the user)");
     if std::env::var("CI").as_deref() == Ok("true") {
         panic!("{msg} -- and CI=true, where a skip is a failure");
     }
