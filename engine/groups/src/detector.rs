@@ -23,6 +23,10 @@
 //! a stream is then declared failed about `1.5 × interval + probes ×
 //! probe_interval` after its death (225 ms with the defaults) instead of
 //! 300 ms.
+//!
+//! Owns each peer's liveness (heard, suspect, probed, failed) and its
+//! timers. Never touches a group, a view or the registry: its verdicts go
+//! to the caller, who hands them to the group service.
 
 use crate::NodeId;
 

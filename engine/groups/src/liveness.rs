@@ -9,6 +9,10 @@
 //! how many times the role has moved u32 as the sender knows them, a flag u8
 //! (1: "I declared you failed") and the destination's incarnation that was
 //! declared failed u32.
+//!
+//! Owns the peers' incarnations, the beats' encoding and the [`Detector`].
+//! Changes no group service state itself: it says what happened
+//! ([`LiveEvent`]) and the caller acts on it.
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,7 @@
 //! The values the service hands out: views, group information, errors, limits.
+//!
+//! Owns the public value types and their checks (names, limits); holds no
+//! state of the service and sends nothing.
 
 use std::fmt;
 

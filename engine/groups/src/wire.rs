@@ -52,6 +52,10 @@
 //! code or reason, a boolean other than 0/1, a name that is not UTF-8, a count
 //! above its bound or larger than the bytes left could hold, a truncated message
 //! and bytes after the last field.
+//!
+//! Owns the messages' types and their encoding and decoding only: it
+//! decides nothing about groups and keeps no state (the roles in the
+//! service do).
 
 use std::fmt;
 
