@@ -42,9 +42,10 @@
 //!   count towards `max_groups`. Deleting them safely needs a handshake between
 //!   registry and agent (a `REGISTER` may be on its way to the agent when the
 //!   registry deletes), which belongs with failure detection.
-//! - **The agent stays put.** The agent is the node whose join created the group.
-//!   When its last local member leaves while others remain, it stays the agent and
-//!   keeps serving; moving the role is the failure-detection issue's job.
+//! - **The agent stays put while it lives.** The agent is the node whose join
+//!   created the group. When its last local member leaves while others remain, it
+//!   stays the agent and keeps serving; only its failure moves the role, to the
+//!   lowest live member node of a live majority (`roles`).
 //! - **Views are ordered by the link.** Views of a group come only from its agent
 //!   over one in-order link per node, so each node receives them in epoch order; a
 //!   view with an epoch not above the one held is ignored anyway. A node keeps the

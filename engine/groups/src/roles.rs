@@ -55,8 +55,8 @@ impl GroupService {
     /// group, remove its members and send the new view to the others (the
     /// senders' ACK sets follow); requests waiting for its answer fail with
     /// [`GroupError::NodeFailed`]. Returns the groups whose view this agent
-    /// changed. (Moving the registry or agent role off a failed node is not
-    /// done here.)
+    /// changed, including those whose agent role it took over from `node`
+    /// (and the registry role moves too if `node` held it: protocol.md §7).
     pub fn node_failed(&mut self, node: NodeId) -> Vec<GroupId> {
         self.failed.insert(node);
         self.release_deferred();
