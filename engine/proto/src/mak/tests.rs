@@ -5,6 +5,12 @@
 //! `mak` (it tests through the module's items only).
 
 use super::*;
+use crate::api::header_for;
+use crate::{
+    BufId, Dest, Duration, Endpoint, Event, Instant, OutFrame, RxBody, SendError, Sender,
+    StreamConfig, Transmit, TxBody,
+};
+use mcast_wire::{Flags, Header, Kind, NodeId, RangeList, Seq};
 
 const SENDER: NodeId = 1;
 const W: u32 = 8;

@@ -1,0 +1,443 @@
+//! The MAK receiver (seed 000 §3.2, Figure 7): in-order delivery, the error
+//! table of missing frames, the randomized NAK timer and NAK suppression by
+//! overheard NAKs, repair waits, and ACKs when the sender asks for them.
+//!
+//! Owns: [`MakReceiver`], [`ReceiverState`] and the error table's entries
+//! (`Missing`). May not touch: the sender (`super::sender`); it reads only
+//! the shared [`MakConfig`] and [`NakTimer`] of `super`, and speaks to the
+//! sender only through the frames it returns.
+
+use std::collections::VecDeque;
+
+use super::{MakConfig, NakTimer};
+use crate::api::{header_for, rng_for};
+use crate::recv::{Accepted, InOrder};
+use crate::time::earliest;
+use crate::window::SeqWindow;
+use crate::{
+    BufId, Counters, Dest, Duration, Endpoint, Event, Instant, Rng, RxBody, StreamConfig, Transmit,
+    TxBody,
+};
+use mcast_wire::{Flags, Header, Kind, RangeList, Seq, MAX_NAK_RANGES};
+
+/// The receiver's states (seed 000 Figure 7). NAK, MODIFY-ERROR-TABLE and ACK
+/// are passed through on the way back to RECEIVE or WAIT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiverState {
+    /// Nothing missing.
+    Receive,
+    /// Frames missing: the error table is not empty and a timer runs.
+    Wait,
+}
+
+/// One entry of the error table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Missing {
+    /// Waiting for our own NAK timer; `tries` NAKs of ours asked for it already.
+    Pending { tries: u8 },
+    /// NAKed (by us or overheard from another receiver) at a time: the repair
+    /// is awaited until `until`, then the frame is pending again.
+    Requested { until: Instant, tries: u8 },
+}
+
+impl Missing {
+    const NEW: Missing = Missing::Pending { tries: 0 };
+
+    fn is_pending(self) -> bool {
+        matches!(self, Missing::Pending { .. })
+    }
+}
+
+/// The MAK receiver.
+#[derive(Debug)]
+pub struct MakReceiver {
+    stream: StreamConfig,
+    cfg: MakConfig,
+    rng: Rng,
+    inorder: InOrder,
+    /// The error table (seed 000 §3.2 receiver state (4)): one entry per missing frame.
+    errors: SeqWindow<Missing>,
+    pending: usize,
+    /// The highest frame whose gap has been entered in the table.
+    scanned_to: Seq,
+    nak_timer: Option<Instant>,
+    retry_at: Option<Instant>,
+    /// An ACK owed: up to this sequence, answering a request stamped `tstamp_us` received at `at`.
+    ack_owed: Option<(Seq, u32, Instant)>,
+    /// `pub(super)` (with `group_size` and `draw_backoff`): the tests set
+    /// both and sample the NAK timer.
+    pub(super) grtt: Duration,
+    pub(super) group_size: u16,
+    tx: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+    counters: Counters,
+}
+
+impl MakReceiver {
+    /// A receiver of `stream`.
+    pub fn new(stream: StreamConfig, cfg: MakConfig) -> MakReceiver {
+        let w = stream.window_frames;
+        MakReceiver {
+            stream,
+            cfg,
+            rng: rng_for(&stream),
+            inorder: InOrder::new(stream.sender, stream.initial_seq, w),
+            errors: SeqWindow::new(stream.initial_seq, w),
+            pending: 0,
+            scanned_to: stream.initial_seq.sub(1),
+            nak_timer: None,
+            retry_at: None,
+            ack_owed: None,
+            grtt: cfg.initial_grtt,
+            group_size: 1,
+            tx: VecDeque::with_capacity(4),
+            events: VecDeque::with_capacity(2 * w as usize),
+            counters: Counters::default(),
+        }
+    }
+
+    /// RECEIVE or WAIT (seed 000 Figure 7).
+    pub fn state(&self) -> ReceiverState {
+        if self.errors.is_empty() {
+            ReceiverState::Receive
+        } else {
+            ReceiverState::Wait
+        }
+    }
+
+    /// Everything before this has been delivered.
+    pub fn next_expected(&self) -> Seq {
+        self.inorder.next_expected()
+    }
+
+    /// Frames in the error table.
+    pub fn missing_count(&self) -> usize {
+        self.errors.len()
+    }
+
+    /// Draws the NAK timer (seed 000 §3.1: "a random waiting time").
+    pub(super) fn draw_backoff(&mut self) -> Duration {
+        match self.cfg.nak_timer {
+            NakTimer::Fixed { min, max } => {
+                let ns = self.rng.range(min.as_nanos() as u64, max.as_nanos() as u64);
+                Duration::from_nanos(ns)
+            }
+            NakTimer::Adaptive { .. } => {
+                let t_max = self
+                    .cfg
+                    .nak_timer
+                    .window(self.grtt, self.group_size)
+                    .as_secs_f64();
+                // Inverse CDF of the truncated exponential of RFC 5740 §5.5:
+                // t = T/λ · ln(1 + u(e^λ − 1)), λ = ln(group size) + 1.
+                let lambda = f64::from(self.group_size.max(1)).ln() + 1.0;
+                let u = self.rng.unit();
+                let t = t_max / lambda * (1.0 + u * (lambda.exp() - 1.0)).ln();
+                Duration::from_secs_f64(t.clamp(0.0, t_max))
+            }
+        }
+    }
+
+    fn repair_wait(&self) -> Duration {
+        self.grtt * self.cfg.repair_wait_grtts.max(1)
+    }
+
+    fn arm_nak_timer(&mut self, now: Instant) {
+        if self.pending > 0 && self.nak_timer.is_none() {
+            self.nak_timer = Some(now + self.draw_backoff());
+        }
+    }
+
+    /// Enters every newly revealed gap up to `upto` (exclusive) in the error table.
+    fn scan_gaps(&mut self, upto: Seq, state: Missing) {
+        let mut seq = self.scanned_to.next().max(self.inorder.next_expected());
+        while seq.before(upto) {
+            if !self.inorder.has(seq)
+                && self.errors.insert(seq, state).is_ok()
+                && state.is_pending()
+            {
+                self.pending += 1;
+            }
+            seq = seq.next();
+        }
+        if upto.sub(1).after(self.scanned_to) {
+            self.scanned_to = upto.sub(1);
+        }
+    }
+
+    fn forget(&mut self, seq: Seq) {
+        if let Some(m) = self.errors.remove(seq) {
+            if m.is_pending() {
+                self.pending -= 1;
+                // Repaired before our timer fired: one entry fewer in our NAK.
+                self.counters.nak_entries_suppressed += 1;
+            }
+        }
+    }
+
+    fn sync_table_base(&mut self) {
+        let base = self.inorder.next_expected();
+        let mut freed_pending = 0;
+        self.errors.advance_to(base, |_, m| {
+            if m.is_pending() {
+                freed_pending += 1;
+            }
+        });
+        self.pending -= freed_pending;
+        if self.pending == 0 {
+            self.nak_timer = None;
+        }
+        if self.errors.is_empty() {
+            self.retry_at = None;
+        }
+    }
+
+    fn note_request(&mut self, now: Instant, upto: Seq, tstamp_us: u32) {
+        self.counters.ack_reqs_received += 1;
+        let newer = self.ack_owed.is_none_or(|(r, _, _)| !r.after(upto));
+        if newer {
+            self.ack_owed = Some((upto, tstamp_us, now));
+        }
+    }
+
+    /// ACK state (seed 000 Figure 7 (5)): everything up to the requested frame is here.
+    fn maybe_ack(&mut self, now: Instant) {
+        let Some((upto, tstamp_us, at)) = self.ack_owed else {
+            return;
+        };
+        if !self.inorder.next_expected().after(upto) {
+            return;
+        }
+        self.ack_owed = None;
+        let mut h = header_for(&self.stream, Kind::Ack);
+        h.ack = self.inorder.next_expected();
+        h.seq = upto;
+        let held_us = now.saturating_duration_since(at).as_micros() as u32;
+        h.tstamp_us = tstamp_us.wrapping_add(held_us);
+        h.flags = Flags::ACK_VALID;
+        self.counters.acks_sent += 1;
+        self.push_tx(Transmit {
+            dest: Dest::Node(self.stream.sender),
+            header: h,
+            body: TxBody::None,
+        });
+    }
+
+    fn push_tx(&mut self, t: Transmit) {
+        // At most one ACK and a few NAKs are ever queued between polls; the
+        // bound keeps a driver that never polls from growing this.
+        if self.tx.len() < 64 {
+            self.tx.push_back(t);
+        }
+    }
+
+    fn on_data(&mut self, now: Instant, header: &Header, buf: BufId) {
+        if header.grtt_ns != 0 {
+            let g = Duration::from_nanos(u64::from(header.grtt_ns));
+            self.grtt = g.clamp(self.cfg.grtt_min, self.cfg.grtt_max);
+        }
+        self.group_size = header.group_size.max(1);
+        let seq = header.seq;
+        let was_missing = self.errors.contains(seq);
+        let accepted = self.inorder.accept(
+            seq,
+            buf,
+            header.payload_len,
+            header.flags,
+            &mut self.counters,
+            &mut self.events,
+        );
+        match accepted {
+            Accepted::Duplicate | Accepted::OutOfWindow => {}
+            Accepted::InOrder | Accepted::Buffered => {
+                if was_missing {
+                    // MODIFY-ERROR-TABLE: the repair came.
+                    self.forget(seq);
+                }
+                self.scan_gaps(seq, Missing::NEW);
+                if header.flags.contains(Flags::ACK_REQ) || header.flags.contains(Flags::LAST) {
+                    self.note_request(now, seq, header.tstamp_us);
+                }
+            }
+        }
+        self.sync_table_base();
+        self.arm_nak_timer(now);
+        self.maybe_ack(now);
+    }
+
+    /// MODIFY-ERROR-TABLE on another receiver's NAK: what it asked for is no
+    /// longer ours to ask for; wait for the repair instead.
+    fn on_overheard_nak(&mut self, now: Instant, ranges: &RangeList) {
+        self.counters.naks_received += 1;
+        let until = now + self.repair_wait();
+        let end = self.inorder.next_expected().add(self.errors.capacity());
+        for r in ranges.iter() {
+            for i in 0..r.count.min(self.errors.capacity()) {
+                let seq = r.start.add(i);
+                if seq.before(self.inorder.next_expected()) {
+                    continue;
+                }
+                if !seq.before(end) {
+                    break;
+                }
+                if seq.after(self.scanned_to) {
+                    // A frame we did not know of yet: everything up to it is missing.
+                    self.inorder.note_exists(seq);
+                    self.scan_gaps(seq.next(), Missing::Requested { until, tries: 0 });
+                    continue;
+                }
+                if let Some(m) = self.errors.get_mut(seq) {
+                    if let Missing::Pending { tries } = *m {
+                        *m = Missing::Requested { until, tries };
+                        self.pending -= 1;
+                        self.counters.nak_entries_suppressed += 1;
+                    }
+                }
+            }
+        }
+        self.retry_at = earliest(self.retry_at, Some(until));
+        if self.pending == 0 {
+            self.nak_timer = None;
+        }
+    }
+
+    /// NAK state: the timer fired; multicast what is still pending.
+    fn fire_nak(&mut self, now: Instant) {
+        self.nak_timer = None;
+        let mut list = RangeList::new();
+        let wait = self.repair_wait();
+        let mut retry_at = None;
+        let limit = self.cfg.max_nak_ranges.clamp(1, MAX_NAK_RANGES);
+        let base = self.errors.base();
+        for i in 0..self.errors.capacity() {
+            let seq = base.add(i);
+            let Some(m) = self.errors.get_mut(seq) else {
+                continue;
+            };
+            let Missing::Pending { tries } = *m else {
+                continue;
+            };
+            let extends = list.iter().last().is_some_and(|r| r.end() == seq);
+            if !extends && list.len() >= limit {
+                break;
+            }
+            list.push_seq(seq);
+            // Each unanswered NAK of ours doubles the wait for its repair (up to
+            // 16 times): a sender short of repair budget is not met by a storm.
+            let until = now + wait * (1u32 << tries.min(4));
+            *m = Missing::Requested {
+                until,
+                tries: tries.saturating_add(1),
+            };
+            retry_at = earliest(retry_at, Some(until));
+            self.pending -= 1;
+        }
+        if list.is_empty() {
+            self.counters.naks_suppressed += 1;
+        } else {
+            self.counters.naks_sent += 1;
+            self.retry_at = earliest(self.retry_at, retry_at);
+            let mut h = header_for(&self.stream, Kind::Nak);
+            h.seq = self.inorder.next_expected();
+            h.ack = self.inorder.next_expected();
+            h.payload_len = list.wire_len() as u16;
+            self.push_tx(Transmit {
+                dest: Dest::Group,
+                header: h,
+                body: TxBody::Nak(Box::new(list)),
+            });
+        }
+        // Entries beyond one NAK's capacity wait for another draw.
+        self.arm_nak_timer(now);
+    }
+
+    /// Requested entries whose repair did not come in time are pending again.
+    fn expire_requests(&mut self, now: Instant) {
+        self.retry_at = None;
+        let base = self.errors.base();
+        let mut next: Option<Instant> = None;
+        for i in 0..self.errors.capacity() {
+            let seq = base.add(i);
+            let Some(m) = self.errors.get_mut(seq) else {
+                continue;
+            };
+            if let Missing::Requested { until, tries } = *m {
+                if until <= now {
+                    *m = Missing::Pending { tries };
+                    self.pending += 1;
+                    self.counters.timeouts += 1;
+                } else {
+                    next = earliest(next, Some(until));
+                }
+            }
+        }
+        self.retry_at = next;
+        self.arm_nak_timer(now);
+    }
+}
+
+impl Endpoint for MakReceiver {
+    fn handle_frame(&mut self, now: Instant, header: &Header, body: RxBody<'_>) {
+        if header.epoch != self.stream.epoch {
+            self.counters.wrong_epoch_dropped += 1;
+            if let RxBody::Data(buf) = body {
+                self.events.push_back(Event::Release(buf));
+            }
+            return;
+        }
+        match (header.kind, body) {
+            (Kind::Data, RxBody::Data(buf)) if header.src == self.stream.sender => {
+                self.on_data(now, header, buf)
+            }
+            (Kind::Nak, RxBody::Nak(ranges)) if header.src != self.stream.local => {
+                self.on_overheard_nak(now, ranges)
+            }
+            (Kind::AckReq, _) if header.src == self.stream.sender => {
+                // The sender's timer resend: a frame up to `ack` exists.
+                self.inorder.note_exists(header.ack);
+                self.scan_gaps(header.ack.next(), Missing::NEW);
+                self.note_request(now, header.ack, header.tstamp_us);
+                self.arm_nak_timer(now);
+                self.maybe_ack(now);
+            }
+            (_, RxBody::Data(buf)) => {
+                self.counters.rejected += 1;
+                self.events.push_back(Event::Release(buf));
+            }
+            _ => self.counters.rejected += 1,
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.retry_at.is_some_and(|t| t <= now) {
+            self.expire_requests(now);
+        }
+        if self.nak_timer.is_some_and(|t| t <= now) {
+            self.fire_nak(now);
+        }
+    }
+
+    fn poll_transmit(&mut self, _now: Instant) -> Option<Transmit> {
+        self.tx.pop_front()
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        earliest(self.nak_timer, self.retry_at)
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn held_buffers(&self) -> usize {
+        self.inorder.held()
+    }
+
+    fn release_all(&mut self) {
+        self.inorder.release_all(&mut self.events);
+    }
+}
