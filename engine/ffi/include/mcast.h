@@ -126,9 +126,10 @@ int mcast_publish_blocking(mcast_client *c, uint32_t group, const void *data, si
                            int timeout_ms);
 
 /*
- * Receives the next message: copies it into buf (cap bytes), sets *len_out
- * to its length, *group_out (may be NULL) to its group's number and
- * *source_out (may be NULL) to its sender.
+ * Receives the next data message: copies it into buf (cap bytes), sets
+ * *len_out to its length, *group_out (may be NULL) to its group's number
+ * and *source_out (may be NULL) to its sender. Membership events are
+ * skipped (mcast_recv_ex returns them).
  *
  * timeout_ms: 0 returns at once (MCAST_EAGAIN if no message is there), -1
  * waits forever, a positive count waits that long (then MCAST_ETIMEDOUT).
@@ -141,6 +142,133 @@ int mcast_publish_blocking(mcast_client *c, uint32_t group, const void *data, si
  */
 int mcast_recv(mcast_client *c, void *buf, size_t cap, size_t *len_out, uint32_t *group_out,
                uint32_t *source_out, int timeout_ms);
+
+/* What mcast_recv_ex received (*kind_out). */
+enum mcast_msg_kind {
+    /* Application data published by a member. */
+    MCAST_MSG_DATA = 0,
+    /* A membership event of the group, written by mcastd at its place in
+     * the stream: its bytes are JSON, which mcast_event_parse and
+     * mcast_event_nodes read. Its source is 0. */
+    MCAST_MSG_MEMBERSHIP = 1
+};
+
+/*
+ * Like mcast_recv, but also returns the groups' membership events, in
+ * stream order with the data, and sets *kind_out (may be NULL) to
+ * MCAST_MSG_DATA or MCAST_MSG_MEMBERSHIP. Every message published before a
+ * view change comes before its event; an event saying a sender is gone
+ * comes after that sender's last message. An event is held like a message
+ * when buf is too small (MCAST_ETOOSMALL); a later mcast_recv drops it.
+ */
+int mcast_recv_ex(mcast_client *c, void *buf, size_t cap, size_t *len_out, uint32_t *group_out,
+                  uint32_t *source_out, int *kind_out, int timeout_ms);
+
+/* What a membership event says (struct mcast_event's kind). */
+enum mcast_event_kind {
+    /* A shape this library does not know (a newer mcastd's): read the JSON. */
+    MCAST_EVENT_OTHER = 0,
+    /* The group has a new view: epoch, agent and the counts are set, and
+     * mcast_event_nodes lists its members and who joined, is gone or failed. */
+    MCAST_EVENT_VIEW = 1,
+    /* This node was declared failed (evicted_by says by which node) and left
+     * the group; mcastd joins it again as a new member, whose new view
+     * follows. Messages sent meanwhile are not delivered. */
+    MCAST_EVENT_EVICTED = 2,
+    /* The survivors' flush of a departed sender (skipped_sender) passed over
+     * skipped_frames frames that none of them kept. */
+    MCAST_EVENT_SKIPPED = 3
+};
+
+/* A membership event, parsed by mcast_event_parse. Fields that do not
+ * apply to the kind are 0. */
+typedef struct mcast_event {
+    int kind;                /* MCAST_EVENT_* */
+    uint64_t epoch;          /* VIEW: the new view's epoch */
+    uint32_t agent;          /* VIEW: the node of the group's agent */
+    uint32_t evicted_by;     /* EVICTED: the node that declared this one failed */
+    uint32_t skipped_sender; /* SKIPPED: the departed sender's node */
+    uint64_t skipped_frames; /* SKIPPED: how many of its frames nobody kept */
+    size_t members;          /* VIEW: members in the new view */
+    size_t joined;           /* VIEW: nodes that joined with this view */
+    size_t gone;             /* VIEW: nodes that left or were evicted */
+    size_t failed;           /* VIEW: of the gone nodes, those this node's
+                                detector suspects or declared failed */
+} mcast_event;
+
+/*
+ * Parses the membership event of len bytes at data (as mcast_recv_ex
+ * returned it with MCAST_MSG_MEMBERSHIP) into *out. MCAST_EINVAL when the
+ * bytes are not a JSON object or a known field has the wrong type (the
+ * words: mcast_last_error(NULL, ...)); an unknown shape is
+ * MCAST_EVENT_OTHER.
+ */
+int mcast_event_parse(const void *data, size_t len, mcast_event *out);
+
+/* The node lists of a view event (mcast_event_nodes' list). */
+enum mcast_event_nodes_list {
+    /* The node of each member of the new view, in rank order (a node with
+     * several members appears once for each). */
+    MCAST_NODES_MEMBERS = 0,
+    /* The nodes that joined the group with this view. */
+    MCAST_NODES_JOINED = 1,
+    /* The nodes that left the group or were evicted from it. */
+    MCAST_NODES_GONE = 2,
+    /* Of the gone nodes, those this node suspects or declared failed (the
+     * group's agent may declare a failure a little before this node does,
+     * so a dead node can be gone and not yet failed). */
+    MCAST_NODES_FAILED = 3
+};
+
+/*
+ * Copies the node list list (MCAST_NODES_*) of the membership event at data
+ * (len bytes) into out (cap node ids) and sets *count_out to the list's
+ * length. MCAST_ETOOSMALL when the list is longer than cap: the first cap
+ * ids are copied and *count_out says how many there are. out may be NULL
+ * when cap is 0 (to ask the count); count_out must not be NULL. Events
+ * other than views have empty lists.
+ */
+int mcast_event_nodes(const void *data, size_t len, int list, uint32_t *out, size_t cap,
+                      size_t *count_out);
+
+/* What a notice is (struct mcast_notice's kind). */
+enum mcast_notice_kind {
+    /* A group this client belongs to has a new view (group, epoch, members
+     * set). The same change comes as a membership event in the stream. */
+    MCAST_NOTICE_VIEW_CHANGED = 1,
+    /* mcastd cut this client off; the text says why. Receiving returns
+     * MCAST_ECUTOFF once the messages before it are taken. */
+    MCAST_NOTICE_CUT_OFF = 2,
+    /* mcastd is stopping; the text says why. The connection is closed. */
+    MCAST_NOTICE_SHUTDOWN = 3,
+    /* mcastd refused something that had no request to answer (e.g. a
+     * message published to a group not joined was dropped). */
+    MCAST_NOTICE_ERROR = 4
+};
+
+/* A notice's numbers, filled by mcast_next_notice. Fields that do not
+ * apply to the kind are 0. */
+typedef struct mcast_notice {
+    int kind;       /* MCAST_NOTICE_* */
+    uint32_t group; /* VIEW_CHANGED: the group's number */
+    uint64_t epoch; /* VIEW_CHANGED: the new view's epoch */
+    size_t members; /* VIEW_CHANGED: members in the new view */
+} mcast_notice;
+
+/*
+ * Hands over the next notice mcastd sent on the control socket, without
+ * waiting, oldest first: its numbers into *out, its text into buf (for a
+ * cut-off or shutdown the reason, for an error the message, for a view
+ * change its group, epoch and the members' nodes). The text is copied as
+ * mcast_last_error copies (at most cap - 1 bytes and a NUL; buf may be NULL
+ * when cap is 0) and *len_out (may be NULL) is its full length.
+ *
+ * MCAST_EAGAIN when no notice is waiting. Once every notice is handed over,
+ * a closed connection answers MCAST_ECUTOFF or MCAST_EDISCONNECTED, as
+ * receiving does. Notices that are never taken stay queued in the client.
+ */
+int mcast_next_notice(mcast_client *c, mcast_notice *out, char *buf, size_t cap,
+                      size_t *len_out);
 
 /* The largest message mcast_publish accepts, in bytes; 0 for NULL. */
 size_t mcast_max_message(const mcast_client *c);

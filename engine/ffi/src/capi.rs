@@ -17,8 +17,8 @@ use std::time::Duration;
 use mcast_ipc::Client;
 
 use crate::{
-    panic_message, set_thread_error, strerror, thread_error, Fail, McastClient, MCAST_EINVAL,
-    MCAST_EIO, MCAST_ETOOSMALL, MCAST_OK,
+    msg_kind, notice_info, panic_message, parse_event, set_thread_error, strerror, thread_error,
+    Fail, McastClient, McastEvent, McastNotice, MCAST_EINVAL, MCAST_EIO, MCAST_ETOOSMALL, MCAST_OK,
 };
 
 /// Runs `f`; a panic becomes `MCAST_EIO`, its message this thread's error.
@@ -302,9 +302,66 @@ pub unsafe extern "C" fn mcast_publish_blocking(
     unsafe { with_client(c, run) }
 }
 
-/// Receives the next message into `buf` (`cap` bytes), waiting up to
-/// `timeout_ms` (0: not at all, -1: forever). A message that does not fit
-/// stays pending: `MCAST_ETOOSMALL`, `*len_out` its size.
+/// Receives the next message into `buf`, as [`mcast_recv`] and
+/// [`mcast_recv_ex`] do; with `events` false membership events are skipped.
+///
+/// # Safety
+/// As for [`mcast_recv_ex`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn recv(
+    c: *mut McastClient,
+    buf: *mut c_void,
+    cap: usize,
+    len_out: *mut usize,
+    group_out: *mut u32,
+    source_out: *mut u32,
+    kind_out: *mut c_int,
+    timeout_ms: c_int,
+    events: bool,
+) -> c_int {
+    let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
+        if len_out.is_null() {
+            return Err(Fail::inval("len_out is NULL"));
+        }
+        if buf.is_null() && cap > 0 {
+            return Err(Fail::inval(format!("buf is NULL but cap is {cap}")));
+        }
+        let m = cl.next_message(timeout_ms, events)?;
+        let len = m.data.len();
+        // SAFETY: not NULL (checked), valid for writes by contract.
+        unsafe { len_out.write(len) };
+        if len > cap {
+            return Err(Fail::new(
+                MCAST_ETOOSMALL,
+                format!(
+                    "buffer too small: the message waiting is {len} bytes, the buffer {cap}; \
+                         it is kept for the next receive"
+                ),
+            ));
+        }
+        if len > 0 {
+            // SAFETY: len > 0 so cap > 0 and buf is not NULL (checked);
+            // buf is valid for writes of cap >= len bytes by contract, and
+            // cannot overlap the message, which this library owns.
+            unsafe { ptr::copy_nonoverlapping(m.data.as_ptr(), buf.cast::<u8>(), len) };
+        }
+        // SAFETY: the caller's contract for the optional out-parameters.
+        unsafe {
+            put(group_out, m.group);
+            put(source_out, m.source);
+            put(kind_out, msg_kind(m.kind));
+        }
+        cl.take_pending();
+        Ok(MCAST_OK)
+    };
+    // SAFETY: the caller's contract is with_client's.
+    unsafe { with_client(c, run) }
+}
+
+/// Receives the next data message into `buf` (`cap` bytes), skipping
+/// membership events, waiting up to `timeout_ms` (0: not at all, -1:
+/// forever). A message that does not fit stays pending: `MCAST_ETOOSMALL`,
+/// `*len_out` its size.
 ///
 /// # Safety
 /// `c` is NULL or a live client (from `mcast_connect`, not yet closed) that no
@@ -320,42 +377,191 @@ pub unsafe extern "C" fn mcast_recv(
     source_out: *mut u32,
     timeout_ms: c_int,
 ) -> c_int {
+    // SAFETY: the caller's contract is recv's, with no kind_out.
+    unsafe {
+        recv(
+            c,
+            buf,
+            cap,
+            len_out,
+            group_out,
+            source_out,
+            ptr::null_mut(),
+            timeout_ms,
+            false,
+        )
+    }
+}
+
+/// Receives the next message or membership event, in stream order, as
+/// [`mcast_recv`] does; `*kind_out` says which (`MCAST_MSG_*`), and an
+/// event's bytes are its JSON.
+///
+/// # Safety
+/// As for [`mcast_recv`]; `kind_out` is NULL or valid for writes.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn mcast_recv_ex(
+    c: *mut McastClient,
+    buf: *mut c_void,
+    cap: usize,
+    len_out: *mut usize,
+    group_out: *mut u32,
+    source_out: *mut u32,
+    kind_out: *mut c_int,
+    timeout_ms: c_int,
+) -> c_int {
+    // SAFETY: the caller's contract is recv's.
+    unsafe {
+        recv(
+            c, buf, cap, len_out, group_out, source_out, kind_out, timeout_ms, true,
+        )
+    }
+}
+
+/// Runs `f` with no client: a failure's message becomes this thread's
+/// client-less last error, a panic `MCAST_EIO`.
+fn without_client(f: impl FnOnce() -> Result<c_int, Fail>) -> c_int {
+    guard(|| match f() {
+        Ok(code) => code,
+        Err(fail) => {
+            set_thread_error(fail.message);
+            fail.code
+        }
+    })
+}
+
+/// Parses the membership event of `len` bytes at `data` into `*out`.
+///
+/// # Safety
+/// `data` is NULL or valid for reads of `len` bytes; `out` is NULL or valid
+/// for writes of an `mcast_event`.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_event_parse(
+    data: *const c_void,
+    len: usize,
+    out: *mut McastEvent,
+) -> c_int {
+    without_client(|| {
+        if out.is_null() {
+            return Err(Fail::inval("out is NULL"));
+        }
+        // SAFETY: the caller's contract for `data`.
+        let bytes = unsafe { bytes_arg(data, len, "data") }?;
+        let ev = parse_event(bytes)?;
+        // SAFETY: not NULL (checked), valid for writes by contract.
+        unsafe { out.write(ev.info) };
+        Ok(MCAST_OK)
+    })
+}
+
+/// Copies the node list `list` (`MCAST_NODES_*`) of the membership event at
+/// `data` into `out` (`cap` ids); `*count_out` is the list's length.
+///
+/// # Safety
+/// `data` is NULL or valid for reads of `len` bytes; `out` is NULL or valid
+/// for writes of `cap` ids; `count_out` is NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_event_nodes(
+    data: *const c_void,
+    len: usize,
+    list: c_int,
+    out: *mut u32,
+    cap: usize,
+    count_out: *mut usize,
+) -> c_int {
+    without_client(|| {
+        if count_out.is_null() {
+            return Err(Fail::inval("count_out is NULL"));
+        }
+        if out.is_null() && cap > 0 {
+            return Err(Fail::inval(format!("out is NULL but cap is {cap}")));
+        }
+        // SAFETY: the caller's contract for `data`.
+        let bytes = unsafe { bytes_arg(data, len, "data") }?;
+        let ev = parse_event(bytes)?;
+        let nodes = ev.nodes(list)?;
+        let n = nodes.len().min(cap);
+        // SAFETY: count_out is not NULL (checked) and valid for writes by
+        // contract; when n > 0, cap > 0 so out is not NULL (checked) and
+        // valid for writes of cap >= n ids, and cannot overlap `nodes`,
+        // which this call owns.
+        unsafe {
+            count_out.write(nodes.len());
+            if n > 0 {
+                ptr::copy_nonoverlapping(nodes.as_ptr(), out, n);
+            }
+        }
+        if nodes.len() > cap {
+            return Err(Fail::new(
+                MCAST_ETOOSMALL,
+                format!(
+                    "{} nodes in the list, room for {cap}; the first {n} were copied",
+                    nodes.len()
+                ),
+            ));
+        }
+        Ok(MCAST_OK)
+    })
+}
+
+/// Hands over the next notice without waiting: its numbers into `*out`, its
+/// text (NUL-terminated, truncated to `cap`) into `buf`, the text's full
+/// length into `*len_out`.
+///
+/// # Safety
+/// `c` is NULL or a live client (from `mcast_connect`, not yet closed) that no
+/// other thread uses during the call; `out` is NULL or valid for writes of an
+/// `mcast_notice`; `buf` is NULL or valid for writes of `cap` bytes; `len_out`
+/// is NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_next_notice(
+    c: *mut McastClient,
+    out: *mut McastNotice,
+    buf: *mut c_char,
+    cap: usize,
+    len_out: *mut usize,
+) -> c_int {
     let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
-        if len_out.is_null() {
-            return Err(Fail::inval("len_out is NULL"));
+        if out.is_null() {
+            return Err(Fail::inval("out is NULL"));
         }
         if buf.is_null() && cap > 0 {
             return Err(Fail::inval(format!("buf is NULL but cap is {cap}")));
         }
-        let m = cl.next_message(timeout_ms)?;
-        let len = m.data.len();
-        // SAFETY: not NULL (checked), valid for writes by contract.
-        unsafe { len_out.write(len) };
-        if len > cap {
-            return Err(Fail::new(
-                MCAST_ETOOSMALL,
-                format!(
-                    "buffer too small: the message waiting is {len} bytes, the buffer {cap}; \
-                         it is kept for the next mcast_recv"
-                ),
-            ));
-        }
-        if len > 0 {
-            // SAFETY: len > 0 so cap > 0 and buf is not NULL (checked);
-            // buf is valid for writes of cap >= len bytes by contract, and
-            // cannot overlap the message, which this library owns.
-            unsafe { ptr::copy_nonoverlapping(m.data.as_ptr(), buf.cast::<u8>(), len) };
-        }
-        // SAFETY: the caller's contract for the optional out-parameters.
+        let (info, text) = notice_info(&cl.next_notice()?);
+        // SAFETY: out is not NULL (checked) and valid for writes by contract;
+        // buf is NULL only with cap 0 (checked) and else valid for writes of
+        // cap bytes; len_out is NULL or valid for writes.
         unsafe {
-            put(group_out, m.group);
-            put(source_out, m.source);
+            out.write(info);
+            let len = copy_text(&text, buf, cap);
+            put(len_out, len);
         }
-        cl.take_pending();
         Ok(MCAST_OK)
     };
     // SAFETY: the caller's contract is with_client's.
     unsafe { with_client(c, run) }
+}
+
+/// Copies `text` into `buf` (`cap` bytes) as a NUL-terminated string,
+/// truncated to `cap - 1` bytes (nothing when `cap` is 0), and returns its
+/// full length, as snprintf does.
+///
+/// # Safety
+/// `buf` is valid for writes of `cap` bytes when `cap` is not 0.
+unsafe fn copy_text(text: &str, buf: *mut c_char, cap: usize) -> usize {
+    let bytes = text.as_bytes();
+    if cap > 0 {
+        let n = bytes.len().min(cap - 1);
+        // SAFETY: by the contract buf is valid for writes of cap > n bytes;
+        // `text` is ours, so no overlap.
+        unsafe {
+            ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), n);
+            buf.add(n).write(0);
+        }
+    }
+    bytes.len()
 }
 
 /// The largest message `mcast_publish` accepts; 0 for a NULL client.
@@ -393,17 +599,10 @@ pub unsafe extern "C" fn mcast_last_error(
             Some(cl) => cl.last_error.clone(),
             None => thread_error(),
         };
-        let bytes = msg.as_bytes();
-        if cap > 0 {
-            let n = bytes.len().min(cap - 1);
-            // SAFETY: buf is not NULL (cap > 0, checked) and valid for writes
-            // of cap > n bytes by contract; `msg` is ours, so no overlap.
-            unsafe {
-                ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), n);
-                buf.add(n).write(0);
-            }
-        }
-        bytes.len().min(c_int::MAX as usize) as c_int
+        // SAFETY: buf is not NULL when cap > 0 (checked) and then valid for
+        // writes of cap bytes by contract.
+        let len = unsafe { copy_text(&msg, buf, cap) };
+        len.min(c_int::MAX as usize) as c_int
     })
 }
 

@@ -4,20 +4,27 @@
 //!
 //! - This module: the return codes, their mapping from [`mcast_ipc::Error`],
 //!   and the state behind an `mcast_client *` (the Rust client, the message
-//!   a too-small buffer could not take, the last error's words). Safe code.
+//!   a too-small buffer could not take, the notices not yet handed over, the
+//!   last error's words). Safe code.
+//! - [`event`]: membership events and notices as C sees them (kinds, the
+//!   event's JSON parsed into counts and node lists). Safe code.
 //! - [`capi`]: the `extern "C"` functions. The only module allowed unsafe
 //!   code: it turns raw pointers into references and slices after checking
 //!   them for NULL, and keeps panics from unwinding into C.
 #![deny(unsafe_code)]
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::ffi::{c_int, CStr};
+use std::time::{Duration, Instant};
 
-use mcast_ipc::{Client, Error, Message};
+use mcast_ipc::{Client, Error, Message, MessageKind, Notice};
 
 #[allow(unsafe_code)]
 pub mod capi;
+pub mod event;
 pub use capi::*;
+pub use event::*;
 
 /// Success.
 pub const MCAST_OK: c_int = 0;
@@ -125,10 +132,22 @@ pub struct McastClient {
     /// The connection.
     pub client: Client,
     /// A message received but not yet handed over (the caller's buffer was
-    /// too small); the next `mcast_recv` returns it first.
+    /// too small); the next receive returns it first.
     pub pending: Option<Message>,
+    /// Notices taken from the client but not yet handed over by
+    /// `mcast_next_notice` (the client hands over all it has at once).
+    pub notices: VecDeque<Notice>,
     /// The last failed call's message, empty if none failed yet.
     pub last_error: String,
+}
+
+/// The client's clock, for a receive's deadline across skipped events.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a blocking call's timeout is wall time, as in mcast-ipc's client"
+)]
+fn now() -> Instant {
+    Instant::now()
 }
 
 impl McastClient {
@@ -137,37 +156,56 @@ impl McastClient {
         McastClient {
             client,
             pending: None,
+            notices: VecDeque::new(),
             last_error: String::new(),
         }
     }
 
     /// The next message: the pending one, else one from the ring, waiting
     /// as `timeout_ms` says (0: not at all, -1: forever, else milliseconds).
-    /// It stays pending until [`McastClient::take_pending`].
-    pub fn next_message(&mut self, timeout_ms: c_int) -> Result<&Message, Fail> {
+    /// With `events` false, membership events are skipped (a pending one
+    /// too), as `mcast_recv` does. It stays pending until
+    /// [`McastClient::take_pending`].
+    pub fn next_message(&mut self, timeout_ms: c_int, events: bool) -> Result<&Message, Fail> {
+        if !events
+            && self
+                .pending
+                .as_ref()
+                .is_some_and(|m| m.kind == MessageKind::Membership)
+        {
+            self.pending = None;
+        }
         if self.pending.is_none() {
-            let m = match timeout_ms {
-                0 => self
-                    .client
-                    .try_recv()?
-                    .ok_or_else(|| Fail::new(MCAST_EAGAIN, "no message waiting"))?,
-                -1 => self.client.recv()?,
-                t if t > 0 => self
-                    .client
-                    .recv_timeout(std::time::Duration::from_millis(t as u64))?
-                    .ok_or_else(|| {
-                        Fail::new(MCAST_ETIMEDOUT, format!("no message within {t} ms"))
-                    })?,
+            let deadline = match timeout_ms {
+                -1 => None,
+                t if t >= 0 => Some(now() + Duration::from_millis(t as u64)),
                 t => {
                     return Err(Fail::inval(format!(
                         "timeout_ms {t}: use -1 (forever), 0 (do not wait) or a positive count"
                     )))
                 }
             };
-            if m.kind == mcast_ipc::MessageKind::Membership {
-                // The C API delivers data only (membership events: not yet).
-                return self.next_message(timeout_ms);
-            }
+            let m = loop {
+                let m = match deadline {
+                    None => self.client.recv()?,
+                    Some(_) if timeout_ms == 0 => self
+                        .client
+                        .try_recv()?
+                        .ok_or_else(|| Fail::new(MCAST_EAGAIN, "no message waiting"))?,
+                    Some(d) => self
+                        .client
+                        .recv_timeout(d.saturating_duration_since(now()))?
+                        .ok_or_else(|| {
+                            Fail::new(
+                                MCAST_ETIMEDOUT,
+                                format!("no message within {timeout_ms} ms"),
+                            )
+                        })?,
+                };
+                if events || m.kind == MessageKind::Data {
+                    break m;
+                }
+            };
             self.pending = Some(m);
         }
         Ok(self.pending.as_ref().expect("just filled"))
@@ -176,6 +214,21 @@ impl McastClient {
     /// Drops the pending message once it has been handed over.
     pub fn take_pending(&mut self) -> Option<Message> {
         self.pending.take()
+    }
+
+    /// The next notice, without waiting: `MCAST_EAGAIN` if none is there,
+    /// the connection's end (`MCAST_ECUTOFF`, `MCAST_EDISCONNECTED`) once
+    /// every notice before it has been handed over.
+    pub fn next_notice(&mut self) -> Result<Notice, Fail> {
+        if self.notices.is_empty() {
+            // Reads what the control socket holds; an error only when the
+            // connection is closed and no notice is left.
+            self.client.wait_notice(Duration::ZERO)?;
+            self.notices.extend(self.client.notices());
+        }
+        self.notices
+            .pop_front()
+            .ok_or_else(|| Fail::new(MCAST_EAGAIN, "no notice waiting"))
     }
 }
 

@@ -1,6 +1,8 @@
 //! The exported functions called directly from Rust, for their error paths:
 //! NULL pointers and bad strings, no daemon, too large, too small (the
-//! message kept), empty, timed out, full, disconnected.
+//! message kept), empty, timed out, full, disconnected; and membership
+//! events and notices, from a scripted stand-in for mcastd that writes what
+//! the daemon writes.
 // Calling the C ABI from Rust is unsafe by definition; every call here
 // passes pointers to live locals or to clients from mcast_connect.
 #![allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
@@ -9,12 +11,19 @@
 mod common;
 
 use std::ffi::{c_char, c_int, CStr, CString};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::ptr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use common::{Loopback, TempDir, GROUP};
 use mcast::*;
+use mcast_ipc::ring::{EVENT, FIRST, LAST};
+use mcast_ipc::{
+    sys, Access, Member, Notice, RecordHeader, Request, Response, Server, ServerEvent, View,
+};
 
 fn cstring(p: &Path) -> CString {
     CString::new(p.to_str().unwrap()).unwrap()
@@ -304,4 +313,494 @@ fn a_stopped_daemon_is_edisconnected() {
     // And stays so; closing does not wait.
     assert_eq!(publish(a, GROUP, b"x"), MCAST_EDISCONNECTED);
     unsafe { mcast_close(a) };
+}
+
+/// The view event a daemon writes when node 4 dies: node 4 gone and failed.
+const VIEW_EVENT: &str = r#"{"epoch":6,"agent":1,"members":[{"rank":0,"node":1,"member":1},{"rank":1,"node":2,"member":3}],"joined":[],"gone":[4],"failed":[4]}"#;
+/// The event of this node's eviction.
+const EVICTED_EVENT: &str = r#"{"evicted":true,"by":3,"rejoining":true}"#;
+/// What the scripted daemon writes into a joiner's ring: (source, flags, bytes).
+const SCRIPT: [(u32, u32, &str); 4] = [
+    (4, FIRST | LAST, "before"),
+    (0, FIRST | LAST | EVENT, VIEW_EVENT),
+    (2, FIRST | LAST, "after"),
+    (0, FIRST | LAST | EVENT, EVICTED_EVENT),
+];
+/// The error notice the scripted daemon sends with every join.
+const ERROR_NOTICE: &str = "a message for group 9, which this client has not joined, was dropped";
+
+/// A stand-in for mcastd: a Join (of group GROUP) is answered after a
+/// ViewChanged and an Error notice and after [`SCRIPT`] is in the joiner's
+/// ring; a Join of "cut-me-off" cuts the client off.
+struct Scripted {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    _dir: TempDir,
+}
+
+impl Scripted {
+    fn start(tag: &str) -> Scripted {
+        let dir = TempDir::new(tag);
+        let path = dir.socket();
+        let mut server =
+            Server::bind(&path, Access::own_uid("test"), common::small_sizes(), 16).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut events, mut fds) = (Vec::new(), Vec::new());
+            while !s.load(Ordering::SeqCst) {
+                server.poll(&mut events);
+                for ev in events.drain(..) {
+                    if let ServerEvent::Request {
+                        client,
+                        req,
+                        request: Request::Join { group },
+                    } = ev
+                    {
+                        if group == "cut-me-off" {
+                            server.disconnect(client, "too slow: 1 MiB waiting");
+                            continue;
+                        }
+                        let members = vec![Member {
+                            rank: 0,
+                            node: 1,
+                            member: client.0,
+                        }];
+                        server.notify(
+                            client,
+                            Notice::ViewChanged {
+                                group: GROUP,
+                                epoch: 5,
+                                members: members.clone(),
+                            },
+                        );
+                        server.notify(
+                            client,
+                            Notice::Error {
+                                message: ERROR_NOTICE.into(),
+                            },
+                        );
+                        let sub = server.subscription(client).unwrap();
+                        for (source, flags, bytes) in SCRIPT {
+                            let hdr = RecordHeader {
+                                group: GROUP,
+                                source,
+                                flags,
+                            };
+                            sub.try_push(hdr, &[bytes.as_bytes()]).unwrap();
+                        }
+                        let view = View { epoch: 5, members };
+                        let joined = Response::Joined {
+                            group: GROUP,
+                            name: group,
+                            rank: 0,
+                            view,
+                        };
+                        server.reply(client, req, joined);
+                    }
+                }
+                fds.clear();
+                server.poll_fds(&mut fds);
+                let mut pfds: Vec<_> = fds.iter().map(|fd| sys::pollin(*fd)).collect();
+                let _ = sys::poll(&mut pfds, Some(Duration::from_millis(5)));
+            }
+        });
+        Scripted {
+            path,
+            stop,
+            thread: Some(thread),
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Scripted {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// (rc, len, group, source, kind) of one mcast_recv_ex into `buf`.
+fn recv_ex(
+    c: *mut McastClient,
+    buf: &mut [u8],
+    timeout_ms: c_int,
+) -> (c_int, usize, u32, u32, c_int) {
+    let (mut len, mut group, mut source, mut kind) = (usize::MAX, 0, u32::MAX, -1);
+    let p = if buf.is_empty() {
+        ptr::null_mut()
+    } else {
+        buf.as_mut_ptr().cast()
+    };
+    let rc = unsafe {
+        mcast_recv_ex(
+            c,
+            p,
+            buf.len(),
+            &mut len,
+            &mut group,
+            &mut source,
+            &mut kind,
+            timeout_ms,
+        )
+    };
+    (rc, len, group, source, kind)
+}
+
+/// (rc, list) of mcast_event_nodes with room for `cap` ids.
+fn event_nodes(event: &[u8], list: c_int, cap: usize) -> (c_int, Vec<u32>) {
+    let mut out = vec![0u32; cap];
+    let mut count = usize::MAX;
+    let p = if cap == 0 {
+        ptr::null_mut()
+    } else {
+        out.as_mut_ptr()
+    };
+    let rc =
+        unsafe { mcast_event_nodes(event.as_ptr().cast(), event.len(), list, p, cap, &mut count) };
+    out.truncate(count.min(cap));
+    if count > cap {
+        out.push(u32::MAX); // marks "more than copied"
+    }
+    (rc, out)
+}
+
+/// (rc, notice, text, full text length) of one mcast_next_notice with a
+/// text buffer of `cap` bytes.
+fn next_notice(c: *mut McastClient, cap: usize) -> (c_int, McastNotice, String, usize) {
+    let mut n = McastNotice {
+        kind: -1,
+        ..McastNotice::default()
+    };
+    let mut buf = vec![1 as c_char; cap];
+    let mut len = usize::MAX;
+    let p = if cap == 0 {
+        ptr::null_mut()
+    } else {
+        buf.as_mut_ptr()
+    };
+    let rc = unsafe { mcast_next_notice(c, &mut n, p, cap, &mut len) };
+    let text = if rc == MCAST_OK && cap > 0 {
+        unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_str()
+            .unwrap()
+            .to_string()
+    } else {
+        String::new()
+    };
+    (rc, n, text, len)
+}
+
+#[test]
+fn recv_ex_gives_events_in_stream_order_with_their_kind() {
+    let d = Scripted::start("ffi-events");
+    let c = connect(&d.path, "c");
+    assert_eq!(join(c), GROUP);
+    let mut buf = [0u8; 512];
+    let (rc, len, group, source, kind) = recv_ex(c, &mut buf, 5000);
+    assert_eq!(
+        (rc, group, source, kind),
+        (MCAST_OK, GROUP, 4, MCAST_MSG_DATA)
+    );
+    assert_eq!(&buf[..len], b"before");
+
+    // The event does not fit: its size comes back and it stays.
+    let mut small = [0u8; 8];
+    let (rc, len, _, _, _) = recv_ex(c, &mut small, 0);
+    assert_eq!(
+        (rc, len),
+        (MCAST_ETOOSMALL, VIEW_EVENT.len()),
+        "{}",
+        last_error(c)
+    );
+    let (rc, len, group, source, kind) = recv_ex(c, &mut buf, 0);
+    assert_eq!(
+        (rc, group, source, kind),
+        (MCAST_OK, GROUP, 0, MCAST_MSG_MEMBERSHIP)
+    );
+    let event = buf[..len].to_vec();
+    assert_eq!(event, VIEW_EVENT.as_bytes());
+
+    // Parsed without a JSON parser in C.
+    let mut ev = McastEvent::default();
+    let rc = unsafe { mcast_event_parse(event.as_ptr().cast(), event.len(), &mut ev) };
+    assert_eq!(rc, MCAST_OK);
+    assert_eq!(
+        ev,
+        McastEvent {
+            kind: MCAST_EVENT_VIEW,
+            epoch: 6,
+            agent: 1,
+            members: 2,
+            joined: 0,
+            gone: 1,
+            failed: 1,
+            ..McastEvent::default()
+        }
+    );
+    assert_eq!(
+        event_nodes(&event, MCAST_NODES_GONE, 4),
+        (MCAST_OK, vec![4])
+    );
+    assert_eq!(
+        event_nodes(&event, MCAST_NODES_FAILED, 1),
+        (MCAST_OK, vec![4])
+    );
+    assert_eq!(
+        event_nodes(&event, MCAST_NODES_JOINED, 0),
+        (MCAST_OK, vec![])
+    );
+    assert_eq!(
+        event_nodes(&event, MCAST_NODES_MEMBERS, 2),
+        (MCAST_OK, vec![1, 2])
+    );
+    // Too small: the first ids, the full count, ETOOSMALL; NULL with 0 asks the count.
+    assert_eq!(
+        event_nodes(&event, MCAST_NODES_MEMBERS, 1),
+        (MCAST_ETOOSMALL, vec![1, u32::MAX])
+    );
+    assert_eq!(
+        event_nodes(&event, MCAST_NODES_GONE, 0),
+        (MCAST_ETOOSMALL, vec![u32::MAX])
+    );
+    assert_eq!(event_nodes(&event, 4, 4).0, MCAST_EINVAL);
+    assert!(
+        last_error(ptr::null()).contains("MCAST_NODES_"),
+        "{}",
+        last_error(ptr::null())
+    );
+
+    let (rc, len, _, source, kind) = recv_ex(c, &mut buf, 0);
+    assert_eq!((rc, source, kind), (MCAST_OK, 2, MCAST_MSG_DATA));
+    assert_eq!(&buf[..len], b"after");
+    let (rc, len, _, _, kind) = recv_ex(c, &mut buf, 0);
+    assert_eq!((rc, kind), (MCAST_OK, MCAST_MSG_MEMBERSHIP));
+    let rc = unsafe { mcast_event_parse(buf.as_ptr().cast(), len, &mut ev) };
+    assert_eq!(rc, MCAST_OK);
+    assert_eq!(
+        (ev.kind, ev.evicted_by, ev.gone),
+        (MCAST_EVENT_EVICTED, 3, 0)
+    );
+    assert_eq!(
+        event_nodes(&buf[..len], MCAST_NODES_GONE, 4),
+        (MCAST_OK, vec![])
+    );
+
+    // Then nothing.
+    assert_eq!(recv_ex(c, &mut buf, 0).0, MCAST_EAGAIN);
+    assert_eq!(recv_ex(c, &mut buf, 20).0, MCAST_ETIMEDOUT);
+    unsafe { mcast_close(c) };
+}
+
+#[test]
+fn recv_skips_events_even_one_left_pending_by_recv_ex() {
+    let d = Scripted::start("ffi-skip");
+    let c = connect(&d.path, "c");
+    join(c);
+    let mut buf = [0u8; 512];
+    let (rc, len, _, source) = recv(c, &mut buf, 5000);
+    assert_eq!((rc, source), (MCAST_OK, 4));
+    assert_eq!(&buf[..len], b"before");
+    // recv_ex leaves the event pending (buffer too small); recv drops it.
+    assert_eq!(recv_ex(c, &mut [0u8; 4], 0).0, MCAST_ETOOSMALL);
+    let (rc, len, _, source) = recv(c, &mut buf, 0);
+    assert_eq!((rc, source), (MCAST_OK, 2), "{}", last_error(c));
+    assert_eq!(&buf[..len], b"after");
+    // The eviction event is skipped too: nothing left.
+    assert_eq!(recv(c, &mut buf, 0).0, MCAST_EAGAIN);
+    assert_eq!(recv(c, &mut buf, 20).0, MCAST_ETIMEDOUT);
+    unsafe { mcast_close(c) };
+}
+
+#[test]
+fn notices_come_in_order_then_the_cut_off_stays_visible() {
+    let d = Scripted::start("ffi-notices");
+    let c = connect(&d.path, "c");
+    join(c);
+    let (rc, n, text, len) = next_notice(c, 256);
+    assert_eq!(rc, MCAST_OK, "{}", last_error(c));
+    assert_eq!(
+        n,
+        McastNotice {
+            kind: MCAST_NOTICE_VIEW_CHANGED,
+            group: GROUP,
+            epoch: 5,
+            members: 1
+        }
+    );
+    assert_eq!(text, "group 7 epoch 5: 1 members, on nodes [1]");
+    assert_eq!(len, text.len());
+    // Truncated like mcast_last_error, the full length returned.
+    let (rc, n, text, len) = next_notice(c, 5);
+    assert_eq!((rc, n.kind, n.group), (MCAST_OK, MCAST_NOTICE_ERROR, 0));
+    assert_eq!(
+        (text.as_str(), len),
+        (&ERROR_NOTICE[..4], ERROR_NOTICE.len())
+    );
+    assert_eq!(next_notice(c, 16).0, MCAST_EAGAIN);
+
+    // Cut off: the join fails, the notice says why, then the code stays.
+    let rc = unsafe { mcast_join(c, c"cut-me-off".as_ptr(), ptr::null_mut(), ptr::null_mut()) };
+    assert_eq!(rc, MCAST_ECUTOFF, "{}", last_error(c));
+    // The scripted records are still in the ring: delivered before the code.
+    let mut buf = [0u8; 512];
+    assert_eq!(recv(c, &mut buf, 0).0, MCAST_OK);
+    assert_eq!(recv(c, &mut buf, 0).0, MCAST_OK);
+    assert_eq!(recv(c, &mut buf, 0).0, MCAST_ECUTOFF);
+    // No text buffer: only the numbers and the length.
+    let (rc, n, _, len) = next_notice(c, 0);
+    assert_eq!((rc, n.kind), (MCAST_OK, MCAST_NOTICE_CUT_OFF));
+    assert_eq!(len, "too slow: 1 MiB waiting".len());
+    assert_eq!(next_notice(c, 16).0, MCAST_ECUTOFF);
+    assert!(last_error(c).contains("too slow"), "{}", last_error(c));
+    assert_eq!(recv_ex(c, &mut buf, 0).0, MCAST_ECUTOFF);
+    unsafe { mcast_close(c) };
+}
+
+#[test]
+fn event_and_notice_calls_reject_null_and_garbage() {
+    let mut ev = McastEvent::default();
+    let mut n = McastNotice::default();
+    let mut count = 0usize;
+    let mut len = 0usize;
+    let mut kind = 0;
+    let json = VIEW_EVENT.as_bytes();
+    let mut buf = [0u8; 8];
+    unsafe {
+        // NULL client.
+        assert_eq!(
+            mcast_recv_ex(
+                ptr::null_mut(),
+                buf.as_mut_ptr().cast(),
+                8,
+                &mut len,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                &mut kind,
+                0
+            ),
+            MCAST_EINVAL
+        );
+        assert_eq!(
+            mcast_next_notice(ptr::null_mut(), &mut n, ptr::null_mut(), 0, &mut len),
+            MCAST_EINVAL
+        );
+        assert!(last_error(ptr::null()).contains("client is NULL"));
+        // Events: NULL out, NULL data with a length, not JSON, not an object.
+        assert_eq!(
+            mcast_event_parse(json.as_ptr().cast(), json.len(), ptr::null_mut()),
+            MCAST_EINVAL
+        );
+        assert!(last_error(ptr::null()).contains("out is NULL"));
+        assert_eq!(mcast_event_parse(ptr::null(), 3, &mut ev), MCAST_EINVAL);
+        assert_eq!(mcast_event_parse(ptr::null(), 0, &mut ev), MCAST_EINVAL);
+        for bad in [&b"hello"[..], b"[1]", br#"{"epoch":1,"gone":"x"}"#] {
+            assert_eq!(
+                mcast_event_parse(bad.as_ptr().cast(), bad.len(), &mut ev),
+                MCAST_EINVAL
+            );
+            assert!(last_error(ptr::null()).contains("membership event"));
+        }
+        assert_eq!(
+            mcast_event_nodes(
+                json.as_ptr().cast(),
+                json.len(),
+                MCAST_NODES_GONE,
+                ptr::null_mut(),
+                0,
+                ptr::null_mut()
+            ),
+            MCAST_EINVAL
+        );
+        assert!(last_error(ptr::null()).contains("count_out is NULL"));
+        assert_eq!(
+            mcast_event_nodes(
+                json.as_ptr().cast(),
+                json.len(),
+                MCAST_NODES_GONE,
+                ptr::null_mut(),
+                3,
+                &mut count
+            ),
+            MCAST_EINVAL
+        );
+        assert_eq!(
+            mcast_event_nodes(
+                b"x".as_ptr().cast(),
+                1,
+                MCAST_NODES_GONE,
+                ptr::null_mut(),
+                0,
+                &mut count
+            ),
+            MCAST_EINVAL
+        );
+    }
+
+    // On a live client.
+    let d = Scripted::start("ffi-evnull");
+    let c = connect(&d.path, "c");
+    join(c);
+    unsafe {
+        assert_eq!(
+            mcast_recv_ex(
+                c,
+                buf.as_mut_ptr().cast(),
+                8,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+                0
+            ),
+            MCAST_EINVAL
+        );
+        assert_eq!(
+            mcast_recv_ex(
+                c,
+                ptr::null_mut(),
+                8,
+                &mut len,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+                0
+            ),
+            MCAST_EINVAL
+        );
+        assert_eq!(recv_ex(c, &mut buf, -7).0, MCAST_EINVAL);
+        assert_eq!(
+            mcast_next_notice(c, ptr::null_mut(), ptr::null_mut(), 0, &mut len),
+            MCAST_EINVAL
+        );
+        assert!(last_error(c).contains("out is NULL"), "{}", last_error(c));
+        assert_eq!(
+            mcast_next_notice(c, &mut n, ptr::null_mut(), 4, &mut len),
+            MCAST_EINVAL
+        );
+        // The optional out-parameters may all be NULL.
+        let mut big = [0u8; 512];
+        assert_eq!(
+            mcast_recv_ex(
+                c,
+                big.as_mut_ptr().cast(),
+                512,
+                &mut len,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+                0
+            ),
+            MCAST_OK
+        );
+        assert_eq!(
+            mcast_next_notice(c, &mut n, ptr::null_mut(), 0, ptr::null_mut()),
+            MCAST_OK
+        );
+        mcast_close(c);
+    }
 }

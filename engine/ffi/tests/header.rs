@@ -1,8 +1,9 @@
 //! `include/mcast.h` and the library agree: every function the header
 //! declares is exported and every exported `mcast_*` function is declared;
-//! the header's return codes have the Rust values; a C program taking the
-//! address of every function compiles (C99, and C++ if a compiler is there)
-//! and links against the static library.
+//! the header's enum values (return codes, message, event, node-list and
+//! notice kinds) have the Rust values; its structs have the Rust layouts; a
+//! C program taking the address of every function compiles (C99, and C++ if
+//! a compiler is there) and links against the static library.
 
 mod cbuild;
 
@@ -58,7 +59,7 @@ fn declared_functions() -> BTreeSet<String> {
         .collect()
 }
 
-/// The `MCAST_*` names of the header's status enum.
+/// The `MCAST_*` names of the header's enums, in the header's order.
 fn declared_codes() -> Vec<String> {
     let code = header_code();
     let mut names: Vec<String> = idents(&code, "MCAST_")
@@ -81,6 +82,10 @@ fn header_functions_are_exactly_the_exported_ones() {
         "mcast_publish",
         "mcast_publish_blocking",
         "mcast_recv",
+        "mcast_recv_ex",
+        "mcast_event_parse",
+        "mcast_event_nodes",
+        "mcast_next_notice",
         "mcast_max_message",
         "mcast_last_error",
         "mcast_strerror",
@@ -113,11 +118,65 @@ fn header_functions_are_exactly_the_exported_ones() {
     );
 }
 
+/// The header's structs and their fields, in declaration order.
+const STRUCTS: &[(&str, &[&str])] = &[
+    (
+        "mcast_event",
+        &[
+            "kind",
+            "epoch",
+            "agent",
+            "evicted_by",
+            "skipped_sender",
+            "skipped_frames",
+            "members",
+            "joined",
+            "gone",
+            "failed",
+        ],
+    ),
+    ("mcast_notice", &["kind", "group", "epoch", "members"]),
+];
+
+/// The Rust structs' layouts, as the C program prints the header's.
+fn rust_layouts() -> Vec<String> {
+    use mcast::{McastEvent as E, McastNotice as N};
+    use std::mem::{offset_of, size_of};
+    let event = [
+        offset_of!(E, kind),
+        offset_of!(E, epoch),
+        offset_of!(E, agent),
+        offset_of!(E, evicted_by),
+        offset_of!(E, skipped_sender),
+        offset_of!(E, skipped_frames),
+        offset_of!(E, members),
+        offset_of!(E, joined),
+        offset_of!(E, gone),
+        offset_of!(E, failed),
+    ];
+    let notice = [
+        offset_of!(N, kind),
+        offset_of!(N, group),
+        offset_of!(N, epoch),
+        offset_of!(N, members),
+    ];
+    let line = |name: &str, size: usize, offsets: &[usize]| {
+        let offs: Vec<String> = offsets.iter().map(usize::to_string).collect();
+        format!("{name} {size} {}", offs.join(" "))
+    };
+    vec![
+        line("mcast_event", size_of::<E>(), &event),
+        line("mcast_notice", size_of::<N>(), &notice),
+    ]
+}
+
 #[test]
 fn header_compiles_links_statically_and_its_codes_match_the_rust_ones() {
     let functions = declared_functions();
     let codes = declared_codes();
-    let mut c = String::from("#include <stdio.h>\n#include \"mcast.h\"\nint main(void) {\n");
+    let mut c = String::from(
+        "#include <stddef.h>\n#include <stdio.h>\n#include \"mcast.h\"\nint main(void) {\n",
+    );
     c.push_str("    void (*fns[])(void) = {\n");
     for f in &functions {
         writeln!(c, "        (void (*)(void))&{f},").unwrap();
@@ -131,6 +190,18 @@ fn header_compiles_links_statically_and_its_codes_match_the_rust_ones() {
         )
         .unwrap();
     }
+    // The structs' layouts, as "name size offset…" lines.
+    for (ty, fields) in STRUCTS {
+        write!(c, "    printf(\"{ty} %zu").unwrap();
+        for _ in *fields {
+            c.push_str(" %zu");
+        }
+        write!(c, "\\n\", sizeof({ty})").unwrap();
+        for f in *fields {
+            write!(c, ", offsetof({ty}, {f})").unwrap();
+        }
+        c.push_str(");\n");
+    }
     c.push_str("    return 0;\n}\n");
 
     let dir = common::TempDir::new("ffi-header");
@@ -140,8 +211,12 @@ fn header_compiles_links_statically_and_its_codes_match_the_rust_ones() {
     cbuild::compile(&[&src], &exe, false);
     let o = Command::new(&exe).output().unwrap();
     assert!(o.status.success(), "{c}");
-    let got: Vec<(String, i32, String)> = String::from_utf8_lossy(&o.stdout)
-        .lines()
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let (layouts, lines): (Vec<&str>, Vec<&str>) =
+        stdout.lines().partition(|l| !l.starts_with("MCAST_"));
+    assert_eq!(layouts, rust_layouts(), "header structs vs Rust layouts");
+    let got: Vec<(String, i32, String)> = lines
+        .into_iter()
         .map(|l| {
             let mut f = l.splitn(3, ' ');
             let name = f.next().unwrap().to_string();
@@ -165,13 +240,37 @@ fn header_compiles_links_statically_and_its_codes_match_the_rust_ones() {
         ("MCAST_EDAEMON", mcast::MCAST_EDAEMON),
         ("MCAST_EPROTO", mcast::MCAST_EPROTO),
         ("MCAST_EIO", mcast::MCAST_EIO),
+        ("MCAST_MSG_DATA", mcast::MCAST_MSG_DATA),
+        ("MCAST_MSG_MEMBERSHIP", mcast::MCAST_MSG_MEMBERSHIP),
+        ("MCAST_EVENT_OTHER", mcast::MCAST_EVENT_OTHER),
+        ("MCAST_EVENT_VIEW", mcast::MCAST_EVENT_VIEW),
+        ("MCAST_EVENT_EVICTED", mcast::MCAST_EVENT_EVICTED),
+        ("MCAST_EVENT_SKIPPED", mcast::MCAST_EVENT_SKIPPED),
+        ("MCAST_NODES_MEMBERS", mcast::MCAST_NODES_MEMBERS),
+        ("MCAST_NODES_JOINED", mcast::MCAST_NODES_JOINED),
+        ("MCAST_NODES_GONE", mcast::MCAST_NODES_GONE),
+        ("MCAST_NODES_FAILED", mcast::MCAST_NODES_FAILED),
+        (
+            "MCAST_NOTICE_VIEW_CHANGED",
+            mcast::MCAST_NOTICE_VIEW_CHANGED,
+        ),
+        ("MCAST_NOTICE_CUT_OFF", mcast::MCAST_NOTICE_CUT_OFF),
+        ("MCAST_NOTICE_SHUTDOWN", mcast::MCAST_NOTICE_SHUTDOWN),
+        ("MCAST_NOTICE_ERROR", mcast::MCAST_NOTICE_ERROR),
     ];
     let want: Vec<(String, i32)> = rust.iter().map(|(n, v)| (n.to_string(), *v)).collect();
     let have: Vec<(String, i32)> = got.iter().map(|(n, v, _)| (n.clone(), *v)).collect();
-    assert_eq!(have, want, "header codes vs Rust constants");
-    // Every code has its own description, none the "unknown" one.
-    let words: BTreeSet<&str> = got.iter().map(|(_, _, w)| w.as_str()).collect();
-    assert_eq!(words.len(), got.len(), "{got:?}");
+    assert_eq!(have, want, "header enum values vs Rust constants");
+    // Every return code has its own description, none the "unknown" one.
+    let codes: Vec<_> = got
+        .iter()
+        .filter(|(n, _, _)| {
+            n == "MCAST_OK" || (n.starts_with("MCAST_E") && !n.starts_with("MCAST_EVENT_"))
+        })
+        .collect();
+    assert_eq!(codes.len(), 14, "{got:?}");
+    let words: BTreeSet<&str> = codes.iter().map(|(_, _, w)| w.as_str()).collect();
+    assert_eq!(words.len(), codes.len(), "{got:?}");
     assert!(!words.contains("unknown mcast error code"), "{got:?}");
 
     // C++ sees the same declarations with C linkage, if a compiler is here.
