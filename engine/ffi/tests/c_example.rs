@@ -100,6 +100,17 @@ fn pubsub_example_delivers_every_message_intact_between_two_c_processes() {
     );
     // Messages grow to 206 bytes from a 16-byte first buffer.
     assert!(!sub_out.contains("grown 0 times"), "{}", show(&s));
+    // The loopback notifies every member of each join's view: the
+    // subscriber's own (epoch 2), then the publisher's (epoch 3).
+    for epoch in [2, 3] {
+        assert!(
+            sub_out.contains(&format!(
+                "sub: notice view changed: group 7 epoch {epoch}: "
+            )),
+            "subscriber: {}",
+            show(&s)
+        );
+    }
     let pub_out = String::from_utf8_lossy(&p.stdout);
     assert!(
         pub_out.contains(&format!(

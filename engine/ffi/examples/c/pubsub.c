@@ -10,7 +10,13 @@
  * Start the subscriber first (a group delivers only what is published after
  * one joins). Message i is "msg i:" followed by i % 200 bytes of the letter
  * 'a' + i % 26, so sizes vary; the subscriber starts with a 16-byte buffer
- * and grows it when mcast_recv says MCAST_ETOOSMALL.
+ * and grows it when mcast_recv_ex says MCAST_ETOOSMALL.
+ *
+ * Both print the group's membership events where they come in the stream
+ * ("ROLE: event ...": a new view with the nodes that joined, are gone or
+ * failed; this node's eviction; a skip) and mcastd's notices ("ROLE: notice
+ * ...": view changes, a cut-off's or shutdown's reason, errors) as they take
+ * them, each line flushed at once.
  *
  * Exit status 0 when everything arrived intact, 1 otherwise (with the
  * library's error message on stderr), 2 on bad arguments.
@@ -25,9 +31,61 @@
 
 #define TIMEOUT_MS 10000
 
-static int fail(const mcast_client *c, const char *what, int rc) {
+static const char *role = "pubsub";
+
+/* Prints every notice waiting (non-blocking). */
+static void print_notices(mcast_client *c) {
+    static const char *const kinds[] = {"?", "view changed", "cut off", "shutdown", "error"};
+    mcast_notice n;
+    char text[512];
+    size_t len;
+    while (mcast_next_notice(c, &n, text, sizeof text, &len) == MCAST_OK) {
+        const char *kind = n.kind >= 1 && n.kind <= 4 ? kinds[n.kind] : kinds[0];
+        printf("%s: notice %s: %s%s\n", role, kind, text, len >= sizeof text ? "..." : "");
+    }
+    fflush(stdout);
+}
+
+/* Prints " NAME [n, n, ...]" for one node list of a view event. */
+static void print_nodes(const void *event, size_t len, int list, const char *name) {
+    uint32_t nodes[64];
+    size_t count = 0;
+    int rc = mcast_event_nodes(event, len, list, nodes, 64, &count);
+    printf(" %s [", name);
+    for (size_t i = 0; i < count && i < 64; i++)
+        printf(i ? ", %u" : "%u", nodes[i]);
+    printf("%s]", rc == MCAST_ETOOSMALL ? ", ..." : "");
+}
+
+/* Prints one membership event (len bytes of JSON at event), then the
+ * notices that came with it. */
+static void print_event(mcast_client *c, uint32_t group, const void *event, size_t len) {
+    mcast_event ev;
+    printf("%s: event in group %u:", role, group);
+    if (mcast_event_parse(event, len, &ev) != MCAST_OK) {
+        printf(" unreadable: %.*s\n", (int)len, (const char *)event);
+    } else if (ev.kind == MCAST_EVENT_VIEW) {
+        printf(" view epoch %llu, %zu members,", (unsigned long long)ev.epoch, ev.members);
+        print_nodes(event, len, MCAST_NODES_JOINED, "joined");
+        print_nodes(event, len, MCAST_NODES_GONE, "gone");
+        print_nodes(event, len, MCAST_NODES_FAILED, "failed");
+        printf("\n");
+    } else if (ev.kind == MCAST_EVENT_EVICTED) {
+        printf(" this node was evicted by node %u; mcastd rejoins it\n", ev.evicted_by);
+    } else if (ev.kind == MCAST_EVENT_SKIPPED) {
+        printf(" %llu frames of departed sender %u passed over\n",
+               (unsigned long long)ev.skipped_frames, ev.skipped_sender);
+    } else {
+        printf(" %.*s\n", (int)len, (const char *)event);
+    }
+    print_notices(c);
+}
+
+static int fail(mcast_client *c, const char *what, int rc) {
     char msg[512];
     mcast_last_error(c, msg, sizeof msg);
+    if (c != NULL)
+        print_notices(c); /* a cut-off's reason, say */
     fprintf(stderr, "pubsub: %s: %s (%s)\n", what, mcast_strerror(rc), msg);
     return 1;
 }
@@ -52,9 +110,10 @@ static int run_sub(mcast_client *c, uint32_t group, unsigned count) {
     for (unsigned i = 0; i < count;) {
         size_t len = 0;
         uint32_t g = 0, source = 0;
-        int rc = mcast_recv(c, buf, cap, &len, &g, &source, TIMEOUT_MS);
+        int kind = MCAST_MSG_DATA;
+        int rc = mcast_recv_ex(c, buf, cap, &len, &g, &source, &kind, TIMEOUT_MS);
         if (rc == MCAST_ETOOSMALL) {
-            /* The message waits for a larger buffer. */
+            /* The message (or event) waits for a larger buffer. */
             char *bigger = realloc(buf, len);
             if (bigger == NULL) {
                 free(buf);
@@ -71,6 +130,10 @@ static int run_sub(mcast_client *c, uint32_t group, unsigned count) {
             snprintf(what, sizeof what, "receiving message %u of %u", i, count);
             free(buf);
             return fail(c, what, rc);
+        }
+        if (kind == MCAST_MSG_MEMBERSHIP) {
+            print_event(c, g, buf, len);
+            continue;
         }
         size_t want_len = make_message(i, want);
         if (g != group || len != want_len || memcmp(buf, want, len) != 0) {
@@ -92,6 +155,7 @@ static int run_sub(mcast_client *c, uint32_t group, unsigned count) {
     rc = mcast_flush(c, TIMEOUT_MS);
     if (rc != MCAST_OK)
         return fail(c, "flushing the ack", rc);
+    print_notices(c);
     printf("sub: received %u messages intact (buffer grown %u times), acked\n", count, grows);
     return 0;
 }
@@ -107,19 +171,23 @@ static int run_pub(mcast_client *c, uint32_t group, unsigned count) {
             return fail(c, what, rc);
         }
     }
-    /* Wait for the subscriber's ack; skip anything else (a daemon may
-     * deliver our own messages back to us). */
+    /* Wait for the subscriber's ack; print events, skip other data (a
+     * daemon may deliver our own messages back to us). */
     char want[32], buf[256];
     int want_len = snprintf(want, sizeof want, "ack %u", count);
     for (;;) {
         size_t len = 0;
-        int rc = mcast_recv(c, buf, sizeof buf, &len, NULL, NULL, TIMEOUT_MS);
+        uint32_t g = 0;
+        int kind = MCAST_MSG_DATA;
+        int rc = mcast_recv_ex(c, buf, sizeof buf, &len, &g, NULL, &kind, TIMEOUT_MS);
         if (rc == MCAST_ETOOSMALL) {
-            /* Not an ack: drop it by reading it into a buffer large enough. */
+            /* Not an ack: take it into a buffer large enough. */
             char *big = malloc(len);
             if (big == NULL)
                 return 1;
-            rc = mcast_recv(c, big, len, &len, NULL, NULL, 0);
+            rc = mcast_recv_ex(c, big, len, &len, &g, NULL, &kind, 0);
+            if (rc == MCAST_OK && kind == MCAST_MSG_MEMBERSHIP)
+                print_event(c, g, big, len);
             free(big);
             if (rc != MCAST_OK)
                 return fail(c, "receiving", rc);
@@ -127,6 +195,10 @@ static int run_pub(mcast_client *c, uint32_t group, unsigned count) {
         }
         if (rc != MCAST_OK)
             return fail(c, "waiting for the subscriber's ack", rc);
+        if (kind == MCAST_MSG_MEMBERSHIP) {
+            print_event(c, g, buf, len);
+            continue;
+        }
         if (len == (size_t)want_len && memcmp(buf, want, len) == 0)
             break;
         if (len >= 4 && memcmp(buf, "ack ", 4) == 0) {
@@ -143,7 +215,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s SOCKET GROUP pub|sub COUNT\n", argv[0]);
         return 2;
     }
-    const char *socket = argv[1], *name = argv[2], *role = argv[3];
+    const char *socket = argv[1], *name = argv[2];
+    role = argv[3];
     char *end;
     unsigned long count = strtoul(argv[4], &end, 10);
     if (*argv[4] == '\0' || *end != '\0' || count > 100000000UL) {
@@ -166,6 +239,7 @@ int main(int argc, char **argv) {
     printf("%s: joined %s as group %u, rank %u; max message %zu bytes\n", role, name, group, rank,
            mcast_max_message(c));
     fflush(stdout);
+    print_notices(c);
 
     int status = strcmp(role, "sub") == 0 ? run_sub(c, group, (unsigned)count)
                                           : run_pub(c, group, (unsigned)count);
