@@ -278,6 +278,10 @@ pub struct Config {
     /// Unanswered probes before a suspect peer is declared failed.
     #[serde(default = "d_suspect_after")]
     pub probes: u32,
+    /// Where to serve metrics for Prometheus (`GET /metrics`), as
+    /// "address:port"; absent: no metrics server.
+    #[serde(default)]
+    pub metrics: Option<String>,
     /// The other nodes (`[[peer]]`).
     #[serde(default, rename = "peer")]
     pub peers: Vec<Peer>,
@@ -744,6 +748,17 @@ impl Config {
             }
         }
 
+        if let Some(m) = &self.metrics {
+            if m.parse::<std::net::SocketAddr>().is_err() {
+                return bad(
+                    "metrics",
+                    format!(
+                        "metrics = {m:?} is not an address and port: write e.g. \"127.0.0.1:9464\" (this host only) or \"[::1]:9464\"; remove the key to serve no metrics"
+                    ),
+                );
+            }
+        }
+
         let mut names = BTreeSet::new();
         for (i, g) in self.groups.iter().enumerate() {
             if let Err(why) = check_group_name(&g.name) {
@@ -797,6 +812,10 @@ impl Config {
     }
 
     /// The control socket's mode bits (validated: 0o660 if unparsable).
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.as_ref().and_then(|m| m.parse().ok())
+    }
+
     pub fn socket_mode_bits(&self) -> u32 {
         parse_mode(&self.socket_mode).unwrap_or(0o660)
     }

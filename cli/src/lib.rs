@@ -11,6 +11,7 @@
 //!   between daemons and the local clients (docs/mcastd.md).
 //! - [`links`]: what travels on the daemons' unicast links.
 //! - [`log`]: structured `key=value` logs.
+//! - [`metrics`]: the counters of `mcast stat` for Prometheus, over HTTP.
 //! - [`stopped`]: where closed receive streams stopped (no repeats).
 //! - [`stream`]: what `mcast send`/`recv` put in messages; `mcast`'s rendering.
 //!
@@ -21,5 +22,6 @@ pub mod daemon;
 pub mod doctor;
 pub mod links;
 pub mod log;
+pub mod metrics;
 pub mod stopped;
 pub mod stream;

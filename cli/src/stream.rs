@@ -251,6 +251,49 @@ impl StreamReader {
     }
 }
 
+/// The version of the JSON that `mcast groups --json`, `members --json`
+/// and `stat --json` print (docs/mcastd.md, "JSON output"): raised when a
+/// field changes meaning or goes away, not when one is added.
+pub const JSON_SCHEMA: u64 = 1;
+
+/// `mcast groups --json`: the registry's listing in the documented shape.
+pub fn groups_json(v: Value) -> Value {
+    let groups: Vec<Value> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| {
+            serde_json::json!({
+                "name": g["name"], "group": g["group"], "agent": g["agent"], "members": g["members"],
+            })
+        })
+        .collect();
+    serde_json::json!({"schema": JSON_SCHEMA, "groups": groups})
+}
+
+/// `mcast members --json`: one group's view in the documented shape.
+pub fn members_json(v: Value) -> Value {
+    let view = if v["view"].is_object() {
+        &v["view"]
+    } else {
+        &v
+    };
+    let members: Vec<Value> = view["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| serde_json::json!({"rank": m["rank"], "node": m["node"], "client": m["member"]}))
+        .collect();
+    serde_json::json!({
+        "schema": JSON_SCHEMA,
+        "name": view["name"],
+        "group": view["group"],
+        "agent": view["agent"],
+        "epoch": view["epoch"],
+        "members": members,
+    })
+}
+
 /// `mcast groups` output.
 pub fn render_groups(v: &Value) -> String {
     let mut s = format!(
@@ -454,5 +497,26 @@ mod tests {
         let v = serde_json::json!({"members": [{"node": 1}, {"node": 2}, {"node": 1}]});
         assert_eq!(view_nodes(&v), 2);
         assert_eq!(view_nodes(&serde_json::json!({})), 0);
+    }
+
+    #[test]
+    fn listings_print_the_documented_json_shape() {
+        let listing = serde_json::json!([
+            {"name": "prices", "group": 1, "agent": 2, "members": 3, "internal": true}
+        ]);
+        assert_eq!(
+            groups_json(listing),
+            serde_json::json!({"schema": 1, "groups": [
+                {"name": "prices", "group": 1, "agent": 2, "members": 3}
+            ]})
+        );
+        let info = serde_json::json!({"group": 1, "name": "prices", "agent": 2, "view": {
+            "group": 1, "name": "prices", "epoch": 5, "agent": 2,
+            "members": [{"rank": 0, "node": 2, "member": 7}]}});
+        assert_eq!(
+            members_json(info),
+            serde_json::json!({"schema": 1, "name": "prices", "group": 1, "agent": 2, "epoch": 5,
+                "members": [{"rank": 0, "node": 2, "client": 7}]})
+        );
     }
 }

@@ -435,3 +435,14 @@ fn mac_parsing() {
     assert_eq!(parse_mac("2:00:00:00:00:00"), None);
     assert_eq!(parse_mac("zz:00:00:00:00:00"), None);
 }
+
+#[test]
+fn metrics_address_must_parse_and_is_off_by_default() {
+    assert_eq!(parse(BASE).metrics_addr(), None);
+    let msg = invalid(&with("metrics = \"localhost\"", ""), "metrics");
+    assert!(msg.contains("127.0.0.1:9464"), "{msg}");
+    invalid(&with("metrics = \"127.0.0.1\"", ""), "metrics");
+    let cfg = parse(&with("metrics = \"[::1]:9464\"", ""));
+    cfg.validate().unwrap();
+    assert_eq!(cfg.metrics_addr(), Some("[::1]:9464".parse().unwrap()));
+}

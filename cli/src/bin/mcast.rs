@@ -83,13 +83,22 @@ enum Command {
         announce: bool,
     },
     /// The groups the registry knows: name, number, agent, member count.
-    Groups,
+    Groups {
+        /// Print JSON for scripts (schema: docs/mcastd.md, "JSON output").
+        #[arg(long)]
+        json: bool,
+    },
     /// The members of GROUP: rank, node, client, and the view epoch.
-    Members { group: String },
+    Members {
+        group: String,
+        /// Print JSON for scripts (schema: docs/mcastd.md, "JSON output").
+        #[arg(long)]
+        json: bool,
+    },
     /// Counters of the local mcastd: transport and XDP mode, per group and
     /// peer rates, NAKs, repairs, ACK waits, stalls, drops, clients.
     Stat {
-        /// Print the raw JSON.
+        /// Print JSON for scripts (schema: docs/mcastd.md, "JSON output").
         #[arg(long)]
         json: bool,
         /// Print again every SECS seconds, with rates.
@@ -223,12 +232,16 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Groups => {
+        Command::Groups { json } => {
             let v = json_request(&mut client, Request::Groups)?;
-            print!("{}", stream::render_groups(&v));
+            if json {
+                println!("{:#}", stream::groups_json(v));
+            } else {
+                print!("{}", stream::render_groups(&v));
+            }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Members { group } => {
+        Command::Members { group, json } => {
             let v = json_request(
                 &mut client,
                 Request::Members {
@@ -238,7 +251,11 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
             if v.is_null() {
                 return Err(format!("no group named {group:?} (see `mcast groups`)"));
             }
-            print!("{}", stream::render_members(&v));
+            if json {
+                println!("{:#}", stream::members_json(v));
+            } else {
+                print!("{}", stream::render_members(&v));
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Stat { json, watch } => {

@@ -10,6 +10,7 @@ use clap::Parser;
 use mcast_cli::config::{Algorithm, Config, Datapath, LogLevel, Overrides, Polling, XdpMode};
 use mcast_cli::daemon::Daemon;
 use mcast_cli::log::{Level, Logger};
+use mcast_cli::metrics::Exporter;
 use mcast_engine::{
     sys, Engine, EngineConfig, PacketConfig, PacketTransport, Transport, XdpConfig, XdpTransport,
 };
@@ -219,7 +220,11 @@ fn serve<T: Transport>(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as u32)
         .unwrap_or(1);
-    let daemon =
+    let metrics = cfg.metrics_addr().map(Exporter::start).transpose()?;
+    let mut daemon =
         Daemon::new(cfg, engine, server, incarnation, log, shutdown).map_err(|e| e.to_string())?;
+    if let Some(exporter) = metrics {
+        daemon.serve_metrics(exporter);
+    }
     daemon.run().map_err(|e| e.to_string())
 }

@@ -88,6 +88,8 @@ pub struct Daemon<T: Transport> {
     /// Final counters of groups no longer carried, newest last.
     retired: stats::Retired,
     counters: DaemonCounters,
+    /// Snapshots for the metrics server, when the configuration asks for one.
+    metrics: Option<stats::MetricsFeed>,
     log: Logger,
     shutdown: Arc<AtomicBool>,
     fds: Vec<RawFd>,
@@ -119,11 +121,21 @@ impl<T: Transport> Daemon<T> {
             flush: FlushGlue::default(),
             retired: stats::Retired::default(),
             counters: DaemonCounters::default(),
+            metrics: None,
             log,
             shutdown,
             fds: Vec::new(),
             cfg,
         })
+    }
+
+    /// Serves this daemon's counters through `exporter` (the `metrics` key).
+    pub fn serve_metrics(&mut self, exporter: crate::metrics::Exporter) {
+        self.log.info(
+            "serving metrics",
+            &[("url", &format!("http://{}/metrics", exporter.local_addr()))],
+        );
+        self.metrics = Some(stats::MetricsFeed::new(exporter));
     }
 
     /// Runs until the shutdown flag is set, then shuts down cleanly.
@@ -184,6 +196,7 @@ impl<T: Transport> Daemon<T> {
         work |= self.flush_links()?;
         work |= self.flush_overflow()?;
         work |= self.finish_lingering();
+        self.refresh_metrics();
         Ok(work)
     }
 

@@ -2,7 +2,8 @@
 //! request's JSON, docs/mcastd.md).
 //!
 //! Owns: [`DaemonCounters`] (written by every concern, read here), the final
-//! counters of groups no longer carried ([`Retired`]), and the JSON shapes.
+//! counters of groups no longer carried ([`Retired`]), the JSON shapes, and
+//! the snapshots handed to the metrics exporter ([`MetricsFeed`]).
 //! Does not touch: anything it reports on: it only reads.
 
 use std::collections::VecDeque;
@@ -14,6 +15,7 @@ use serde_json::json;
 
 use super::Daemon;
 use crate::links::is_link;
+use crate::metrics::{Exporter, REFRESH_NS};
 
 /// Groups whose final counters `mcast stat` keeps after the node leaves
 /// them; also the closed receive streams kept per group.
@@ -76,7 +78,36 @@ pub struct DaemonCounters {
     pub starts_deferred: u64,
 }
 
+/// The metrics exporter and when it is next given a snapshot.
+#[derive(Debug)]
+pub(super) struct MetricsFeed {
+    exporter: Exporter,
+    next_ns: u64,
+}
+
+impl MetricsFeed {
+    pub(super) fn new(exporter: Exporter) -> MetricsFeed {
+        MetricsFeed {
+            exporter,
+            next_ns: 0,
+        }
+    }
+}
+
 impl<T: Transport> Daemon<T> {
+    /// Gives the metrics exporter a fresh snapshot once a [`REFRESH_NS`].
+    pub(super) fn refresh_metrics(&mut self) {
+        let now = mcast_engine::sys::monotonic_ns();
+        if self.metrics.as_ref().is_none_or(|m| now < m.next_ns) {
+            return;
+        }
+        let stats = self.stats_json();
+        if let Some(m) = &mut self.metrics {
+            m.exporter.publish(stats);
+            m.next_ns = now + REFRESH_NS;
+        }
+    }
+
     /// One group's counters (`active`: this node still carries it).
     pub(super) fn group_json(
         &self,
@@ -157,6 +188,7 @@ impl<T: Transport> Daemon<T> {
             "kept_bytes": self.flush.kept.values().map(|k| k.frames.bytes()).sum::<usize>(),
         });
         json!({
+            "schema": crate::stream::JSON_SCHEMA,
             "node": self.node,
             "incarnation": self.incarnation,
             "transport": {

@@ -59,9 +59,10 @@ impl GroupMode for PerSenderFifo {
                 epoch: cx.epoch,
                 seq: self.first_seq,
             };
-            cx.streams.open_sender(cx.group, cx.remote, start)?;
+            let remote = cx.remote;
+            cx.streams.open_sender(cx.group, remote, start)?;
             self.sender_open = true;
-            Self::announce(cx, added, start);
+            Self::announce(cx, remote, start);
         }
         match cx.streams.publish(cx.group, msg) {
             Ok(()) => Ok(Published::Sent),
