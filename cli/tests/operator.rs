@@ -175,6 +175,25 @@ fn metrics_count_what_went_through_and_listings_print_json() {
         ),
         Some(N as f64)
     );
+    // Every metric the example alert rules use exists.
+    let rules = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/mcastd.rules.yml"
+    ))
+    .unwrap();
+    let scraped = |name: &str| {
+        [&at1, &at2]
+            .iter()
+            .any(|s| s.samples.iter().any(|x| x.metric == name))
+    };
+    for word in rules.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        if word.starts_with("mcastd_") {
+            assert!(
+                scraped(word),
+                "docs/mcastd.rules.yml uses {word}, which mcastd does not export"
+            );
+        }
+    }
     // Anything but GET /metrics is refused.
     let d = &cluster.daemons[0];
     let mut conn = d.ns.run(|| TcpStream::connect(METRICS)).unwrap();

@@ -189,6 +189,7 @@ impl<T: Transport> Daemon<T> {
         });
         json!({
             "schema": crate::stream::JSON_SCHEMA,
+            "version": env!("CARGO_PKG_VERSION"),
             "node": self.node,
             "incarnation": self.incarnation,
             "transport": {
