@@ -36,11 +36,60 @@ pub(super) struct Live {
     pub(super) events: Vec<LiveEvent>,
     /// When the send streams are next asked for unresponsive members (ns).
     next_unresponsive_check: u64,
-    /// Joins made again after a rejoin, by request id, until answered.
-    pub(super) rejoining: HashMap<u64, (ClientId, String)>,
-    /// Joins of a rejoin waiting until `rejoin_at` (ns).
-    pub(super) rejoin_queue: Vec<(ClientId, String)>,
-    rejoin_at: u64,
+    /// The clients' joins after a rejoin.
+    pub(super) rejoins: Rejoins,
+}
+
+/// The joins a rejoin makes again for its clients: held until every peer
+/// has seen the new incarnation, then made, then answered.
+#[derive(Debug, Default)]
+pub(super) struct Rejoins {
+    /// Waiting until `at` (ns): (client, group name).
+    queue: Vec<(ClientId, String)>,
+    at: u64,
+    /// Made, by request id, until answered.
+    made: HashMap<u64, (ClientId, String)>,
+}
+
+impl Rejoins {
+    /// A rejoin: `members` (the clients of the groups this node carried)
+    /// join again at `at`, and so do the joins of an earlier rejoin still
+    /// waiting or on their way: a second eviction before the first one's
+    /// joins went out must not lose its clients.
+    pub(super) fn restart(&mut self, members: Vec<(ClientId, String)>, at: u64) {
+        let mut again = std::mem::take(&mut self.queue);
+        let mut made: Vec<_> = std::mem::take(&mut self.made).into_iter().collect();
+        made.sort_unstable_by_key(|&(id, _)| id);
+        again.extend(made.into_iter().map(|(_, j)| j));
+        again.extend(members);
+        let mut seen = std::collections::HashSet::new();
+        again.retain(|(c, name)| seen.insert((*c, name.clone())));
+        self.queue = again;
+        self.at = at;
+    }
+
+    /// The joins whose wait is over at `now`.
+    pub(super) fn due(&mut self, now: u64) -> Vec<(ClientId, String)> {
+        if now < self.at {
+            return Vec::new();
+        }
+        std::mem::take(&mut self.queue)
+    }
+
+    /// Join `id` was made for `client` and `name`.
+    pub(super) fn made(&mut self, id: u64, client: ClientId, name: String) {
+        self.made.insert(id, (client, name));
+    }
+
+    /// Join `id` was answered: whose it was, if it was a rejoin's.
+    pub(super) fn answered(&mut self, id: u64) -> Option<(ClientId, String)> {
+        self.made.remove(&id)
+    }
+
+    /// True while joins are waiting or on their way.
+    pub(super) fn under_way(&self) -> bool {
+        !self.made.is_empty() || !self.queue.is_empty()
+    }
 }
 
 impl Live {
@@ -57,15 +106,8 @@ impl Live {
             tracker: Liveness::new(incarnation, &peers, dcfg, mcast_engine::sys::monotonic_ns()),
             events: Vec::new(),
             next_unresponsive_check: 0,
-            rejoining: HashMap::new(),
-            rejoin_queue: Vec::new(),
-            rejoin_at: 0,
+            rejoins: Rejoins::default(),
         }
-    }
-
-    /// True while joins of a rejoin are waiting or on their way.
-    pub(super) fn rejoin_under_way(&self) -> bool {
-        !self.rejoining.is_empty() || !self.rejoin_queue.is_empty()
     }
 }
 
@@ -174,10 +216,7 @@ impl<T: Transport> Daemon<T> {
             "this node was declared failed: rejoining as a new member",
             &[("by", &by), ("incarnation", &self.incarnation)],
         );
-        // Joins of an earlier rejoin still on their way are made again too.
-        let mut again: Vec<(ClientId, String)> = std::mem::take(&mut self.live.rejoining)
-            .into_values()
-            .collect();
+        let mut again: Vec<(ClientId, String)> = Vec::new();
         let groups: Vec<GroupId> = self.local.keys().copied().collect();
         for g in groups {
             let lg = &self.local[&g];
@@ -223,8 +262,8 @@ impl<T: Transport> Daemon<T> {
         // incarnation: a peer that sees it only later drops this node's
         // members as a restart's leftovers, new ones included.
         let interval = self.live.tracker.detector().config().interval;
-        self.live.rejoin_at = mcast_engine::sys::monotonic_ns() + 3 * interval;
-        self.live.rejoin_queue = again;
+        let at = mcast_engine::sys::monotonic_ns() + 3 * interval;
+        self.live.rejoins.restart(again, at);
         Ok(())
     }
 
@@ -298,18 +337,13 @@ impl<T: Transport> Daemon<T> {
 
     /// Issues the joins of a rejoin once their wait is over.
     pub(super) fn rejoin_joins(&mut self) {
-        if self.live.rejoin_queue.is_empty()
-            || mcast_engine::sys::monotonic_ns() < self.live.rejoin_at
-        {
-            return;
-        }
-        for (c, name) in std::mem::take(&mut self.live.rejoin_queue) {
+        for (c, name) in self.live.rejoins.due(mcast_engine::sys::monotonic_ns()) {
             if !self.clients.by_id.contains_key(&c) {
                 continue;
             }
             let id = self.clients.next_id();
-            self.live.rejoining.insert(id, (c, name.clone()));
             self.groups.join(id, c.0, &name);
+            self.live.rejoins.made(id, c, name);
         }
     }
 
@@ -368,5 +402,52 @@ impl<T: Transport> Daemon<T> {
             self.resume_member(group, n)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn join(c: u64, name: &str) -> (ClientId, String) {
+        (ClientId(c), name.to_owned())
+    }
+
+    #[test]
+    fn joins_wait_then_go_and_are_answered() {
+        let mut r = Rejoins::default();
+        assert!(!r.under_way());
+        r.restart(vec![join(1, "a"), join(2, "b")], 100);
+        assert!(r.under_way());
+        assert!(r.due(99).is_empty());
+        assert_eq!(r.due(100), [join(1, "a"), join(2, "b")]);
+        assert!(r.due(101).is_empty(), "made once");
+        r.made(7, ClientId(1), "a".into());
+        assert_eq!(r.answered(7), Some(join(1, "a")));
+        assert_eq!(r.answered(7), None);
+        assert!(!r.under_way());
+    }
+
+    /// Issue 23: evicted again before the first rejoin's joins went out
+    /// (its groups were already given up, so it has no members of its
+    /// own to rejoin): the waiting joins are kept, not replaced by none.
+    #[test]
+    fn a_second_eviction_keeps_the_joins_still_waiting_and_those_on_their_way() {
+        let mut r = Rejoins::default();
+        r.restart(vec![join(1, "a"), join(2, "b")], 100);
+        r.restart(Vec::new(), 200);
+        assert!(r.due(150).is_empty(), "the second rejoin's wait counts");
+        assert_eq!(r.due(200), [join(1, "a"), join(2, "b")]);
+        // Evicted once more while those joins are on their way, with a
+        // new member of its own.
+        r.made(8, ClientId(1), "a".into());
+        r.made(9, ClientId(2), "b".into());
+        r.restart(vec![join(3, "c"), join(1, "a")], 300);
+        assert_eq!(
+            r.answered(8),
+            None,
+            "an answer to the old join is not a rejoin's any more"
+        );
+        assert_eq!(r.due(300), [join(1, "a"), join(2, "b"), join(3, "c")]);
     }
 }

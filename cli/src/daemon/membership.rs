@@ -125,7 +125,7 @@ impl<T: Transport> Daemon<T> {
                             ("rank", &rank),
                         ],
                     );
-                    self.live.rejoining.remove(&req);
+                    self.live.rejoins.answered(req);
                     if let Some(Pending::Join { client, req }) = self.clients.pending.remove(&req) {
                         self.clients.server.reply(
                             client,
@@ -153,7 +153,7 @@ impl<T: Transport> Daemon<T> {
                     }
                 }
                 GroupEvent::Failed { req, error } => {
-                    if let Some((c, name)) = self.live.rejoining.remove(&req) {
+                    if let Some((c, name)) = self.live.rejoins.answered(req) {
                         self.log.warn(
                             "a client's join after the rejoin failed",
                             &[("client", &c.0), ("group", &name), ("error", &error)],

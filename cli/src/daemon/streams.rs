@@ -189,7 +189,7 @@ impl<T: Transport> Daemon<T> {
         };
         // A position matters only while clients of this node may receive
         // the stream again: in a group it carries, or rejoins for them.
-        if !self.live.rejoin_under_way() {
+        if !self.live.rejoins.under_way() {
             self.streams.rejoin_groups.clear();
         }
         let (local, rejoin) = (&self.local, &self.streams.rejoin_groups);
