@@ -2,6 +2,9 @@
 //! AF_XDP on veth, clients over shared memory. Root only (CI runs as root);
 //! without privileges each test skips with a message, and with CI=true a
 //! skip is a failure.
+//! One concern: end-to-end scenarios of the daemon (data, late join, slow
+//! subscribers, failures, flush, rejoin); the operator's surface is in
+//! `operator.rs`.
 #![allow(
     clippy::disallowed_methods,
     reason = "tests wait on wall-clock deadlines"

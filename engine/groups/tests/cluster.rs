@@ -1,6 +1,7 @@
 //! Group management across an in-memory cluster: N services, one FIFO queue per
 //! directed link, messages delivered in a seeded random interleaving across links
 //! (FIFO within each link).
+//! One concern: the group service's scenarios over that in-memory cluster.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

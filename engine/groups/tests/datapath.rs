@@ -3,6 +3,9 @@
 //! virtual time, seeded crashes, restarts, pauses and partitions of any node,
 //! the registry's and the agents' included) plus a model of how mcastd
 //! carries data in its groups and agrees on a departed sender's messages.
+//! One concern, kept in one file on purpose: the model and its checkers
+//! are read together when a seed fails (its length is the model's, which
+//! mirrors `cli/src/daemon/`; the shared harness is in `tests/common`).
 //!
 //! # What is modelled
 //!
