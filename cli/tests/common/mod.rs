@@ -9,7 +9,7 @@
     reason = "tests wait on wall-clock deadlines"
 )]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
@@ -128,17 +128,23 @@ fn spawn(ns: &Netns, config: &PathBuf) -> (Child, SharedLog) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn mcastd");
-    let log = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
-    let stderr = child.stderr.take().unwrap();
+    let log = collect_lines(child.stderr.take().unwrap());
+    (child, log)
+}
+
+/// The lines of `output` (a child's stdout or stderr), collected by a thread
+/// as they come.
+pub fn collect_lines(output: impl Read + Send + 'static) -> SharedLog {
+    let log: SharedLog = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
     let sink = log.clone();
     std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
+        for line in BufReader::new(output).lines() {
             let Ok(line) = line else { break };
             sink.0.lock().unwrap().push(line + "\n");
             sink.1.notify_all();
         }
     });
-    (child, log)
+    log
 }
 
 impl Cluster {
@@ -206,7 +212,7 @@ impl Cluster {
 }
 
 /// The first logged line containing `needle`, waiting up to `timeout` for it.
-fn wait_line(
+pub fn wait_line(
     log: &(Mutex<Vec<String>>, Condvar),
     needle: &str,
     timeout: Duration,

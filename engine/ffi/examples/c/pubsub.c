@@ -67,7 +67,9 @@ static void print_event(mcast_client *c, uint32_t group, const void *event, size
     } else if (ev.kind == MCAST_EVENT_VIEW) {
         printf(" view epoch %llu, %zu members,", (unsigned long long)ev.epoch, ev.members);
         print_nodes(event, len, MCAST_NODES_JOINED, "joined");
+        printf(",");
         print_nodes(event, len, MCAST_NODES_GONE, "gone");
+        printf(",");
         print_nodes(event, len, MCAST_NODES_FAILED, "failed");
         printf("\n");
     } else if (ev.kind == MCAST_EVENT_EVICTED) {

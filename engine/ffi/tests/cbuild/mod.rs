@@ -1,12 +1,48 @@
 //! Finding the libmcast cargo built for these tests and compiling C against it.
+//! Also used by the namespace tests of mcastd (cli/tests/c_events.rs), whose
+//! crate does not depend on mcast-ffi: they build it with [`build_library`].
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The crate's directory (for `include/` and `examples/`).
+/// mcast-ffi's directory (for `include/` and `examples/`), found from the
+/// directory of the crate whose test this is, in the same workspace.
 pub fn crate_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|d| d.join("engine/ffi"))
+        .find(|d| d.join("include/mcast.h").exists())
+        .expect("engine/ffi/include/mcast.h not found above CARGO_MANIFEST_DIR")
+}
+
+/// Builds libmcast (shared and static) with the cargo running this test,
+/// into this test's target directory and profile, where [`lib_dir`] finds
+/// it: for tests of a crate that does not depend on mcast-ffi. Cargo holds
+/// no lock while the tests run, and an up-to-date library costs a check.
+pub fn build_library() {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("profile dir");
+    let target = profile_dir.parent().expect("target dir");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "-p", "mcast-ffi", "--lib", "--target-dir"])
+        .arg(target);
+    match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => {}
+        Some("release") => {
+            cmd.arg("--release");
+        }
+        Some(other) => {
+            cmd.args(["--profile", other]);
+        }
+        None => panic!("no profile in {}", exe.display()),
+    }
+    let o = cmd.output().expect("run cargo");
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// The directory holding `libmcast.so` and `libmcast.a` of this build: a
