@@ -10,7 +10,7 @@
 #[path = "../../ipc/tests/common/mod.rs"]
 mod common;
 
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,24 +58,37 @@ fn join(c: *mut McastClient) -> u32 {
 
 /// (rc, len, group, source) of one mcast_recv into `buf`.
 fn recv(c: *mut McastClient, buf: &mut [u8], timeout_ms: c_int) -> (c_int, usize, u32, u32) {
-    let (mut len, mut group, mut source) = (usize::MAX, 0, 0);
+    let (rc, len, group, source, _) = receive(buf, |p, cap, len, group, source, _| unsafe {
+        mcast_recv(c, p, cap, len, group, source, timeout_ms)
+    });
+    (rc, len, group, source)
+}
+
+/// (rc, len, group, source, kind) of one mcast_recv_ex into `buf`.
+fn recv_ex(
+    c: *mut McastClient,
+    buf: &mut [u8],
+    timeout_ms: c_int,
+) -> (c_int, usize, u32, u32, c_int) {
+    receive(buf, |p, cap, len, group, source, kind| unsafe {
+        mcast_recv_ex(c, p, cap, len, group, source, kind, timeout_ms)
+    })
+}
+
+/// One receive into `buf` (NULL when empty) by `call(buf, cap, len_out,
+/// group_out, source_out, kind_out)`: the code and what it wrote.
+fn receive(
+    buf: &mut [u8],
+    call: impl FnOnce(*mut c_void, usize, &mut usize, &mut u32, &mut u32, &mut c_int) -> c_int,
+) -> (c_int, usize, u32, u32, c_int) {
+    let (mut len, mut group, mut source, mut kind) = (usize::MAX, 0, u32::MAX, -1);
     let p = if buf.is_empty() {
         ptr::null_mut()
     } else {
         buf.as_mut_ptr().cast()
     };
-    let rc = unsafe {
-        mcast_recv(
-            c,
-            p,
-            buf.len(),
-            &mut len,
-            &mut group,
-            &mut source,
-            timeout_ms,
-        )
-    };
-    (rc, len, group, source)
+    let rc = call(p, buf.len(), &mut len, &mut group, &mut source, &mut kind);
+    (rc, len, group, source, kind)
 }
 
 fn publish(c: *mut McastClient, group: u32, msg: &[u8]) -> c_int {
@@ -422,33 +435,6 @@ impl Drop for Scripted {
             let _ = t.join();
         }
     }
-}
-
-/// (rc, len, group, source, kind) of one mcast_recv_ex into `buf`.
-fn recv_ex(
-    c: *mut McastClient,
-    buf: &mut [u8],
-    timeout_ms: c_int,
-) -> (c_int, usize, u32, u32, c_int) {
-    let (mut len, mut group, mut source, mut kind) = (usize::MAX, 0, u32::MAX, -1);
-    let p = if buf.is_empty() {
-        ptr::null_mut()
-    } else {
-        buf.as_mut_ptr().cast()
-    };
-    let rc = unsafe {
-        mcast_recv_ex(
-            c,
-            p,
-            buf.len(),
-            &mut len,
-            &mut group,
-            &mut source,
-            &mut kind,
-            timeout_ms,
-        )
-    };
-    (rc, len, group, source, kind)
 }
 
 /// (rc, list) of mcast_event_nodes with room for `cap` ids.
