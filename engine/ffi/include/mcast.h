@@ -52,7 +52,8 @@ enum mcast_status {
     /* The message is larger than mcast_max_message(). */
     MCAST_ETOOLARGE = -7,
     /* The receive buffer is smaller than the waiting message; *len_out says
-     * how large it is and the message is kept for the next mcast_recv. */
+     * how large it is and the message is kept for the next mcast_recv (or
+     * mcast_recv_ex). From mcast_event_nodes: the list is longer than cap. */
     MCAST_ETOOSMALL = -8,
     /* The daemon cut this client off (typically: too slow to read). The
      * client can only be closed now. */
