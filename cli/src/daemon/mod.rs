@@ -10,15 +10,15 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`clients`] | the client service: connections, requests and replies, publication rings, lingering leaves, slow subscribers |
-//! | [`deliver`] | the engine's deliveries: link messages to [`peers`], group data through the group's mode into subscription rings |
-//! | [`peers`] | the links between daemons: their send queues, reassembly, epochs, dispatch of what arrives |
-//! | [`liveness`] | failure detection, eviction and rejoin |
-//! | [`membership`] | group events and views: the groups this node carries and their local members |
-//! | [`streams`] | receive streams: stream starts, start requests, stopped positions |
-//! | [`flush`] | what the survivors of a departed sender agree on, and the frames kept for it |
+//! | `clients` | the client service: connections, requests and replies, publication rings, lingering leaves, slow subscribers |
+//! | `deliver` | the engine's deliveries: link messages to `peers`, group data through the group's mode into subscription rings |
+//! | `peers` | the links between daemons: their send queues, reassembly, epochs, dispatch of what arrives |
+//! | `liveness` | failure detection, eviction and rejoin |
+//! | `membership` | group events and views: the groups this node carries and their local members |
+//! | `streams` | receive streams: stream starts, start requests, stopped positions |
+//! | `flush` | what the survivors of a departed sender agree on, and the frames kept for it |
 //! | [`mode`] | the seam for group modes: how a group sends, acknowledges and delivers |
-//! | [`stats`] | the daemon's counters and everything `mcast stat` shows |
+//! | `stats` | the daemon's counters and everything `mcast stat` shows |
 //!
 //! Modules reach each other's state only through `Daemon` methods named in
 //! their own module (several `impl Daemon` blocks), never by reaching into a
