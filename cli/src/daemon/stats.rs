@@ -97,8 +97,11 @@ impl MetricsFeed {
 impl<T: Transport> Daemon<T> {
     /// Gives the metrics exporter a fresh snapshot once a [`REFRESH_NS`].
     pub(super) fn refresh_metrics(&mut self) {
+        let Some(next_ns) = self.metrics.as_ref().map(|m| m.next_ns) else {
+            return; // no metrics: not even a clock read per round
+        };
         let now = mcast_engine::sys::monotonic_ns();
-        if self.metrics.as_ref().is_none_or(|m| now < m.next_ns) {
+        if now < next_ns {
             return;
         }
         let stats = self.stats_json();
