@@ -188,6 +188,9 @@ pub struct Topology {
     created: Vec<String>,
 }
 
+/// The nftables table of [`Topology::set_loss`], in the bridge namespace.
+const LOSS_TABLE: &str = "mcast_loss";
+
 /// The most receivers [`Topology::with_receivers`] builds.
 pub const MAX_RECEIVERS: usize = 16;
 
@@ -262,6 +265,70 @@ impl Topology {
         }
         topo.wait_carrier();
         Some(topo)
+    }
+
+    /// Drops a fraction `rate` (0.0 to 1.0, in steps of 1/10,000) of the
+    /// frames of `ethertype` the bridge forwards, each copy on each port
+    /// drawn on its own: loss on the segment, in both directions and for
+    /// every frame kind, outside anything the test runs (an nftables rule
+    /// in the bridge namespace; needs the `nft` tool, which
+    /// `scripts/setup.sh` installs). `rate` 0 removes the rule. Returns the
+    /// frames dropped so far by the rule being replaced (0 if none).
+    pub fn set_loss(&self, ethertype: u16, rate: f64) -> Result<u64, String> {
+        if !(0.0..=1.0).contains(&rate) {
+            return Err(format!("loss {rate} is not a fraction from 0 to 1"));
+        }
+        let dropped = self.loss_dropped();
+        let _ = self
+            .bridge
+            .exec(&["nft", "delete", "table", "bridge", LOSS_TABLE]);
+        if rate == 0.0 {
+            return Ok(dropped);
+        }
+        let per_10k = (rate * 10_000.0).round() as u32;
+        let rules = format!(
+            "table bridge {LOSS_TABLE} {{\n  chain loss {{\n    type filter hook forward priority 0; policy accept;\n    \
+             ether type {ethertype:#06x} numgen random mod 10000 < {per_10k} counter drop\n  }}\n}}\n"
+        );
+        let mut nft = Command::new("ip")
+            .args(["netns", "exec", &self.bridge.name, "nft", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                format!("cannot run nft (install nftables: scripts/setup.sh does): {e}")
+            })?;
+        {
+            use std::io::Write as _;
+            let mut stdin = nft.stdin.take().expect("piped");
+            stdin
+                .write_all(rules.as_bytes())
+                .map_err(|e| format!("writing to nft: {e}"))?;
+        }
+        let out = nft
+            .wait_with_output()
+            .map_err(|e| format!("waiting for nft: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "nft refused the loss rule: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(dropped)
+    }
+
+    /// Frames the loss rule of [`Topology::set_loss`] has dropped so far.
+    pub fn loss_dropped(&self) -> u64 {
+        let out = self
+            .bridge
+            .exec(&["nft", "list", "table", "bridge", LOSS_TABLE]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.split_whitespace()
+            .skip_while(|w| *w != "packets")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
     }
 
     /// Caps every link at `rate` (a `tc` rate such as `10mbit`) with
@@ -608,5 +675,38 @@ mod tests {
             assert!(!live.contains(n), "{n} still registered: {live:?}");
             assert!(!listed(n), "{n} still exists");
         }
+    }
+
+    /// The segment's loss rule drops about the asked fraction of our
+    /// EtherType's frames, none of another, and goes away at 0.
+    #[test]
+    fn set_loss_drops_about_the_asked_fraction_of_one_ethertype() {
+        let Some(topo) = Topology::with_receivers("set_loss_drops", 1) else {
+            return;
+        };
+        assert_eq!(topo.set_loss(0x88b5, 0.1).unwrap(), 0);
+        let (to, from) = (topo.receivers[0].mac, topo.sender.mac);
+        topo.sender.run(|| {
+            let tx = RawSender::open(IFNAME).unwrap();
+            for seq in 0..1000 {
+                tx.send(&test_frame(to, from, 0x88b6, seq, 64)).unwrap();
+            }
+        });
+        assert_eq!(topo.loss_dropped(), 0, "another EtherType was dropped");
+        topo.sender.run(|| {
+            let tx = RawSender::open(IFNAME).unwrap();
+            for seq in 0..10_000 {
+                tx.send(&test_frame(to, from, 0x88b5, seq, 64)).unwrap();
+            }
+        });
+        let dropped = topo.loss_dropped();
+        // 10 % of 10,000: a binomial draw's standard deviation is 30.
+        assert!(
+            (850..=1150).contains(&dropped),
+            "dropped {dropped} of 10,000"
+        );
+        assert_eq!(topo.set_loss(0x88b5, 0.0).unwrap(), dropped);
+        assert_eq!(topo.loss_dropped(), 0, "the rule is gone");
+        assert!(topo.set_loss(0x88b5, 1.5).is_err());
     }
 }
