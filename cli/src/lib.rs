@@ -14,6 +14,7 @@
 //! - [`metrics`]: the counters of `mcast stat` for Prometheus, over HTTP.
 //! - [`stopped`]: where closed receive streams stopped (no repeats).
 //! - [`stream`]: what `mcast send`/`recv` put in messages; `mcast`'s rendering.
+//! - [`testbed`]: mcastd daemons in network namespaces, for tests and benchmarks.
 //!
 //! The daemon (`mcastd`) and the tool (`mcast`) binaries build on this library.
 
@@ -25,3 +26,4 @@ pub mod log;
 pub mod metrics;
 pub mod stopped;
 pub mod stream;
+pub mod testbed;
