@@ -17,6 +17,7 @@ use mcast_sim::{Algorithm, SimConfig};
 
 mod demo;
 mod paper;
+mod path;
 mod sweep;
 mod table;
 mod xdp;
@@ -38,6 +39,7 @@ mod xdp;
         mcast-bench sweep --seeds 1000\n  \
         mcast-bench table --receivers 1,8,64,512 --loss 0,0.01,0.05\n  \
         mcast-bench xdp --json xdp.json          # as root\n  \
+        mcast-bench path --receivers 1,4 --loss 0,0.01   # as root, mcastd built beside it\n  \
         mcast-bench paper --out target/bench-paper  # as root"
 )]
 struct Cli {
@@ -123,6 +125,34 @@ enum Command {
         #[arg(long, default_value_t = 20_000)]
         latency_messages: usize,
         /// Also write the results, each with its environment, to this JSON file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<String>,
+    },
+    /// Real kernel, needs root: the user's path, client library -> mcastd -> AF_XDP -> mcastd ->
+    /// client, with R subscribers on R nodes and loss injected on the segment (every frame kind,
+    /// both directions, by the bridge); beside it, in the same run and on the same topology and
+    /// loss, the engine alone (MAK) and the raw blast, so each layer's cost is a ratio. Needs
+    /// mcastd built beside mcast-bench (`cargo build --release -p mcast-cli -p mcast-bench`).
+    Path {
+        /// Receiver counts, comma-separated (1 to 16; one subscriber node each).
+        #[arg(long, value_delimiter = ',', default_value = "1,4")]
+        receivers: Vec<usize>,
+        /// Loss on the segment, comma-separated fractions (0.01 = 1 % of every frame copy).
+        #[arg(long, value_delimiter = ',', default_value = "0,0.01")]
+        loss: Vec<f64>,
+        /// Bytes per message (16 to 8,192).
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        /// Messages per run.
+        #[arg(long, default_value_t = 50_000)]
+        messages: u64,
+        /// Runs per cell (medians and the spread are reported).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Only through mcastd: skip the engine-alone and blast runs.
+        #[arg(long)]
+        daemon_only: bool,
+        /// Also write every run to this JSON file.
         #[arg(long, value_name = "FILE")]
         json: Option<String>,
     },
@@ -215,7 +245,10 @@ const SIM_FLAGS: &str = "Simulator flags (defaults in brackets):
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Xdp { .. } | Command::Paper { .. }) {
+    if matches!(
+        cli.command,
+        Command::Xdp { .. } | Command::Paper { .. } | Command::Path { .. }
+    ) {
         if let Err(e) = clean_up_on_signals() {
             eprintln!("mcast-bench: {e}");
             return ExitCode::FAILURE;
@@ -250,6 +283,25 @@ fn main() -> ExitCode {
                 latency_messages,
                 json,
             } => xdp::run(messages, latency_messages, json.as_deref()),
+            Command::Path {
+                receivers,
+                loss,
+                size,
+                messages,
+                repeat,
+                daemon_only,
+                json,
+            } => path::run(
+                &path::PathConfig {
+                    receivers,
+                    loss,
+                    size,
+                    messages,
+                    repeat,
+                    layers: !daemon_only,
+                },
+                json.as_deref(),
+            ),
             Command::Paper {
                 out,
                 quick,

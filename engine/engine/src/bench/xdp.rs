@@ -271,7 +271,7 @@ pub fn throughput_run(
     Ok(match name {
         "blast" => blast(topo, &all, group_mac(GROUP), messages, len, loss).0,
         "unicast-blast" => blast(topo, &[one], one.mac, messages, len, loss).0,
-        "mak" => protocol(topo, Algorithm::Mak, 3, messages, len, loss, tuning),
+        "mak" => protocol(topo, Algorithm::Mak, all.len(), messages, len, loss, tuning),
         "gbn" => protocol(topo, Algorithm::Iterative, 1, messages, len, loss, tuning),
         other => return Err(format!("unknown throughput run {other:?}")),
     })

@@ -1,0 +1,486 @@
+//! `mcast-bench path`: the user's path, measured. One publisher on node 1
+//! and subscribers on nodes 2..=R+1, each a client of its node's mcastd
+//! (client library → publication ring → mcastd → AF_XDP → bridge → AF_XDP →
+//! mcastd → subscription ring → client library), on the namespace testbed
+//! of the namespace tests (`mcast_cli::testbed`). Loss is injected on the
+//! segment by the bridge (`Topology::set_loss`: every frame kind, both
+//! directions), outside the engine and the XDP program. In the same run,
+//! on a topology of the same size and with the same loss, the engine alone
+//! (`mcast-bench xdp`'s MAK run) and the raw unreliable blast, so the cost
+//! of each layer shows as a ratio. Needs root.
+#![allow(clippy::disallowed_methods, reason = "a benchmark measures wall time")]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use mcast_cli::testbed::Cluster;
+use mcast_engine::bench as ebench;
+use mcast_engine::harness::scenario::Tuning;
+use mcast_ipc::{Client, MessageKind, Request, Response};
+use mcast_netns::Topology;
+use mcast_wire::ETHERTYPE_DEFAULT;
+use serde_json::{json, Value};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct PathConfig {
+    pub receivers: Vec<usize>,
+    pub loss: Vec<f64>,
+    pub size: usize,
+    pub messages: u64,
+    pub repeat: usize,
+    /// Also measure the engine alone and the blast.
+    pub layers: bool,
+}
+
+/// One measurement through the daemons.
+#[derive(Debug, Clone, Default)]
+struct DaemonRun {
+    /// Messages per second at the slowest subscriber (from the first
+    /// publish to its last message).
+    slowest: f64,
+    /// The same at the fastest.
+    fastest: f64,
+    /// Counters of node 1's send stream in the run.
+    sent: u64,
+    retransmitted: u64,
+    naks: u64,
+    stalls: u64,
+    ack_waits: u64,
+    /// Frames the bridge dropped in the run.
+    dropped: u64,
+}
+
+/// Every figure of one (receivers, loss) cell.
+#[derive(Debug, Clone, Default)]
+struct Cell {
+    receivers: usize,
+    loss: f64,
+    blast: Vec<f64>,
+    engine: Vec<f64>,
+    daemon: Vec<DaemonRun>,
+}
+
+/// Runs the grid and prints it; writes `json` when given.
+pub fn run(cfg: &PathConfig, json_out: Option<&str>) -> Result<(), String> {
+    if let Some(why) = ebench::missing_privileges() {
+        return Err(format!(
+            "path needs root ({why}): it creates network namespaces, runs mcastd in them and \
+             attaches XDP. Run it as root (with sudo where root is not the user: `sudo -E mcast-bench path`)"
+        ));
+    }
+    check(cfg)?;
+    let mcastd = mcastd_binary()?;
+    eprintln!(
+        "mcast-bench path: {} messages of {} B per run, {} run(s) per cell; mcastd {}",
+        cfg.messages,
+        cfg.size,
+        cfg.repeat,
+        mcastd.display()
+    );
+    let mut cells = Vec::new();
+    for &r in &cfg.receivers {
+        let mut row: Vec<Cell> = cfg
+            .loss
+            .iter()
+            .map(|&loss| Cell {
+                receivers: r,
+                loss,
+                ..Cell::default()
+            })
+            .collect();
+        if cfg.layers {
+            layers(cfg, r, &mut row)?;
+        }
+        through_daemons(cfg, &mcastd, r, &mut row)?;
+        cells.extend(row);
+    }
+    print(cfg, &cells);
+    if let Some(path) = json_out {
+        let text =
+            serde_json::to_string_pretty(&to_json(cfg, &cells)).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n").map_err(|e| format!("writing {path}: {e}"))?;
+        eprintln!("wrote {path}");
+    }
+    Ok(())
+}
+
+fn check(cfg: &PathConfig) -> Result<(), String> {
+    if let Some(&r) = cfg
+        .receivers
+        .iter()
+        .find(|&&r| !(1..=mcast_netns::MAX_RECEIVERS).contains(&r))
+    {
+        return Err(format!(
+            "--receivers {r}: from 1 to {} receivers",
+            mcast_netns::MAX_RECEIVERS
+        ));
+    }
+    if let Some(l) = cfg.loss.iter().find(|l| !(0.0..0.5).contains(*l)) {
+        return Err(format!(
+            "--loss {l}: a fraction from 0 to 0.5 (0.01 is 1 %)"
+        ));
+    }
+    if !(16..=8192).contains(&cfg.size) {
+        return Err(format!(
+            "--size {}: 16 to 8,192 bytes (a message carries its index)",
+            cfg.size
+        ));
+    }
+    if cfg.messages == 0 || cfg.repeat == 0 {
+        return Err("--messages and --repeat must be at least 1".into());
+    }
+    Ok(())
+}
+
+/// mcastd, from beside this binary (`cargo build --release -p mcast-cli`
+/// puts both in one folder).
+fn mcastd_binary() -> Result<PathBuf, String> {
+    let me = std::env::current_exe().map_err(|e| format!("where is mcast-bench? {e}"))?;
+    let dir = me.parent().ok_or("mcast-bench has no folder")?;
+    let mcastd = dir.join("mcastd");
+    if mcastd.is_file() {
+        return Ok(mcastd);
+    }
+    Err(format!(
+        "no mcastd beside {}: build it with `cargo build --release -p mcast-cli` (the same profile as mcast-bench)",
+        me.display()
+    ))
+}
+
+/// The engine alone and the raw blast, on a topology of `r` receivers,
+/// at each loss of the row.
+fn layers(cfg: &PathConfig, r: usize, row: &mut [Cell]) -> Result<(), String> {
+    let topo = Topology::with_receivers("bench-path-layers", r)
+        .ok_or("cannot build the namespace topology")?;
+    for cell in row.iter_mut() {
+        topo.set_loss(ETHERTYPE_DEFAULT, cell.loss)?;
+        for i in 0..cfg.repeat {
+            let n = cfg.messages as usize;
+            let blast =
+                ebench::throughput_run(&topo, "blast", n, cfg.size, 0.0, Tuning::default())?;
+            let engine = ebench::throughput_run(&topo, "mak", n, cfg.size, 0.0, Tuning::default())?;
+            eprintln!(
+                "  {r} receiver(s), {}% loss, run {}: blast {:.0}/s ({:.1}% delivered), engine {:.0}/s",
+                cell.loss * 100.0,
+                i + 1,
+                blast.frames_per_sec,
+                blast.delivered * 100.0,
+                engine.frames_per_sec
+            );
+            cell.blast.push(blast.frames_per_sec);
+            cell.engine.push(engine.frames_per_sec);
+        }
+    }
+    topo.set_loss(ETHERTYPE_DEFAULT, 0.0)?;
+    Ok(())
+}
+
+/// Through mcastd: a cluster of `r + 1` daemons, one group, at each loss.
+fn through_daemons(
+    cfg: &PathConfig,
+    mcastd: &std::path::Path,
+    r: usize,
+    row: &mut [Cell],
+) -> Result<(), String> {
+    let cluster = Cluster::start(mcastd, "bench-path", r, |_| String::new())
+        .ok_or("cannot start the mcastd testbed")?;
+    let connect = |node: u32, name: &str| {
+        Client::connect(cluster.socket(node), name)
+            .map_err(|e| format!("connect to node {node}'s mcastd: {e}"))
+    };
+    let mut publisher = connect(1, "bench-publisher")?;
+    let joined = publisher.join("bench").map_err(|e| e.to_string())?;
+    let group = joined.group;
+    let mut subscribers = Vec::new();
+    for node in 2..=r as u32 + 1 {
+        let mut c = connect(node, "bench-subscriber")?;
+        c.join("bench").map_err(|e| e.to_string())?;
+        subscribers.push(c);
+    }
+    mcast_cli::stream::wait_nodes(
+        &mut publisher,
+        group,
+        &joined.view,
+        r + 1,
+        Duration::from_secs(20),
+    )?;
+    let mut next = 0u64;
+    for cell in row.iter_mut() {
+        cluster.topology().set_loss(ETHERTYPE_DEFAULT, cell.loss)?;
+        for i in 0..cfg.repeat {
+            let before = send_counters(&mut publisher)?;
+            let dropped = cluster.topology().loss_dropped();
+            let (slowest, fastest) = one_run(&mut publisher, &mut subscribers, group, next, cfg)?;
+            next += cfg.messages;
+            let after = send_counters(&mut publisher)?;
+            let c = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
+            let run = DaemonRun {
+                slowest,
+                fastest,
+                sent: c("data_sent"),
+                retransmitted: c("data_retransmitted"),
+                naks: c("naks_received"),
+                stalls: c("stalls"),
+                ack_waits: c("ack_reqs_sent"),
+                dropped: cluster.topology().loss_dropped() - dropped,
+            };
+            eprintln!(
+                "  {r} receiver(s), {}% loss, run {}: through mcastd {:.0} msg/s at the slowest subscriber \
+                 ({} retransmitted, {} NAKs, {} stalls, {} ACK requests, {} frames dropped on the segment)",
+                cell.loss * 100.0,
+                i + 1,
+                run.slowest,
+                run.retransmitted,
+                run.naks,
+                run.stalls,
+                run.ack_waits,
+                run.dropped
+            );
+            cell.daemon.push(run);
+        }
+    }
+    cluster.topology().set_loss(ETHERTYPE_DEFAULT, 0.0)?;
+    Ok(())
+}
+
+/// Node 1's send-stream counters in the bench group, from its mcastd.
+fn send_counters(c: &mut Client) -> Result<Value, String> {
+    let Response::Json(stats) = c.request(Request::Stats).map_err(|e| e.to_string())? else {
+        return Err("mcastd answered Stats without JSON".into());
+    };
+    Ok(stats["groups"]
+        .as_array()
+        .and_then(|gs| {
+            gs.iter()
+                .find(|g| g["name"] == "bench" && g["active"] == true)
+        })
+        .map(|g| g["sender"].clone())
+        .unwrap_or(Value::Null))
+}
+
+/// Message `i` of the stream: its index, then bytes derived from it.
+fn message(i: u64, len: usize) -> Vec<u8> {
+    let mut m = i.to_be_bytes().to_vec();
+    m.extend((0..len - 8).map(|k| (i as usize).wrapping_mul(31).wrapping_add(k) as u8));
+    m
+}
+
+/// Publishes messages `first..first + n`; every subscriber must receive
+/// each once, in order and intact. Returns messages/s at the slowest and
+/// the fastest subscriber.
+fn one_run(
+    publisher: &mut Client,
+    subscribers: &mut [Client],
+    group: u32,
+    first: u64,
+    cfg: &PathConfig,
+) -> Result<(f64, f64), String> {
+    let (n, size) = (cfg.messages, cfg.size);
+    let start = Instant::now();
+    let results: Vec<Result<f64, String>> = std::thread::scope(|s| {
+        let receivers: Vec<_> = subscribers
+            .iter_mut()
+            .map(|c| s.spawn(move || receive(c, group, first, n, size, start)))
+            .collect();
+        let sent = (first..first + n).try_for_each(|i| {
+            publisher
+                .publish_blocking(group, &message(i, size), Some(Duration::from_secs(30)))
+                .map_err(|e| format!("publish {i}: {e}"))
+        });
+        let mut out: Vec<Result<f64, String>> = receivers
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a subscriber panicked".into()))
+            })
+            .collect();
+        if let Err(e) = sent {
+            out.push(Err(e));
+        }
+        out
+    });
+    let rates: Vec<f64> = results.into_iter().collect::<Result<_, _>>()?;
+    let slowest = rates.iter().copied().fold(f64::INFINITY, f64::min);
+    let fastest = rates.iter().copied().fold(0.0, f64::max);
+    Ok((slowest, fastest))
+}
+
+/// Receives messages `first..first + n` of `group`; messages/s since `start`.
+fn receive(
+    c: &mut Client,
+    group: u32,
+    first: u64,
+    n: u64,
+    size: usize,
+    start: Instant,
+) -> Result<f64, String> {
+    let mut next = first;
+    while next < first + n {
+        let m = c
+            .recv_timeout(Duration::from_secs(30))
+            .map_err(|e| format!("receive after {}: {e}", next - first))?
+            .ok_or_else(|| format!("nothing for 30 s after {} messages", next - first))?;
+        if m.group != group || m.kind != MessageKind::Data {
+            continue;
+        }
+        let i = u64::from_be_bytes(m.data[..8].try_into().map_err(|_| "a short message")?);
+        if i != next {
+            return Err(format!(
+                "message {i} where {next} was due: lost, repeated or reordered"
+            ));
+        }
+        if m.data != message(i, size) {
+            return Err(format!("message {i} corrupted"));
+        }
+        next += 1;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let m = s.len() / 2;
+    Some(if s.len() % 2 == 1 {
+        s[m]
+    } else {
+        (s[m - 1] + s[m]) / 2.0
+    })
+}
+
+/// "median [min-max]" of rates, in thousands per second.
+fn spread(v: &[f64]) -> String {
+    let Some(m) = median(v) else {
+        return "-".into();
+    };
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(0.0, f64::max);
+    format!("{:.0}k [{:.0}-{:.0}]", m / 1e3, lo / 1e3, hi / 1e3)
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "-".into(),
+    }
+}
+
+fn slowest(cell: &Cell) -> Vec<f64> {
+    cell.daemon.iter().map(|d| d.slowest).collect()
+}
+
+fn print(cfg: &PathConfig, cells: &[Cell]) {
+    println!(
+        "{} B messages, {} per run, medians of {} run(s) [min-max], messages/s at the slowest receiver",
+        cfg.size, cfg.messages, cfg.repeat
+    );
+    println!(
+        "{:>3} {:>6}  {:>18} {:>18} {:>18}  {:>13} {:>13} {:>12}  {:>9} {:>6} {:>6}",
+        "rx",
+        "loss",
+        "blast",
+        "engine (MAK)",
+        "through mcastd",
+        "mcastd/engine",
+        "engine/blast",
+        "vs lossless",
+        "retx/msg",
+        "stalls",
+        "NAKs"
+    );
+    for cell in cells {
+        let lossless = cells
+            .iter()
+            .find(|c| c.receivers == cell.receivers && c.loss == 0.0)
+            .and_then(|c| median(&slowest(c)));
+        let d = median(&slowest(cell));
+        let runs = cell.daemon.len().max(1) as f64;
+        let sum = |f: fn(&DaemonRun) -> u64| cell.daemon.iter().map(f).sum::<u64>() as f64 / runs;
+        println!(
+            "{:>3} {:>5.1}%  {:>18} {:>18} {:>18}  {:>13} {:>13} {:>12}  {:>9.3} {:>6.0} {:>6.0}",
+            cell.receivers,
+            cell.loss * 100.0,
+            spread(&cell.blast),
+            spread(&cell.engine),
+            spread(&slowest(cell)),
+            ratio(d, median(&cell.engine)),
+            ratio(median(&cell.engine), median(&cell.blast)),
+            ratio(d, lossless),
+            sum(|r| r.retransmitted) / cfg.messages as f64,
+            sum(|r| r.stalls),
+            sum(|r| r.naks),
+        );
+    }
+}
+
+fn to_json(cfg: &PathConfig, cells: &[Cell]) -> Value {
+    json!({
+        "message_len": cfg.size,
+        "messages": cfg.messages,
+        "repeat": cfg.repeat,
+        "kernel": ebench::kernel_release(),
+        "cells": cells.iter().map(|c| json!({
+            "receivers": c.receivers,
+            "loss": c.loss,
+            "blast_msgs_per_sec": c.blast,
+            "engine_msgs_per_sec": c.engine,
+            "daemon": c.daemon.iter().map(|d| json!({
+                "slowest_msgs_per_sec": d.slowest,
+                "fastest_msgs_per_sec": d.fastest,
+                "data_sent": d.sent,
+                "retransmitted": d.retransmitted,
+                "naks_received": d.naks,
+                "stalls": d.stalls,
+                "ack_requests": d.ack_waits,
+                "segment_drops": d.dropped,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_carry_their_index_and_spreads_read_right() {
+        let m = message(7, 64);
+        assert_eq!(m.len(), 64);
+        assert_eq!(u64::from_be_bytes(m[..8].try_into().unwrap()), 7);
+        assert_ne!(message(8, 64)[8..], m[8..]);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0]), Some(2.5));
+        assert_eq!(spread(&[100_000.0, 120_000.0, 90_000.0]), "100k [90-120]");
+        assert_eq!(ratio(Some(1.0), Some(4.0)), "0.25");
+        assert_eq!(ratio(None, Some(4.0)), "-");
+    }
+
+    #[test]
+    fn bad_arguments_are_named() {
+        let ok = PathConfig {
+            receivers: vec![1, 4],
+            loss: vec![0.0, 0.01],
+            size: 1024,
+            messages: 10,
+            repeat: 1,
+            layers: true,
+        };
+        assert!(check(&ok).is_ok());
+        let e = check(&PathConfig {
+            receivers: vec![0],
+            ..ok.clone()
+        });
+        assert!(e.unwrap_err().contains("--receivers 0"));
+        let e = check(&PathConfig {
+            loss: vec![1.0],
+            ..ok.clone()
+        });
+        assert!(e.unwrap_err().contains("--loss 1"));
+        let e = check(&PathConfig { size: 8, ..ok });
+        assert!(e.unwrap_err().contains("--size 8"));
+    }
+}
