@@ -504,6 +504,10 @@ impl Consumer {
     }
 
     fn fail(&mut self, c: Corrupt) -> Corrupt {
+        // A record peeked before the corruption was found is not popped
+        // after it (issue 23's fuzzing found pop consuming it).
+        self.peeked = 0;
+        self.skipped = 0;
         self.corrupt = Some(c.clone());
         c
     }
@@ -579,6 +583,9 @@ impl Consumer {
     /// was called). `Ok(false)` if the ring was empty. Does not wake a
     /// waiting producer: call [`Consumer::wake_producer`] after a batch.
     pub fn pop(&mut self) -> Result<bool, Corrupt> {
+        if let Some(c) = &self.corrupt {
+            return Err(c.clone());
+        }
         if self.peeked == 0 && self.peek()?.is_none() {
             return Ok(false);
         }

@@ -153,6 +153,21 @@ fn consumer_reports_a_head_beyond_capacity() {
     assert!(c.prepare_sleep().is_err());
 }
 
+/// Found by fuzzing (issue 23, `ring_reader`): a record peeked, then the
+/// head scribbled on, then a peek that reports it: pop consumed the record
+/// peeked before and published the tail, instead of refusing.
+#[test]
+fn pop_after_a_corrupt_peek_refuses_and_moves_nothing() {
+    let (m, mut p, mut c) = ring();
+    p.try_push(hdr(0, 3), &[&[7; 40]]).unwrap();
+    assert_eq!(c.peek().unwrap().unwrap().payload, [7; 40]);
+    m.atomic_u64(OFF_HEAD).store(1 << 40, Ordering::Release);
+    assert!(c.peek().is_err());
+    assert!(c.pop().is_err());
+    assert_eq!(c.position(), 0);
+    assert_eq!(m.atomic_u64(OFF_TAIL).load(Ordering::Acquire), 0);
+}
+
 #[test]
 fn consumer_reports_a_record_length_past_the_data() {
     let (m, mut p, mut c) = ring();
