@@ -16,6 +16,10 @@ pub const PROTOCOL_VERSION: u32 = 1;
 pub const MAX_CONTROL_MESSAGE: usize = 64 * 1024;
 /// Malformed requests tolerated on one connection before it is closed.
 pub const MAX_MALFORMED: u32 = 16;
+/// Longest description of a malformed request: the parser's message quotes
+/// the offending name, so a request just under [`MAX_CONTROL_MESSAGE`]
+/// would otherwise draw an answer over it.
+const MAX_MALFORMED_TEXT: usize = 1024;
 
 /// A request from a client.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -243,7 +247,16 @@ pub fn decode_request(bytes: &[u8]) -> Result<ClientMessage, (u64, String)> {
                 .ok()
                 .and_then(|v| v.get("id").and_then(|i| i.as_u64()))
                 .unwrap_or(0);
-            Err((id, format!("malformed request: {e}")))
+            let mut text = format!("malformed request: {e}");
+            if text.len() > MAX_MALFORMED_TEXT {
+                let mut end = MAX_MALFORMED_TEXT;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+                text.push_str("… (cut)");
+            }
+            Err((id, text))
         }
     }
 }
@@ -305,6 +318,29 @@ mod tests {
         });
         let s = serde_json::to_string(&n).unwrap();
         assert_eq!(s, r#"{"notice":{"type":"cut_off","reason":"slow"}}"#);
+    }
+
+    /// Found by the `ipc_request` fuzz target's invariant (issue 23): a
+    /// request within the limit naming an unknown type of 65,000 bytes drew
+    /// a Malformed answer quoting all of it, over the limit the client reads.
+    #[test]
+    fn the_answer_to_a_malformed_request_fits_the_limit() {
+        let overhead = r#"{"id":5,"request":{"type":""}}"#.len();
+        let name = "\u{e9}".repeat((MAX_CONTROL_MESSAGE - overhead) / 2);
+        let req = format!(r#"{{"id":5,"request":{{"type":"{name}"}}}}"#);
+        assert!(req.len() <= MAX_CONTROL_MESSAGE);
+        let (id, message) = decode_request(req.as_bytes()).unwrap_err();
+        assert_eq!(id, 5);
+        assert!(
+            message.starts_with("malformed request: unknown variant `\u{e9}\u{e9}"),
+            "{message}"
+        );
+        assert!(message.ends_with("… (cut)"), "{message}");
+        let answer = ServerMessage::Response {
+            id,
+            body: Response::error(ErrorCode::Malformed, message),
+        };
+        assert!(serde_json::to_vec(&answer).unwrap().len() <= MAX_CONTROL_MESSAGE);
     }
 
     #[test]
