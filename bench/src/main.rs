@@ -152,6 +152,10 @@ enum Command {
         /// Only through mcastd: skip the engine-alone and blast runs.
         #[arg(long)]
         daemon_only: bool,
+        /// A line added to every node's mcastd.toml, e.g. "window_frames = 4096" (repeatable), to
+        /// try a setting; the defaults are what users get.
+        #[arg(long, value_name = "TOML_LINE")]
+        daemon_config: Vec<String>,
         /// Also write every run to this JSON file.
         #[arg(long, value_name = "FILE")]
         json: Option<String>,
@@ -290,6 +294,7 @@ fn main() -> ExitCode {
                 messages,
                 repeat,
                 daemon_only,
+                daemon_config,
                 json,
             } => path::run(
                 &path::PathConfig {
@@ -299,6 +304,7 @@ fn main() -> ExitCode {
                     messages,
                     repeat,
                     layers: !daemon_only,
+                    daemon_config,
                 },
                 json.as_deref(),
             ),

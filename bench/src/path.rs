@@ -31,6 +31,9 @@ pub struct PathConfig {
     pub repeat: usize,
     /// Also measure the engine alone and the blast.
     pub layers: bool,
+    /// Lines added to every node's mcastd.toml (to try settings; the
+    /// figures that count are those of the defaults).
+    pub daemon_config: Vec<String>,
 }
 
 /// One measurement through the daemons.
@@ -47,6 +50,8 @@ struct DaemonRun {
     naks: u64,
     stalls: u64,
     ack_waits: u64,
+    /// ACK-wait timeouts: rounds that waited for an ACK that did not come.
+    timeouts: u64,
     /// Frames the bridge dropped in the run.
     dropped: u64,
 }
@@ -183,7 +188,8 @@ fn through_daemons(
     r: usize,
     row: &mut [Cell],
 ) -> Result<(), String> {
-    let cluster = Cluster::start(mcastd, "bench-path", r, |_| String::new())
+    let extra = cfg.daemon_config.join("\n");
+    let cluster = Cluster::start(mcastd, "bench-path", r, |_| extra.clone())
         .ok_or("cannot start the mcastd testbed")?;
     let connect = |node: u32, name: &str| {
         Client::connect(cluster.socket(node), name)
@@ -223,11 +229,12 @@ fn through_daemons(
                 naks: c("naks_received"),
                 stalls: c("stalls"),
                 ack_waits: c("ack_reqs_sent"),
+                timeouts: c("timeouts"),
                 dropped: cluster.topology().loss_dropped() - dropped,
             };
             eprintln!(
                 "  {r} receiver(s), {}% loss, run {}: through mcastd {:.0} msg/s at the slowest subscriber \
-                 ({} retransmitted, {} NAKs, {} stalls, {} ACK requests, {} frames dropped on the segment)",
+                 ({} retransmitted, {} NAKs, {} stalls, {} ACK requests, {} ACK-wait timeouts, {} frames dropped on the segment)",
                 cell.loss * 100.0,
                 i + 1,
                 run.slowest,
@@ -235,6 +242,7 @@ fn through_daemons(
                 run.naks,
                 run.stalls,
                 run.ack_waits,
+                run.timeouts,
                 run.dropped
             );
             cell.daemon.push(run);
@@ -378,6 +386,9 @@ fn print(cfg: &PathConfig, cells: &[Cell]) {
         "{} B messages, {} per run, medians of {} run(s) [min-max], messages/s at the slowest receiver",
         cfg.size, cfg.messages, cfg.repeat
     );
+    if !cfg.daemon_config.is_empty() {
+        println!("mcastd settings: {}", cfg.daemon_config.join("; "));
+    }
     println!(
         "{:>3} {:>6}  {:>18} {:>18} {:>18}  {:>13} {:>13} {:>12}  {:>9} {:>6} {:>6}",
         "rx",
@@ -422,6 +433,7 @@ fn to_json(cfg: &PathConfig, cells: &[Cell]) -> Value {
         "message_len": cfg.size,
         "messages": cfg.messages,
         "repeat": cfg.repeat,
+        "daemon_config": cfg.daemon_config,
         "kernel": ebench::kernel_release(),
         "cells": cells.iter().map(|c| json!({
             "receivers": c.receivers,
@@ -436,6 +448,7 @@ fn to_json(cfg: &PathConfig, cells: &[Cell]) -> Value {
                 "naks_received": d.naks,
                 "stalls": d.stalls,
                 "ack_requests": d.ack_waits,
+                "ack_wait_timeouts": d.timeouts,
                 "segment_drops": d.dropped,
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
@@ -468,6 +481,7 @@ mod tests {
             messages: 10,
             repeat: 1,
             layers: true,
+            daemon_config: Vec::new(),
         };
         assert!(check(&ok).is_ok());
         let e = check(&PathConfig {
