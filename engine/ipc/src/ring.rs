@@ -417,7 +417,7 @@ impl Producer {
         let mut pos = self.head;
         if wrap > 0 {
             r.set_word(r.at(pos), WRAP);
-            pos += wrap as u64;
+            pos = pos.wrapping_add(wrap as u64);
         }
         let off = r.at(pos);
         r.set_word(off, len as u32);
@@ -430,7 +430,7 @@ impl Producer {
             r.map.write(at, p);
             at += p.len();
         }
-        self.head = pos + align8(RECORD_HEADER_BYTES + len) as u64;
+        self.head = pos.wrapping_add(align8(RECORD_HEADER_BYTES + len) as u64);
         r.head().store(self.head, Ordering::Release);
         self.wake_consumer();
         Ok(())
@@ -544,7 +544,7 @@ impl Consumer {
                     ))));
                 }
                 skipped = to_end;
-                pos += to_end as u64;
+                pos = pos.wrapping_add(to_end as u64);
                 used -= to_end;
                 continue;
             }
@@ -589,7 +589,9 @@ impl Consumer {
         if self.peeked == 0 && self.peek()?.is_none() {
             return Ok(false);
         }
-        self.tail += (self.skipped + self.peeked) as u64;
+        // Positions wrap at 2^64 (see the layout): a ring handed over with
+        // indices near the end must not panic in a debug build (issue 23).
+        self.tail = self.tail.wrapping_add((self.skipped + self.peeked) as u64);
         self.peeked = 0;
         self.skipped = 0;
         self.ring.tail().store(self.tail, Ordering::Release);

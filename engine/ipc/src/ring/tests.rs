@@ -168,6 +168,31 @@ fn pop_after_a_corrupt_peek_refuses_and_moves_nothing() {
     assert_eq!(m.atomic_u64(OFF_TAIL).load(Ordering::Acquire), 0);
 }
 
+/// Found by fuzzing (issue 23, `ring_reader`, 5-minute AFL campaign): a
+/// consumer attached to a ring whose tail sits just below 2^64 panicked
+/// with "attempt to add with overflow" in a debug build when it popped
+/// across the wrap. Positions wrap at 2^64 on both ends, with a wrap
+/// marker on the way.
+#[test]
+fn positions_wrap_at_2_pow_64() {
+    let map = Arc::new(Mapping::anonymous(ring_bytes(CAP)).unwrap());
+    init(&map, 0, CAP).unwrap();
+    // 24 bytes before 2^64, and 24 bytes before the end of the data area.
+    let start = u64::MAX - 23;
+    map.atomic_u64(OFF_HEAD).store(start, Ordering::Release);
+    map.atomic_u64(OFF_TAIL).store(start, Ordering::Release);
+    let mut p = Producer::attach(map.clone(), 0, CAP).unwrap();
+    let mut c = Consumer::attach(map.clone(), 0, CAP).unwrap();
+    p.try_push(hdr(1, 3), &[]).unwrap(); // 16 bytes: 8 left before the end
+    p.try_push(hdr(2, 3), &[&[9; 40]]).unwrap(); // a wrap marker, then at 0
+    assert_eq!(p.position(), 56);
+    assert_eq!(pop_vec(&mut c), Some((hdr(1, 3), vec![])));
+    assert_eq!(c.position(), u64::MAX - 7);
+    assert_eq!(pop_vec(&mut c), Some((hdr(2, 3), vec![9; 40])));
+    assert_eq!(c.position(), 56);
+    assert_eq!(p.free_space().unwrap(), CAP);
+}
+
 #[test]
 fn consumer_reports_a_record_length_past_the_data() {
     let (m, mut p, mut c) = ring();
