@@ -343,6 +343,28 @@ mod tests {
         assert!(serde_json::to_vec(&answer).unwrap().len() <= MAX_CONTROL_MESSAGE);
     }
 
+    /// Found by fuzzing (issue 23, `ipc_reply`, 5-minute AFL campaign): a
+    /// number with more digits than a double holds parsed one unit in the
+    /// last place away from the nearest double, so what the client read
+    /// and wrote back was not what it had read. serde_json's
+    /// `float_roundtrip` parses to the nearest.
+    #[test]
+    fn numbers_in_answers_parse_to_the_nearest_double() {
+        let s = r#"{"response":{"id":1,"body":{"type":"json","body":{"loss":0.015555555505000000000}}}}"#;
+        let m: ServerMessage = serde_json::from_str(s).unwrap();
+        let again: ServerMessage =
+            serde_json::from_slice(&serde_json::to_vec(&m).unwrap()).unwrap();
+        assert_eq!(again, m);
+        let ServerMessage::Response {
+            body: Response::Json(v),
+            ..
+        } = m
+        else {
+            panic!("{m:?}")
+        };
+        assert_eq!(v["loss"].as_f64(), Some(0.015555555505));
+    }
+
     #[test]
     fn malformed_requests_name_the_problem_and_keep_the_id() {
         let (id, msg) = decode_request(br#"{"id":12,"request":{"type":"jion"}}"#).unwrap_err();
