@@ -45,6 +45,8 @@
 //! | 6 | not a member | group u32, member u64 |
 //! | 7 | unknown group | group u32 |
 //! | 8 | too many requests in flight | limit u32 |
+//! | 9 | node failed (the request waited on it) | node u32 |
+//! | 10 | no answer in time | node u32 |
 //!
 //! `token` is chosen by the requesting node and echoed in the reply; it is not the
 //! client's [`crate::ReqId`]. A decoder rejects, with a [`DecodeError`]: a message
