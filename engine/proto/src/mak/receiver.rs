@@ -62,6 +62,10 @@ pub struct MakReceiver {
     scanned_to: Seq,
     nak_timer: Option<Instant>,
     retry_at: Option<Instant>,
+    /// When the last repair (a RETRANSMIT frame) came from the sender: a
+    /// sender that is repairing lost our repair; one that is not is
+    /// overloaded or gone, and our NAKs back off (`expire_requests`).
+    last_repair_at: Option<Instant>,
     /// An ACK owed: up to this sequence, answering a request stamped `tstamp_us` received at `at`.
     ack_owed: Option<(Seq, u32, Instant)>,
     /// `pub(super)` (with `group_size` and `draw_backoff`): the tests set
@@ -87,6 +91,7 @@ impl MakReceiver {
             scanned_to: stream.initial_seq.sub(1),
             nak_timer: None,
             retry_at: None,
+            last_repair_at: None,
             ack_owed: None,
             grtt: cfg.initial_grtt,
             group_size: 1,
@@ -237,6 +242,9 @@ impl MakReceiver {
             self.grtt = g.clamp(self.cfg.grtt_min, self.cfg.grtt_max);
         }
         self.group_size = header.group_size.max(1);
+        if header.flags.contains(Flags::RETRANSMIT) {
+            self.last_repair_at = Some(now);
+        }
         let seq = header.seq;
         let was_missing = self.errors.contains(seq);
         let accepted = self.inorder.accept(
@@ -322,7 +330,8 @@ impl MakReceiver {
                 break;
             }
             list.push_seq(seq);
-            // Each unanswered NAK of ours doubles the wait for its repair (up to
+            // Each NAK of ours the sender left unanswered (no repair at all
+            // since: `expire_requests`) doubles the wait for its repair (up to
             // 16 times): a sender short of repair budget is not met by a storm.
             let until = now + wait * (1u32 << tries.min(4));
             *m = Missing::Requested {
@@ -352,8 +361,16 @@ impl MakReceiver {
     }
 
     /// Requested entries whose repair did not come in time are pending again.
+    /// If the sender sent a repair within the last repair wait, it is
+    /// answering NAKs and this entry's repair (or our NAK) was lost on the
+    /// way: the entry starts over at one wait. Otherwise the sender is short
+    /// of repair budget or gone, and the entry keeps its count, so each NAK
+    /// of ours for it waits twice as long as the one before.
     fn expire_requests(&mut self, now: Instant) {
         self.retry_at = None;
+        let answering = self
+            .last_repair_at
+            .is_some_and(|t| now.saturating_duration_since(t) < self.repair_wait());
         let base = self.errors.base();
         let mut next: Option<Instant> = None;
         for i in 0..self.errors.capacity() {
@@ -363,6 +380,7 @@ impl MakReceiver {
             };
             if let Missing::Requested { until, tries } = *m {
                 if until <= now {
+                    let tries = if answering { 0 } else { tries };
                     *m = Missing::Pending { tries };
                     self.pending += 1;
                     self.counters.timeouts += 1;

@@ -502,6 +502,42 @@ fn unanswered_naks_are_repeated_after_the_repair_wait() {
     assert_eq!(r.poll_timeout(), Some(us(931 + 1200)), "and doubles again");
 }
 
+#[test]
+fn a_lost_repair_is_asked_again_at_one_wait_while_the_sender_repairs() {
+    let mut r = MakReceiver::new(stream(2), fixed(10));
+    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+    for i in 0..5 {
+        s.send(us(0), out(i, false)).unwrap();
+    }
+    let tx = drain_tx(&mut s, us(0));
+    let first = s.stream.initial_seq;
+    let seq = |i: u32| first.add(i);
+    // Frames 1 and 3 are lost; one NAK asks for both.
+    for i in [0, 2, 4] {
+        deliver(&mut r, us(1), &tx[i], i as u32);
+    }
+    r.handle_timeout(us(11));
+    let nak = drain_tx(&mut r, us(11));
+    assert_eq!(
+        nak_ranges(&nak[0]),
+        vec![(seq(1).0, 1), (seq(3).0, 1)],
+        "one NAK for both"
+    );
+    // Frame 1's repair comes; frame 3's is lost on the way.
+    deliver(&mut s, us(20), &nak[0], 0);
+    let repairs = drain_tx(&mut s, us(20));
+    assert_eq!(repairs.len(), 2);
+    deliver(&mut r, us(30), &repairs[0], 10);
+    // After the repair wait (3 GRTTs, 300 us) frame 3 is asked again...
+    r.handle_timeout(us(311));
+    r.handle_timeout(us(321));
+    let again = drain_tx(&mut r, us(321));
+    assert_eq!(nak_ranges(&again[0]), vec![(seq(3).0, 1)]);
+    // ... and since the sender was repairing, its repair is awaited one
+    // wait again, not two: the loss was on the way, not at the sender.
+    assert_eq!(r.poll_timeout(), Some(us(321 + 300)));
+}
+
 /// A sender (one receiver) that has sent a full window at t=0 and, at
 /// t=1 us, heard one NAK for all of it: a NAK storm for the budget tests.
 fn nak_storm(cfg: MakConfig) -> MakSender {
