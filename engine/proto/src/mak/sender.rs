@@ -76,7 +76,14 @@ pub struct MakSender {
     /// The highest request that has left (a frame flagged ACK_REQ or an
     /// ACK_REQ frame): the ACK-wait timer runs for it.
     request_sent: Option<Seq>,
+    /// The ACK-wait deadline: it runs for the request `timed` (see
+    /// `request_left` and `release_acknowledged`).
     ack_timer: Option<Instant>,
+    /// The request the ACK-wait timer runs for: the oldest one left while
+    /// the timer was idle, or the newest when the slowest member last made
+    /// progress. Members that have not acknowledged it when the timer
+    /// expires have not answered.
+    timed: Option<Seq>,
     /// Expiries since the last ACK with a round-trip sample.
     ack_backoff: u32,
     /// New frames not yet transmitted, in order.
@@ -111,6 +118,7 @@ impl MakSender {
             last_request_seq: stream.initial_seq.sub(1),
             request_sent: None,
             ack_timer: None,
+            timed: None,
             ack_backoff: 0,
             fresh: VecDeque::with_capacity(w as usize),
             repairs: VecDeque::with_capacity(w as usize),
@@ -219,7 +227,7 @@ impl MakSender {
     }
 
     /// Frees every frame all members have acknowledged; settles the request.
-    fn release_acknowledged(&mut self) {
+    fn release_acknowledged(&mut self, now: Instant) {
         let floor = self
             .members
             .iter()
@@ -242,7 +250,15 @@ impl MakSender {
             // Every member answered: the timer stops and its backoff ends.
             self.request_sent = None;
             self.ack_timer = None;
+            self.timed = None;
             self.ack_backoff = 0;
+        } else if self.timed.is_some_and(|r| floor.after(r)) {
+            // Every member answered the timed request, not yet the newest:
+            // the slowest made progress, so the timer starts again, for the
+            // newest. A member that stops answering is noticed one wait after
+            // its last progress however often requests leave.
+            self.ack_timer = Some(now + self.ack_wait());
+            self.timed = self.request_sent;
         }
         while self.repairs.front().is_some_and(|s| s.before(floor)) {
             self.repairs.pop_front();
@@ -313,13 +329,18 @@ impl MakSender {
         limit.after(self.buffer.base()).then(|| limit.sub(1))
     }
 
-    /// A request for ACKs up to `seq` has just left: the ACK-wait timer runs
-    /// from now for it.
+    /// A request for ACKs up to `seq` has just left. An idle ACK-wait timer
+    /// starts now, for it; a running one is not pushed back by newer
+    /// requests (a sender that asks every 64 frames would otherwise never
+    /// notice a member that stopped answering before its window filled).
     fn request_left(&mut self, now: Instant, seq: Seq) {
         if self.request_sent.is_none_or(|r| seq.after(r)) {
             self.request_sent = Some(seq);
         }
-        self.ack_timer = Some(now + self.ack_wait());
+        if self.ack_timer.is_none() {
+            self.ack_timer = Some(now + self.ack_wait());
+            self.timed = Some(seq);
+        }
     }
 
     fn handle_ack(&mut self, now: Instant, header: &Header) {
@@ -359,7 +380,7 @@ impl MakSender {
         m.unanswered = 0;
         if ack.after(m.acked) {
             m.acked = ack;
-            self.release_acknowledged();
+            self.release_acknowledged(now);
         }
     }
 
@@ -425,7 +446,7 @@ impl Endpoint for MakSender {
             self.counters.timeouts += 1;
             self.ack_timer = None;
             self.ack_backoff = self.ack_backoff.saturating_add(1);
-            if let Some(r) = self.request_sent {
+            if let Some(r) = self.timed {
                 for m in self.members.iter_mut().filter(|m| !m.acked.after(r)) {
                     m.unanswered = m.unanswered.saturating_add(1);
                 }
@@ -533,6 +554,7 @@ impl Endpoint for MakSender {
         self.ack_request = None;
         self.request_sent = None;
         self.ack_timer = None;
+        self.timed = None;
     }
 }
 
@@ -592,7 +614,7 @@ impl Sender for MakSender {
     fn set_members(&mut self, now: Instant, members: &[NodeId]) {
         self.install_members(Some(now), members);
         // A departed member no longer holds frames back.
-        self.release_acknowledged();
+        self.release_acknowledged(now);
     }
 
     fn resume_point(&mut self, now: Instant, member: NodeId) -> Option<Seq> {

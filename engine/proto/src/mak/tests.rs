@@ -437,6 +437,53 @@ fn a_member_that_leaves_requests_unanswered_is_reported_unresponsive() {
 }
 
 #[test]
+fn newer_requests_do_not_push_back_the_wait_for_a_silent_member() {
+    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
+    let first = s.stream.initial_seq;
+    let wait = s.ack_wait();
+    // A request leaves every 100 us (a burst ends each time); member 2
+    // answers each, member 3 has stopped.
+    for k in 0..4u32 {
+        let t = us(100 * u64::from(k));
+        s.send(t, out(k, true)).unwrap();
+        drain_tx(&mut s, t);
+        s.handle_frame(
+            t + Duration::from_micros(50),
+            &ack_echo(2, first.add(k + 1), 0),
+            RxBody::None,
+        );
+    }
+    // The timer still runs for the first request: member 3 is noticed one
+    // wait after it, not one wait after the newest request.
+    assert_eq!(s.poll_timeout(), Some(us(0) + wait));
+    s.handle_timeout(us(0) + wait);
+    let mut v = Vec::new();
+    s.unresponsive(1, &mut v);
+    assert_eq!(v, vec![3], "only the member that did not answer");
+}
+
+#[test]
+fn the_wait_starts_again_when_the_slowest_member_makes_progress() {
+    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
+    let first = s.stream.initial_seq;
+    s.send(us(0), out(0, true)).unwrap();
+    drain_tx(&mut s, us(0));
+    s.send(us(100), out(1, true)).unwrap();
+    drain_tx(&mut s, us(100));
+    // Both answer the first request at 300 us, the second not yet: the
+    // timer runs again from then, for the second.
+    for m in [2, 3] {
+        s.handle_frame(us(300), &ack_echo(m, first.add(1), 0), RxBody::None);
+    }
+    assert_eq!(s.poll_timeout(), Some(us(300) + s.ack_wait()));
+    // Both answer the second: the timer stops.
+    for m in [2, 3] {
+        s.handle_frame(us(350), &ack_echo(m, first.add(2), 0), RxBody::None);
+    }
+    assert_eq!(s.poll_timeout(), None);
+}
+
+#[test]
 fn a_lost_last_frame_is_recovered_by_the_sender_timer() {
     let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
     let mut r = MakReceiver::new(stream(2), MakConfig::default());
