@@ -25,6 +25,18 @@ pub const MAX_GROUP_NAME: usize = 64;
 /// Bytes of UMEM counted per frame when sizing RLIMIT_MEMLOCK (a page: the
 /// largest frame size AF_XDP accepts).
 pub const UMEM_FRAME_BYTES: u64 = 4096;
+
+/// UMEM frames when the configuration says nothing: four default windows
+/// (one group sending a full window still leaves room for receiving,
+/// other groups and the rings), 64 MiB counted.
+pub const DEFAULT_FRAMES: u32 = 16384;
+
+/// The per-group window when the configuration says nothing. Under loss a
+/// window is freed only when every receiver has repaired every gap in it,
+/// and the daemon-to-daemon round trip on a loaded host is milliseconds:
+/// 4,096 frames keep the sender going through a repair round at 1 % loss
+/// where 1,024 stalled it (docs/benchmarks.md "Through mcastd under loss").
+pub const DEFAULT_WINDOW_FRAMES: u32 = 4096;
 /// Where mcastd looks for its configuration unless told otherwise.
 pub const DEFAULT_PATH: &str = "/etc/mcastd.toml";
 
@@ -233,9 +245,10 @@ pub struct Config {
     /// UMEM frames: a power of two, 64..=65536.
     #[serde(default = "d_frames")]
     pub frames: u32,
-    /// Default per-group window, in frames (< frames).
-    #[serde(default = "d_window")]
-    pub window_frames: u32,
+    /// Default per-group window, in frames (< frames). Unset: a quarter of
+    /// `frames`, at most [`DEFAULT_WINDOW_FRAMES`] ([`Config::window`]).
+    #[serde(default)]
+    pub window_frames: Option<u32>,
     /// Largest message, bytes.
     #[serde(default = "d_max_message")]
     pub max_message: u64,
@@ -306,10 +319,7 @@ fn d_xdp_mode() -> XdpMode {
     XdpMode::Auto
 }
 fn d_frames() -> u32 {
-    4096
-}
-fn d_window() -> u32 {
-    1024
+    DEFAULT_FRAMES
 }
 fn d_max_message() -> u64 {
     1 << 20
@@ -578,7 +588,9 @@ impl Config {
         set(&mut self.datapath, &o.datapath);
         set(&mut self.xdp_mode, &o.xdp_mode);
         set(&mut self.frames, &o.frames);
-        set(&mut self.window_frames, &o.window_frames);
+        if o.window_frames.is_some() {
+            self.window_frames = o.window_frames;
+        }
         set(&mut self.algorithm, &o.algorithm);
         set(&mut self.polling, &o.polling);
         set(&mut self.spin_us, &o.spin_us);
@@ -697,12 +709,14 @@ impl Config {
             return bad(
                 "frames",
                 format!(
-                    "frames = {} must be a power of two from 64 to 65536: e.g. 4096",
+                    "frames = {} must be a power of two from 64 to 65536: e.g. 16384",
                     self.frames
                 ),
             );
         }
-        self.check_window("window_frames", self.window_frames)?;
+        if let Some(w) = self.window_frames {
+            self.check_window("window_frames", w)?;
+        }
 
         if self.max_message == 0 || self.max_message > MAX_MESSAGE_LIMIT {
             return bad(
@@ -802,9 +816,7 @@ impl Config {
         let g = self.groups.iter().find(|g| g.name == name);
         GroupSettings {
             algorithm: g.and_then(|g| g.algorithm).unwrap_or(self.algorithm),
-            window_frames: g
-                .and_then(|g| g.window_frames)
-                .unwrap_or(self.window_frames),
+            window_frames: g.and_then(|g| g.window_frames).unwrap_or(self.window()),
             slow_subscriber: g
                 .and_then(|g| g.slow_subscriber)
                 .unwrap_or(self.slow_subscriber),
@@ -818,6 +830,14 @@ impl Config {
 
     pub fn socket_mode_bits(&self) -> u32 {
         parse_mode(&self.socket_mode).unwrap_or(0o660)
+    }
+
+    /// The default per-group window: `window_frames`, or when unset a
+    /// quarter of `frames` up to [`DEFAULT_WINDOW_FRAMES`] (so `frames`
+    /// alone sizes both, and an old `frames = 4096` keeps its 1,024).
+    pub fn window(&self) -> u32 {
+        self.window_frames
+            .unwrap_or((self.frames / 4).clamp(1, DEFAULT_WINDOW_FRAMES))
     }
 
     /// The UMEM size RLIMIT_MEMLOCK must allow: `frames` × [`UMEM_FRAME_BYTES`].

@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::config::{Config, Datapath, XdpMode, UMEM_FRAME_BYTES};
+use crate::config::{Config, Datapath, XdpMode, DEFAULT_FRAMES, UMEM_FRAME_BYTES};
 
 /// The outcome of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,7 +107,10 @@ pub fn run(iface: Option<&str>, cfg: Option<&Config>) -> Report {
     let datapath = cfg.map_or(Datapath::Xdp, |c| c.datapath);
     let xdp_mode = cfg.map_or(XdpMode::Auto, |c| c.xdp_mode);
     let queue = cfg.map_or(0, |c| c.queue);
-    let umem = cfg.map_or(4096 * UMEM_FRAME_BYTES, Config::umem_bytes);
+    let umem = cfg.map_or(
+        u64::from(DEFAULT_FRAMES) * UMEM_FRAME_BYTES,
+        Config::umem_bytes,
+    );
     let socket = cfg.map_or_else(
         || PathBuf::from("/run/mcastd/mcastd.sock"),
         |c| c.socket.clone(),

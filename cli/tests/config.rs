@@ -87,8 +87,8 @@ fn defaults() {
     assert!(cfg.allow_uids.is_empty() && cfg.allow_gids.is_empty());
     assert_eq!(cfg.datapath, Datapath::Xdp);
     assert_eq!(cfg.xdp_mode, XdpMode::Auto);
-    assert_eq!(cfg.frames, 4096);
-    assert_eq!(cfg.window_frames, 1024);
+    assert_eq!(cfg.frames, 16384);
+    assert_eq!(cfg.window(), 4096);
     assert_eq!(cfg.max_message, 1 << 20);
     assert_eq!(cfg.polling, Polling::Adaptive);
     assert_eq!(cfg.spin_us, 20);
@@ -99,12 +99,12 @@ fn defaults() {
     assert_eq!(cfg.publication_buffer, 4 << 20);
     assert_eq!(cfg.max_clients, 64);
     assert_eq!(cfg.log, LogLevel::Info);
-    assert_eq!(cfg.umem_bytes(), 4096 * 4096);
+    assert_eq!(cfg.umem_bytes(), 16384 * 4096);
     assert_eq!(
         cfg.group_settings("anything"),
         GroupSettings {
             algorithm: Algorithm::Mak,
-            window_frames: 1024,
+            window_frames: 4096,
             slow_subscriber: SlowSubscriber::Cutoff
         }
     );
@@ -267,10 +267,17 @@ fn window_below_frames() {
     );
     invalid(&with("window_frames = 0", ""), "window_frames = 0");
     let msg = invalid(
-        &with("", "[[group]]\nname = \"prices\"\nwindow_frames = 8192\n"),
-        "window_frames = 8192",
+        &with("", "[[group]]\nname = \"prices\"\nwindow_frames = 16384\n"),
+        "window_frames = 16384",
     );
     assert!(msg.contains("prices"), "{msg}");
+    // Unset, the window follows the UMEM: a quarter of it, at most 4,096.
+    let small = parse(&with("frames = 4096", ""));
+    small.validate().unwrap();
+    assert_eq!(small.window(), 1024);
+    assert_eq!(small.group_settings("any").window_frames, 1024);
+    let large = parse(&with("frames = 65536", ""));
+    assert_eq!(large.window(), 4096);
 }
 
 #[test]
@@ -367,7 +374,7 @@ fn overrides_apply() {
     assert_eq!(cfg.datapath, Datapath::Packet);
     assert_eq!(cfg.xdp_mode, XdpMode::Skb);
     assert_eq!(cfg.frames, 8192);
-    assert_eq!(cfg.window_frames, 4096);
+    assert_eq!(cfg.window(), 4096);
     assert_eq!(cfg.algorithm, Algorithm::Ack);
     assert_eq!(cfg.polling, Polling::Busy);
     assert_eq!(cfg.spin_us, 0);

@@ -178,7 +178,7 @@ fn serve<T: Transport>(
     ec.mtu = mtu as usize;
     ec.peers = cfg.peers.iter().map(|p| (p.node, p.mac)).collect();
     ec.max_message = cfg.max_message as usize;
-    ec.window_frames = cfg.window_frames;
+    ec.window_frames = cfg.window();
     ec.cpu = cfg.cpu;
     ec.seed = u64::from(cfg.node);
     match cfg.polling {
