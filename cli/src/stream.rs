@@ -1,13 +1,14 @@
 //! What `mcast send` and `mcast recv` put in messages, and how `mcast`
 //! renders the daemon's answers.
 //!
-//! A `send` stream is the input cut into messages of up to `--chunk` bytes,
-//! ended by one empty message. With `--stamp`, each message starts with
+//! A `send` stream is the input cut into messages of up to `--chunk` bytes
+//! (or, with `--lines`, one line per message, newline included), ended by
+//! one empty message. With `--stamp`, each message starts with
 //! [`STAMP_LEN`] bytes: the magic `MCTS`, 4 reserved bytes, and the send
 //! time (CLOCK_MONOTONIC, nanoseconds, big-endian u64); the end message is
 //! stamped too.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -52,13 +53,62 @@ pub fn send(
     stamp: bool,
     rate: Option<u64>,
 ) -> Result<Sent, String> {
+    let mut buf = vec![0u8; chunk];
+    publish_stream(client, group, stamp, rate, |msg| {
+        let n = read_full(input, &mut buf).map_err(|e| format!("reading the input: {e}"))?;
+        msg.extend_from_slice(&buf[..n]);
+        Ok(n > 0)
+    })
+}
+
+/// Sends `input` to `group` one line per message, each with its newline
+/// (the last line may lack one), so that `recv` writes the input back as it
+/// was; a line is published as soon as it is read. A line longer than
+/// `max_line` bytes is refused with its number.
+pub fn send_lines(
+    client: &mut Client,
+    group: u32,
+    input: &mut dyn BufRead,
+    max_line: usize,
+    stamp: bool,
+    rate: Option<u64>,
+) -> Result<Sent, String> {
+    let mut line = Vec::new();
+    let mut number = 0u64;
+    publish_stream(client, group, stamp, rate, |msg| {
+        line.clear();
+        let n = input
+            .read_until(b'\n', &mut line)
+            .map_err(|e| format!("reading the input: {e}"))?;
+        number += 1;
+        if n > max_line {
+            return Err(format!(
+                "line {number} is {n} bytes, more than the largest message ({max_line}): \
+                 send it without --lines (--chunk cuts it), or raise max_message in mcastd.toml"
+            ));
+        }
+        msg.extend_from_slice(&line);
+        Ok(n > 0)
+    })
+}
+
+/// Publishes the messages `next` writes (after the stamp, if any) until it
+/// says the input ended, then the empty end message; paced at `rate`.
+fn publish_stream(
+    client: &mut Client,
+    group: u32,
+    stamp: bool,
+    rate: Option<u64>,
+    mut next: impl FnMut(&mut Vec<u8>) -> Result<bool, String>,
+) -> Result<Sent, String> {
     let start = monotonic_ns();
     let interval = rate.filter(|&r| r > 0).map_or(0, |r| 1_000_000_000 / r);
-    let mut buf = vec![0u8; chunk];
-    let mut msg = Vec::with_capacity(chunk + STAMP_LEN);
+    let (mut data, mut msg) = (Vec::new(), Vec::new());
     let (mut bytes, mut messages) = (0u64, 0u64);
     loop {
-        let n = read_full(input, &mut buf).map_err(|e| format!("reading the input: {e}"))?;
+        data.clear();
+        let more = next(&mut data)?;
+        let n = data.len();
         if interval > 0 {
             // Pacing: message k leaves at start + k * interval.
             let due = start + messages * interval;
@@ -71,13 +121,13 @@ pub fn send(
         if stamp {
             stamp_now(&mut msg);
         }
-        msg.extend_from_slice(&buf[..n]);
+        msg.extend_from_slice(&data);
         client
             .publish_blocking(group, &msg, None)
             .map_err(|e| format!("publishing: {e}"))?;
         messages += 1;
         bytes += n as u64;
-        if n == 0 {
+        if !more {
             break; // the end message went out
         }
     }

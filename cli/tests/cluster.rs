@@ -589,6 +589,64 @@ fn a_file_piped_through_mcast_send_reaches_three_mcast_recv_byte_for_byte() {
     }
 }
 
+#[test]
+fn mcast_send_lines_sends_one_message_per_line_and_recv_prints_them_back() {
+    let Some(cluster) = common::start("lines", "") else {
+        return;
+    };
+    // Empty lines, a long line, and a last line without its newline.
+    let mut text = String::from("first record\n\n");
+    for i in 0..500 {
+        text.push_str(&format!("{i} {}\n", "x".repeat(i % 97)));
+    }
+    text.push_str(&"y".repeat(5000));
+    text.push_str("\nlast, no newline");
+    let lines = text.split_inclusive('\n').count();
+    let input = cluster.dir.join("lines.txt");
+    std::fs::write(&input, &text).unwrap();
+    let out = cluster.dir.join("lines.out");
+    let mcast = env!("CARGO_BIN_EXE_mcast");
+    let mut recv = Command::new(mcast)
+        .arg("--socket")
+        .arg(cluster.socket(2))
+        .args(["recv", "lines", "--announce", "--idle-timeout", "20"])
+        .arg("--output")
+        .arg(&out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(recv.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+    assert!(line.contains("joined"), "{line}");
+    let send = Command::new(mcast)
+        .arg("--socket")
+        .arg(cluster.socket(1))
+        .args(["send", "lines", "--lines", "--wait-nodes", "2"])
+        .arg(&input)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&send.stderr);
+    assert!(send.status.success(), "{said}");
+    assert!(said.contains(&format!("in {lines} messages")), "{said}");
+    assert!(recv.wait().unwrap().success());
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
+
+    // A line longer than the largest message is refused by its number.
+    let long = cluster.dir.join("long.txt");
+    std::fs::write(&long, format!("ok\n{}\n", "z".repeat(2 << 20))).unwrap();
+    let send = Command::new(mcast)
+        .arg("--socket")
+        .arg(cluster.socket(1))
+        .args(["send", "lines", "--lines"])
+        .arg(&long)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&send.stderr);
+    assert!(!send.status.success());
+    assert!(said.contains("line 2 is 2097153 bytes"), "{said}");
+}
+
 /// Seconds since the epoch in a log line's `ts=` field.
 fn log_ts(line: &str) -> f64 {
     line.split_whitespace()

@@ -1,6 +1,6 @@
 //! `mcast`: the command-line tool. See `mcast --help`.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -14,13 +14,14 @@ use mcast_ipc::{Client, Request, Response};
 /// Examples:
 ///   mcast recv logs > copy.bin          # join "logs", write what arrives
 ///   mcast send logs big.bin             # join "logs", send the file, end the stream
-///   tail -f app.log | mcast send logs - # send standard input as it comes
+///   tail -f app.log | mcast send logs - --lines   # one message per line, as each comes
 ///   mcast members logs                  # who is in the group
 ///   mcast stat                          # live counters per group and peer
 ///   mcast doctor --interface eth0       # what to fix before mcastd can run
 ///
-/// `send` cuts its input into messages of --chunk bytes and ends the stream
-/// with an empty message; `recv` writes each message's bytes to its output
+/// `send` cuts its input into messages of --chunk bytes (with --lines, one
+/// line per message, newline included) and ends the stream with an empty
+/// message; `recv` writes each message's bytes to its output
 /// and stops at that end (or after --count messages). With --stamp on both
 /// sides each message carries its send time, and `recv` prints a latency
 /// summary (one host only: both ends read the same monotonic clock).
@@ -48,8 +49,14 @@ enum Command {
         #[arg(default_value = "-")]
         file: String,
         /// Bytes per message.
-        #[arg(long, default_value_t = 8192)]
+        #[arg(long, default_value_t = 8192, conflicts_with = "lines")]
         chunk: usize,
+        /// One message per line (its newline included, so `recv` prints the
+        /// lines back as they were), sent as soon as the line is read: for
+        /// logs and records. A line longer than the largest message is an
+        /// error.
+        #[arg(long)]
+        lines: bool,
         /// Wait until the group has this many member nodes before sending.
         #[arg(long, value_name = "N")]
         wait_nodes: Option<usize>,
@@ -154,12 +161,13 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
             group,
             file,
             chunk,
+            lines,
             wait_nodes,
             stamp,
             rate,
             timeout,
         } => {
-            if chunk == 0 || chunk + stream::STAMP_LEN > client.max_message() {
+            if !lines && chunk == 0 || chunk + stream::STAMP_LEN > client.max_message() {
                 return Err(format!(
                     "--chunk {chunk} must be between 1 and {} (mcastd's max_message minus the stamp)",
                     client.max_message() - stream::STAMP_LEN
@@ -175,14 +183,20 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
                     Duration::from_secs(timeout),
                 )?;
             }
-            let mut input: Box<dyn Read> = if file == "-" {
+            let mut input: Box<dyn BufRead> = if file == "-" {
                 Box::new(std::io::stdin().lock())
             } else {
-                Box::new(
+                Box::new(std::io::BufReader::new(
                     std::fs::File::open(&file).map_err(|e| format!("cannot open {file}: {e}"))?,
-                )
+                ))
             };
-            let sent = stream::send(&mut client, m.group, &mut input, chunk, stamp, rate)?;
+            let sent = if lines {
+                let stamp_len = if stamp { stream::STAMP_LEN } else { 0 };
+                let max_line = client.max_message() - stamp_len;
+                stream::send_lines(&mut client, m.group, &mut input, max_line, stamp, rate)?
+            } else {
+                stream::send(&mut client, m.group, &mut input, chunk, stamp, rate)?
+            };
             eprintln!(
                 "mcast: sent {} bytes in {} messages to {group} in {:.3} s ({:.1} MB/s)",
                 sent.bytes,
