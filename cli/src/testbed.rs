@@ -51,6 +51,18 @@ impl Daemon {
         }
     }
 
+    /// The daemon's process id (`ip netns exec` execs mcastd), if running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// How the daemon exited, if it has (None while it runs).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
     pub fn log_text(&self) -> String {
         self.log.0.lock().unwrap().join("")
     }
@@ -85,6 +97,25 @@ impl Cluster {
         receivers: usize,
         extra: impl Fn(u32) -> String,
     ) -> Option<Cluster> {
+        Cluster::start_nodes(mcastd, test, receivers, receivers + 1, extra)
+    }
+
+    /// One daemon alone (node 1, its own registry, no peers) on a topology
+    /// of its own, with `extra` added to its configuration: for tests of
+    /// what local clients can do to a daemon.
+    pub fn start_single(mcastd: &Path, test: &str, extra: &str) -> Option<Cluster> {
+        Cluster::start_nodes(mcastd, test, 1, 1, |_| extra.to_owned())
+    }
+
+    /// Daemons on the first `running` endpoints (node 1 on the sender's,
+    /// then the receivers'), each listing the others as peers.
+    fn start_nodes(
+        mcastd: &Path,
+        test: &str,
+        receivers: usize,
+        running: usize,
+        extra: impl Fn(u32) -> String,
+    ) -> Option<Cluster> {
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let topo = Topology::with_receivers(test, receivers)?;
         let dir = std::env::temp_dir().join(format!("mcastd-test-{}-{test}", std::process::id()));
@@ -92,6 +123,7 @@ impl Cluster {
         std::fs::create_dir_all(&dir).unwrap();
         let endpoints: Vec<Netns> = std::iter::once(topo.sender.clone())
             .chain(topo.receivers.iter().cloned())
+            .take(running)
             .collect();
         let mut daemons = Vec::new();
         for (i, ns) in endpoints.iter().enumerate() {

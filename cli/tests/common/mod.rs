@@ -19,3 +19,8 @@ pub fn start(test: &str, extra: &str) -> Option<Cluster> {
 pub fn start_with(test: &str, extra: impl Fn(u32) -> String) -> Option<Cluster> {
     Cluster::start(mcastd(), test, 3, extra)
 }
+
+/// One daemon alone (node 1, no peers), `extra` added to its config.
+pub fn start_single(test: &str, extra: &str) -> Option<Cluster> {
+    Cluster::start_single(mcastd(), test, extra)
+}

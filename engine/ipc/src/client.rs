@@ -177,6 +177,9 @@ pub struct Client {
     closed: Option<Closed>,
     partial: HashMap<(u32, u32), Vec<u8>>,
     buf: Vec<u8>,
+    /// The shared memory both rings live in, and where each is in it.
+    map: Arc<Mapping>,
+    layout: RingLayout,
 }
 
 /// What a received [`Message`] is.
@@ -326,8 +329,12 @@ impl Client {
             Producer::attach(map.clone(), layout.publication_offset(), layout.publication)
                 .map_err(bad)?;
         publ.set_notify(doorbell.clone());
-        let mut sub = Consumer::attach(map, layout.subscription_offset(), layout.subscription)
-            .map_err(bad)?;
+        let mut sub = Consumer::attach(
+            map.clone(),
+            layout.subscription_offset(),
+            layout.subscription,
+        )
+        .map_err(bad)?;
         sub.set_notify(doorbell.clone());
         let max_message = max_message.min(publ.max_record());
         Ok(Client {
@@ -343,7 +350,20 @@ impl Client {
             closed: None,
             partial: HashMap::new(),
             buf,
+            map,
+            layout,
         })
+    }
+
+    /// The shared memory this client's rings live in (the same pages the
+    /// daemon maps) and where each ring is in it: for tests that play a
+    /// hostile client scribbling on its rings while the daemon runs
+    /// (`cli/tests/hostile_clients.rs`). The mapping's accessors are
+    /// bounds-checked, so no `unsafe` is needed to write anywhere in it.
+    /// Not for applications: writing here breaks the rings' protocol.
+    #[doc(hidden)]
+    pub fn shared_rings(&self) -> (&Mapping, RingLayout) {
+        (&self.map, self.layout)
     }
 
     /// The id the daemon gave this connection.

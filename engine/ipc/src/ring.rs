@@ -73,13 +73,20 @@ pub const MIN_CAPACITY: usize = 4096;
 /// Largest capacity accepted.
 pub const MAX_CAPACITY: usize = 1 << 30;
 
-const OFF_MAGIC: usize = 0;
-const OFF_VERSION: usize = 4;
-const OFF_CAPACITY: usize = 8;
-const OFF_HEAD: usize = 64;
-const OFF_PRODUCER_WAITING: usize = 72;
-const OFF_TAIL: usize = 128;
-const OFF_CONSUMER_SLEEPING: usize = 136;
+/// Offset of the magic in a ring's header (see the layout above).
+pub const OFF_MAGIC: usize = 0;
+/// Offset of the layout version.
+pub const OFF_VERSION: usize = 4;
+/// Offset of the capacity.
+pub const OFF_CAPACITY: usize = 8;
+/// Offset of the producer's `head`.
+pub const OFF_HEAD: usize = 64;
+/// Offset of the "producer waiting" flag.
+pub const OFF_PRODUCER_WAITING: usize = 72;
+/// Offset of the consumer's `tail`.
+pub const OFF_TAIL: usize = 128;
+/// Offset of the "consumer sleeping" flag.
+pub const OFF_CONSUMER_SLEEPING: usize = 136;
 const WRAP: u32 = u32::MAX;
 
 /// First fragment of a message.
