@@ -14,7 +14,7 @@ use mcast_engine::{EngineError, Transport};
 use mcast_groups::GroupService;
 use mcast_ipc::ring::{FIRST as FLAG_FIRST, LAST as FLAG_LAST};
 use mcast_ipc::{
-    ClientId, ErrorCode, Notice, RecordHeader, Request, Response, Server, ServerEvent,
+    ClientId, ErrorCode, Notice, PushError, RecordHeader, Request, Response, Server, ServerEvent,
 };
 use mcast_wire::GroupId;
 
@@ -97,6 +97,9 @@ pub(super) struct ClientState {
     /// Fragments that did not fit the subscription ring, oldest first.
     pub(super) overflow: VecDeque<(RecordHeader, Vec<u8>)>,
     pub(super) overflow_bytes: usize,
+    /// The client made its subscription ring corrupt (scribbled on the
+    /// daemon's side of it): cut off at the next [`Daemon::flush_overflow`].
+    pub(super) ring_corrupt: Option<String>,
     pub(super) published: u64,
     pub(super) delivered: u64,
 }
@@ -182,6 +185,16 @@ impl<T: Transport> Daemon<T> {
                     self.handle_request(client, req, request);
                 }
                 ServerEvent::Disconnected { client, reason } => {
+                    self.client_gone(client, &reason);
+                }
+                ServerEvent::CutOff { client, reason } => {
+                    // The server hung up on it already (garbage requests,
+                    // an unread control socket, a corrupt publication ring).
+                    self.counters.clients_cut_off += 1;
+                    self.log.warn(
+                        "client cut off",
+                        &[("client", &client.0), ("reason", &reason)],
+                    );
                     self.client_gone(client, &reason);
                 }
             }
@@ -382,22 +395,39 @@ impl<T: Transport> Daemon<T> {
         let mut work = false;
         let limit = self.cfg.subscriber_buffer as usize;
         let mut behind: Vec<ClientId> = Vec::new();
+        let mut corrupt: Vec<(ClientId, String)> = Vec::new();
         for (&c, state) in self.clients.by_id.iter_mut() {
             while let Some((hdr, data)) = state.overflow.front() {
+                if state.ring_corrupt.is_some() {
+                    break;
+                }
                 let Some(p) = self.clients.server.subscription(c) else {
                     break;
                 };
-                if p.try_push(*hdr, &[data]).is_err() {
-                    break;
+                match p.try_push(*hdr, &[data]) {
+                    Ok(()) => {}
+                    Err(PushError::Corrupt(e)) => {
+                        state.ring_corrupt = Some(e.to_string());
+                        break;
+                    }
+                    Err(PushError::Full | PushError::TooLarge { .. }) => break,
                 }
                 let (_, data) = state.overflow.pop_front().expect("peeked");
                 state.overflow_bytes -= data.len() + RECORD_COST;
                 state.delivered += 1;
                 work = true;
             }
-            if state.overflow_bytes > limit {
+            if let Some(e) = &state.ring_corrupt {
+                corrupt.push((c, format!("subscription ring is corrupt: {e}")));
+            } else if state.overflow_bytes > limit {
                 behind.push(c);
             }
+        }
+        // Before the slow-subscriber policy: a ring the client broke is no
+        // reason to hold a group back (issue 23).
+        for (c, reason) in corrupt {
+            self.cut_off(c, &reason);
+            work = true;
         }
         // Pause or cut off, group by group.
         let mut to_pause = Vec::new();

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use mcast_engine::{Deliver, Fragment};
 use mcast_ipc::ring::{FIRST as FLAG_FIRST, LAST as FLAG_LAST};
-use mcast_ipc::{ClientId, RecordHeader, Server};
+use mcast_ipc::{ClientId, PushError, RecordHeader, Server};
 use mcast_wire::{GroupId, NodeId};
 
 use super::clients::{ClientState, Clients};
@@ -92,7 +92,9 @@ pub(super) fn data_record(group: GroupId, source: NodeId, first: bool, last: boo
 }
 
 /// Into the client's ring if it has room and nothing older waits, else
-/// into its overflow queue (bounded by the slow-subscriber policy).
+/// into its overflow queue (bounded by the slow-subscriber policy). A ring
+/// the client has made corrupt takes nothing more: the client is marked
+/// for [`Clients`]' next round to cut off, and nothing is queued for it.
 pub(super) fn deliver_to(
     server: &mut Server,
     c: ClientId,
@@ -101,12 +103,24 @@ pub(super) fn deliver_to(
     data: &[u8],
     counters: &mut DaemonCounters,
 ) {
+    if state.ring_corrupt.is_some() {
+        return;
+    }
     counters.fragments_delivered += 1;
     if state.overflow.is_empty() {
         if let Some(p) = server.subscription(c) {
-            if p.try_push(hdr, &[data]).is_ok() {
-                state.delivered += 1;
-                return;
+            match p.try_push(hdr, &[data]) {
+                Ok(()) => {
+                    state.delivered += 1;
+                    return;
+                }
+                Err(PushError::Corrupt(e)) => {
+                    // Queueing for a ring that never takes a record again
+                    // would grow without bound under `hold` (issue 23).
+                    state.ring_corrupt = Some(e.to_string());
+                    return;
+                }
+                Err(PushError::Full | PushError::TooLarge { .. }) => {}
             }
         }
     }

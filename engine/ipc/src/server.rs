@@ -182,12 +182,24 @@ pub enum ServerEvent {
         /// The request (never Hello).
         request: Request,
     },
-    /// A client that had completed Hello is gone (closed, died, misbehaved);
-    /// its rings are unmapped and its fds closed.
+    /// A client that had completed Hello is gone (closed, died); its rings
+    /// are unmapped and its fds closed.
     Disconnected {
         /// Who.
         client: ClientId,
         /// Why, for logs.
+        reason: String,
+    },
+    /// The server cut off a client that had completed Hello for
+    /// misbehaving: more than [`MAX_MALFORMED`] malformed or oversized
+    /// requests, [`MAX_PENDING`] replies left unread, or a corrupt
+    /// publication ring found by [`Server::prepare_sleep`]. It was sent a
+    /// `CutOff` notice with `reason` (best effort), its rings are unmapped
+    /// and its fds closed.
+    CutOff {
+        /// Who.
+        client: ClientId,
+        /// Why: the notice's reason.
         reason: String,
     },
 }
@@ -211,6 +223,15 @@ struct Conn {
     malformed: u32,
 }
 
+/// Why a doomed connection goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// Closed, died, or its socket failed.
+    Gone,
+    /// Misbehaved: told why (`CutOff`) and reported as [`ServerEvent::CutOff`].
+    CutOff,
+}
+
 /// The daemon's listening socket and its clients.
 #[derive(Debug)]
 pub struct Server {
@@ -221,8 +242,9 @@ pub struct Server {
     max_clients: usize,
     next_id: u64,
     conns: BTreeMap<ClientId, Conn>,
-    /// Clients to drop at the next poll (a send failed), with the reason.
-    doomed: Vec<(ClientId, String)>,
+    /// Clients to drop at the next poll, with the reason and whether they
+    /// misbehaved (then they are cut off) or are merely gone.
+    doomed: Vec<(ClientId, String, Fate)>,
     buf: Vec<u8>,
     pollfds: Vec<libc::pollfd>,
 }
@@ -329,7 +351,11 @@ impl Server {
                 match r.publications.prepare_sleep() {
                     Ok(true) => {}
                     Ok(false) => idle = false,
-                    Err(e) => self.doomed.push((*id, e.to_string())),
+                    Err(e) => self.doomed.push((
+                        *id,
+                        format!("publication ring is corrupt: {e}"),
+                        Fate::CutOff,
+                    )),
                 }
             }
         }
@@ -389,8 +415,8 @@ impl Server {
             return;
         };
         let bytes = encode(msg);
-        if let Err(reason) = push_out(c, bytes) {
-            self.doomed.push((client, reason));
+        if let Err(doom) = push_out(c, bytes) {
+            self.doomed.push((client, doom.0, doom.1));
         }
     }
 
@@ -459,11 +485,28 @@ impl Server {
     }
 
     fn reap(&mut self, events: &mut Vec<ServerEvent>) {
-        for (id, reason) in std::mem::take(&mut self.doomed) {
-            if let Some(c) = self.conns.remove(&id) {
-                if c.rings.is_some() {
-                    events.push(ServerEvent::Disconnected { client: id, reason });
+        for (id, reason, fate) in std::mem::take(&mut self.doomed) {
+            let Some(mut c) = self.conns.remove(&id) else {
+                continue;
+            };
+            if fate == Fate::CutOff {
+                // Best effort, never blocking: the replies still queued,
+                // then why it is cut off.
+                while let Some(m) = c.outbox.pop_front() {
+                    if sys::send_msg(c.sock.as_raw_fd(), &m, &[], true).is_err() {
+                        break;
+                    }
                 }
+                let msg = encode(&ServerMessage::Notice(Notice::CutOff {
+                    reason: reason.clone(),
+                }));
+                let _ = sys::send_msg(c.sock.as_raw_fd(), &msg, &[], true);
+            }
+            if c.rings.is_some() {
+                events.push(match fate {
+                    Fate::Gone => ServerEvent::Disconnected { client: id, reason },
+                    Fate::CutOff => ServerEvent::CutOff { client: id, reason },
+                });
             }
         }
     }
@@ -479,7 +522,8 @@ impl Server {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => {
-                    self.doomed.push((id, format!("control socket: {e}")));
+                    self.doomed
+                        .push((id, format!("control socket: {e}"), Fate::Gone));
                     return;
                 }
             }
@@ -535,17 +579,21 @@ impl Server {
                 Ok(None) => return,
                 Ok(Some(r)) => r,
                 Err(e) => {
-                    self.doomed.push((id, format!("control socket: {e}")));
+                    self.doomed
+                        .push((id, format!("control socket: {e}"), Fate::Gone));
                     return;
                 }
             };
             // Descriptors a client sends us are dropped (closed) with `r`.
             if r.full_len == 0 && !r.truncated {
                 self.doomed
-                    .push((id, "client closed the connection".into()));
+                    .push((id, "client closed the connection".into(), Fate::Gone));
                 return;
             }
-            let answer = if r.truncated {
+            // The buffer holds one byte more than the limit, so a request of
+            // exactly that size arrives whole: it is over the limit all the
+            // same (issue 23's hostile-client test sent 65,537 bytes).
+            let answer = if r.truncated || r.full_len > MAX_CONTROL_MESSAGE {
                 Err((
                     0,
                     ErrorCode::TooLarge,
@@ -566,6 +614,7 @@ impl Server {
                         self.doomed.push((
                             id,
                             format!("{n} malformed requests (limit {MAX_MALFORMED})"),
+                            Fate::CutOff,
                         ));
                         return;
                     }
@@ -693,17 +742,18 @@ fn encode(msg: &ServerMessage) -> Vec<u8> {
 }
 
 /// Sends or queues `bytes`; `Err` when the client must be dropped.
-fn push_out(c: &mut Conn, bytes: Vec<u8>) -> Result<(), String> {
+fn push_out(c: &mut Conn, bytes: Vec<u8>) -> Result<(), (String, Fate)> {
     if c.outbox.is_empty() {
         match sys::send_msg(c.sock.as_raw_fd(), &bytes, &[], true) {
             Ok(_) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(format!("control socket: {e}")),
+            Err(e) => return Err((format!("control socket: {e}"), Fate::Gone)),
         }
     }
     if c.outbox.len() >= MAX_PENDING {
-        return Err(format!(
-            "client does not read its control socket ({MAX_PENDING} messages queued)"
+        return Err((
+            format!("client does not read its control socket ({MAX_PENDING} messages queued)"),
+            Fate::CutOff,
         ));
     }
     c.outbox.push_back(bytes);

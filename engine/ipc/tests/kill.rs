@@ -113,7 +113,9 @@ fn a_killed_client_is_disconnected_and_its_memory_freed() {
                         view: View::default(),
                     },
                 ),
-                ServerEvent::Disconnected { reason, .. } => panic!("early: {reason}"),
+                ServerEvent::Disconnected { reason, .. } | ServerEvent::CutOff { reason, .. } => {
+                    panic!("early: {reason}")
+                }
             }
         }
         let Some(c) = client else { continue };

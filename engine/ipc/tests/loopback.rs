@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::{small_sizes, Loopback, TempDir, GROUP};
-use mcast_ipc::proto::{ErrorCode, ServerMessage};
+use mcast_ipc::proto::{ErrorCode, ServerMessage, MAX_CONTROL_MESSAGE};
 use mcast_ipc::{sys, Access, Client, Error, Notice, Request, Response, Server, ServerEvent};
 
 fn pair(lb: &Loopback) -> (Client, Client) {
@@ -217,18 +217,32 @@ fn malformed_requests_get_errors_and_the_server_keeps_serving() {
     let (_, code, msg) = error(ask(&vec![b' '; 70_000]));
     assert_eq!(code, ErrorCode::TooLarge);
     assert!(msg.contains("70000 bytes"), "{msg}");
+    // One byte over the limit is over it too (the server's buffer holds
+    // exactly that much, and took it as a request until issue 23).
+    let (_, code, msg) = error(ask(&vec![b' '; MAX_CONTROL_MESSAGE + 1]));
+    assert_eq!(code, ErrorCode::TooLarge, "{msg}");
     // Still usable: a well-formed request gets a proper answer.
     let (id, code, _) = error(ask(br#"{"id":42,"request":{"type":"stats"}}"#));
     assert_eq!((id, code), (42, ErrorCode::BadState));
     // Meanwhile the others are served.
     a.publish(GROUP, b"still here").unwrap();
     assert_eq!(b.recv().unwrap().data, b"still here");
-    // Garbage without end gets the peer disconnected: 3 malformed so far, the
-    // 17th is answered and then the connection closes.
-    for _ in 3..16 {
+    // Garbage without end gets the peer cut off: 4 malformed so far, the
+    // 17th is answered, then a CutOff notice says why and the connection
+    // closes.
+    for _ in 4..16 {
         error(ask(b"{"));
     }
     error(ask(b"{"));
+    let r = sys::recv_msg(raw.as_raw_fd(), &mut buf, false)
+        .unwrap()
+        .unwrap();
+    match serde_json::from_slice(&buf[..r.len]).unwrap() {
+        ServerMessage::Notice(Notice::CutOff { reason }) => {
+            assert_eq!(reason, "17 malformed requests (limit 16)")
+        }
+        other => panic!("{other:?}"),
+    }
     let r = sys::recv_msg(raw.as_raw_fd(), &mut buf, false)
         .unwrap()
         .unwrap();

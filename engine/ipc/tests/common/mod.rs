@@ -210,7 +210,7 @@ fn run(mut server: Server, s: Arc<Shared>, tx: mpsc::Sender<ServerEvent>) {
                         Response::Json(serde_json::json!({ "clients": server.clients().len() })),
                     ),
                 },
-                ServerEvent::Disconnected { client, .. } => {
+                ServerEvent::Disconnected { client, .. } | ServerEvent::CutOff { client, .. } => {
                     joined.remove(client);
                 }
                 ServerEvent::Connected { .. } => {}
