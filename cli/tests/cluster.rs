@@ -474,6 +474,55 @@ fn a_held_group_waits_for_its_slow_subscriber_and_loses_nothing() {
 }
 
 #[test]
+fn a_held_group_holds_back_a_publisher_on_the_slow_subscribers_node_too() {
+    const LIMIT: u64 = 262_144;
+    let extra = format!(
+        "subscriber_buffer = {LIMIT}\nmax_message = 65536\n[[group]]\nname = \"held\"\nslow_subscriber = \"hold\"\n"
+    );
+    let Some(cluster) = common::start_single("hold-local", &extra) else {
+        return;
+    };
+    const N: u64 = 20_000;
+    let mut lazy = connect(&cluster, 1, "lazy");
+    let ml = lazy.join("held").unwrap();
+    let mut p = connect(&cluster, 1, "publisher");
+    let mp = p.join("held").unwrap();
+    let mut watch = connect(&cluster, 1, "watch");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..N {
+                p.publish_blocking(mp.group, &numbered(i, 200), Some(Duration::from_secs(30)))
+                    .unwrap();
+            }
+        });
+        // 20,000 x 200 B is 4 MB, far beyond the lazy client's ring and
+        // queue: the group is held back...
+        cluster.daemons[0].wait_log("msg=\"group held back", Duration::from_secs(20));
+        // ...and the publisher with it, so the queue stays near its bound
+        // while the publisher still has messages to send.
+        let mut most = 0;
+        for _ in 0..50 {
+            let Response::Json(stats) = watch.request(Request::Stats).unwrap() else {
+                panic!()
+            };
+            let queued = stats["clients"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == "lazy")
+                .map_or(0, |c| c["overflow_bytes"].as_u64().unwrap());
+            most = most.max(queued);
+        }
+        assert!(
+            most <= LIMIT + 65_536,
+            "the slow subscriber's queue grew to {most} bytes while its group was held"
+        );
+        // Once it reads, it gets every message, in order.
+        assert_eq!(receive_numbered(&mut lazy, ml.group, N, 200), 0);
+    });
+}
+
+#[test]
 fn sigterm_stops_a_daemon_cleanly() {
     let Some(mut cluster) = common::start("sigterm", "") else {
         return;

@@ -298,7 +298,8 @@ impl<T: Transport> Daemon<T> {
     }
 
     /// Takes publication records from every client, feeding the engine and
-    /// local subscribers; a record whose group window is full stays in the
+    /// local subscribers; a record whose group window is full, or whose
+    /// group is held back for a slow subscriber here (`hold`), stays in the
     /// ring (the client sees WouldBlock once its ring fills).
     pub(super) fn take_publications(&mut self) -> Result<bool, EngineError> {
         let mut work = false;
@@ -319,6 +320,12 @@ impl<T: Transport> Daemon<T> {
                     }
                 };
                 let group = rec.header.group;
+                if self.local.get(&group).is_some_and(|lg| lg.paused) {
+                    // Held back: a publisher on the slow subscriber's node
+                    // waits like the remote ones, instead of filling that
+                    // subscriber's overflow queue without bound.
+                    break;
+                }
                 self.clients.scratch.clear();
                 self.clients.scratch.extend_from_slice(rec.payload);
                 let joined = self
