@@ -74,16 +74,14 @@ pub struct MakSender {
     ack_request: Option<Seq>,
     last_request_seq: Seq,
     /// The highest request that has left (a frame flagged ACK_REQ or an
-    /// ACK_REQ frame): the ACK-wait timer runs for it.
+    /// ACK_REQ frame).
     request_sent: Option<Seq>,
-    /// The ACK-wait deadline: it runs for the request `timed` (see
-    /// `request_left` and `release_acknowledged`).
-    ack_timer: Option<Instant>,
-    /// The request the ACK-wait timer runs for: the oldest one left while
-    /// the timer was idle, or the newest when the slowest member last made
-    /// progress. Members that have not acknowledged it when the timer
-    /// expires have not answered.
-    timed: Option<Seq>,
+    /// The ACK-wait deadline and the request it runs for: the oldest one
+    /// left while the timer was idle, or the newest when the slowest member
+    /// last made progress (`request_left`, `release_acknowledged`). Members
+    /// that have not acknowledged that request when it expires have not
+    /// answered.
+    ack_timer: Option<(Instant, Seq)>,
     /// Expiries since the last ACK with a round-trip sample.
     ack_backoff: u32,
     /// New frames not yet transmitted, in order.
@@ -118,7 +116,6 @@ impl MakSender {
             last_request_seq: stream.initial_seq.sub(1),
             request_sent: None,
             ack_timer: None,
-            timed: None,
             ack_backoff: 0,
             fresh: VecDeque::with_capacity(w as usize),
             repairs: VecDeque::with_capacity(w as usize),
@@ -250,15 +247,13 @@ impl MakSender {
             // Every member answered: the timer stops and its backoff ends.
             self.request_sent = None;
             self.ack_timer = None;
-            self.timed = None;
             self.ack_backoff = 0;
-        } else if self.timed.is_some_and(|r| floor.after(r)) {
+        } else if self.ack_timer.is_some_and(|(_, r)| floor.after(r)) {
             // Every member answered the timed request, not yet the newest:
             // the slowest made progress, so the timer starts again, for the
             // newest. A member that stops answering is noticed one wait after
             // its last progress however often requests leave.
-            self.ack_timer = Some(now + self.ack_wait());
-            self.timed = self.request_sent;
+            self.ack_timer = self.request_sent.map(|r| (now + self.ack_wait(), r));
         }
         while self.repairs.front().is_some_and(|s| s.before(floor)) {
             self.repairs.pop_front();
@@ -338,8 +333,7 @@ impl MakSender {
             self.request_sent = Some(seq);
         }
         if self.ack_timer.is_none() {
-            self.ack_timer = Some(now + self.ack_wait());
-            self.timed = Some(seq);
+            self.ack_timer = Some((now + self.ack_wait(), seq));
         }
     }
 
@@ -438,7 +432,7 @@ impl Endpoint for MakSender {
         if !self.repairs.is_empty() && self.budget_enabled() {
             self.refill_tokens(now);
         }
-        if self.ack_timer.is_some_and(|t| t <= now) {
+        if let Some((_, timed)) = self.ack_timer.filter(|&(t, _)| t <= now) {
             // WAIT -> RESEND: the timer expired without every ACK. Resend the
             // last frame (a receiver that lost the tail now sees the gap) and
             // ask again (seed 000 §3.1, Figure 6). The timer restarts, twice
@@ -446,10 +440,8 @@ impl Endpoint for MakSender {
             self.counters.timeouts += 1;
             self.ack_timer = None;
             self.ack_backoff = self.ack_backoff.saturating_add(1);
-            if let Some(r) = self.timed {
-                for m in self.members.iter_mut().filter(|m| !m.acked.after(r)) {
-                    m.unanswered = m.unanswered.saturating_add(1);
-                }
+            for m in self.members.iter_mut().filter(|m| !m.acked.after(timed)) {
+                m.unanswered = m.unanswered.saturating_add(1);
             }
             if self.highest_sent().is_some() {
                 self.resend_due = true;
@@ -534,7 +526,7 @@ impl Endpoint for MakSender {
                 let wait_ns = ((1.0 - self.tokens) / per_sec * 1e9).ceil() as u64 + 1;
                 self.tokens_at + Duration::from_nanos(wait_ns)
             });
-        earliest(self.ack_timer, token_at)
+        earliest(self.ack_timer.map(|(t, _)| t), token_at)
     }
 
     fn counters(&self) -> &Counters {
@@ -554,7 +546,6 @@ impl Endpoint for MakSender {
         self.ack_request = None;
         self.request_sent = None;
         self.ack_timer = None;
-        self.timed = None;
     }
 }
 

@@ -518,14 +518,21 @@ fn a_gap_at_the_tail_revealed_by_an_ack_request_is_naked() {
     assert_eq!(nak_ranges(&nak[0]), vec![(stream(2).initial_seq.0, 3)]);
 }
 
-#[test]
-fn unanswered_naks_are_repeated_after_the_repair_wait() {
-    let mut r = MakReceiver::new(stream(2), fixed(10));
+/// Receiver 2 (NAK timer 10 us) and a sender that has sent `frames` frames
+/// at t=0, and those frames.
+fn sent_to_one(frames: u32) -> (MakReceiver, MakSender, Vec<Transmit>) {
+    let r = MakReceiver::new(stream(2), fixed(10));
     let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
-    for i in 0..3 {
+    for i in 0..frames {
         s.send(us(0), out(i, false)).unwrap();
     }
     let tx = drain_tx(&mut s, us(0));
+    (r, s, tx)
+}
+
+#[test]
+fn unanswered_naks_are_repeated_after_the_repair_wait() {
+    let (mut r, s, tx) = sent_to_one(3);
     deliver(&mut r, us(1), &tx[0], 0);
     deliver(&mut r, us(1), &tx[2], 2);
     r.handle_timeout(us(11));
@@ -551,12 +558,7 @@ fn unanswered_naks_are_repeated_after_the_repair_wait() {
 
 #[test]
 fn a_lost_repair_is_asked_again_at_one_wait_while_the_sender_repairs() {
-    let mut r = MakReceiver::new(stream(2), fixed(10));
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
-    for i in 0..5 {
-        s.send(us(0), out(i, false)).unwrap();
-    }
-    let tx = drain_tx(&mut s, us(0));
+    let (mut r, mut s, tx) = sent_to_one(5);
     let first = s.stream.initial_seq;
     let seq = |i: u32| first.add(i);
     // Frames 1 and 3 are lost; one NAK asks for both.
