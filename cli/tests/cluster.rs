@@ -571,6 +571,52 @@ fn wait_nodes_exactly(client: &mut Client, group: u32, n: usize) {
     }
 }
 
+/// `mcast recv GROUP --announce --idle-timeout 20 --output OUT ARGS` on
+/// `node`, once it has said it joined; its standard error, after that line.
+fn spawn_recv(
+    cluster: &common::Cluster,
+    node: u32,
+    group: &str,
+    out: &std::path::Path,
+    args: &[&str],
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStderr>,
+) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcast"))
+        .arg("--socket")
+        .arg(cluster.socket(node))
+        .args(["recv", group, "--announce", "--idle-timeout", "20"])
+        .args(args)
+        .arg("--output")
+        .arg(out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+    assert!(line.contains("joined"), "{line}");
+    (child, err)
+}
+
+/// `mcast send GROUP INPUT ARGS` on node 1, run to its end.
+fn run_send(
+    cluster: &common::Cluster,
+    group: &str,
+    input: &std::path::Path,
+    args: &[&str],
+) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_mcast"))
+        .arg("--socket")
+        .arg(cluster.socket(1))
+        .args(["send", group])
+        .arg(input)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_file_piped_through_mcast_send_reaches_three_mcast_recv_byte_for_byte() {
     let Some(cluster) = common::start("file", "") else {
@@ -581,41 +627,18 @@ fn a_file_piped_through_mcast_send_reaches_three_mcast_recv_byte_for_byte() {
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
     std::fs::write(&input, &data).unwrap();
-    let mcast = env!("CARGO_BIN_EXE_mcast");
     let mut receivers = Vec::new();
     for node in 2..=4u32 {
         let out = cluster.dir.join(format!("out{node}.bin"));
-        let mut child = Command::new(mcast)
-            .arg("--socket")
-            .arg(cluster.socket(node))
-            .args([
-                "recv",
-                "files",
-                "--stamp",
-                "--announce",
-                "--idle-timeout",
-                "20",
-            ])
-            .arg("--output")
-            .arg(&out)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Its first line says it has joined.
-        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut err, &mut line).unwrap();
-        assert!(line.contains("joined"), "{line}");
+        let (child, err) = spawn_recv(&cluster, node, "files", &out, &["--stamp"]);
         receivers.push((node, child, err, out));
     }
-    let send = Command::new(mcast)
-        .arg("--socket")
-        .arg(cluster.socket(1))
-        .args(["send", "files"])
-        .arg(&input)
-        .args(["--stamp", "--wait-nodes", "4", "--chunk", "1000"])
-        .output()
-        .unwrap();
+    let send = run_send(
+        &cluster,
+        "files",
+        &input,
+        &["--stamp", "--wait-nodes", "4", "--chunk", "1000"],
+    );
     assert!(
         send.status.success(),
         "{}",
@@ -654,27 +677,8 @@ fn mcast_send_lines_sends_one_message_per_line_and_recv_prints_them_back() {
     let input = cluster.dir.join("lines.txt");
     std::fs::write(&input, &text).unwrap();
     let out = cluster.dir.join("lines.out");
-    let mcast = env!("CARGO_BIN_EXE_mcast");
-    let mut recv = Command::new(mcast)
-        .arg("--socket")
-        .arg(cluster.socket(2))
-        .args(["recv", "lines", "--announce", "--idle-timeout", "20"])
-        .arg("--output")
-        .arg(&out)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = std::io::BufReader::new(recv.stderr.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut err, &mut line).unwrap();
-    assert!(line.contains("joined"), "{line}");
-    let send = Command::new(mcast)
-        .arg("--socket")
-        .arg(cluster.socket(1))
-        .args(["send", "lines", "--lines", "--wait-nodes", "2"])
-        .arg(&input)
-        .output()
-        .unwrap();
+    let (mut recv, _err) = spawn_recv(&cluster, 2, "lines", &out, &[]);
+    let send = run_send(&cluster, "lines", &input, &["--lines", "--wait-nodes", "2"]);
     let said = String::from_utf8_lossy(&send.stderr);
     assert!(send.status.success(), "{said}");
     assert!(said.contains(&format!("in {lines} messages")), "{said}");
@@ -684,13 +688,7 @@ fn mcast_send_lines_sends_one_message_per_line_and_recv_prints_them_back() {
     // A line longer than the largest message is refused by its number.
     let long = cluster.dir.join("long.txt");
     std::fs::write(&long, format!("ok\n{}\n", "z".repeat(2 << 20))).unwrap();
-    let send = Command::new(mcast)
-        .arg("--socket")
-        .arg(cluster.socket(1))
-        .args(["send", "lines", "--lines"])
-        .arg(&long)
-        .output()
-        .unwrap();
+    let send = run_send(&cluster, "lines", &long, &["--lines"]);
     let said = String::from_utf8_lossy(&send.stderr);
     assert!(!send.status.success());
     assert!(said.contains("line 2 is 2097153 bytes"), "{said}");
