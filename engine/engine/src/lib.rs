@@ -33,10 +33,11 @@ pub mod sys;
 pub mod transport;
 
 pub use engine::{
-    Deliver, Engine, EngineConfig, EngineCounters, EngineStats, Fragment, FrameLedger,
-    GroupOptions, GroupStats, Message, ShutdownReport, StreamStart,
+    AuthConfig, Deliver, Engine, EngineConfig, EngineCounters, EngineStats, Fragment, FrameLedger,
+    GroupOptions, GroupStats, Message, ShutdownReport, StreamStart, MAX_SENDERS,
 };
 pub use error::{EngineError, PublishError};
+pub use mcast_auth as auth;
 pub use transport::memory::{MemorySegment, MemoryTransport};
 pub use transport::packet::{PacketConfig, PacketTransport};
 pub use transport::xdp::{XdpConfig, XdpTransport};

@@ -46,16 +46,17 @@ impl<T: Transport> Engine<T> {
         Frame::<&mut [u8]>::payload_area_mut(buf, payload.len())
             .map_err(|e| EngineError::Accounting(format!("beat does not fit: {e}")))?
             .copy_from_slice(payload);
-        let (_, len) = Frame::emit(buf, dst, self.mac, self.cfg.ethertype, &h)
+        let (_, len) = Frame::emit(&mut *buf, dst, self.mac, self.cfg.ethertype, &h)
             .map_err(|e| EngineError::Accounting(format!("beat does not fit: {e}")))?;
+        let mut len = len as u32;
+        if let Some(a) = self.auth.as_mut() {
+            len = a.seal(buf, len)?;
+        }
         self.frames.place[f as usize] = Place::Staged {
             keep: false,
             back: false,
         };
-        self.tx_copy.push(TxDesc {
-            frame: f,
-            len: len as u32,
-        });
+        self.tx_copy.push(TxDesc { frame: f, len });
         self.counters.tx_beats += 1;
         if self.tx_copy.len() + self.tx_keep.len() >= self.cfg.batch {
             self.flush_batches()?;

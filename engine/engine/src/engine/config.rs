@@ -11,6 +11,8 @@ use mcast_proto::any::{Algorithm, ProtocolConfig};
 use mcast_proto::{GroupId, NodeId, Seq};
 use mcast_wire::{MacAddr, ETHERTYPE_DEFAULT};
 
+use super::AuthConfig;
+
 #[cfg(doc)]
 use super::Engine;
 
@@ -72,6 +74,11 @@ pub struct EngineConfig {
     pub max_queued_frames: usize,
     /// Groups open at once at most.
     pub max_groups: usize,
+    /// Seal every frame sent and refuse every frame received that is not
+    /// sealed with an accepted key, or is a replay (docs/protocol.md §1.9).
+    /// `None` (the default): frames carry no trailer and any frame of the
+    /// EtherType is taken.
+    pub auth: Option<AuthConfig>,
 }
 
 impl EngineConfig {
@@ -99,6 +106,7 @@ impl EngineConfig {
             max_message: 1 << 20,
             max_queued_frames: 256,
             max_groups: 256,
+            auth: None,
         }
     }
 

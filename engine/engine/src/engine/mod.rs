@@ -78,6 +78,7 @@ use crate::sys;
 use crate::transport::{RxDesc, Transport, TxDesc};
 use crate::EngineError;
 
+mod auth;
 mod beats;
 mod config;
 mod delivery;
@@ -89,6 +90,7 @@ mod stats;
 mod streams;
 mod tx;
 
+pub use auth::{AuthConfig, MAX_SENDERS};
 pub use beats::MAX_BEAT;
 pub use config::{EngineConfig, GroupOptions, StreamStart};
 pub use delivery::{Deliver, Fragment, Message};
@@ -124,6 +126,8 @@ pub struct Engine<T: Transport> {
     turn: usize,
     /// Beat frames received (sender, payload), oldest first; bounded.
     beats: VecDeque<(NodeId, Vec<u8>)>,
+    /// Frame authentication, when the configuration has keys.
+    auth: Option<auth::Auth>,
 }
 
 /// Hashes a node number for the peers map: every received frame looks up
@@ -161,8 +165,10 @@ impl<T: Transport> Engine<T> {
         if config.node == 0 {
             return Err(EngineError::Config("node 0 is reserved".into()));
         }
-        let max_payload = max_payload_for_mtu(config.mtu);
-        if max_payload == 0 || FRAME_OVERHEAD + max_payload > transport.frame_size() {
+        // With authentication every frame ends in a trailer.
+        let trailer = config.auth.as_ref().map_or(0, |_| mcast_auth::TRAILER_LEN);
+        let max_payload = max_payload_for_mtu(config.mtu).saturating_sub(trailer);
+        if max_payload == 0 || FRAME_OVERHEAD + max_payload + trailer > transport.frame_size() {
             return Err(EngineError::Config(format!(
                 "MTU {} does not fit {}-byte frames",
                 config.mtu,
@@ -193,6 +199,7 @@ impl<T: Transport> Engine<T> {
             idle_since: None,
             turn: 0,
             beats: VecDeque::new(),
+            auth: config.auth.as_ref().map(auth::Auth::new),
             transport,
             cfg: config,
         };

@@ -1,5 +1,6 @@
-//! The receive path: one received frame, checked (`Frame::new_checked`; a
-//! checksum failure counts as a loss), routed by (group, [`stream_of`]) to
+//! The receive path: one received frame, authenticated (when the engine has
+//! keys: `auth`), checked (`Frame::new_checked`; a checksum failure counts as
+//! a loss), routed by (group, [`stream_of`]) to
 //! its send or receive machine, or taken as a beat.
 //!
 //! Owns: the per-frame receive decisions and the peers the frames teach.
@@ -28,7 +29,18 @@ impl<T: Transport> Engine<T> {
         self.frames.place[f as usize] = Place::Rx;
         self.counters.rx_frames += 1;
         let start = d.offset as usize;
-        let bytes = &self.transport.frame(f)[start..start + d.len as usize];
+        let mut bytes = &self.transport.frame(f)[start..start + d.len as usize];
+        if let Some(a) = self.auth.as_mut() {
+            // Checked before anything else is read; refused frames are
+            // counted by `open`.
+            match a.open(bytes, &mut self.counters) {
+                Some(len) => bytes = &bytes[..len],
+                None => {
+                    self.free(f);
+                    return Ok(());
+                }
+            }
+        }
         let parsed = Frame::new_checked(bytes, self.cfg.ethertype).and_then(|fr| {
             let h = fr.header()?;
             let nak = if h.kind == Kind::Nak {

@@ -20,6 +20,15 @@ pub struct EngineCounters {
     pub rx_checksum_failures: u64,
     /// Frames that failed any other check (length, version, kind, NAK list).
     pub rx_malformed: u64,
+    /// With authentication: frames refused because their tag did not match
+    /// or they had no trailer (forged, altered, or from an unkeyed node).
+    pub rx_auth_failed: u64,
+    /// With authentication: frames sealed with a key this node does not hold
+    /// (a key rotation half done, or another cluster).
+    pub rx_auth_unknown_key: u64,
+    /// With authentication: authentic frames refused as replays (a counter
+    /// seen before or older than the window, or an earlier session).
+    pub rx_replayed: u64,
     /// Frames of a group this engine does not carry.
     pub rx_other_group: u64,
     /// Data frames dropped because their group's delivery is paused.

@@ -3,8 +3,9 @@
 //! receivers) into TX batches, deferred while their frame is still in
 //! flight, and handed to the transport in batches.
 //!
-//! Owns: the TX batches, the deferred transmits and the header writing. May
-//! not touch: a payload, except the one copy of `CopyPerTransmit`.
+//! Owns: the TX batches, the deferred transmits and the header writing (and
+//! the seal after it, when frames are authenticated). May not touch: a
+//! payload, except the one copy of `CopyPerTransmit`.
 
 use mcast_proto::{Dest, Endpoint, Instant, Transmit, TxBody};
 use mcast_wire::{group_mac, Frame, MacAddr, FRAME_OVERHEAD};
@@ -86,7 +87,10 @@ impl<T: Transport> Engine<T> {
                     list.emit(area)
                         .map_err(|e| EngineError::Accounting(format!("NAK emit: {e}")))?;
                 }
-                let len = emit(buf, dst, src, ethertype, &t)?;
+                let mut len = emit(buf, dst, src, ethertype, &t)?;
+                if let Some(a) = self.auth.as_mut() {
+                    len = a.seal(buf, len)?;
+                }
                 self.frames.place[f as usize] = Place::Staged {
                     keep: false,
                     back: false,
@@ -106,7 +110,11 @@ impl<T: Transport> Engine<T> {
                     .map_or(TxPolicy::InPlace, |s| s.policy);
                 match (policy, place) {
                     (TxPolicy::InPlace, Place::Machine) => {
-                        let len = emit_published(self.transport.frame_mut(b), addr, &t, crc)?;
+                        let buf = self.transport.frame_mut(b);
+                        let mut len = emit_published(buf, addr, &t, crc)?;
+                        if let Some(a) = self.auth.as_mut() {
+                            len = a.seal(buf, len)?;
+                        }
                         self.frames.place[b as usize] = Place::Staged {
                             keep: true,
                             back: true,
@@ -130,7 +138,11 @@ impl<T: Transport> Engine<T> {
                         let n = usize::from(t.header.payload_len);
                         self.transport
                             .copy_between(b, f, FRAME_OVERHEAD..FRAME_OVERHEAD + n);
-                        let len = emit_published(self.transport.frame_mut(f), addr, &t, crc)?;
+                        let buf = self.transport.frame_mut(f);
+                        let mut len = emit_published(buf, addr, &t, crc)?;
+                        if let Some(a) = self.auth.as_mut() {
+                            len = a.seal(buf, len)?;
+                        }
                         self.counters.tx_payload_copies += 1;
                         self.frames.place[f as usize] = Place::Staged {
                             keep: false,

@@ -1,0 +1,109 @@
+//! Frame authentication in the engine: every frame it writes is sealed
+//! (`mcast_auth::seal`) just before it joins a TX batch, and every frame it
+//! receives is opened (tag, then the sender's replay window) before the
+//! receive path parses anything (docs/protocol.md §1.9).
+//!
+//! Owns: this run's session and transmit counter, the replay windows of the
+//! senders heard, and the refusal counters. May not touch: anything in the
+//! frame but its trailer; the TX and RX paths call [`Auth::seal`] and
+//! [`Auth::open`] where they write and read frames.
+
+use std::collections::HashMap;
+
+use mcast_auth::{AuthError, Keys, Replay, ReplayWindow};
+use mcast_proto::NodeId;
+use mcast_wire::field;
+
+use super::EngineCounters;
+use crate::EngineError;
+
+/// What [`EngineConfig::auth`](super::EngineConfig::auth) sets.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// The key frames are sealed with, and at most one more accepted.
+    pub keys: Keys,
+    /// This run's session: larger than every earlier run's of this node
+    /// (mcastd uses its start time in microseconds), so that receivers can
+    /// refuse frames replayed from an earlier run.
+    pub session: u64,
+}
+
+/// Senders whose replay windows are kept at most. Only frames with a valid
+/// tag create one, so only key holders can add entries; past this many the
+/// frame of a new sender is refused and counted as a replay.
+pub const MAX_SENDERS: usize = 65_536;
+
+/// The engine's authentication state.
+#[derive(Debug)]
+pub(super) struct Auth {
+    keys: Keys,
+    session: u64,
+    counter: u64,
+    windows: HashMap<NodeId, ReplayWindow>,
+}
+
+impl Auth {
+    pub(super) fn new(cfg: &AuthConfig) -> Auth {
+        Auth {
+            keys: cfg.keys.clone(),
+            session: cfg.session,
+            counter: 0,
+            windows: HashMap::new(),
+        }
+    }
+
+    /// Appends the trailer to the frame of `len` bytes at the start of
+    /// `buf`; returns the length to send.
+    #[inline]
+    pub(super) fn seal(&mut self, buf: &mut [u8], len: u32) -> Result<u32, EngineError> {
+        self.counter += 1;
+        mcast_auth::seal(
+            buf,
+            len as usize,
+            self.keys.send(),
+            self.session,
+            self.counter,
+        )
+        .map(|n| n as u32)
+        .ok_or_else(|| {
+            EngineError::Accounting(format!("no room for the trailer after {len} bytes"))
+        })
+    }
+
+    /// Checks a received frame: the length of the frame without its
+    /// trailer, or `None` when it is refused (and counted).
+    #[inline]
+    pub(super) fn open(&mut self, bytes: &[u8], counters: &mut EngineCounters) -> Option<usize> {
+        let opened = match mcast_auth::open(bytes, &self.keys) {
+            Ok(o) => o,
+            Err(AuthError::UnknownKey { .. }) => {
+                counters.rx_auth_unknown_key += 1;
+                return None;
+            }
+            Err(AuthError::BadTag | AuthError::NoTrailer { .. }) => {
+                counters.rx_auth_failed += 1;
+                return None;
+            }
+        };
+        // Authentic from here on: the sender's id can be trusted.
+        let s = &bytes[field::SRC];
+        let src = u32::from_be_bytes([s[0], s[1], s[2], s[3]]);
+        let full = self.windows.len() >= MAX_SENDERS;
+        let verdict = match self.windows.get_mut(&src) {
+            Some(w) => w.accept(opened.session, opened.counter),
+            None if full => Err(Replay::TooOld),
+            None => {
+                self.windows
+                    .insert(src, ReplayWindow::new(opened.session, opened.counter));
+                Ok(())
+            }
+        };
+        match verdict {
+            Ok(()) => Some(opened.len),
+            Err(_) => {
+                counters.rx_replayed += 1;
+                None
+            }
+        }
+    }
+}
