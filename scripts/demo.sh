@@ -57,12 +57,16 @@ for i in 1 2 3 4; do
     ip -n "$ns" link set lo up
 done
 
+# One cluster key for every node (each node would get its own copy).
+"$BIN/mcast" keygen "$WORK/cluster.key" > /dev/null
+
 # One mcastd per node.
 for i in 1 2 3 4; do
     {
         echo "node = $i"
         echo 'interface = "eth0"'
         echo 'registry = 1'
+        echo "key_file = \"$WORK/cluster.key\""
         echo "socket = \"$WORK/n$i.sock\""
         echo 'datapath = "xdp"'
         echo 'xdp_mode = "skb"'

@@ -295,6 +295,19 @@ pub struct Config {
     /// "address:port"; absent: no metrics server.
     #[serde(default)]
     pub metrics: Option<String>,
+    /// The cluster key file (`mcast keygen FILE` writes one; the same key on
+    /// every node): every frame is sealed with it and every frame received
+    /// must be. Required unless `insecure = true`.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// A second key file whose key is accepted too (not used to seal): the
+    /// old or the next key while a key is rotated (docs/mcastd.md).
+    #[serde(default)]
+    pub accept_key_file: Option<PathBuf>,
+    /// Run without frame authentication: any host on the segment can then
+    /// forge frames. `mcast stat` and the log say so.
+    #[serde(default)]
+    pub insecure: bool,
     /// The other nodes (`[[peer]]`).
     #[serde(default, rename = "peer")]
     pub peers: Vec<Peer>,
@@ -771,6 +784,34 @@ impl Config {
                     ),
                 );
             }
+        }
+
+        match (&self.key_file, self.insecure) {
+            (None, false) => {
+                return bad(
+                    "key_file",
+                    "key_file is not set: frames must be authenticated. Create a key with `mcast keygen /etc/mcast/cluster.key`, copy it to every node (mode 0600, owned by the daemon's user) and set key_file = \"/etc/mcast/cluster.key\"; or set insecure = true to run without authentication (any host on the segment can then forge frames)".to_owned(),
+                )
+            }
+            (Some(_), true) => {
+                return bad(
+                    "insecure",
+                    "insecure = true and key_file are both set: remove insecure to authenticate frames with the key, or key_file to run without".to_owned(),
+                )
+            }
+            _ => {}
+        }
+        if self.accept_key_file.is_some() && self.key_file.is_none() {
+            return bad(
+                "accept_key_file",
+                "accept_key_file is set without key_file: a second accepted key needs a first one to seal with (docs/mcastd.md \"Rotating the key\")".to_owned(),
+            );
+        }
+        if self.accept_key_file.is_some() && self.accept_key_file == self.key_file {
+            return bad(
+                "accept_key_file",
+                "accept_key_file names the same file as key_file: name the other key (old or next) of the rotation, or remove it".to_owned(),
+            );
         }
 
         let mut names = BTreeSet::new();

@@ -9,6 +9,8 @@
 //!
 //! - [`daemon`]: mcastd's core: the engine, the group service, the links
 //!   between daemons and the local clients (docs/mcastd.md).
+//! - [`keys`]: the cluster key files (`mcast keygen`, and their reading and
+//!   permission checks at mcastd's start).
 //! - [`links`]: what travels on the daemons' unicast links.
 //! - [`log`]: structured `key=value` logs.
 //! - [`metrics`]: the counters of `mcast stat` for Prometheus, over HTTP.
@@ -21,6 +23,7 @@
 pub mod config;
 pub mod daemon;
 pub mod doctor;
+pub mod keys;
 pub mod links;
 pub mod log;
 pub mod metrics;

@@ -170,6 +170,18 @@ impl Families {
             1.0,
         );
         f.counters("mcastd_engine", "engine", &s["engine"], &[], &[]);
+        // Frames refused by authentication (bad tag, unknown key, replayed).
+        f.counters("mcastd", "auth", &s["auth"], &[], &[]);
+        f.gauge(
+            "mcastd_authenticated",
+            "1 when frames are authenticated with a cluster key, 0 when insecure = true",
+            vec![],
+            if s["auth"]["authenticated"].as_bool() == Some(true) {
+                1.0
+            } else {
+                0.0
+            },
+        );
         let frames = &s["transport"]["frames"];
         for state in ["free", "fill", "held", "tx"] {
             f.gauge(

@@ -402,6 +402,16 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
         e["rx_paused"],
         e["tx_no_route"]
     );
+    let a = &v["auth"];
+    if a.is_object() {
+        s += &format!(
+            "auth    {}\n        refused: bad-tag {}  unknown-key {}  replayed {}\n",
+            a["summary"].as_str().unwrap_or("?"),
+            a["rx_auth_failed"],
+            a["rx_auth_unknown_key"],
+            a["rx_replayed"]
+        );
+    }
     let rate = |path: &[&str]| -> String {
         let Some((p, secs)) = prev else {
             return String::new();

@@ -89,7 +89,10 @@ impl Cluster {
     /// Starts `mcastd` (the binary's path) on a new topology of one sender
     /// node (node 1) and `receivers` receiver nodes (2, 3, ...), each with
     /// the lines `extra(node)` added to its configuration; waits until every
-    /// daemon is ready. None when the test must be skipped (no privileges).
+    /// daemon is ready. Every daemon authenticates frames with one cluster
+    /// key written for the cluster (`cluster.key` in its directory, also
+    /// [`Cluster::key_file`]) unless `extra` says `insecure` or names a
+    /// `key_file` of its own. None when the test must be skipped (no privileges).
     /// One cluster at a time per process: a second waits for the first.
     pub fn start(
         mcastd: &Path,
@@ -125,14 +128,23 @@ impl Cluster {
             .chain(topo.receivers.iter().cloned())
             .take(running)
             .collect();
+        // One cluster key for all the daemons, as an operator would deploy
+        // it; a configuration that says `insecure = true` gets none.
+        let key = dir.join("cluster.key");
+        crate::keys::write_key_file(&key, true).unwrap();
         let mut daemons = Vec::new();
         for (i, ns) in endpoints.iter().enumerate() {
             let node = i as u32 + 1;
             let socket = dir.join(format!("node{node}.sock"));
+            let extra = extra(node);
+            let key_line = if extra.contains("insecure") || extra.contains("key_file") {
+                String::new()
+            } else {
+                format!("key_file = \"{}\"\n", key.display())
+            };
             let mut cfg = format!(
-            "node = {node}\ninterface = \"{IFNAME}\"\nregistry = 1\nsocket = \"{}\"\ndatapath = \"xdp\"\nxdp_mode = \"skb\"\nlog = \"info\"\n{}\n",
+            "node = {node}\ninterface = \"{IFNAME}\"\nregistry = 1\nsocket = \"{}\"\ndatapath = \"xdp\"\nxdp_mode = \"skb\"\nlog = \"info\"\n{key_line}{extra}\n",
             socket.display(),
-            extra(node)
         );
             for (j, peer) in endpoints.iter().enumerate() {
                 if j != i {
@@ -235,6 +247,11 @@ impl Cluster {
     }
 
     /// The namespaces and the bridge the daemons run on.
+    /// The cluster key the daemons were started with.
+    pub fn key_file(&self) -> PathBuf {
+        self.dir.join("cluster.key")
+    }
+
     pub fn topology(&self) -> &Topology {
         &self.topo
     }

@@ -15,6 +15,7 @@ const ORIGIN: &str = "/etc/mcastd.toml";
 const BASE: &str = r#"
 node = 1
 interface = "eth0"
+key_file = "/etc/mcast/cluster.key"
 [[peer]]
 node = 2
 mac = "02:00:00:00:00:02"
@@ -77,8 +78,10 @@ fn the_example_file_parses_and_validates() {
 
 #[test]
 fn defaults() {
-    let cfg = parse("node = 1\ninterface = \"eth0\"\n");
+    let cfg = parse("node = 1\ninterface = \"eth0\"\nkey_file = \"/k\"\n");
     cfg.validate().unwrap();
+    assert_eq!(cfg.key_file, Some(PathBuf::from("/k")));
+    assert_eq!((cfg.accept_key_file.as_ref(), cfg.insecure), (None, false));
     assert_eq!(cfg.origin, ORIGIN);
     assert_eq!(cfg.queue, 0);
     assert_eq!(cfg.registry, 1);
@@ -168,7 +171,7 @@ fn unknown_key_names_the_key_and_line() {
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("algo") && err.contains(":13:"), "{err}");
+    assert!(err.contains("algo") && err.contains(":14:"), "{err}");
 }
 
 #[test]
@@ -177,7 +180,7 @@ fn unknown_value_names_the_key_and_choices() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains(":4:") && err.contains("algorithm") && err.contains("mak"),
+        err.contains(":5:") && err.contains("algorithm") && err.contains("mak"),
         "{err}"
     );
 }
@@ -246,7 +249,7 @@ fn peer_mac_must_parse() {
     .unwrap_err()
     .to_string();
     assert!(
-        err.contains("mac = \"02:00:00:00:04\"") && err.contains(":13:"),
+        err.contains("mac = \"02:00:00:00:04\"") && err.contains(":14:"),
         "{err}"
     );
 }
@@ -452,4 +455,32 @@ fn metrics_address_must_parse_and_is_off_by_default() {
     let cfg = parse(&with("metrics = \"[::1]:9464\"", ""));
     cfg.validate().unwrap();
     assert_eq!(cfg.metrics_addr(), Some("[::1]:9464".parse().unwrap()));
+}
+
+#[test]
+fn a_cluster_key_is_required_unless_the_file_says_insecure() {
+    let bare = "node = 1\ninterface = \"eth0\"\n";
+    let msg = invalid(bare, "key_file");
+    assert!(
+        msg.contains("mcast keygen") && msg.contains("insecure = true"),
+        "{msg}"
+    );
+    parse(&format!("{bare}insecure = true\n"))
+        .validate()
+        .unwrap();
+    let msg = invalid(&with("insecure = true", ""), "insecure");
+    assert!(msg.contains("both set"), "{msg}");
+    let msg = invalid(
+        &format!("{bare}insecure = true\naccept_key_file = \"/b\"\n"),
+        "accept_key_file",
+    );
+    assert!(msg.contains("without key_file"), "{msg}");
+    let msg = invalid(
+        &with("accept_key_file = \"/etc/mcast/cluster.key\"", ""),
+        "accept_key_file",
+    );
+    assert!(msg.contains("same file"), "{msg}");
+    parse(&with("accept_key_file = \"/etc/mcast/next.key\"", ""))
+        .validate()
+        .unwrap();
 }

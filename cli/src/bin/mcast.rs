@@ -18,6 +18,7 @@ use mcast_ipc::{Client, Request, Response};
 ///   mcast members logs                  # who is in the group
 ///   mcast stat                          # live counters per group and peer
 ///   mcast doctor --interface eth0       # what to fix before mcastd can run
+///   mcast keygen /etc/mcast/cluster.key # a cluster key for mcastd's key_file
 ///
 /// `send` cuts its input into messages of --chunk bytes (with --lines, one
 /// line per message, newline included) and ends the stream with an empty
@@ -112,6 +113,21 @@ enum Command {
         #[arg(long, value_name = "SECS")]
         watch: Option<u64>,
     },
+    /// Write a new random cluster key to FILE (mode 0600), for mcastd's
+    /// `key_file`.
+    ///
+    /// Every node of a cluster needs the same key: copy the file to each
+    /// (keeping it readable only by the user mcastd runs as) and set
+    /// key_file = "FILE" in every mcastd.toml. Frames sealed with another
+    /// key are refused. To change the key without stopping the cluster, see
+    /// docs/mcastd.md "Rotating the key". Does not need mcastd running.
+    Keygen {
+        /// Where to write the key, e.g. /etc/mcast/cluster.key.
+        file: PathBuf,
+        /// Replace FILE if it exists (every node will need the new key).
+        #[arg(long)]
+        force: bool,
+    },
     /// Check this machine for what mcastd needs, and say what to fix.
     Doctor {
         /// The interface mcastd will use.
@@ -127,6 +143,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let r = match args.command {
         Command::Doctor { interface, config } => doctor(interface, config),
+        Command::Keygen { file, force } => keygen(&file, force),
         cmd => run(&args.socket, cmd),
     };
     match r {
@@ -136,6 +153,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn keygen(file: &std::path::Path, force: bool) -> Result<ExitCode, String> {
+    let key = mcast_cli::keys::write_key_file(file, force)?;
+    println!(
+        "wrote cluster key {} to {} (mode 0600): copy it to every node and set key_file = {:?} in mcastd.toml",
+        key.id_hex(),
+        file.display(),
+        file.display().to_string()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn doctor(interface: Option<String>, config: Option<PathBuf>) -> Result<ExitCode, String> {
@@ -296,7 +324,9 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
                 std::thread::sleep(Duration::from_secs(secs.max(1)));
             }
         }
-        Command::Doctor { .. } => unreachable!("handled before connecting"),
+        Command::Doctor { .. } | Command::Keygen { .. } => {
+            unreachable!("handled before connecting")
+        }
     }
 }
 

@@ -11,8 +11,10 @@ use mcast_cli::config::{Algorithm, Config, Datapath, LogLevel, Overrides, Pollin
 use mcast_cli::daemon::Daemon;
 use mcast_cli::log::{Level, Logger};
 use mcast_cli::metrics::Exporter;
+use mcast_engine::auth::Keys;
 use mcast_engine::{
-    sys, Engine, EngineConfig, PacketConfig, PacketTransport, Transport, XdpConfig, XdpTransport,
+    sys, AuthConfig, Engine, EngineConfig, PacketConfig, PacketTransport, Transport, XdpConfig,
+    XdpTransport,
 };
 use mcast_ipc::{Access, RingSizes, Server};
 use mcast_wire::ETHERTYPE_DEFAULT;
@@ -86,6 +88,20 @@ fn wall_clock() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// This run's authentication session: the start time in microseconds, so
+/// that a later run's is larger and peers refuse this run's frames replayed
+/// after it (docs/protocol.md §1.9).
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the session is the start time, as the incarnation is"
+)]
+fn session() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(1)
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let overrides = Overrides {
@@ -109,8 +125,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let keys = match mcast_cli::keys::load(&cfg) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("mcastd: {}: {e}", cfg.origin);
+            return ExitCode::from(2);
+        }
+    };
     if args.check {
         println!("{cfg:#?}");
+        println!("{}", mcast_cli::keys::describe(keys.as_ref()));
         return ExitCode::SUCCESS;
     }
     let level = match cfg.log {
@@ -128,8 +152,8 @@ fn main() -> ExitCode {
         }
     }
     let result = match cfg.datapath {
-        Datapath::Xdp => open_xdp(&cfg).and_then(|t| serve(cfg, t, log, shutdown)),
-        Datapath::Packet => open_packet(&cfg).and_then(|t| serve(cfg, t, log, shutdown)),
+        Datapath::Xdp => open_xdp(&cfg).and_then(|t| serve(cfg, keys, t, log, shutdown)),
+        Datapath::Packet => open_packet(&cfg).and_then(|t| serve(cfg, keys, t, log, shutdown)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -168,6 +192,7 @@ fn open_packet(cfg: &Config) -> Result<PacketTransport, String> {
 
 fn serve<T: Transport>(
     cfg: Config,
+    keys: Option<Keys>,
     transport: T,
     log: Logger,
     shutdown: Arc<AtomicBool>,
@@ -189,6 +214,14 @@ fn serve<T: Transport>(
         Polling::Sleep => ec.spin = Duration::ZERO,
     }
     ec.max_sleep = Duration::from_millis(10);
+    match &keys {
+        Some(_) => log.info(&mcast_cli::keys::describe(keys.as_ref()), &[]),
+        None => log.warn(&mcast_cli::keys::describe(None), &[]),
+    }
+    ec.auth = keys.map(|keys| AuthConfig {
+        keys,
+        session: session(),
+    });
     let engine = Engine::new(transport, ec).map_err(|e| e.to_string())?;
     let access = Access {
         uids: cfg.allow_uids.clone(),

@@ -203,6 +203,14 @@ impl<T: Transport> Daemon<T> {
                 "frames": {"total": s.frames.total, "free": s.frames.free, "fill": s.frames.fill, "held": s.frames.held, "tx": s.frames.tx},
             },
             "steering": s.steering.map(|st| format!("{st:?}")),
+            "auth": {
+                "authenticated": self.engine.config().auth.is_some(),
+                "key": self.engine.config().auth.as_ref().map(|a| a.keys.send().id_hex()),
+                "also_accepted": self.engine.config().auth.as_ref().and_then(|a| a.keys.also()).map(|k| k.id_hex()),
+                "summary": crate::keys::describe(self.engine.config().auth.as_ref().map(|a| &a.keys)),
+                "rx_auth_failed": e.rx_auth_failed, "rx_auth_unknown_key": e.rx_auth_unknown_key,
+                "rx_replayed": e.rx_replayed,
+            },
             "engine": {
                 "rx_frames": e.rx_frames, "tx_frames": e.tx_frames, "tx_batches": e.tx_batches,
                 "rx_checksum_failures": e.rx_checksum_failures, "rx_malformed": e.rx_malformed,
