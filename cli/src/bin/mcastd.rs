@@ -33,6 +33,8 @@ use mcast_xsk::XskConfig;
 /// The configuration file (TOML) is documented in docs/mcastd.toml.example;
 /// flags override it. SIGINT or SIGTERM stop the daemon cleanly: clients are
 /// told, their groups left, the XDP program detached, shared memory freed.
+/// SIGHUP reads the key files again (`key_file`, `accept_key_file`): the
+/// steps of a key rotation (docs/mcastd.md "Rotating the key").
 #[derive(Parser, Debug)]
 #[command(name = "mcastd", version)]
 struct Args {
@@ -151,9 +153,24 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    // SIGHUP: read the key files again (a key rotation step).
+    let rekey = Arc::new(AtomicBool::new(false));
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, rekey.clone()) {
+        eprintln!("mcastd: cannot handle SIGHUP: {e}");
+        return ExitCode::FAILURE;
+    }
+    let reload = Reload {
+        flag: rekey,
+        path: args.config.clone(),
+        overrides: overrides.clone(),
+    };
     let result = match cfg.datapath {
-        Datapath::Xdp => open_xdp(&cfg).and_then(|t| serve(cfg, keys, t, log, shutdown)),
-        Datapath::Packet => open_packet(&cfg).and_then(|t| serve(cfg, keys, t, log, shutdown)),
+        Datapath::Xdp => {
+            open_xdp(&cfg).and_then(|t| serve(cfg, keys, t, log, shutdown, reload.clone()))
+        }
+        Datapath::Packet => {
+            open_packet(&cfg).and_then(|t| serve(cfg, keys, t, log, shutdown, reload.clone()))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -162,6 +179,14 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// What SIGHUP's key reload needs (`mcast_cli::daemon`'s `rekey`).
+#[derive(Debug, Clone)]
+struct Reload {
+    flag: Arc<AtomicBool>,
+    path: PathBuf,
+    overrides: Overrides,
 }
 
 fn open_xdp(cfg: &Config) -> Result<XdpTransport, String> {
@@ -196,6 +221,7 @@ fn serve<T: Transport>(
     transport: T,
     log: Logger,
     shutdown: Arc<AtomicBool>,
+    reload: Reload,
 ) -> Result<(), String> {
     let mtu = sys::if_mtu(&cfg.interface)
         .map_err(|e| format!("cannot read the MTU of {}: {e}", cfg.interface))?;
@@ -259,5 +285,6 @@ fn serve<T: Transport>(
     if let Some(exporter) = metrics {
         daemon.serve_metrics(exporter);
     }
+    daemon.reload_keys_on(reload.flag, reload.path, reload.overrides);
     daemon.run().map_err(|e| e.to_string())
 }

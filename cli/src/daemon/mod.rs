@@ -18,6 +18,7 @@
 //! | `streams` | receive streams: stream starts, start requests, stopped positions |
 //! | `flush` | what the survivors of a departed sender agree on, and the frames kept for it |
 //! | [`mode`] | the seam for group modes: how a group sends, acknowledges and delivers |
+//! | `rekey` | reading the key files again on SIGHUP (a key rotation) |
 //! | `stats` | the daemon's counters and everything `mcast stat` shows |
 //!
 //! Modules reach each other's state only through `Daemon` methods named in
@@ -42,6 +43,7 @@ mod liveness;
 mod membership;
 pub mod mode;
 mod peers;
+mod rekey;
 mod stats;
 mod streams;
 
@@ -90,6 +92,8 @@ pub struct Daemon<T: Transport> {
     counters: DaemonCounters,
     /// Snapshots for the metrics server, when the configuration asks for one.
     metrics: Option<stats::MetricsFeed>,
+    /// Set on SIGHUP: read the key files again (`rekey`).
+    rekey: Option<rekey::Rekey>,
     log: Logger,
     shutdown: Arc<AtomicBool>,
     fds: Vec<RawFd>,
@@ -122,6 +126,7 @@ impl<T: Transport> Daemon<T> {
             retired: stats::Retired::default(),
             counters: DaemonCounters::default(),
             metrics: None,
+            rekey: None,
             log,
             shutdown,
             fds: Vec::new(),
@@ -150,6 +155,7 @@ impl<T: Transport> Daemon<T> {
         );
         while !self.shutdown.load(Ordering::Relaxed) {
             self.run_once()?;
+            self.maybe_reload_keys();
         }
         self.stop()
     }

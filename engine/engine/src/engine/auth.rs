@@ -4,7 +4,8 @@
 //! receive path parses anything (docs/protocol.md §1.9).
 //!
 //! Owns: this run's session and transmit counter, the replay windows of the
-//! senders heard, and the refusal counters. May not touch: anything in the
+//! senders heard, the refusal counters, and replacing the keys while the
+//! engine runs ([`Engine::set_keys`], for a key rotation). May not touch: anything in the
 //! frame but its trailer; the TX and RX paths call [`Auth::seal`] and
 //! [`Auth::open`] where they write and read frames.
 
@@ -14,7 +15,8 @@ use mcast_auth::{AuthError, Keys, Replay, ReplayWindow};
 use mcast_proto::NodeId;
 use mcast_wire::field;
 
-use super::EngineCounters;
+use super::{Engine, EngineCounters};
+use crate::transport::Transport;
 use crate::EngineError;
 
 /// What [`EngineConfig::auth`](super::EngineConfig::auth) sets.
@@ -104,6 +106,27 @@ impl Auth {
                 counters.rx_replayed += 1;
                 None
             }
+        }
+    }
+}
+
+impl<T: Transport> Engine<T> {
+    /// Replaces the keys (a rotation step: docs/mcastd.md "Rotating the
+    /// key"); the session, the counter and the replay windows carry on.
+    /// An engine started without authentication cannot start it here: its
+    /// fragments were cut without room for the trailer.
+    pub fn set_keys(&mut self, keys: Keys) -> Result<(), EngineError> {
+        match self.auth.as_mut() {
+            Some(a) => {
+                a.keys = keys.clone();
+                if let Some(c) = self.cfg.auth.as_mut() {
+                    c.keys = keys;
+                }
+                Ok(())
+            }
+            None => Err(EngineError::Config(
+                "this engine runs without authentication (insecure): restart it with keys".into(),
+            )),
         }
     }
 }
