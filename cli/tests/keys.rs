@@ -155,8 +155,7 @@ fn rekey(cluster: &common::Cluster, node: u32, lines: &str, expect: &str, n: usi
     let last = d
         .log_text()
         .lines()
-        .filter(|l| l.contains("keys reloaded") || l.contains("keys not reloaded"))
-        .last()
+        .rfind(|l| l.contains("keys reloaded") || l.contains("keys not reloaded"))
         .unwrap()
         .to_owned();
     assert!(last.contains(expect), "node {node}: {last}");
