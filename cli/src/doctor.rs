@@ -155,7 +155,35 @@ pub fn run(iface: Option<&str>, cfg: Option<&Config>) -> Report {
         fs::read_to_string("/proc/mounts").ok().as_deref(),
     ));
     checks.push(check_socket_dir(&socket, &status));
+    checks.push(check_key(cfg));
     Report { checks }
+}
+
+/// The cluster key the configuration names (docs/mcastd.md
+/// "Authentication"), read with mcastd's own checks, as this user.
+fn check_key(cfg: Option<&Config>) -> Check {
+    const NAME: &str = "cluster key";
+    let Some(cfg) = cfg else {
+        return Check::new(NAME, Status::Skip, "no configuration given")
+            .fix("pass --config to check its key_file");
+    };
+    if cfg.insecure {
+        return Check::new(
+            NAME,
+            Status::Warn,
+            "insecure = true: frames are not authenticated; any host on the segment can forge them",
+        )
+        .fix("create a key with `mcast keygen /etc/mcast/cluster.key`, copy it to every node, set key_file and remove insecure");
+    }
+    if cfg.key_file.is_none() {
+        return Check::new(NAME, Status::Fail, "no key_file: mcastd will refuse to start")
+            .fix("create a key with `mcast keygen /etc/mcast/cluster.key`, copy it to every node and set key_file (or insecure = true)");
+    }
+    match crate::keys::load(cfg) {
+        Ok(keys) => Check::new(NAME, Status::Ok, crate::keys::describe(keys.as_ref())),
+        Err(e) => Check::new(NAME, Status::Fail, e)
+            .fix("mcastd checks the key file as the user it runs as: run this check as that user"),
+    }
 }
 
 /// CAP_NET_ADMIN: attach XDP, create maps with CAP_BPF.

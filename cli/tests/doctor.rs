@@ -173,3 +173,35 @@ fn ip_link_outputs() {
         Some("xdp, prog/xdp id 7")
     );
 }
+
+#[test]
+fn the_cluster_key_is_checked_as_mcastd_would() {
+    let dir = std::env::temp_dir().join(format!("mcast-doctor-key-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("cluster.key");
+    let k = mcast_cli::keys::write_key_file(&key, false).unwrap();
+    let cfg = |extra: &str| {
+        Config::from_toml_str(&format!("node = 1\ninterface = \"lo\"\n{extra}"), "t.toml").unwrap()
+    };
+    let keyed = cfg(&format!("key_file = \"{}\"\n", key.display()));
+    let c = run(None, Some(&keyed)).get("cluster key").unwrap().clone();
+    assert_eq!(c.status, Status::Ok, "{c:?}");
+    assert!(c.detail.contains(&k.id_hex()), "{c:?}");
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o604)).unwrap();
+    let c = run(None, Some(&keyed)).get("cluster key").unwrap().clone();
+    assert_eq!(c.status, Status::Fail, "{c:?}");
+    assert!(c.detail.contains("chmod 600"), "{c:?}");
+    let c = run(None, Some(&cfg("insecure = true\n")))
+        .get("cluster key")
+        .unwrap()
+        .clone();
+    assert_eq!(c.status, Status::Warn, "{c:?}");
+    let c = run(None, Some(&cfg("")))
+        .get("cluster key")
+        .unwrap()
+        .clone();
+    assert_eq!(c.status, Status::Fail, "{c:?}");
+    assert!(c.fix.unwrap().contains("mcast keygen"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
