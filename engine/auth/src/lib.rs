@@ -18,4 +18,6 @@ pub mod trailer;
 
 pub use key::{ClusterKey, KeyError, Keys};
 pub use replay::{Replay, ReplayWindow, REPLAY_WINDOW};
-pub use trailer::{open, seal, AuthError, Opened, TAG_LEN, TRAILER_LEN};
+pub use trailer::{
+    open, payload_digest, seal, seal_with_digest, AuthError, Digest, Opened, TAG_LEN, TRAILER_LEN,
+};

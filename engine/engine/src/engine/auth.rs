@@ -72,6 +72,30 @@ impl Auth {
         })
     }
 
+    /// [`Auth::seal`] of a frame whose payload's digest was kept when it was
+    /// written (the frame table's `digest`).
+    #[inline]
+    pub(super) fn seal_with_digest(
+        &mut self,
+        buf: &mut [u8],
+        len: u32,
+        digest: &mcast_auth::Digest,
+    ) -> Result<u32, EngineError> {
+        self.counter += 1;
+        mcast_auth::seal_with_digest(
+            buf,
+            len as usize,
+            self.keys.send(),
+            self.session,
+            self.counter,
+            digest,
+        )
+        .map(|n| n as u32)
+        .ok_or_else(|| {
+            EngineError::Accounting(format!("no room for the trailer after {len} bytes"))
+        })
+    }
+
     /// Checks a received frame: the length of the frame without its
     /// trailer, or `None` when it is refused (and counted).
     #[inline]

@@ -185,7 +185,7 @@ impl<T: Transport> Engine<T> {
         let mut engine = Engine {
             mac: transport.mac(),
             max_payload,
-            frames: FrameTable::new(n),
+            frames: FrameTable::new(n, config.auth.is_some()),
             groups: Vec::new(),
             peers: config.peers.iter().copied().collect(),
             deferred: VecDeque::new(),

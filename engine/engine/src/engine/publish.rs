@@ -62,6 +62,9 @@ impl<T: Transport> Engine<T> {
             let part = &msg[offset..offset + len];
             area.copy_from_slice(part);
             self.frames.payload_crc[f as usize] = mcast_wire::payload_crc(part);
+            if self.auth.is_some() {
+                self.frames.digest[f as usize] = mcast_auth::payload_digest(part);
+            }
             self.frames.place[f as usize] = Place::Queued;
             s.queue.push_back(OutFrame {
                 buf: BufId(f),

@@ -113,7 +113,7 @@ impl<T: Transport> Engine<T> {
                         let buf = self.transport.frame_mut(b);
                         let mut len = emit_published(buf, addr, &t, crc)?;
                         if let Some(a) = self.auth.as_mut() {
-                            len = a.seal(buf, len)?;
+                            len = a.seal_with_digest(buf, len, &self.frames.digest[b as usize])?;
                         }
                         self.frames.place[b as usize] = Place::Staged {
                             keep: true,
@@ -141,7 +141,8 @@ impl<T: Transport> Engine<T> {
                         let buf = self.transport.frame_mut(f);
                         let mut len = emit_published(buf, addr, &t, crc)?;
                         if let Some(a) = self.auth.as_mut() {
-                            len = a.seal(buf, len)?;
+                            // The copy carries the same payload, so the same digest.
+                            len = a.seal_with_digest(buf, len, &self.frames.digest[b as usize])?;
                         }
                         self.counters.tx_payload_copies += 1;
                         self.frames.place[f as usize] = Place::Staged {
