@@ -295,3 +295,29 @@ fn beats_are_sealed_and_forged_beats_never_reach_the_caller() {
     assert_eq!(b.poll_beat(), None);
     assert_eq!(b.stats().engine.rx_auth_failed, 1);
 }
+
+/// Issue 23 (found by cli/tests/hostile_peers.rs): a genuine group frame
+/// of a node, captured and sent back to that very node by another host,
+/// passed the tag, and the node's replay window (it keeps none for itself)
+/// took it as new. A node never receives its own frames: refused and
+/// counted as a replay, never parsed.
+#[test]
+fn a_node_s_own_frame_sent_back_to_it_is_a_replay() {
+    let seg = MemorySegment::new();
+    let mut node = engine(&seg, SENDER, auth(1, None, 100));
+    node.open_sender(&[RECEIVER]).unwrap();
+    // Another host on the segment, sending the node's frame back to it.
+    let mut raw = Raw {
+        port: seg.port(node_mac(99), 64, 2048, 64),
+    };
+    raw.data(0, b"mine", &|b, len| seal(b, len, &key(1), 100, 1).unwrap());
+    for _ in 0..10 {
+        node.poll().unwrap();
+    }
+    let c = node.stats().engine;
+    assert_eq!(
+        (c.rx_auth_failed, c.rx_replayed, c.rx_unrouted),
+        (0, 1, 0),
+        "{c:?}"
+    );
+}
