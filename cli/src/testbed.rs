@@ -110,6 +110,32 @@ impl Cluster {
         Cluster::start_nodes(mcastd, test, 1, 1, |_| extra.to_owned())
     }
 
+    /// `daemons` daemons (nodes 1 to `daemons`, each listing the others as
+    /// peers, with the cluster key unless `extra` says otherwise, as
+    /// [`Cluster::start`]) on a topology with `spare` more endpoints on the
+    /// same bridge where nothing runs: [`Cluster::spare`] gives them, e.g.
+    /// for a test's own raw frames from a host that is not a configured peer.
+    pub fn start_with_spare(
+        mcastd: &Path,
+        test: &str,
+        daemons: usize,
+        spare: usize,
+        extra: impl Fn(u32) -> String,
+    ) -> Option<Cluster> {
+        assert!(daemons >= 1, "at least one daemon");
+        Cluster::start_nodes(mcastd, test, daemons - 1 + spare, daemons, extra)
+    }
+
+    /// The topology's endpoints where no daemon runs (see
+    /// [`Cluster::start_with_spare`]), in order.
+    pub fn spare(&self) -> Vec<Netns> {
+        std::iter::once(&self.topo.sender)
+            .chain(&self.topo.receivers)
+            .skip(self.daemons.len())
+            .cloned()
+            .collect()
+    }
+
     /// Daemons on the first `running` endpoints (node 1 on the sender's,
     /// then the receivers'), each listing the others as peers.
     fn start_nodes(
@@ -246,12 +272,12 @@ impl Cluster {
         );
     }
 
-    /// The namespaces and the bridge the daemons run on.
     /// The cluster key the daemons were started with.
     pub fn key_file(&self) -> PathBuf {
         self.dir.join("cluster.key")
     }
 
+    /// The namespaces and the bridge the daemons run on.
     pub fn topology(&self) -> &Topology {
         &self.topo
     }

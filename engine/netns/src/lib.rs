@@ -545,6 +545,139 @@ impl RawSender {
     }
 }
 
+/// An AF_PACKET raw socket bound to one interface that captures the frames
+/// of one EtherType arriving there (not those this host sends): a test's
+/// sniffer, e.g. an attacker's copy of the group frames a bridge floods to
+/// every port, or a mirror of what one node sends (bound to its port in the
+/// bridge's namespace). Create it inside the namespace (via
+/// [`Netns::run`]); use it from anywhere.
+#[derive(Debug)]
+pub struct RawReceiver {
+    fd: OwnedFd,
+    ethertype: u16,
+}
+
+impl RawReceiver {
+    /// Opens a capture socket for `ethertype` on `ifname` in the current
+    /// thread's namespace, with a receive buffer of about `rcvbuf` bytes.
+    pub fn open(ifname: &str, ethertype: u16, rcvbuf: usize) -> io::Result<RawReceiver> {
+        let c = CString::new(ifname).expect("no NUL");
+        // Every protocol, filtered in `recv`: a bridge port hands its frames
+        // to the bridge before protocol-specific sockets would see them,
+        // and only ETH_P_ALL sockets see them first.
+        let proto = (libc::ETH_P_ALL as u16).to_be();
+        // SAFETY: plain syscalls with valid arguments; results are checked.
+        unsafe {
+            let ifindex = libc::if_nametoindex(c.as_ptr());
+            if ifindex == 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let raw = libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                i32::from(proto),
+            );
+            if raw < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let fd = OwnedFd::from_raw_fd(raw);
+            let size = i32::try_from(rcvbuf).unwrap_or(i32::MAX);
+            // Best effort: a smaller buffer only drops more under a burst.
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&size as *const i32).cast(),
+                std::mem::size_of::<i32>() as u32,
+            );
+            // Frames this host sends are never queued (Linux 4.20 on; older
+            // kernels queue them and `recv` skips them).
+            let one: i32 = 1;
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_IGNORE_OUTGOING,
+                (&one as *const i32).cast(),
+                std::mem::size_of::<i32>() as u32,
+            );
+            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_protocol = proto;
+            sll.sll_ifindex = ifindex as i32;
+            let rc = libc::bind(
+                fd.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            );
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(RawReceiver { fd, ethertype })
+        }
+    }
+
+    /// The next frame that arrived on the interface (frames this host sent
+    /// are skipped), or None when none came within `timeout`.
+    pub fn recv(&self, timeout: Duration) -> io::Result<Option<Vec<u8>>> {
+        let deadline = Instant::now() + timeout;
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut pfd = libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+            // SAFETY: one valid pollfd for the duration of the call.
+            let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if rc == 0 {
+                return Ok(None);
+            }
+            // SAFETY: zeroed sockaddr_ll is a valid value; recvfrom writes at
+            // most `len` bytes to `buf` and `alen` bytes to `sll`.
+            let (n, sll) = unsafe {
+                let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+                let mut alen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+                let n = libc::recvfrom(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                    (&mut sll as *mut libc::sockaddr_ll).cast(),
+                    &mut alen,
+                );
+                (n, sll)
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) {
+                    continue;
+                }
+                return Err(e);
+            }
+            if sll.sll_pkttype == libc::PACKET_OUTGOING
+                || n < 14
+                || buf[12..14] != self.ethertype.to_be_bytes()
+            {
+                continue;
+            }
+            buf.truncate(n as usize);
+            return Ok(Some(buf));
+        }
+    }
+}
+
 /// Builds a test frame: Ethernet header with `ethertype`, then a 4-byte
 /// big-endian sequence number and a pattern derived from it, `len` bytes total.
 pub fn test_frame(dst: MacAddr, src: MacAddr, ethertype: u16, seq: u32, len: usize) -> Vec<u8> {
