@@ -335,3 +335,45 @@ fn iterative_switches_from_in_place_to_copies_when_a_member_joins() {
         }
     }
 }
+
+#[test]
+fn a_beat_addressed_to_another_node_is_not_taken() {
+    let seg = MemorySegment::new();
+    let mut cfg = EngineConfig::new(11, GROUP, Algorithm::Mak);
+    cfg.window_frames = 64;
+    let mut rx = Engine::new(seg.port(node_mac(11), 256, 2048, 1024), cfg).expect("engine");
+    let mut raw = seg.port(node_mac(SENDER), 64, 2048, 64);
+    for (to, body) in [(99, &b"for 99"[..]), (11, &b"for 11"[..])] {
+        let f = raw.alloc().expect("frame");
+        let buf = raw.frame_mut(f);
+        let mut h = Header::new(Kind::Beat);
+        h.src = SENDER;
+        h.peer = to;
+        h.payload_len = body.len() as u16;
+        buf[58..58 + body.len()].copy_from_slice(body);
+        // Sent to node 11's MAC either way: a segment that floods unicast.
+        let (_, len) = Frame::emit(
+            &mut buf[..],
+            node_mac(11),
+            node_mac(SENDER),
+            ETHERTYPE_DEFAULT,
+            &h,
+        )
+        .unwrap();
+        raw.transmit(
+            &[TxDesc {
+                frame: f,
+                len: len as u32,
+            }],
+            false,
+        )
+        .unwrap();
+    }
+    for _ in 0..10 {
+        rx.poll().expect("poll");
+    }
+    assert_eq!(rx.poll_beat(), Some((SENDER, b"for 11".to_vec())));
+    assert_eq!(rx.poll_beat(), None);
+    let c = rx.stats().engine;
+    assert_eq!((c.rx_beats, c.rx_unrouted), (1, 1), "{c:?}");
+}

@@ -38,6 +38,8 @@ pub const MAX_SENDERS: usize = 65_536;
 /// The engine's authentication state.
 #[derive(Debug)]
 pub(super) struct Auth {
+    /// This node: its own frames are never taken (see `open`).
+    node: NodeId,
     keys: Keys,
     session: u64,
     counter: u64,
@@ -45,8 +47,9 @@ pub(super) struct Auth {
 }
 
 impl Auth {
-    pub(super) fn new(cfg: &AuthConfig) -> Auth {
+    pub(super) fn new(cfg: &AuthConfig, node: NodeId) -> Auth {
         Auth {
+            node,
             keys: cfg.keys.clone(),
             session: cfg.session,
             counter: 0,
@@ -114,6 +117,16 @@ impl Auth {
         // Authentic from here on: the sender's id can be trusted.
         let s = &bytes[field::SRC];
         let src = u32::from_be_bytes([s[0], s[1], s[2], s[3]]);
+        if src == self.node {
+            // A node never receives a frame it sent itself (a bridge never
+            // sends a frame back out of the port it came in by; the packet
+            // transport ignores its own outgoing frames), and keeps no
+            // window for its own counter: a copy of one of its frames sent
+            // back to it by another host is a replay (found by
+            // cli/tests/hostile_peers.rs).
+            counters.rx_replayed += 1;
+            return None;
+        }
         let full = self.windows.len() >= MAX_SENDERS;
         let verdict = match self.windows.get_mut(&src) {
             Some(w) => w.accept(opened.session, opened.counter),

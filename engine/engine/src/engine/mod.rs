@@ -199,7 +199,10 @@ impl<T: Transport> Engine<T> {
             idle_since: None,
             turn: 0,
             beats: VecDeque::new(),
-            auth: config.auth.as_ref().map(auth::Auth::new),
+            auth: config
+                .auth
+                .as_ref()
+                .map(|a| auth::Auth::new(a, config.node)),
             transport,
             cfg: config,
         };

@@ -34,18 +34,6 @@ impl<T: Transport> Engine<T> {
             // Checked before anything else is read; refused frames are
             // counted by `open`.
             match a.open(bytes, &mut self.counters) {
-                // Authentic, but a node never receives a frame it sent
-                // itself (a bridge never sends a frame back out of the port
-                // it came in by; the packet transport ignores its own
-                // outgoing frames): a copy of one of its own group frames
-                // sent back to it by another host is a replay, refused
-                // here because its own counter is not in any window it
-                // keeps (issue 23, found by cli/tests/hostile_peers.rs).
-                Some(_) if frame_src(bytes) == self.cfg.node => {
-                    self.counters.rx_replayed += 1;
-                    self.free(f);
-                    return Ok(());
-                }
                 Some(len) => bytes = &bytes[..len],
                 None => {
                     self.free(f);
@@ -76,6 +64,13 @@ impl<T: Transport> Engine<T> {
             }
         };
         if header.kind == Kind::Beat {
+            if header.peer != self.cfg.node {
+                // Beats are unicast: one addressed to another node reached
+                // this one only because the segment flooded it.
+                self.counters.rx_unrouted += 1;
+                self.free(f);
+                return Ok(());
+            }
             self.counters.rx_beats += 1;
             if header.src != 0 && !src_mac.is_multicast() {
                 self.peers.entry(header.src).or_insert(src_mac);
@@ -144,11 +139,4 @@ impl<T: Transport> Engine<T> {
         }
         Ok(())
     }
-}
-
-/// The src node of a frame that passed `Auth::open` (so it holds a header).
-#[inline]
-fn frame_src(bytes: &[u8]) -> mcast_proto::NodeId {
-    let s = &bytes[mcast_wire::field::SRC];
-    u32::from_be_bytes([s[0], s[1], s[2], s[3]])
 }

@@ -42,7 +42,8 @@ pub struct EngineCounters {
     pub rx_streams_opened: u64,
     /// Receive streams started afresh for a newer epoch of their sender.
     pub rx_streams_restarted: u64,
-    /// Frames of a stream this engine neither sends nor receives.
+    /// Frames of a stream this engine neither sends nor receives, and beats
+    /// addressed to another node.
     pub rx_unrouted: u64,
     /// Frames accepted by the transport for sending.
     pub tx_frames: u64,
