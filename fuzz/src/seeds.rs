@@ -24,11 +24,79 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "ipc_request" => requests(),
         "ipc_reply" => replies(),
         "ring_reader" => ring_scripts(),
+        "auth_trailer" => sealed_frames(),
         _ => Vec::new(),
     }
 }
 
 // ---------------------------------------------------------------- frames
+
+/// `auth_trailer` inputs: mode, frame length, a frame sealed with one of
+/// the target's keys (or none), then a replay-window script.
+fn sealed_frames() -> Vec<Vec<u8>> {
+    use mcast_engine::auth::{seal, TRAILER_LEN};
+    let keys = crate::auth::fuzz_keys();
+    let mut out = Vec::new();
+    for (i, input) in frames().into_iter().take(6).enumerate() {
+        // `frame`'s inputs start with their mode byte.
+        let f = &input[1..];
+        // Ethernet padding past the payload would sit where the trailer goes.
+        let declared = usize::from(u16::from_be_bytes([
+            f[field::PAYLOAD_LEN.start],
+            f[field::PAYLOAD_LEN.start + 1],
+        ]));
+        let len = field::PAYLOAD + declared;
+        let mut b = f[..len].to_vec();
+        b.resize(len + TRAILER_LEN, 0);
+        let key = if i % 2 == 0 {
+            keys.send()
+        } else {
+            keys.also().unwrap()
+        };
+        seal(
+            &mut b,
+            len,
+            key,
+            1_700_000_000_000_000 + i as u64,
+            1 + i as u64,
+        )
+        .expect("room");
+        let mut input = vec![0];
+        input.extend_from_slice(&(b.len() as u16).to_be_bytes());
+        input.extend_from_slice(&b);
+        // A window script: in order, a repeat, a gap, an older one, a new session.
+        for (step, c) in [
+            (0u8, 5u64),
+            (0, 6),
+            (0, 6),
+            (1, 2000),
+            (0, 900),
+            (2, 1),
+            (3, 7),
+        ] {
+            input.push(step);
+            input.extend_from_slice(&c.to_be_bytes());
+        }
+        out.push(input);
+    }
+    // No frame; a script that moves the window across its words: every
+    // 7th counter to 300, a jump of 100, then all of them again (repeats).
+    let mut input = vec![0, 0, 0];
+    let counters = (1..300u64).step_by(7);
+    for c in counters.clone().chain([400]).chain(counters) {
+        input.push(0);
+        input.extend_from_slice(&c.to_be_bytes());
+    }
+    out.push(input);
+    // An unsealed frame, marked to be sealed by the harness.
+    let mut b = frames().remove(0)[1..].to_vec();
+    let mut input = vec![1];
+    b.resize(b.len() + TRAILER_LEN, 0);
+    input.extend_from_slice(&(b.len() as u16).to_be_bytes());
+    input.extend_from_slice(&b);
+    out.push(input);
+    out
+}
 
 fn emit_list(l: &RangeList) -> Vec<u8> {
     let mut out = vec![0; l.wire_len()];
