@@ -175,35 +175,13 @@ fn corrupted_and_foreign_frames_are_counted_and_dropped() {
     let mut raw = seg.port(node_mac(SENDER), 64, 2048, 64);
 
     let mut send = |mutate: &dyn Fn(&mut [u8]), group: u32| {
-        let f = raw.alloc().expect("frame");
-        let buf = raw.frame_mut(f);
         let mut h = Header::new(Kind::Data);
         h.flags = Flags::WHOLE;
         h.group = group;
         h.src = SENDER;
         h.epoch = 1;
         h.seq = Seq(0);
-        h.payload_len = 3;
-        buf[58..61].copy_from_slice(b"abc");
-        let (_, len) = Frame::emit(
-            &mut buf[..],
-            group_mac(GROUP),
-            node_mac(SENDER),
-            ETHERTYPE_DEFAULT,
-            &h,
-        )
-        .unwrap();
-        mutate(&mut buf[..len]);
-        raw.transmit(
-            &[TxDesc {
-                frame: f,
-                len: len as u32,
-            }],
-            false,
-        )
-        .unwrap();
-        let mut kept = Vec::new();
-        raw.reap(&mut kept).unwrap();
+        send_raw(&mut raw, group_mac(GROUP), &h, b"abc", mutate);
     };
     send(&|b| b[60] ^= 0x01, GROUP); // payload bit flip: CRC fails
     send(&|b| b[14] = 9, GROUP); // unknown version
@@ -344,30 +322,11 @@ fn a_beat_addressed_to_another_node_is_not_taken() {
     let mut rx = Engine::new(seg.port(node_mac(11), 256, 2048, 1024), cfg).expect("engine");
     let mut raw = seg.port(node_mac(SENDER), 64, 2048, 64);
     for (to, body) in [(99, &b"for 99"[..]), (11, &b"for 11"[..])] {
-        let f = raw.alloc().expect("frame");
-        let buf = raw.frame_mut(f);
         let mut h = Header::new(Kind::Beat);
         h.src = SENDER;
         h.peer = to;
-        h.payload_len = body.len() as u16;
-        buf[58..58 + body.len()].copy_from_slice(body);
         // Sent to node 11's MAC either way: a segment that floods unicast.
-        let (_, len) = Frame::emit(
-            &mut buf[..],
-            node_mac(11),
-            node_mac(SENDER),
-            ETHERTYPE_DEFAULT,
-            &h,
-        )
-        .unwrap();
-        raw.transmit(
-            &[TxDesc {
-                frame: f,
-                len: len as u32,
-            }],
-            false,
-        )
-        .unwrap();
+        send_raw(&mut raw, node_mac(11), &h, body, &|_| {});
     }
     for _ in 0..10 {
         rx.poll().expect("poll");
@@ -376,4 +335,35 @@ fn a_beat_addressed_to_another_node_is_not_taken() {
     assert_eq!(rx.poll_beat(), None);
     let c = rx.stats().engine;
     assert_eq!((c.rx_beats, c.rx_unrouted), (1, 1), "{c:?}");
+}
+
+/// Writes a frame by hand on `raw`: header `h` (its payload length set
+/// here) and `payload`, to `dst`, from the sender's MAC; `mutate` may spoil
+/// the bytes before they go.
+fn send_raw(
+    raw: &mut MemoryTransport,
+    dst: mcast_wire::MacAddr,
+    h: &Header,
+    payload: &[u8],
+    mutate: &dyn Fn(&mut [u8]),
+) {
+    let f = raw.alloc().expect("frame");
+    let buf = raw.frame_mut(f);
+    let h = Header {
+        payload_len: payload.len() as u16,
+        ..*h
+    };
+    buf[58..58 + payload.len()].copy_from_slice(payload);
+    let (_, len) = Frame::emit(&mut buf[..], dst, node_mac(SENDER), ETHERTYPE_DEFAULT, &h).unwrap();
+    mutate(&mut buf[..len]);
+    raw.transmit(
+        &[TxDesc {
+            frame: f,
+            len: len as u32,
+        }],
+        false,
+    )
+    .unwrap();
+    let mut kept = Vec::new();
+    raw.reap(&mut kept).unwrap();
 }
