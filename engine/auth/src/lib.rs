@@ -2,7 +2,8 @@
 //!
 //! With a cluster key every frame carries a 36-byte trailer after its
 //! payload: the key's id, the sender's session and transmit counter, and a
-//! 16-byte tag, keyed BLAKE3 over the whole frame up to the tag
+//! 16-byte tag, keyed BLAKE3 over the headers, a SHA-256 digest of the
+//! payload and the trailer up to the tag
 //! (docs/protocol.md §1.9). A receiver checks the tag before it parses
 //! anything else, then the counter against the sender's replay window.
 //!

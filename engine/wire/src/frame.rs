@@ -213,6 +213,21 @@ impl<T: AsRef<[u8]>> Frame<T> {
     /// Wraps a received buffer after checking, in order: length, EtherType,
     /// version, kind, payload length and checksum. On success no accessor panics.
     pub fn new_checked(buffer: T, ethertype: u16) -> Result<Frame<T>, WireError> {
+        let frame = Frame::new_checked_but_crc(buffer, ethertype)?;
+        let b = frame.buffer.as_ref();
+        let expected = be32(b, field::CRC);
+        let computed = checksum(b, usize::from(be16(b, field::PAYLOAD_LEN)));
+        if expected != computed {
+            return Err(WireError::BadChecksum { expected, computed });
+        }
+        Ok(frame)
+    }
+
+    /// [`Frame::new_checked`] without the checksum, for a frame whose
+    /// authentication tag was verified: the tag covers every byte the CRC
+    /// does, and the sender may leave the CRC field 0 (docs/protocol.md
+    /// §1.9). On success no accessor panics.
+    pub fn new_checked_but_crc(buffer: T, ethertype: u16) -> Result<Frame<T>, WireError> {
         let b = buffer.as_ref();
         if b.len() < ETH_HEADER_LEN {
             return Err(WireError::Truncated {
@@ -246,11 +261,6 @@ impl<T: AsRef<[u8]>> Frame<T> {
                 declared,
                 available,
             });
-        }
-        let expected = be32(b, field::CRC);
-        let computed = checksum(b, declared);
-        if expected != computed {
-            return Err(WireError::BadChecksum { expected, computed });
         }
         Ok(Frame { buffer })
     }
@@ -362,6 +372,22 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
         );
         let crc = checksum_after(payload_crc, frame.buffer.as_ref());
         frame.buffer.as_mut()[field::CRC].copy_from_slice(&crc.to_be_bytes());
+        let len = frame.frame_len();
+        Ok((frame, len))
+    }
+
+    /// [`Frame::emit`] leaving the checksum field 0: for frames that will be
+    /// sealed with an authentication tag, which covers every byte the CRC
+    /// would (receivers then use [`Frame::new_checked_but_crc`]).
+    pub fn emit_without_checksum(
+        buffer: T,
+        dst: MacAddr,
+        src: MacAddr,
+        ethertype: u16,
+        header: &Header,
+    ) -> Result<(Frame<T>, usize), WireError> {
+        let mut frame = Frame::write_header(buffer, dst, src, ethertype, header)?;
+        frame.buffer.as_mut()[field::CRC].copy_from_slice(&[0; 4]);
         let len = frame.frame_len();
         Ok((frame, len))
     }

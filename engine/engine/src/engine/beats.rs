@@ -9,6 +9,7 @@ use mcast_proto::NodeId;
 use mcast_wire::{Frame, Kind};
 
 use super::frames::Place;
+use super::tx::{emit, Crc};
 use super::Engine;
 use crate::transport::{Transport, TxDesc};
 use crate::EngineError;
@@ -46,9 +47,12 @@ impl<T: Transport> Engine<T> {
         Frame::<&mut [u8]>::payload_area_mut(buf, payload.len())
             .map_err(|e| EngineError::Accounting(format!("beat does not fit: {e}")))?
             .copy_from_slice(payload);
-        let (_, len) = Frame::emit(&mut *buf, dst, self.mac, self.cfg.ethertype, &h)
-            .map_err(|e| EngineError::Accounting(format!("beat does not fit: {e}")))?;
-        let mut len = len as u32;
+        let crc = if self.auth.is_some() {
+            Crc::Sealed
+        } else {
+            Crc::Compute
+        };
+        let mut len = emit(buf, (dst, self.mac, self.cfg.ethertype), &h, crc)?;
         if let Some(a) = self.auth.as_mut() {
             len = a.seal(buf, len)?;
         }

@@ -61,9 +61,12 @@ impl<T: Transport> Engine<T> {
                 .expect("MTU checked against the frame size");
             let part = &msg[offset..offset + len];
             area.copy_from_slice(part);
-            self.frames.payload_crc[f as usize] = mcast_wire::payload_crc(part);
+            // Whichever the frame's transmissions will cover: the tag when
+            // it is sealed (the CRC field is then 0), else the CRC.
             if self.auth.is_some() {
                 self.frames.digest[f as usize] = mcast_auth::payload_digest(part);
+            } else {
+                self.frames.payload_crc[f as usize] = mcast_wire::payload_crc(part);
             }
             self.frames.place[f as usize] = Place::Queued;
             s.queue.push_back(OutFrame {

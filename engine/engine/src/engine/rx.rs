@@ -41,7 +41,14 @@ impl<T: Transport> Engine<T> {
                 }
             }
         }
-        let parsed = Frame::new_checked(bytes, self.cfg.ethertype).and_then(|fr| {
+        // A sealed frame's tag covers every byte the CRC would (and its
+        // sender leaves the CRC 0).
+        let checked = if self.auth.is_some() {
+            Frame::new_checked_but_crc(bytes, self.cfg.ethertype)
+        } else {
+            Frame::new_checked(bytes, self.cfg.ethertype)
+        };
+        let parsed = checked.and_then(|fr| {
             let h = fr.header()?;
             let nak = if h.kind == Kind::Nak {
                 Some(RangeList::parse(fr.payload())?)

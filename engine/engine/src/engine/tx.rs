@@ -87,7 +87,12 @@ impl<T: Transport> Engine<T> {
                     list.emit(area)
                         .map_err(|e| EngineError::Accounting(format!("NAK emit: {e}")))?;
                 }
-                let mut len = emit(buf, dst, src, ethertype, &t)?;
+                let crc = if self.auth.is_some() {
+                    Crc::Sealed
+                } else {
+                    Crc::Compute
+                };
+                let mut len = emit(buf, (dst, src, ethertype), &t.header, crc)?;
                 if let Some(a) = self.auth.as_mut() {
                     len = a.seal(buf, len)?;
                 }
@@ -101,8 +106,13 @@ impl<T: Transport> Engine<T> {
                 let b = b.0;
                 let place = self.frames.place[b as usize];
                 // The payload's CRC, kept since publish wrote it (a copy for
-                // CopyPerTransmit carries the same payload).
-                let crc = self.frames.payload_crc[b as usize];
+                // CopyPerTransmit carries the same payload); none when the
+                // frame is sealed.
+                let crc = if self.auth.is_some() {
+                    Crc::Sealed
+                } else {
+                    Crc::PayloadKnown(self.frames.payload_crc[b as usize])
+                };
                 let addr = (dst, src, ethertype);
                 let policy = self
                     .group_index(t.header.group)
@@ -111,7 +121,7 @@ impl<T: Transport> Engine<T> {
                 match (policy, place) {
                     (TxPolicy::InPlace, Place::Machine) => {
                         let buf = self.transport.frame_mut(b);
-                        let mut len = emit_published(buf, addr, &t, crc)?;
+                        let mut len = emit(buf, addr, &t.header, crc)?;
                         if let Some(a) = self.auth.as_mut() {
                             len = a.seal_with_digest(buf, len, &self.frames.digest[b as usize])?;
                         }
@@ -139,7 +149,7 @@ impl<T: Transport> Engine<T> {
                         self.transport
                             .copy_between(b, f, FRAME_OVERHEAD..FRAME_OVERHEAD + n);
                         let buf = self.transport.frame_mut(f);
-                        let mut len = emit_published(buf, addr, &t, crc)?;
+                        let mut len = emit(buf, addr, &t.header, crc)?;
                         if let Some(a) = self.auth.as_mut() {
                             // The copy carries the same payload, so the same digest.
                             len = a.seal_with_digest(buf, len, &self.frames.digest[b as usize])?;
@@ -189,27 +199,32 @@ impl<T: Transport> Engine<T> {
     }
 }
 
-pub(super) fn emit(
-    buf: &mut [u8],
-    dst: MacAddr,
-    src: MacAddr,
-    ethertype: u16,
-    t: &Transmit,
-) -> Result<u32, EngineError> {
-    let (_, len) = Frame::emit(buf, dst, src, ethertype, &t.header)
-        .map_err(|e| EngineError::Accounting(format!("frame does not fit: {e}")))?;
-    Ok(len as u32)
+/// How a frame's CRC field is filled.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Crc {
+    /// Computed over the payload and the header.
+    Compute,
+    /// The payload's part is known (kept since a publish wrote it); only
+    /// the header is read.
+    PayloadKnown(u32),
+    /// Left 0: the frame will be sealed, and the tag covers every byte.
+    Sealed,
 }
 
-/// [`emit`] for a frame a publish wrote, whose payload CRC it kept; `addr`
-/// is (destination, source, EtherType).
-pub(super) fn emit_published(
+/// Writes both headers in front of the payload already in place; returns
+/// the frame's length. `addr` is (destination, source, EtherType).
+pub(super) fn emit(
     buf: &mut [u8],
     (dst, src, ethertype): (MacAddr, MacAddr, u16),
-    t: &Transmit,
-    payload_crc: u32,
+    header: &mcast_wire::Header,
+    crc: Crc,
 ) -> Result<u32, EngineError> {
-    let (_, len) = Frame::emit_with_payload_crc(buf, dst, src, ethertype, &t.header, payload_crc)
-        .map_err(|e| EngineError::Accounting(format!("frame does not fit: {e}")))?;
+    let written = match crc {
+        Crc::Compute => Frame::emit(buf, dst, src, ethertype, header),
+        Crc::PayloadKnown(c) => Frame::emit_with_payload_crc(buf, dst, src, ethertype, header, c),
+        Crc::Sealed => Frame::emit_without_checksum(buf, dst, src, ethertype, header),
+    };
+    let (_, len) =
+        written.map_err(|e| EngineError::Accounting(format!("frame does not fit: {e}")))?;
     Ok(len as u32)
 }
