@@ -666,4 +666,37 @@ mod tests {
         assert!(f.flags().contains(Flags::RETRANSMIT));
         assert_eq!(f.payload(), b"abc");
     }
+
+    #[test]
+    fn a_frame_for_sealing_has_no_crc_and_passes_every_other_check() {
+        let mut b = [0u8; 61];
+        b[58..].copy_from_slice(b"abc");
+        let (_, len) = Frame::emit_without_checksum(
+            &mut b[..],
+            group_mac(7),
+            node_mac(1),
+            ETHERTYPE_DEFAULT,
+            &data_header(),
+        )
+        .unwrap();
+        assert_eq!(len, 61);
+        // The fixture's bytes but the CRC's.
+        assert_eq!(b[..54], DATA_FIXTURE[..54]);
+        assert_eq!(b[54..58], [0; 4]);
+        assert_eq!(b[58..], DATA_FIXTURE[58..]);
+        assert!(matches!(
+            Frame::new_checked(&b[..], ETHERTYPE_DEFAULT),
+            Err(WireError::BadChecksum { expected: 0, .. })
+        ));
+        let f = Frame::new_checked_but_crc(&b[..], ETHERTYPE_DEFAULT).unwrap();
+        assert_eq!(f.header().unwrap(), data_header());
+        // Every other check still holds.
+        let mut bad = b;
+        bad[14] = 9;
+        assert!(matches!(
+            Frame::new_checked_but_crc(&bad[..], ETHERTYPE_DEFAULT),
+            Err(WireError::UnsupportedVersion { got: 9 })
+        ));
+        assert!(Frame::new_checked_but_crc(&b[..60], ETHERTYPE_DEFAULT).is_err());
+    }
 }
