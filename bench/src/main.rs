@@ -18,6 +18,7 @@ use mcast_sim::{Algorithm, SimConfig};
 mod demo;
 mod paper;
 mod path;
+mod soak;
 mod sweep;
 mod table;
 mod xdp;
@@ -223,6 +224,12 @@ enum Command {
         #[arg(long, default_value_t = 15)]
         deadline_secs: u64,
     },
+    /// The traffic and the checker of scripts/soak.sh: `soak client` (a publisher and/or
+    /// subscriber that checks every message it receives), `soak check DIR` (the verdict).
+    Soak {
+        #[command(subcommand)]
+        command: soak::SoakCommand,
+    },
 }
 
 const SIM_FLAGS: &str = "Simulator flags (defaults in brackets):
@@ -366,6 +373,7 @@ fn main() -> ExitCode {
                 progress: !no_progress,
                 deadline: Duration::from_secs(deadline_secs),
             }),
+            Command::Soak { command } => soak::run(command),
         };
     match result {
         Ok(()) => ExitCode::SUCCESS,
