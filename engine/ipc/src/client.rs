@@ -548,6 +548,7 @@ impl Client {
             self.sub.wake_producer();
             if let Some(data) = done {
                 let kind = if flags & EVENT != 0 {
+                    drop_broken_partials(&mut self.partial, group, &data);
                     MessageKind::Membership
                 } else {
                     MessageKind::Data
@@ -723,5 +724,95 @@ impl Client {
             Response::Json(v) => Ok(v),
             other => Err(Error::Protocol(format!("expected Json, got {other:?}"))),
         }
+    }
+}
+
+/// A membership event breaks the streams of the nodes it names: after
+/// `gone`, `joined` or a flush's `skipped` naming node N, N's next fragment
+/// in `group` starts a new message (its stream ended, restarted, or jumped),
+/// and after this node's eviction every stream of `group` does. A message
+/// half reassembled from such a stream is dropped, never completed with
+/// fragments of another (found by scripts/soak.sh: a subscriber whose node
+/// was evicted and rejoined got a first fragment glued to the middle of a
+/// later message). Other senders' partial messages carry on: an event can
+/// come between their fragments.
+fn drop_broken_partials(partial: &mut HashMap<(u32, u32), Vec<u8>>, group: u32, event: &[u8]) {
+    if !partial.keys().any(|&(g, _)| g == group) {
+        return;
+    }
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(event) else {
+        return;
+    };
+    if v.get("evicted").is_some() {
+        partial.retain(|&(g, _), _| g != group);
+        return;
+    }
+    let mut broken: Vec<u64> = Vec::new();
+    for key in ["gone", "joined"] {
+        if let Some(nodes) = v.get(key).and_then(|n| n.as_array()) {
+            broken.extend(nodes.iter().filter_map(|n| n.as_u64()));
+        }
+    }
+    if let Some(n) = v
+        .get("skipped")
+        .and_then(|s| s.get("sender"))
+        .and_then(|n| n.as_u64())
+    {
+        broken.push(n);
+    }
+    partial.retain(|&(g, src), _| g != group || !broken.contains(&u64::from(src)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partials() -> HashMap<(u32, u32), Vec<u8>> {
+        [((7, 1), vec![1]), ((7, 2), vec![2]), ((8, 1), vec![3])]
+            .into_iter()
+            .collect()
+    }
+
+    fn left(p: &HashMap<(u32, u32), Vec<u8>>) -> Vec<(u32, u32)> {
+        let mut k: Vec<_> = p.keys().copied().collect();
+        k.sort_unstable();
+        k
+    }
+
+    #[test]
+    fn an_event_drops_the_partial_messages_of_the_streams_it_breaks_only() {
+        let mut p = partials();
+        let view = br#"{"epoch":5,"agent":2,"members":[],"joined":[3],"gone":[1],"failed":[1]}"#;
+        drop_broken_partials(&mut p, 7, view);
+        assert_eq!(left(&p), [(7, 2), (8, 1)], "node 1 gone in group 7 only");
+
+        let mut p = partials();
+        drop_broken_partials(&mut p, 7, br#"{"joined":[2],"gone":[]}"#);
+        assert_eq!(
+            left(&p),
+            [(7, 1), (8, 1)],
+            "a node (re)joined starts afresh"
+        );
+
+        let mut p = partials();
+        drop_broken_partials(&mut p, 7, br#"{"skipped":{"sender":2,"frames":4}}"#);
+        assert_eq!(left(&p), [(7, 1), (8, 1)]);
+
+        let mut p = partials();
+        drop_broken_partials(&mut p, 7, br#"{"evicted":true,"by":2,"rejoining":true}"#);
+        assert_eq!(
+            left(&p),
+            [(8, 1)],
+            "this node's eviction breaks every stream of the group"
+        );
+
+        let mut p = partials();
+        drop_broken_partials(&mut p, 7, br#"{"epoch":6,"joined":[],"gone":[]}"#);
+        drop_broken_partials(&mut p, 7, b"not json");
+        assert_eq!(
+            left(&p),
+            [(7, 1), (7, 2), (8, 1)],
+            "nothing broken, nothing dropped"
+        );
     }
 }
