@@ -15,6 +15,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use mcast_sim::{Algorithm, SimConfig};
 
+mod auth;
 mod demo;
 mod paper;
 mod path;
@@ -161,6 +162,34 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         json: Option<String>,
     },
+    /// Real kernel, needs root: what frame authentication costs through mcastd. Starts the
+    /// same cluster (1 publisher, R subscriber nodes) again and again, alternately with a
+    /// cluster key and with `insecure = true`, and measures goodput at each message size and
+    /// the one-way latency of paced messages; prints keyed/insecure ratios (issue 23's targets:
+    /// goodput >= 0.9x, p50 added <= 2 µs). Needs mcastd built beside mcast-bench.
+    Auth {
+        /// Subscriber nodes.
+        #[arg(long, default_value_t = 1)]
+        receivers: usize,
+        /// Message sizes, comma-separated (16 to 8,192 bytes).
+        #[arg(long, value_delimiter = ',', default_value = "64,1024")]
+        sizes: Vec<usize>,
+        /// Messages per goodput run.
+        #[arg(long, default_value_t = 50_000)]
+        messages: u64,
+        /// Cluster starts per mode (keyed and insecure alternate).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Rate of the paced latency runs, messages/s.
+        #[arg(long, default_value_t = 10_000)]
+        rate: u64,
+        /// Messages per paced latency run.
+        #[arg(long, default_value_t = 10_000)]
+        paced_messages: u64,
+        /// Also write every run to this JSON file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<String>,
+    },
     /// Seed 000 §4's comparison (Figures 8-10): iterative, ACK, NAK and MAK to 1..6 receivers at
     /// 512 and 1,024 B, plus Go-Back-N and the raw blast, over the simulator and AF_XDP (root),
     /// send-and-wait, echo round-trip, offered-rate and saturation modes. Writes a table, JSON,
@@ -258,7 +287,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if matches!(
         cli.command,
-        Command::Xdp { .. } | Command::Paper { .. } | Command::Path { .. }
+        Command::Xdp { .. } | Command::Paper { .. } | Command::Path { .. } | Command::Auth { .. }
     ) {
         if let Err(e) = clean_up_on_signals() {
             eprintln!("mcast-bench: {e}");
@@ -312,6 +341,25 @@ fn main() -> ExitCode {
                     repeat,
                     layers: !daemon_only,
                     daemon_config,
+                },
+                json.as_deref(),
+            ),
+            Command::Auth {
+                receivers,
+                sizes,
+                messages,
+                repeat,
+                rate,
+                paced_messages,
+                json,
+            } => auth::run(
+                &auth::AuthConfig {
+                    receivers,
+                    sizes,
+                    messages,
+                    repeat,
+                    rate,
+                    paced_messages,
                 },
                 json.as_deref(),
             ),

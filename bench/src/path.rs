@@ -140,7 +140,7 @@ fn check(cfg: &PathConfig) -> Result<(), String> {
 
 /// mcastd, from beside this binary (`cargo build --release -p mcast-cli`
 /// puts both in one folder).
-fn mcastd_binary() -> Result<PathBuf, String> {
+pub(crate) fn mcastd_binary() -> Result<PathBuf, String> {
     let me = std::env::current_exe().map_err(|e| format!("where is mcast-bench? {e}"))?;
     let dir = me.parent().ok_or("mcast-bench has no folder")?;
     let mcastd = dir.join("mcastd");
@@ -191,33 +191,21 @@ fn through_daemons(
     let extra = cfg.daemon_config.join("\n");
     let cluster = Cluster::start(mcastd, "bench-path", r, |_| extra.clone())
         .ok_or("cannot start the mcastd testbed")?;
-    let connect = |node: u32, name: &str| {
-        Client::connect(cluster.socket(node), name)
-            .map_err(|e| format!("connect to node {node}'s mcastd: {e}"))
-    };
-    let mut publisher = connect(1, "bench-publisher")?;
-    let joined = publisher.join("bench").map_err(|e| e.to_string())?;
-    let group = joined.group;
-    let mut subscribers = Vec::new();
-    for node in 2..=r as u32 + 1 {
-        let mut c = connect(node, "bench-subscriber")?;
-        c.join("bench").map_err(|e| e.to_string())?;
-        subscribers.push(c);
-    }
-    mcast_cli::stream::wait_nodes(
-        &mut publisher,
-        group,
-        &joined.view,
-        r + 1,
-        Duration::from_secs(20),
-    )?;
+    let (mut publisher, mut subscribers, group) = bench_group(&cluster, r)?;
     let mut next = 0u64;
     for cell in row.iter_mut() {
         cluster.topology().set_loss(ETHERTYPE_DEFAULT, cell.loss)?;
         for i in 0..cfg.repeat {
             let before = send_counters(&mut publisher)?;
             let dropped = cluster.topology().loss_dropped();
-            let (slowest, fastest) = one_run(&mut publisher, &mut subscribers, group, next, cfg)?;
+            let (slowest, fastest) = one_run(
+                &mut publisher,
+                &mut subscribers,
+                group,
+                next,
+                cfg.messages,
+                cfg.size,
+            )?;
             next += cfg.messages;
             let after = send_counters(&mut publisher)?;
             let c = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
@@ -252,6 +240,35 @@ fn through_daemons(
     Ok(())
 }
 
+/// The group "bench" on `cluster`: a publisher on node 1 and a subscriber on
+/// each of nodes 2..=r+1, returned once the group has all r + 1 nodes.
+pub(crate) fn bench_group(
+    cluster: &Cluster,
+    r: usize,
+) -> Result<(Client, Vec<Client>, u32), String> {
+    let connect = |node: u32, name: &str| {
+        Client::connect(cluster.socket(node), name)
+            .map_err(|e| format!("connect to node {node}'s mcastd: {e}"))
+    };
+    let mut publisher = connect(1, "bench-publisher")?;
+    let joined = publisher.join("bench").map_err(|e| e.to_string())?;
+    let group = joined.group;
+    let mut subscribers = Vec::new();
+    for node in 2..=r as u32 + 1 {
+        let mut c = connect(node, "bench-subscriber")?;
+        c.join("bench").map_err(|e| e.to_string())?;
+        subscribers.push(c);
+    }
+    mcast_cli::stream::wait_nodes(
+        &mut publisher,
+        group,
+        &joined.view,
+        r + 1,
+        Duration::from_secs(20),
+    )?;
+    Ok((publisher, subscribers, group))
+}
+
 /// Node 1's send-stream counters in the bench group, from its mcastd.
 fn send_counters(c: &mut Client) -> Result<Value, String> {
     let Response::Json(stats) = c.request(Request::Stats).map_err(|e| e.to_string())? else {
@@ -277,14 +294,14 @@ fn message(i: u64, len: usize) -> Vec<u8> {
 /// Publishes messages `first..first + n`; every subscriber must receive
 /// each once, in order and intact. Returns messages/s at the slowest and
 /// the fastest subscriber.
-fn one_run(
+pub(crate) fn one_run(
     publisher: &mut Client,
     subscribers: &mut [Client],
     group: u32,
     first: u64,
-    cfg: &PathConfig,
+    n: u64,
+    size: usize,
 ) -> Result<(f64, f64), String> {
-    let (n, size) = (cfg.messages, cfg.size);
     let start = Instant::now();
     let results: Vec<Result<f64, String>> = std::thread::scope(|s| {
         let receivers: Vec<_> = subscribers
@@ -346,7 +363,7 @@ fn receive(
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
-fn median(v: &[f64]) -> Option<f64> {
+pub(crate) fn median(v: &[f64]) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
@@ -361,7 +378,7 @@ fn median(v: &[f64]) -> Option<f64> {
 }
 
 /// "median [min-max]" of rates, in thousands per second.
-fn spread(v: &[f64]) -> String {
+pub(crate) fn spread(v: &[f64]) -> String {
     let Some(m) = median(v) else {
         return "-".into();
     };
@@ -370,7 +387,7 @@ fn spread(v: &[f64]) -> String {
     format!("{:.0}k [{:.0}-{:.0}]", m / 1e3, lo / 1e3, hi / 1e3)
 }
 
-fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+pub(crate) fn ratio(a: Option<f64>, b: Option<f64>) -> String {
     match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
         _ => "-".into(),
