@@ -54,7 +54,7 @@ impl<T: Transport> Daemon<T> {
                 return;
             }
         };
-        if fresh.insecure != self.engine.config().auth.is_none() {
+        if fresh.insecure != self.engine.keys().is_none() {
             self.log.error(
                 "keys not reloaded: insecure cannot change while mcastd runs (fragments are cut to fit the trailer or not); restart it",
                 &[],

@@ -9,13 +9,11 @@
 //! frame but its trailer; the TX and RX paths call [`Auth::seal`] and
 //! [`Auth::open`] where they write and read frames.
 
-use std::collections::HashMap;
-
 use mcast_auth::{AuthError, Keys, Replay, ReplayWindow};
 use mcast_proto::NodeId;
 use mcast_wire::field;
 
-use super::{Engine, EngineCounters};
+use super::{Engine, EngineCounters, NodeMap};
 use crate::transport::Transport;
 use crate::EngineError;
 
@@ -43,7 +41,8 @@ pub(super) struct Auth {
     keys: Keys,
     session: u64,
     counter: u64,
-    windows: HashMap<NodeId, ReplayWindow>,
+    /// Keyed by the sender's node: looked up for every frame received.
+    windows: NodeMap<ReplayWindow>,
 }
 
 impl Auth {
@@ -53,7 +52,7 @@ impl Auth {
             keys: cfg.keys.clone(),
             session: cfg.session,
             counter: 0,
-            windows: HashMap::new(),
+            windows: NodeMap::default(),
         }
     }
 
@@ -155,15 +154,19 @@ impl<T: Transport> Engine<T> {
     pub fn set_keys(&mut self, keys: Keys) -> Result<(), EngineError> {
         match self.auth.as_mut() {
             Some(a) => {
-                a.keys = keys.clone();
-                if let Some(c) = self.cfg.auth.as_mut() {
-                    c.keys = keys;
-                }
+                a.keys = keys;
                 Ok(())
             }
             None => Err(EngineError::Config(
                 "this engine runs without authentication (insecure): restart it with keys".into(),
             )),
         }
+    }
+
+    /// The keys frames are sealed and checked with now (those of
+    /// [`EngineConfig::auth`](super::EngineConfig::auth) until
+    /// [`Engine::set_keys`] replaces them); `None` without authentication.
+    pub fn keys(&self) -> Option<&Keys> {
+        self.auth.as_ref().map(|a| &a.keys)
     }
 }

@@ -77,7 +77,8 @@ pub struct EngineConfig {
     /// Seal every frame sent and refuse every frame received that is not
     /// sealed with an accepted key, or is a replay (docs/protocol.md §1.9).
     /// `None` (the default): frames carry no trailer and any frame of the
-    /// EtherType is taken.
+    /// EtherType is taken. The keys here are those the engine starts with;
+    /// [`Engine::keys`] says which are in use after a rotation.
     pub auth: Option<AuthConfig>,
 }
 

@@ -110,7 +110,7 @@ pub struct Engine<T: Transport> {
     /// Where each frame is, and what the engine keeps about it.
     frames: FrameTable,
     groups: Vec<GroupState>,
-    peers: HashMap<NodeId, MacAddr, BuildHasherDefault<NodeHasher>>,
+    peers: NodeMap<MacAddr>,
     deferred: VecDeque<Transmit>,
     tx_keep: Vec<TxDesc>,
     tx_copy: Vec<TxDesc>,
@@ -130,7 +130,10 @@ pub struct Engine<T: Transport> {
     auth: Option<auth::Auth>,
 }
 
-/// Hashes a node number for the peers map: every received frame looks up
+/// A map keyed by node number, hashed with [`NodeHasher`].
+type NodeMap<V> = HashMap<NodeId, V, BuildHasherDefault<NodeHasher>>;
+
+/// Hashes a node number for the peers map and the replay windows: every received frame looks up
 /// its sender there and every unicast frame sent its destination, and the
 /// default SipHash cost more than the rest of the lookup. Node numbers are
 /// not attacker-chosen keys here (a peer could only slow its own entry).
