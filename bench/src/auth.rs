@@ -49,6 +49,7 @@ pub fn run(cfg: &AuthConfig, json_out: Option<&str>) -> Result<(), String> {
         return Err("--sizes: 16 to 8,192 bytes each; --repeat and --rate at least 1".into());
     }
     let mcastd = path::mcastd_binary()?;
+    let prims = primitives();
     let alone = engine_alone(cfg);
     let mut keyed = Mode::default();
     let mut insecure = Mode::default();
@@ -65,9 +66,9 @@ pub fn run(cfg: &AuthConfig, json_out: Option<&str>) -> Result<(), String> {
             one_cluster(cfg, &mcastd, extra, mode)?;
         }
     }
-    print(cfg, &keyed, &insecure, &alone);
+    print(cfg, &keyed, &insecure, &alone, &prims);
     if let Some(p) = json_out {
-        let v = to_json(cfg, &keyed, &insecure, &alone);
+        let v = to_json(cfg, &keyed, &insecure, &alone, &prims);
         let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
         std::fs::write(p, text + "\n").map_err(|e| format!("writing {p}: {e}"))?;
         eprintln!("wrote {p}");
@@ -198,7 +199,7 @@ fn receive_stamped(
     Ok(h)
 }
 
-fn print(cfg: &AuthConfig, keyed: &Mode, insecure: &Mode, alone: &[Alone]) {
+fn print(cfg: &AuthConfig, keyed: &Mode, insecure: &Mode, alone: &[Alone], prims: &[Primitive]) {
     println!(
         "{} receiver(s); {} starts per mode, alternating; goodput: {} messages per run, medians [min-max], msg/s at the slowest subscriber; latency: {} messages at {}/s, one way, medians of the runs' percentiles",
         cfg.receivers, cfg.repeat, cfg.messages, cfg.paced_messages, cfg.rate
@@ -234,6 +235,13 @@ fn print(cfg: &AuthConfig, keyed: &Mode, insecure: &Mode, alone: &[Alone]) {
             p(insecure, |l| l.1),
         );
     }
+    println!("the hashes alone, per call (ns): SHA-256 payload digest / BLAKE3 of the payload / seal (digest + tag)");
+    for p in prims {
+        println!(
+            "{:>5}B  {:.0} / {:.0} / {:.0}",
+            p.size, p.sha256_ns, p.blake3_ns, p.seal_ns
+        );
+    }
     println!(
         "the engine alone (sender and receiver engines in one thread over the in-memory segment, {ALONE_MESSAGES} messages, medians of {ALONE_RUNS} alternating runs): CPU per message"
     );
@@ -246,6 +254,61 @@ fn print(cfg: &AuthConfig, keyed: &Mode, insecure: &Mode, alone: &[Alone]) {
             a.keyed_us - a.insecure_us
         );
     }
+}
+
+/// The hashes alone, per call, on payloads of the sizes a frame carries:
+/// what protocol.md §1.9's choice of SHA-256 for the payload digest rests on.
+#[derive(Debug, Clone)]
+struct Primitive {
+    size: usize,
+    /// `mcast_auth::payload_digest` (SHA-256, with the CPU's SHA extensions
+    /// when present).
+    sha256_ns: f64,
+    /// BLAKE3 over the same bytes (the other candidate).
+    blake3_ns: f64,
+    /// `mcast_auth::seal` of a frame with that payload: the digest and the
+    /// keyed-BLAKE3 tag.
+    seal_ns: f64,
+}
+
+fn primitives() -> Vec<Primitive> {
+    use mcast_engine::auth::{payload_digest, seal, ClusterKey};
+    const CALLS: u32 = 100_000;
+    let key = ClusterKey::from_bytes(&[1; 32]);
+    let per_call = |f: &mut dyn FnMut(u32)| {
+        let t = Instant::now();
+        for i in 0..CALLS {
+            f(i);
+        }
+        t.elapsed().as_nanos() as f64 / f64::from(CALLS)
+    };
+    [64usize, 1024, 1420]
+        .into_iter()
+        .map(|size| {
+            let mut frame = vec![7u8; mcast_wire::FRAME_OVERHEAD + size + 64];
+            frame[mcast_wire::field::PAYLOAD_LEN].copy_from_slice(&(size as u16).to_be_bytes());
+            let end = mcast_wire::FRAME_OVERHEAD + size;
+            let mut sink = 0u8;
+            let sha256_ns = per_call(&mut |i| {
+                frame[mcast_wire::FRAME_OVERHEAD] = i as u8;
+                sink ^= payload_digest(&frame[mcast_wire::FRAME_OVERHEAD..end])[0];
+            });
+            let blake3_ns = per_call(&mut |i| {
+                frame[mcast_wire::FRAME_OVERHEAD] = i as u8;
+                sink ^= blake3::hash(&frame[mcast_wire::FRAME_OVERHEAD..end]).as_bytes()[0];
+            });
+            let seal_ns = per_call(&mut |i| {
+                seal(&mut frame, end, &key, 1, u64::from(i)).expect("room");
+            });
+            std::hint::black_box(sink);
+            Primitive {
+                size,
+                sha256_ns,
+                blake3_ns,
+                seal_ns,
+            }
+        })
+        .collect()
 }
 
 /// Messages per engine-alone run.
@@ -316,7 +379,13 @@ fn engine_alone(cfg: &AuthConfig) -> Vec<Alone> {
         .collect()
 }
 
-fn to_json(cfg: &AuthConfig, keyed: &Mode, insecure: &Mode, alone: &[Alone]) -> Value {
+fn to_json(
+    cfg: &AuthConfig,
+    keyed: &Mode,
+    insecure: &Mode,
+    alone: &[Alone],
+    prims: &[Primitive],
+) -> Value {
     let mode = |m: &Mode| {
         json!(cfg
             .sizes
@@ -339,6 +408,9 @@ fn to_json(cfg: &AuthConfig, keyed: &Mode, insecure: &Mode, alone: &[Alone]) -> 
         "kernel": mcast_engine::bench::kernel_release(),
         "keyed": mode(keyed),
         "insecure": mode(insecure),
+        "primitives_ns_per_call": prims.iter().map(|p| json!({
+            "size": p.size, "sha256_digest": p.sha256_ns, "blake3": p.blake3_ns, "seal": p.seal_ns,
+        })).collect::<Vec<_>>(),
         "engine_alone_us_per_msg": alone.iter().map(|a| json!({
             "size": a.size, "keyed": a.keyed_us, "insecure": a.insecure_us,
         })).collect::<Vec<_>>(),
