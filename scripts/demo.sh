@@ -13,6 +13,8 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/cluster.sh
+. scripts/lib/cluster.sh
 if [ "$(id -u)" -ne 0 ]; then
     echo "demo: needs root (network namespaces, XDP): run it as root, e.g. sudo $0 $*" >&2
     exit 1
@@ -43,38 +45,14 @@ fi
 echo "demo: sending $(stat -c %s "$INPUT") bytes from $INPUT"
 
 # The network: a bridge in its own namespace, one veth per node.
-ip netns add "$P-br"
-ip -n "$P-br" link add br0 type bridge
-ip -n "$P-br" link set br0 up
-for i in 1 2 3 4; do
-    ns="$P-n$i"
-    ip netns add "$ns"
-    ip -n "$P-br" link add "p$i" type veth peer name eth0 netns "$ns"
-    ip -n "$P-br" link set "p$i" master br0
-    ip -n "$P-br" link set "p$i" up
-    ip -n "$ns" link set eth0 address "02:6d:63:00:00:0$i"
-    ip -n "$ns" link set eth0 up
-    ip -n "$ns" link set lo up
-done
+cluster_topology "$P"
 
 # One cluster key for every node (each node would get its own copy).
 "$BIN/mcast" keygen "$WORK/cluster.key" > /dev/null
 
 # One mcastd per node.
 for i in 1 2 3 4; do
-    {
-        echo "node = $i"
-        echo 'interface = "eth0"'
-        echo 'registry = 1'
-        echo "key_file = \"$WORK/cluster.key\""
-        echo "socket = \"$WORK/n$i.sock\""
-        echo 'datapath = "xdp"'
-        echo 'xdp_mode = "skb"'
-        for j in 1 2 3 4; do
-            [ "$j" = "$i" ] && continue
-            printf '[[peer]]\nnode = %d\nmac = "02:6d:63:00:00:0%d"\n' "$j" "$j"
-        done
-    } > "$WORK/n$i.toml"
+    node_config "$WORK" "$i" > "$WORK/n$i.toml"
     ip netns exec "$P-n$i" "$BIN/mcastd" --config "$WORK/n$i.toml" 2> "$WORK/n$i.log" &
     PIDS+=($!)
 done

@@ -4,6 +4,8 @@
 # `scripts/soak.sh --help` says what it does and checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/cluster.sh
+. scripts/lib/cluster.sh
 
 usage() {
     cat <<'EOF'
@@ -221,19 +223,7 @@ elapsed() { awk -v t0="$T0" -v t="$(date +%s.%N)" 'BEGIN { printf "%.1f", t - t0
 event() { echo "+$(elapsed)s $*" >> "$EVENTS"; }
 
 # ---- the network ----
-ip netns add "$P-br"
-ip -n "$P-br" link add br0 type bridge
-ip -n "$P-br" link set br0 up
-for i in 1 2 3 4; do
-    ns="$P-n$i"
-    ip netns add "$ns"
-    ip -n "$P-br" link add "p$i" type veth peer name eth0 netns "$ns"
-    ip -n "$P-br" link set "p$i" master br0
-    ip -n "$P-br" link set "p$i" up
-    ip -n "$ns" link set eth0 address "02:6d:63:00:00:0$i"
-    ip -n "$ns" link set eth0 up
-    ip -n "$ns" link set lo up
-done
+cluster_topology "$P"
 
 # Loss: a bridge-family nftables rule dropping a fraction of the cluster's
 # EtherType (0x88b5) in the forward hook, so every frame copy between nodes
@@ -268,18 +258,7 @@ EOF
 "$BIN/mcast" keygen "$WORK/cluster.key" > /dev/null
 for i in 1 2 3 4; do
     {
-        echo "node = $i"
-        echo 'interface = "eth0"'
-        echo 'registry = 1'
-        echo "key_file = \"$WORK/cluster.key\""
-        echo "socket = \"$WORK/n$i.sock\""
-        echo 'datapath = "xdp"'
-        echo 'xdp_mode = "skb"'
-        echo 'log = "info"'
-        for j in 1 2 3 4; do
-            [ "$j" = "$i" ] && continue
-            printf '[[peer]]\nnode = %d\nmac = "02:6d:63:00:00:0%d"\n' "$j" "$j"
-        done
+        node_config "$WORK" "$i"
         printf '[[group]]\nname = "soak-b"\nslow_subscriber = "hold"\n'
         printf '[[group]]\nname = "soak-c"\nalgorithm = "ack"\n'
     } > "$WORK/n$i.toml"
