@@ -34,7 +34,18 @@
 //! The producer writes the record, then publishes `head` with Release; the
 //! consumer reads `head` with Acquire, reads the record, then publishes
 //! `tail` with Release (and the producer reads it with Acquire before reusing
-//! the space). Each side keeps its own index privately and only *reads* the
+//! the space).
+//!
+//! # Batches
+//!
+//! Either side can move many records per publication of its index:
+//! [`Producer::try_push_deferred`] writes records the consumer cannot see yet
+//! and [`Producer::commit`] publishes them all with one store of `head` (and
+//! one fence to see whether the consumer sleeps); [`Consumer::pop_deferred`]
+//! consumes records the producer cannot reuse yet and [`Consumer::release`]
+//! hands all their space back with one store of `tail` (then one
+//! [`Consumer::wake_producer`] for the batch). [`Producer::try_push`] and
+//! [`Consumer::pop`] are a batch of one. Each side keeps its own index privately and only *reads* the
 //! other side's, validating it against the capacity: a peer that scribbles
 //! on the header or the records makes the ring report [`Corrupt`] (sticky),
 //! never an out-of-bounds access, a panic or undefined behaviour. Payload
@@ -107,7 +118,8 @@ pub struct RecordHeader {
     pub flags: u32,
 }
 
-/// One record, borrowed from the ring (zero-copy) until [`Consumer::pop`].
+/// One record, borrowed from the ring (zero-copy) until [`Consumer::pop`]
+/// or [`Consumer::pop_deferred`].
 #[derive(Debug, Clone, Copy)]
 pub struct Record<'a> {
     /// The record's header.
@@ -306,8 +318,12 @@ impl Shared {
 #[derive(Debug)]
 pub struct Producer {
     ring: Shared,
-    /// Our own copy of head: never read back from shared memory.
+    /// Our own copy of head, deferred records included: never read back
+    /// from shared memory.
     head: u64,
+    /// The head last stored in shared memory (what the consumer sees):
+    /// `head` minus the records not yet committed.
+    published: u64,
     notify: Option<Arc<EventFd>>,
     corrupt: Option<Corrupt>,
 }
@@ -316,8 +332,12 @@ pub struct Producer {
 #[derive(Debug)]
 pub struct Consumer {
     ring: Shared,
-    /// Our own copy of tail: never read back from shared memory.
+    /// Our own copy of tail, deferred pops included: never read back from
+    /// shared memory.
     tail: u64,
+    /// The tail last stored in shared memory (what the producer sees):
+    /// `tail` minus the records popped and not yet released.
+    released: u64,
     /// Size of the record [`Consumer::peek`] returned (0: none).
     peeked: usize,
     /// Bytes of wrap marker skipped by peek, consumed with the record.
@@ -347,6 +367,7 @@ impl Producer {
         Ok(Producer {
             ring,
             head,
+            published: head,
             notify: None,
             corrupt: None,
         })
@@ -372,7 +393,13 @@ impl Producer {
             return Err(c.clone());
         }
         let tail = self.ring.tail().load(Ordering::Acquire);
-        match self.ring.used(self.head, tail) {
+        // The consumer cannot have read past what we published; measured
+        // from our own head, deferred records take space too.
+        let used = self
+            .ring
+            .used(self.published, tail)
+            .and_then(|_| self.ring.used(self.head, tail));
+        match used {
             Ok(u) => Ok(u),
             Err(c) => {
                 self.corrupt = Some(c.clone());
@@ -406,8 +433,26 @@ impl Producer {
 
     /// Pushes one record whose payload is the concatenation of `parts`
     /// (gather write: one copy from each part into the ring). Wakes the
-    /// consumer if it sleeps.
+    /// consumer if it sleeps. The same as [`Producer::try_push_deferred`]
+    /// then [`Producer::commit`], so it also publishes records deferred
+    /// before it.
     pub fn try_push(&mut self, hdr: RecordHeader, parts: &[&[u8]]) -> Result<(), PushError> {
+        self.try_push_deferred(hdr, parts)?;
+        self.commit();
+        Ok(())
+    }
+
+    /// Writes one record as [`Producer::try_push`] does, without publishing
+    /// it: the consumer sees it (and every record deferred before it, in
+    /// order) at the next [`Producer::commit`]. Its space is taken at once:
+    /// [`Producer::free_space`], [`Producer::can_push`] and the next push
+    /// count it. No atomic store to shared memory besides the record's own
+    /// words, no fence, no system call.
+    pub fn try_push_deferred(
+        &mut self,
+        hdr: RecordHeader,
+        parts: &[&[u8]],
+    ) -> Result<(), PushError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > self.max_record() {
             return Err(PushError::TooLarge {
@@ -438,9 +483,26 @@ impl Producer {
             at += p.len();
         }
         self.head = pos.wrapping_add(align8(RECORD_HEADER_BYTES + len) as u64);
-        r.head().store(self.head, Ordering::Release);
-        self.wake_consumer();
         Ok(())
+    }
+
+    /// Publishes every record deferred since the last commit with one
+    /// Release store of `head`, then wakes the consumer if it sleeps (one
+    /// full fence; a system call only when it sleeps). Nothing at all when
+    /// nothing is deferred.
+    pub fn commit(&mut self) {
+        if self.head == self.published {
+            return;
+        }
+        self.ring.head().store(self.head, Ordering::Release);
+        self.published = self.head;
+        self.wake_consumer();
+    }
+
+    /// Whether records were pushed with [`Producer::try_push_deferred`]
+    /// and not yet published by [`Producer::commit`].
+    pub fn pending_commit(&self) -> bool {
+        self.head != self.published
     }
 
     fn wake_consumer(&self) {
@@ -453,11 +515,13 @@ impl Producer {
         }
     }
 
-    /// Before blocking for space for a payload of `len`: sets the
+    /// Before blocking for space for a payload of `len`: commits deferred
+    /// records (the consumer must see them to make room), sets the
     /// "producer waiting" flag and re-checks. `Ok(true)`: still no room, go
     /// to sleep on the wake-up eventfd (the consumer signals it after
     /// popping). `Ok(false)`: room appeared, flag cleared, retry the push.
     pub fn prepare_wait(&mut self, len: usize) -> Result<bool, Corrupt> {
+        self.commit();
         self.ring
             .flag(OFF_PRODUCER_WAITING)
             .store(1, Ordering::Relaxed);
@@ -476,7 +540,8 @@ impl Producer {
             .store(0, Ordering::Relaxed);
     }
 
-    /// The position of the next write (bytes ever written), for tests.
+    /// The position of the next write (bytes ever written, deferred records
+    /// included), for tests.
     pub fn position(&self) -> u64 {
         self.head
     }
@@ -493,6 +558,7 @@ impl Consumer {
         Ok(Consumer {
             ring,
             tail,
+            released: tail,
             peeked: 0,
             skipped: 0,
             notify: None,
@@ -525,7 +591,12 @@ impl Consumer {
             return Err(c.clone());
         }
         let head = self.ring.head().load(Ordering::Acquire);
-        self.ring.used(head, self.tail).map_err(|c| self.fail(c))
+        // The producer cannot have written into space we have not released;
+        // measured from our own tail, records popped deferred are gone.
+        self.ring
+            .used(head, self.released)
+            .and_then(|_| self.ring.used(head, self.tail))
+            .map_err(|c| self.fail(c))
     }
 
     /// The next record, borrowed in place (no copy), or `None` if the ring
@@ -587,9 +658,22 @@ impl Consumer {
     }
 
     /// Consumes the next record (the one [`Consumer::peek`] returned, if it
-    /// was called). `Ok(false)` if the ring was empty. Does not wake a
-    /// waiting producer: call [`Consumer::wake_producer`] after a batch.
+    /// was called) and hands its space back to the producer, with records
+    /// popped deferred before it. `Ok(false)` if the ring was empty. Does not
+    /// wake a waiting producer: call [`Consumer::wake_producer`] after a
+    /// batch.
     pub fn pop(&mut self) -> Result<bool, Corrupt> {
+        let popped = self.pop_deferred()?;
+        self.release();
+        Ok(popped)
+    }
+
+    /// Consumes the next record as [`Consumer::pop`] does, without handing
+    /// its space back: the producer cannot reuse it, so the payloads of the
+    /// records popped this way stay in place, unchanged by an honest
+    /// producer, until [`Consumer::release`]. No store to shared memory.
+    /// Refuses (and moves nothing) once the ring is found corrupt.
+    pub fn pop_deferred(&mut self) -> Result<bool, Corrupt> {
         if let Some(c) = &self.corrupt {
             return Err(c.clone());
         }
@@ -601,8 +685,25 @@ impl Consumer {
         self.tail = self.tail.wrapping_add((self.skipped + self.peeked) as u64);
         self.peeked = 0;
         self.skipped = 0;
-        self.ring.tail().store(self.tail, Ordering::Release);
         Ok(true)
+    }
+
+    /// Hands the space of every record popped since the last release back
+    /// to the producer with one Release store of `tail`; nothing when there
+    /// is none. Records popped before the ring was found corrupt were read
+    /// whole, so their space is released even then. Does not wake a waiting
+    /// producer: call [`Consumer::wake_producer`] after it.
+    pub fn release(&mut self) {
+        if self.tail != self.released {
+            self.ring.tail().store(self.tail, Ordering::Release);
+            self.released = self.tail;
+        }
+    }
+
+    /// Whether records were popped with [`Consumer::pop_deferred`] and their
+    /// space not yet handed back by [`Consumer::release`].
+    pub fn pending_release(&self) -> bool {
+        self.tail != self.released
     }
 
     /// If the producer is waiting for space, clears its flag and signals the
@@ -620,11 +721,16 @@ impl Consumer {
         false
     }
 
-    /// Before blocking for data: sets the "consumer sleeping" flag and
-    /// re-checks. `Ok(true)`: still empty, block on the wake-up eventfd (the
-    /// producer signals it when it publishes). `Ok(false)`: data arrived, flag
-    /// cleared.
+    /// Before blocking for data: releases records popped deferred (waking
+    /// the producer if it waits for that space: it may be what we wait
+    /// for), sets the "consumer sleeping" flag and re-checks. `Ok(true)`:
+    /// still empty, block on the wake-up eventfd (the producer signals it
+    /// when it publishes). `Ok(false)`: data arrived, flag cleared.
     pub fn prepare_sleep(&mut self) -> Result<bool, Corrupt> {
+        if self.pending_release() {
+            self.release();
+            self.wake_producer();
+        }
         self.ring
             .flag(OFF_CONSUMER_SLEEPING)
             .store(1, Ordering::Relaxed);
@@ -643,7 +749,8 @@ impl Consumer {
             .store(0, Ordering::Relaxed);
     }
 
-    /// The position of the next read (bytes ever consumed), for tests.
+    /// The position of the next read (bytes ever consumed, deferred pops
+    /// included), for tests.
     pub fn position(&self) -> u64 {
         self.tail
     }

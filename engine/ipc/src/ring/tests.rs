@@ -286,6 +286,237 @@ fn waiting_producer_is_woken_after_pop() {
     assert!(!p.prepare_wait(big.len()).unwrap());
 }
 
+/// The head and tail as stored in shared memory (what the peer sees).
+fn shared_indices(m: &Mapping) -> (u64, u64) {
+    (
+        m.atomic_u64(OFF_HEAD).load(Ordering::Acquire),
+        m.atomic_u64(OFF_TAIL).load(Ordering::Acquire),
+    )
+}
+
+#[test]
+fn deferred_records_are_invisible_until_commit_then_all_visible_in_order() {
+    let (m, mut p, mut c) = ring();
+    assert!(!p.pending_commit());
+    for i in 0..5u32 {
+        p.try_push_deferred(hdr(i, FIRST | LAST), &[&[i as u8; 10], b"!"])
+            .unwrap();
+    }
+    assert!(p.pending_commit());
+    // Written (the producer's own position moved) but not published.
+    assert_eq!(p.position(), 5 * 32);
+    assert_eq!(shared_indices(&m), (0, 0));
+    assert_eq!(c.pending().unwrap(), 0);
+    assert!(c.peek().unwrap().is_none());
+    assert!(!c.pop().unwrap());
+    p.commit();
+    assert!(!p.pending_commit());
+    assert_eq!(shared_indices(&m), (5 * 32, 0));
+    for i in 0..5u32 {
+        let mut want = vec![i as u8; 10];
+        want.push(b'!');
+        assert_eq!(pop_vec(&mut c), Some((hdr(i, FIRST | LAST), want)));
+    }
+    assert_eq!(pop_vec(&mut c), None);
+    // try_push publishes the records deferred before it, in order.
+    p.try_push_deferred(hdr(10, 3), &[b"a"]).unwrap();
+    p.try_push(hdr(11, 3), &[b"b"]).unwrap();
+    assert!(!p.pending_commit());
+    assert_eq!(pop_vec(&mut c), Some((hdr(10, 3), b"a".to_vec())));
+    assert_eq!(pop_vec(&mut c), Some((hdr(11, 3), b"b".to_vec())));
+}
+
+#[test]
+fn deferred_records_take_their_space_before_commit() {
+    let (m, mut p, mut c) = ring();
+    let payload = vec![0xcd; 1000 - 16]; // 1000 bytes a record
+    for _ in 0..4 {
+        p.try_push_deferred(hdr(0, 3), &[&payload]).unwrap();
+    }
+    // Nothing published, yet the space is gone.
+    assert_eq!(shared_indices(&m).0, 0);
+    assert_eq!(p.free_space().unwrap(), CAP - 4000);
+    assert!(!p.can_push(payload.len()).unwrap());
+    assert_eq!(
+        p.try_push_deferred(hdr(0, 3), &[&payload]),
+        Err(PushError::Full)
+    );
+    assert_eq!(p.try_push(hdr(0, 3), &[&payload]), Err(PushError::Full));
+    // A Full try_push does not commit: its record was never written.
+    assert_eq!(shared_indices(&m).0, 0);
+    p.commit();
+    assert_eq!(c.pending().unwrap(), 4000);
+    for _ in 0..4 {
+        assert_eq!(pop_vec(&mut c).unwrap().1, payload);
+    }
+    assert_eq!(p.free_space().unwrap(), CAP);
+}
+
+#[test]
+fn deferred_records_wrap_around_and_commit_once() {
+    let (m, mut p, mut c) = ring();
+    // Move to 8 bytes before the end, as in wraps_around_with_a_marker.
+    let filler = vec![9u8; 1000 - 16];
+    for _ in 0..4 {
+        p.try_push(hdr(0, 3), &[&filler]).unwrap();
+        pop_vec(&mut c).unwrap();
+    }
+    p.try_push(hdr(0, 3), &[&[5u8; CAP - 4000 - 8 - 16]])
+        .unwrap();
+    pop_vec(&mut c).unwrap();
+    assert_eq!(p.position() as usize % CAP, CAP - 8);
+    // Three deferred records: the first needs a wrap marker, all land at 0..
+    for i in 0..3u32 {
+        p.try_push_deferred(hdr(i, 3), &[&[i as u8; 8]]).unwrap();
+    }
+    assert_eq!(p.position() as usize, CAP + 3 * 24);
+    assert_eq!(shared_indices(&m).0 as usize, CAP - 8);
+    assert!(c.peek().unwrap().is_none());
+    p.commit();
+    for i in 0..3u32 {
+        assert_eq!(pop_vec(&mut c), Some((hdr(i, 3), vec![i as u8; 8])));
+    }
+    assert_eq!(c.position(), p.position());
+}
+
+#[test]
+fn commit_wakes_a_sleeping_consumer_once_and_an_empty_commit_does_nothing() {
+    let (m, mut p, mut c) = ring();
+    let fd = Arc::new(sys::EventFd::new().unwrap());
+    p.set_notify(fd.clone());
+    assert!(c.prepare_sleep().unwrap());
+    // Deferred records neither wake the consumer nor clear its flag.
+    p.try_push_deferred(hdr(0, 3), &[b"a"]).unwrap();
+    p.try_push_deferred(hdr(0, 3), &[b"b"]).unwrap();
+    assert!(!fd.drain(), "no signal before commit");
+    let sleeping = m.atomic_u32(OFF_CONSUMER_SLEEPING).unwrap();
+    assert_eq!(sleeping.load(Ordering::Relaxed), 1);
+    p.commit();
+    assert!(fd.drain(), "commit signals a sleeping consumer");
+    assert_eq!(sleeping.load(Ordering::Relaxed), 0, "and clears its flag");
+    p.commit();
+    assert!(!fd.drain(), "one signal for the whole batch");
+    c.finish_sleep();
+    pop_vec(&mut c).unwrap();
+    pop_vec(&mut c).unwrap();
+    // An empty commit runs no wake-up at all: a sleeping flag stays set.
+    assert!(c.prepare_sleep().unwrap());
+    p.commit();
+    assert!(!fd.drain());
+    assert_eq!(
+        sleeping.load(Ordering::Relaxed),
+        1,
+        "empty commit: untouched"
+    );
+    assert_eq!(shared_indices(&m).0, 48);
+}
+
+#[test]
+fn prepare_wait_commits_deferred_records_first() {
+    let (m, mut p, mut c) = ring();
+    let half = vec![1u8; p.max_record()];
+    p.try_push_deferred(hdr(0, 3), &[&half]).unwrap();
+    p.try_push_deferred(hdr(1, 3), &[&half]).unwrap();
+    // Waiting for room the consumer cannot make without seeing these.
+    assert!(p.prepare_wait(1).unwrap());
+    assert_eq!(shared_indices(&m).0 as usize, CAP);
+    assert_eq!(pop_vec(&mut c).unwrap().0, hdr(0, 3));
+    p.finish_wait();
+}
+
+#[test]
+fn deferred_pops_keep_the_space_until_release() {
+    let (m, mut p, mut c) = ring();
+    let fd = Arc::new(sys::EventFd::new().unwrap());
+    c.set_notify(fd.clone());
+    let big = vec![2u8; p.max_record()];
+    p.try_push(hdr(0, 3), &[&big]).unwrap();
+    p.try_push(hdr(1, 3), &[b"x"]).unwrap();
+    assert!(!c.pending_release());
+    assert_eq!(c.peek().unwrap().unwrap().header, hdr(0, 3));
+    assert!(c.pop_deferred().unwrap());
+    assert_eq!(c.peek().unwrap().unwrap().header, hdr(1, 3));
+    assert!(c.pop_deferred().unwrap());
+    assert!(!c.pop_deferred().unwrap(), "empty");
+    assert!(c.pending_release());
+    // The producer still sees the ring as it was.
+    assert_eq!(shared_indices(&m).1, 0);
+    assert!(!p.can_push(big.len()).unwrap());
+    assert!(p.prepare_wait(big.len()).unwrap());
+    c.release();
+    assert!(!c.pending_release());
+    assert_eq!(shared_indices(&m).1, c.position());
+    assert!(c.wake_producer());
+    assert!(fd.drain());
+    assert!(p.can_push(big.len()).unwrap());
+    p.finish_wait();
+    c.release();
+    assert_eq!(shared_indices(&m).1, c.position(), "an empty release");
+}
+
+#[test]
+fn prepare_sleep_releases_deferred_pops_and_wakes_a_waiting_producer() {
+    let (m, mut p, mut c) = ring();
+    let fd = Arc::new(sys::EventFd::new().unwrap());
+    c.set_notify(fd.clone());
+    let big = vec![3u8; p.max_record()];
+    p.try_push(hdr(0, 3), &[&big]).unwrap();
+    p.try_push(hdr(0, 3), &[&big]).unwrap();
+    assert!(p.prepare_wait(big.len()).unwrap());
+    assert!(c.pop_deferred().unwrap());
+    assert!(c.pop_deferred().unwrap());
+    // Going to sleep on an empty ring while holding the space the
+    // producer waits for would leave both asleep.
+    assert!(c.prepare_sleep().unwrap());
+    assert_eq!(shared_indices(&m).1 as usize, CAP);
+    assert!(fd.drain(), "the waiting producer was woken");
+    assert!(p.can_push(big.len()).unwrap());
+}
+
+#[test]
+fn a_deferred_pop_after_corruption_refuses_and_release_keeps_what_was_read() {
+    let (m, mut p, mut c) = ring();
+    p.try_push(hdr(0, 3), &[&[7; 40]]).unwrap();
+    p.try_push(hdr(1, 3), &[&[8; 40]]).unwrap();
+    assert!(c.pop_deferred().unwrap());
+    assert_eq!(c.peek().unwrap().unwrap().payload, [8; 40]);
+    m.atomic_u64(OFF_HEAD).store(1 << 40, Ordering::Release);
+    assert!(c.peek().is_err());
+    assert!(c.pop_deferred().is_err());
+    assert_eq!(c.position(), 56, "the second record was not consumed");
+    c.release();
+    assert_eq!(shared_indices(&m).1, 56, "the first one's space goes back");
+    assert!(c.pop().is_err(), "still sticky");
+}
+
+#[test]
+fn a_producer_writing_into_space_not_yet_released_is_corrupt() {
+    let (m, mut p, mut c) = ring();
+    let big = vec![4u8; p.max_record()];
+    p.try_push(hdr(0, 3), &[&big]).unwrap();
+    assert!(c.pop_deferred().unwrap());
+    // Released: nothing. A head a whole ring past our released tail means
+    // the producer overwrote the record we may still be reading.
+    m.atomic_u64(OFF_HEAD)
+        .store(CAP as u64 + 8, Ordering::Release);
+    let e = c.pending().unwrap_err();
+    assert!(e.to_string().contains("inconsistent"), "{e}");
+}
+
+#[test]
+fn a_consumer_tail_past_what_was_published_is_corrupt() {
+    let (m, mut p, _c) = ring();
+    p.try_push(hdr(0, 3), &[b"abc"]).unwrap();
+    p.try_push_deferred(hdr(0, 3), &[b"def"]).unwrap();
+    // The consumer claims to have read the deferred record it cannot see.
+    m.atomic_u64(OFF_TAIL).store(48, Ordering::Release);
+    assert!(matches!(p.free_space(), Err(Corrupt(_))));
+    assert!(matches!(
+        p.try_push_deferred(hdr(0, 3), &[b"x"]),
+        Err(PushError::Corrupt(_))
+    ));
+}
+
 /// Deterministic record i: length and bytes derived from i.
 fn record(i: u64, buf: &mut Vec<u8>) {
     let len = (i.wrapping_mul(2654435761) % 700) as usize;
