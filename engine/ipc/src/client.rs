@@ -7,7 +7,16 @@
 //!
 //! Copies: `publish` copies the message once, into the shared ring; the
 //! daemon reads it in place. `try_recv` copies a delivered message once, out
-//! of the shared ring into the returned `Vec`.
+//! of the shared ring into the returned `Vec`; [`Client::recv_batch`] copies
+//! nothing: it lends each whole message in place.
+//!
+//! Batches: [`Client::publish_batch`] writes many records and publishes them
+//! with one ring commit (one store of the ring's head, one fence, a system
+//! call only if the daemon sleeps); [`Client::recv_batch`] reads many and
+//! hands their space back with one store of the tail and one wake-up check.
+//! Neither takes a lock or allocates per message. [`Client::publish`],
+//! [`Client::try_recv`] and the blocking calls are batches of one over the
+//! same code.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -21,7 +30,7 @@ use crate::proto::{
     ClientMessage, ErrorCode, Notice, Request, Response, RingLayout, ServerMessage, View,
     MAX_CONTROL_MESSAGE, PROTOCOL_VERSION,
 };
-use crate::ring::{self, Consumer, Producer, PushError, RecordHeader, EVENT, FIRST, LAST};
+use crate::ring::{self, Consumer, Producer, PushError, Record, RecordHeader, EVENT, FIRST, LAST};
 use crate::shm::Mapping;
 use crate::sys::{self, EventFd};
 
@@ -140,6 +149,35 @@ pub struct Message {
     pub source: u32,
     /// The bytes.
     pub data: Vec<u8>,
+}
+
+/// A delivered message lent by [`Client::recv_batch`]: a whole record's
+/// bytes still in the shared subscription ring (no copy, no allocation), or
+/// a message reassembled from fragments in the client's own buffer. Valid
+/// for the callback only: the ring's space goes back to the daemon after
+/// the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageRef<'a> {
+    /// Data, or a membership event.
+    pub kind: MessageKind,
+    /// Group number.
+    pub group: u32,
+    /// The node that sent it (mcastd tags every delivery with it).
+    pub source: u32,
+    /// The bytes.
+    pub data: &'a [u8],
+}
+
+impl MessageRef<'_> {
+    /// An owned copy (what [`Client::try_recv`] returns).
+    pub fn to_message(&self) -> Message {
+        Message {
+            kind: self.kind,
+            group: self.group,
+            source: self.source,
+            data: self.data.to_vec(),
+        }
+    }
 }
 
 /// Why the connection can no longer be used (kept to answer later calls).
@@ -449,22 +487,84 @@ impl Client {
 
     /// Publishes `msg` to `group` without blocking: one record, one copy.
     pub fn publish(&mut self, group: u32, msg: &[u8]) -> Result<(), Error> {
+        self.publish_batch(group, &[msg]).map(|_| ())
+    }
+
+    /// Publishes as many of `msgs`, in order, as fit in the publication ring
+    /// now, each whole, without blocking, and returns how many it took: one
+    /// record and one copy per message, one ring commit for them all (one
+    /// store of the ring's head and one fence; a system call only if the
+    /// daemon sleeps). The rest are the caller's to offer again.
+    ///
+    /// - An empty `msgs` is `Ok(0)`.
+    /// - When not even the first fits: [`Error::WouldBlock`] (so `Ok` from a
+    ///   non-empty `msgs` took at least one).
+    /// - A message longer than [`Client::max_message`]: [`Error::TooLarge`]
+    ///   if it is the first; otherwise the batch stops before it (`Ok` with
+    ///   the count before it) and the next call, which starts with it, says
+    ///   `TooLarge`.
+    /// - A failure found after some messages were taken (the ring found
+    ///   corrupt) ends the batch: those are published and counted, and the
+    ///   failure is sticky, so the next call reports it.
+    pub fn publish_batch(&mut self, group: u32, msgs: &[&[u8]]) -> Result<usize, Error> {
         self.check_open()?;
-        if msg.len() > self.max_message {
-            return Err(Error::TooLarge {
-                limit: self.max_message,
-            });
-        }
         let hdr = RecordHeader {
             group,
             source: 0,
             flags: FIRST | LAST,
         };
-        match self.publ.try_push(hdr, &[msg]) {
-            Ok(()) => Ok(()),
-            Err(PushError::Full) => Err(Error::WouldBlock),
-            Err(PushError::TooLarge { max, .. }) => Err(Error::TooLarge { limit: max }),
-            Err(PushError::Corrupt(c)) => Err(c.into()),
+        let mut taken = 0;
+        let mut failure = None;
+        for msg in msgs {
+            if msg.len() > self.max_message {
+                failure = Some(Error::TooLarge {
+                    limit: self.max_message,
+                });
+                break;
+            }
+            match self.publ.try_push_deferred(hdr, &[msg]) {
+                Ok(()) => taken += 1,
+                Err(e) => {
+                    failure = Some(match e {
+                        PushError::Full => Error::WouldBlock,
+                        PushError::TooLarge { max, .. } => Error::TooLarge { limit: max },
+                        PushError::Corrupt(c) => c.into(),
+                    });
+                    break;
+                }
+            }
+        }
+        self.publ.commit();
+        match failure {
+            Some(e) if taken == 0 => Err(e),
+            _ => Ok(taken),
+        }
+    }
+
+    /// Publishes as [`Client::publish_batch`] does, sleeping while not even
+    /// the first message fits (until `timeout`, if any, then
+    /// [`Error::TimedOut`]), as [`Client::publish_blocking`] does. Returns
+    /// how many were taken: at least one, unless `msgs` is empty; call again
+    /// with the rest.
+    pub fn publish_batch_blocking(
+        &mut self,
+        group: u32,
+        msgs: &[&[u8]],
+        timeout: Option<Duration>,
+    ) -> Result<usize, Error> {
+        let deadline = timeout.map(|t| now() + t);
+        loop {
+            match self.publish_batch(group, msgs) {
+                Err(Error::WouldBlock) => {}
+                other => return other,
+            }
+            if self.publ.prepare_wait(msgs[0].len())? {
+                let r = self.wait(deadline);
+                self.publ.finish_wait();
+                if r? {
+                    return Err(Error::TimedOut);
+                }
+            }
         }
     }
 
@@ -502,69 +602,109 @@ impl Client {
         msg: &[u8],
         timeout: Option<Duration>,
     ) -> Result<(), Error> {
-        let deadline = timeout.map(|t| now() + t);
-        loop {
-            match self.publish(group, msg) {
-                Err(Error::WouldBlock) => {}
-                other => return other,
-            }
-            if self.publ.prepare_wait(msg.len())? {
-                let r = self.wait(deadline);
-                self.publ.finish_wait();
-                if r? {
-                    return Err(Error::TimedOut);
-                }
-            }
-        }
+        self.publish_batch_blocking(group, &[msg], timeout)
+            .map(|_| ())
     }
 
     /// The next complete message, if one is there. Fragments (records
     /// without both FIRST and LAST) are reassembled per (group, source).
+    /// One copy, into the returned `Vec`; [`Client::recv_batch`] lends
+    /// messages without one.
     pub fn try_recv(&mut self) -> Result<Option<Message>, Error> {
-        while let Some(rec) = self.sub.peek()? {
+        let mut got = None;
+        self.recv_batch(1, |m| got = Some(m.to_message()))?;
+        Ok(got)
+    }
+
+    /// Hands up to `max` complete messages waiting now to `f`, in stream
+    /// order, without blocking, and returns how many. Membership events
+    /// come as `try_recv` returns them (kind [`MessageKind::Membership`]).
+    ///
+    /// A whole message (one record) is lent in place, still in the shared
+    /// ring: no copy and no allocation. Fragments are reassembled per
+    /// (group, source), as `try_recv` does, and the message is lent from
+    /// the client's buffer. The records' space goes back to the daemon once
+    /// for the batch, after the last call to `f`: one store of the ring's
+    /// tail and one check whether the daemon waits for room (a fence; a
+    /// system call only when it does).
+    ///
+    /// When nothing is delivered the control socket is read (notices, a
+    /// hang-up: `Ok(0)` or the connection's end, as `try_recv` answers
+    /// `None` or an error); a batch that delivered does not read it. A ring
+    /// found corrupt after some messages were delivered ends the batch with
+    /// their count; the error is sticky, so the next call reports it.
+    /// `max` 0 does nothing.
+    pub fn recv_batch(
+        &mut self,
+        max: usize,
+        mut f: impl FnMut(MessageRef<'_>),
+    ) -> Result<usize, Error> {
+        let mut delivered = 0;
+        let mut failure = None;
+        while delivered < max {
+            let rec = match self.sub.peek() {
+                Ok(Some(rec)) => rec,
+                Ok(None) => break,
+                Err(c) => {
+                    failure = Some(c);
+                    break;
+                }
+            };
             let RecordHeader {
                 group,
                 source,
                 flags,
             } = rec.header;
-            let key = (group, source);
-            let mut done = None;
-            if flags & (FIRST | LAST) == FIRST | LAST {
-                done = Some(rec.payload.to_vec());
-            } else if flags & FIRST != 0 {
-                self.partial.insert(key, rec.payload.to_vec());
-            } else if let Some(buf) = self.partial.get_mut(&key) {
-                if buf.len() + rec.payload.len() > MAX_REASSEMBLY {
-                    self.partial.remove(&key);
-                } else {
-                    buf.extend_from_slice(rec.payload);
-                    if flags & LAST != 0 {
-                        done = self.partial.remove(&key);
-                    }
-                }
-            }
-            // A middle or last fragment without a first one is dropped.
-            self.sub.pop()?;
-            self.sub.wake_producer();
-            if let Some(data) = done {
+            if let Some(done) = reassemble(&mut self.partial, rec) {
+                let data = done.bytes();
                 let kind = if flags & EVENT != 0 {
-                    drop_broken_partials(&mut self.partial, group, &data);
+                    drop_broken_partials(&mut self.partial, group, data);
                     MessageKind::Membership
                 } else {
                     MessageKind::Data
                 };
-                return Ok(Some(Message {
+                f(MessageRef {
                     kind,
                     group,
                     source,
                     data,
-                }));
+                });
+                delivered += 1;
+            }
+            // Peeked just above, so this consumes that record.
+            if let Err(c) = self.sub.pop_deferred() {
+                failure = Some(c);
+                break;
             }
         }
+        if self.sub.pending_release() {
+            self.sub.release();
+            self.sub.wake_producer();
+        }
+        if delivered > 0 {
+            return Ok(delivered);
+        }
+        if let Some(c) = failure {
+            return Err(c.into());
+        }
         // Nothing delivered: look at the control socket (notices, hang-up).
-        self.drain_control();
-        self.check_open()?;
-        Ok(None)
+        if max > 0 {
+            self.drain_control();
+            self.check_open()?;
+        }
+        Ok(0)
+    }
+
+    /// As [`Client::recv_batch`], but when no message is there waits for
+    /// one, up to `timeout` (`None`: for ever), sleeping on the wake-up
+    /// eventfd; `Ok(0)` when the time ran out.
+    pub fn recv_batch_timeout(
+        &mut self,
+        max: usize,
+        timeout: Option<Duration>,
+        f: impl FnMut(MessageRef<'_>),
+    ) -> Result<usize, Error> {
+        self.recv_batch_until(max, timeout.map(|t| now() + t), f)
     }
 
     /// Waits for the next message (sleeping on the wake-up eventfd).
@@ -582,15 +722,30 @@ impl Client {
     }
 
     fn recv_until(&mut self, deadline: Option<Instant>) -> Result<Option<Message>, Error> {
+        let mut got = None;
+        self.recv_batch_until(1, deadline, |m| got = Some(m.to_message()))?;
+        Ok(got)
+    }
+
+    fn recv_batch_until(
+        &mut self,
+        max: usize,
+        deadline: Option<Instant>,
+        mut f: impl FnMut(MessageRef<'_>),
+    ) -> Result<usize, Error> {
+        if max == 0 {
+            return Ok(0);
+        }
         loop {
-            if let Some(m) = self.try_recv()? {
-                return Ok(Some(m));
+            let n = self.recv_batch(max, &mut f)?;
+            if n > 0 {
+                return Ok(n);
             }
             if self.sub.prepare_sleep()? {
                 let r = self.wait(deadline);
                 self.sub.finish_sleep();
                 if r? {
-                    return self.try_recv();
+                    return self.recv_batch(max, &mut f);
                 }
             }
         }
@@ -725,6 +880,56 @@ impl Client {
             other => Err(Error::Protocol(format!("expected Json, got {other:?}"))),
         }
     }
+}
+
+/// A message a record completes: its bytes in the ring (a whole record) or
+/// reassembled in the client's buffer (the last fragment).
+enum Completed<'a> {
+    InRing(&'a [u8]),
+    Reassembled(Vec<u8>),
+}
+
+impl Completed<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Completed::InRing(b) => b,
+            Completed::Reassembled(v) => v,
+        }
+    }
+}
+
+/// What record `rec` does to the stream of its (group, source): a whole
+/// record is a message, lent from the ring; a first fragment starts one in
+/// `partial` (replacing an unfinished one), a middle one extends it, a last
+/// one completes it. A middle or last fragment without a first one is
+/// dropped, and so is a message that would grow past [`MAX_REASSEMBLY`].
+fn reassemble<'a>(
+    partial: &mut HashMap<(u32, u32), Vec<u8>>,
+    rec: Record<'a>,
+) -> Option<Completed<'a>> {
+    let RecordHeader {
+        group,
+        source,
+        flags,
+    } = rec.header;
+    let key = (group, source);
+    if flags & (FIRST | LAST) == FIRST | LAST {
+        return Some(Completed::InRing(rec.payload));
+    }
+    if flags & FIRST != 0 {
+        partial.insert(key, rec.payload.to_vec());
+        return None;
+    }
+    let buf = partial.get_mut(&key)?;
+    if buf.len() + rec.payload.len() > MAX_REASSEMBLY {
+        partial.remove(&key);
+        return None;
+    }
+    buf.extend_from_slice(rec.payload);
+    if flags & LAST != 0 {
+        return partial.remove(&key).map(Completed::Reassembled);
+    }
+    None
 }
 
 /// A membership event breaks the streams of the nodes it names: after
