@@ -487,7 +487,7 @@ impl Client {
 
     /// Publishes `msg` to `group` without blocking: one record, one copy.
     pub fn publish(&mut self, group: u32, msg: &[u8]) -> Result<(), Error> {
-        self.publish_batch(group, &[msg]).map(|_| ())
+        self.publish_batch(group, [msg]).map(|_| ())
     }
 
     /// Publishes as many of `msgs`, in order, as fit in the publication ring
@@ -506,7 +506,14 @@ impl Client {
     /// - A failure found after some messages were taken (the ring found
     ///   corrupt) ends the batch: those are published and counted, and the
     ///   failure is sticky, so the next call reports it.
-    pub fn publish_batch(&mut self, group: u32, msgs: &[&[u8]]) -> Result<usize, Error> {
+    ///
+    /// `msgs` is anything that lists byte strings: `&[&[u8]]`,
+    /// `&Vec<Vec<u8>>`, an iterator of slices (libmcast maps its C array).
+    pub fn publish_batch<I>(&mut self, group: u32, msgs: I) -> Result<usize, Error>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
         self.check_open()?;
         let hdr = RecordHeader {
             group,
@@ -516,6 +523,7 @@ impl Client {
         let mut taken = 0;
         let mut failure = None;
         for msg in msgs {
+            let msg = msg.as_ref();
             if msg.len() > self.max_message {
                 failure = Some(Error::TooLarge {
                     limit: self.max_message,
@@ -545,20 +553,26 @@ impl Client {
     /// the first message fits (until `timeout`, if any, then
     /// [`Error::TimedOut`]), as [`Client::publish_blocking`] does. Returns
     /// how many were taken: at least one, unless `msgs` is empty; call again
-    /// with the rest.
-    pub fn publish_batch_blocking(
+    /// with the rest. `msgs` is listed again after each wait, hence `Clone`
+    /// (slices and their iterators are).
+    pub fn publish_batch_blocking<I>(
         &mut self,
         group: u32,
-        msgs: &[&[u8]],
+        msgs: I,
         timeout: Option<Duration>,
-    ) -> Result<usize, Error> {
+    ) -> Result<usize, Error>
+    where
+        I: IntoIterator + Clone,
+        I::Item: AsRef<[u8]>,
+    {
         let deadline = timeout.map(|t| now() + t);
         loop {
-            match self.publish_batch(group, msgs) {
-                Err(Error::WouldBlock) => {}
+            let first = match self.publish_batch(group, msgs.clone()) {
+                Err(Error::WouldBlock) => msgs.clone().into_iter().next(),
                 other => return other,
-            }
-            if self.publ.prepare_wait(msgs[0].len())? {
+            };
+            let len = first.map_or(0, |m| m.as_ref().len());
+            if self.publ.prepare_wait(len)? {
                 let r = self.wait(deadline);
                 self.publ.finish_wait();
                 if r? {
@@ -602,7 +616,7 @@ impl Client {
         msg: &[u8],
         timeout: Option<Duration>,
     ) -> Result<(), Error> {
-        self.publish_batch_blocking(group, &[msg], timeout)
+        self.publish_batch_blocking(group, [msg], timeout)
             .map(|_| ())
     }
 
