@@ -194,6 +194,9 @@ pub struct GroupConfig {
     /// Overrides `slow_subscriber`.
     #[serde(default)]
     pub slow_subscriber: Option<SlowSubscriber>,
+    /// Overrides `batch`.
+    #[serde(default)]
+    pub batch: Option<bool>,
 }
 
 /// What a group runs with: the daemon's defaults with its `[[group]]` overrides.
@@ -205,6 +208,8 @@ pub struct GroupSettings {
     pub window_frames: u32,
     /// Behaviour with a slow subscriber.
     pub slow_subscriber: SlowSubscriber,
+    /// Small messages share frames (docs/protocol.md §1.10).
+    pub batch: bool,
 }
 
 /// mcastd's configuration. See `docs/mcastd.toml.example` for every key.
@@ -267,6 +272,10 @@ pub struct Config {
     /// Default behaviour with a slow subscriber.
     #[serde(default = "d_slow")]
     pub slow_subscriber: SlowSubscriber,
+    /// Pack small messages that wait for the window into shared frames
+    /// (docs/protocol.md §1.10); false sends one message per frame.
+    #[serde(default = "d_true")]
+    pub batch: bool,
     /// Bytes per client subscription ring.
     #[serde(default = "d_buffer")]
     pub subscriber_buffer: u64,
@@ -340,6 +349,10 @@ fn d_max_message() -> u64 {
 fn d_polling() -> Polling {
     Polling::Adaptive
 }
+fn d_true() -> bool {
+    true
+}
+
 fn d_spin_us() -> u64 {
     20
 }
@@ -861,6 +874,7 @@ impl Config {
             slow_subscriber: g
                 .and_then(|g| g.slow_subscriber)
                 .unwrap_or(self.slow_subscriber),
+            batch: g.and_then(|g| g.batch).unwrap_or(self.batch),
         }
     }
 

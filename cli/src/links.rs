@@ -112,7 +112,11 @@ impl LinkMessage {
             LinkMessage::Flush(FlushMsg::Data { key, frame }) => {
                 let mut v = flush_head(TAG_FLUSH_DATA, key, 5 + frame.data.len());
                 v.extend_from_slice(&frame.seq.0.to_be_bytes());
-                v.push(u8::from(frame.first) | (u8::from(frame.last) << 1));
+                v.push(
+                    u8::from(frame.first)
+                        | (u8::from(frame.last) << 1)
+                        | (u8::from(frame.batch) << 2),
+                );
                 v.extend_from_slice(&frame.data);
                 v
             }
@@ -159,8 +163,17 @@ impl LinkMessage {
             )),
             Some(&TAG_FLUSH_DATA) if b.len() >= FLUSH_HEAD + 5 => {
                 let flags = b[FLUSH_HEAD + 4];
-                if flags > 3 {
+                if flags > 7 {
                     return Err(format!("flush data with flags {flags:#x}"));
+                }
+                let data = &b[FLUSH_HEAD + 5..];
+                let batch = flags & 4 != 0;
+                if batch {
+                    // Its records are delivered one by one: checked whole first.
+                    let wire =
+                        mcast_wire::Flags(u16::from(flags & 3) << 2 | mcast_wire::Flags::BATCH.0);
+                    mcast_wire::batch::validate(wire, data)
+                        .map_err(|e| format!("flush data: {e}"))?;
                 }
                 Ok(LinkMessage::Flush(FlushMsg::Data {
                     key: flush_key(b),
@@ -168,7 +181,8 @@ impl LinkMessage {
                         seq: Seq(word(b, FLUSH_HEAD)),
                         first: flags & 1 != 0,
                         last: flags & 2 != 0,
-                        data: b[FLUSH_HEAD + 5..].to_vec(),
+                        batch,
+                        data: data.to_vec(),
                     },
                 }))
             }
@@ -261,10 +275,11 @@ mod tests {
                 assert_eq!(LinkMessage::decode(&m.encode()).unwrap(), m);
             }
         }
-        for (first, last, data) in [
-            (true, true, vec![]),
-            (true, false, vec![1, 2]),
-            (false, true, vec![9; 1400]),
+        for (first, last, batch, data) in [
+            (true, true, false, vec![]),
+            (true, false, false, vec![1, 2]),
+            (false, true, false, vec![9; 1400]),
+            (true, true, true, b"\x00\x02hi\x00\x00".to_vec()),
         ] {
             let m = LinkMessage::Flush(FlushMsg::Data {
                 key,
@@ -272,6 +287,7 @@ mod tests {
                     seq: Seq(41),
                     first,
                     last,
+                    batch,
                     data,
                 },
             });
@@ -299,6 +315,7 @@ mod tests {
                 seq: Seq(1),
                 first: true,
                 last: true,
+                batch: false,
                 data: vec![5],
             },
         })
@@ -306,9 +323,19 @@ mod tests {
         assert!(LinkMessage::decode(&data[..17])
             .unwrap_err()
             .contains("less than 18"));
-        data[17] = 4;
+        data[17] = 8;
         assert!(LinkMessage::decode(&data)
             .unwrap_err()
-            .contains("flags 0x4"));
+            .contains("flags 0x8"));
+        // A batch whose record runs past the end, and one not whole.
+        data[17] = 7;
+        assert!(LinkMessage::decode(&data)
+            .unwrap_err()
+            .contains("malformed batched payload"));
+        data.extend_from_slice(&[0]);
+        data[17] = 5;
+        assert!(LinkMessage::decode(&data)
+            .unwrap_err()
+            .contains("whole message"));
     }
 }

@@ -61,7 +61,8 @@ fn the_example_file_parses_and_validates() {
         GroupSettings {
             algorithm: Algorithm::Nak,
             window_frames: 2048,
-            slow_subscriber: SlowSubscriber::Hold
+            slow_subscriber: SlowSubscriber::Hold,
+            batch: true,
         }
     );
     // The example shows the defaults: it equals the minimal file plus its peers and group.
@@ -108,7 +109,8 @@ fn defaults() {
         GroupSettings {
             algorithm: Algorithm::Mak,
             window_frames: 4096,
-            slow_subscriber: SlowSubscriber::Cutoff
+            slow_subscriber: SlowSubscriber::Cutoff,
+            batch: true,
         }
     );
 }

@@ -362,6 +362,7 @@ fn link_messages() -> Vec<LinkMessage> {
                 seq: Seq(40),
                 first: true,
                 last: false,
+                batch: false,
                 data: b"abc".to_vec(),
             },
         }),

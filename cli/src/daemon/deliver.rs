@@ -11,10 +11,10 @@
 
 use std::collections::HashMap;
 
-use mcast_engine::{Deliver, Fragment};
+use mcast_engine::{Deliver, Fragment, RawFrame};
 use mcast_ipc::ring::{FIRST as FLAG_FIRST, LAST as FLAG_LAST};
 use mcast_ipc::{ClientId, PushError, RecordHeader, Server};
-use mcast_wire::{GroupId, NodeId};
+use mcast_wire::{Flags, GroupId, NodeId};
 
 use super::clients::{ClientState, Clients};
 use super::flush::Kept;
@@ -39,6 +39,20 @@ pub(super) struct Sink<'a> {
 }
 
 impl Deliver for Sink<'_> {
+    fn frame(&mut self, f: RawFrame<'_>) {
+        // What the flush of this sender's departure may need: the frame as
+        // it came, batched or not.
+        if let Some(k) = self.kept.get_mut(&(f.group, f.stream)) {
+            k.frames.push(
+                f.seq,
+                f.flags.contains(Flags::FRAG_FIRST),
+                f.flags.contains(Flags::FRAG_LAST),
+                f.flags.contains(Flags::BATCH),
+                f.payload,
+            );
+        }
+    }
+
     fn deliver(&mut self, f: Fragment<'_>) {
         if is_link(f.group) {
             if self.links.take_fragment(&f, self.max_message).is_err() {
@@ -49,10 +63,6 @@ impl Deliver for Sink<'_> {
         let Some(lg) = self.local.get_mut(&f.group) else {
             return;
         };
-        // What the flush of this sender's departure may need.
-        if let Some(k) = self.kept.get_mut(&(f.group, f.stream)) {
-            k.frames.push(f.seq, f.first, f.last, f.data);
-        }
         let (clients, counters) = (&mut *self.clients, &mut *self.counters);
         let (mode, members) = lg.mode_and_members();
         mode.deliver(&f, &mut |hdr, data| {

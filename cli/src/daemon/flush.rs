@@ -142,7 +142,14 @@ impl<T: Transport> Daemon<T> {
             self.jumped(key, skipped, &members);
         }
         let hdr = data_record(key.group, key.sender, frame.first, frame.last);
-        self.event_to(&members, hdr, &frame.data);
+        if frame.batch {
+            // Validated when the link message was decoded.
+            for m in mcast_wire::batch::records(&frame.data) {
+                self.event_to(&members, hdr, m);
+            }
+        } else {
+            self.event_to(&members, hdr, &frame.data);
+        }
     }
 
     /// The flush of `key` jumped over `skipped` frames no survivor kept: the

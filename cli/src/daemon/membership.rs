@@ -221,6 +221,7 @@ impl<T: Transport> Daemon<T> {
                 subscribe: true,
                 accept_any_sender: false,
                 max_queued_frames: (s.window_frames as usize).max(256),
+                batch_messages: s.batch,
             },
         )?;
         self.local.insert(

@@ -229,5 +229,6 @@ fn link_options() -> GroupOptions {
         subscribe: false,
         accept_any_sender: false,
         max_queued_frames: 4096,
+        batch_messages: true,
     }
 }

@@ -34,7 +34,8 @@ pub mod transport;
 
 pub use engine::{
     AuthConfig, Deliver, Engine, EngineConfig, EngineCounters, EngineStats, Fragment, FrameLedger,
-    GroupOptions, GroupStats, Message, ShutdownReport, StreamStart, MAX_SENDERS,
+    GroupOptions, GroupStats, Message, RawFrame, SendTally, ShutdownReport, StreamStart,
+    MAX_SENDERS,
 };
 pub use error::{EngineError, PublishError};
 pub use mcast_auth as auth;

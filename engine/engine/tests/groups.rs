@@ -30,6 +30,15 @@ fn opts(algorithm: Algorithm) -> GroupOptions {
         subscribe: true,
         accept_any_sender: false,
         max_queued_frames: 512,
+        batch_messages: true,
+    }
+}
+
+/// `opts`, one message per frame: for tests that count positions in frames.
+fn unbatched(algorithm: Algorithm) -> GroupOptions {
+    GroupOptions {
+        batch_messages: false,
+        ..opts(algorithm)
     }
 }
 
@@ -142,7 +151,7 @@ fn a_late_joiner_starts_at_the_senders_position_and_a_leaver_holds_nothing_back(
     let seg = MemorySegment::new();
     let (mut a, mut b, mut c) = (engine(&seg, 1), engine(&seg, 2), engine(&seg, 3));
     for e in [&mut a, &mut b] {
-        e.add_group(10, opts(Algorithm::Mak)).unwrap();
+        e.add_group(10, unbatched(Algorithm::Mak)).unwrap();
     }
     a.open_sender_in(10, &[2], start(0)).unwrap();
     b.open_receiver_in(10, 1, start(0)).unwrap();
@@ -153,7 +162,7 @@ fn a_late_joiner_starts_at_the_senders_position_and_a_leaver_holds_nothing_back(
     });
 
     // Node 3 joins: the sender names where it starts; node 3 opens there.
-    c.add_group(10, opts(Algorithm::Mak)).unwrap();
+    c.add_group(10, unbatched(Algorithm::Mak)).unwrap();
     let at = a.set_members_in(10, &[2, 3]).unwrap();
     assert_eq!(
         at,
@@ -191,7 +200,7 @@ fn a_member_that_lost_its_stream_resumes_where_it_acknowledged() {
     let seg = MemorySegment::new();
     let (mut a, mut b, mut c) = (engine(&seg, 1), engine(&seg, 2), engine(&seg, 3));
     for e in [&mut a, &mut b, &mut c] {
-        e.add_group(10, opts(Algorithm::Mak)).unwrap();
+        e.add_group(10, unbatched(Algorithm::Mak)).unwrap();
     }
     a.open_sender_in(10, &[2, 3], start(0)).unwrap();
     b.open_receiver_in(10, 1, start(0)).unwrap();
@@ -205,7 +214,7 @@ fn a_member_that_lost_its_stream_resumes_where_it_acknowledged() {
     // Node 3 drops its stream (it stopped carrying the group) while node 1
     // keeps counting it a member: node 1 cannot finish what it sends next.
     c.remove_group(10).unwrap();
-    c.add_group(10, opts(Algorithm::Mak)).unwrap();
+    c.add_group(10, unbatched(Algorithm::Mak)).unwrap();
     publish_all(&mut a, 10, 100..200);
     pump(&mut [&mut a, &mut b, &mut c], &mut got, |_, g| {
         g[1].len() == 200

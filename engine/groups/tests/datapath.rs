@@ -798,7 +798,7 @@ impl Sim {
                         .get_mut(&g)
                         .and_then(|c| c.receivers.get_mut(&x))
                         .expect("serviced");
-                    r.kept.push(seq, true, true, &msg.encode());
+                    r.kept.push(seq, true, true, false, &msg.encode());
                     let epoch = r.epoch;
                     self.deliver(id, g, x, epoch, msg, false);
                 }

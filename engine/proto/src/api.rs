@@ -74,7 +74,9 @@ pub struct OutFrame {
     pub buf: BufId,
     /// Payload bytes in `buf`.
     pub len: u16,
-    /// Fragment flags: [`Flags::FRAG_FIRST`] / [`Flags::FRAG_LAST`] (both for a whole message).
+    /// Payload flags: [`Flags::FRAG_FIRST`] / [`Flags::FRAG_LAST`] (both for a
+    /// whole message), and [`Flags::BATCH`] for several whole messages
+    /// (`mcast_wire::batch`).
     pub frag: Flags,
     /// True when nothing else is queued behind this frame: the end of a burst
     /// (MAK flags it LAST and asks for ACKs).

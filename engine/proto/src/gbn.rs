@@ -623,8 +623,8 @@ impl Sender for GbnSender {
         let slot = Slot {
             buf: frame.buf,
             len: frame.len,
-            // Only the fragment bits are the caller's; the rest are ours.
-            frag: Flags(frame.frag.0 & Flags::WHOLE.0),
+            // Only the payload bits (fragment, batch) are the caller's; the rest are ours.
+            frag: Flags(frame.frag.0 & Flags::PAYLOAD.0),
             queued: false,
             requested: false,
         };

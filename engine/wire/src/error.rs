@@ -17,6 +17,9 @@ pub enum WireError {
     BadChecksum { expected: u32, computed: u32 },
     /// A NAK payload is not a whole number of ranges, has too many, or has an empty one.
     BadNak { reason: &'static str },
+    /// A batched payload (flag BATCH) is not a whole number of records, or
+    /// the frame is not a whole message.
+    BadBatch { reason: &'static str },
 }
 
 impl fmt::Display for WireError {
@@ -51,6 +54,7 @@ impl fmt::Display for WireError {
                 )
             }
             WireError::BadNak { reason } => write!(f, "malformed NAK payload: {reason}"),
+            WireError::BadBatch { reason } => write!(f, "malformed batched payload: {reason}"),
         }
     }
 }

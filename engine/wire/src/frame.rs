@@ -126,8 +126,14 @@ impl Flags {
     pub const ACK_REQ: Flags = Flags(0x0010);
     /// The `ack` field carries a piggy-backed acknowledgment (GBN data).
     pub const ACK_VALID: Flags = Flags(0x0020);
+    /// The payload is several whole messages, each behind a 2-byte length
+    /// ([`crate::batch`]); always sent with [`Flags::WHOLE`].
+    pub const BATCH: Flags = Flags(0x0040);
     /// A whole message in one frame.
     pub const WHOLE: Flags = Flags(0x000c);
+    /// The bits that say what the payload is (fragment position, batch):
+    /// the publisher's, carried unchanged by every machine.
+    pub const PAYLOAD: Flags = Flags(0x004c);
 
     /// True when every bit of `other` is set.
     #[inline]

@@ -3,7 +3,7 @@
 //! Every frame is an Ethernet II frame with our EtherType, a fixed 44-byte header
 //! and a payload. This crate gives typed, zero-copy views over byte buffers
 //! ([`Frame`]), an owned parsed form of the header ([`Header`]), the NAK range
-//! list ([`RangeList`]), serial-number arithmetic ([`Seq`]) and the MAC
+//! list ([`RangeList`]), batched payloads ([`batch`]), serial-number arithmetic ([`Seq`]) and the MAC
 //! addresses of groups and nodes. It performs no I/O and never allocates; once
 //! [`Frame::new_checked`] succeeds no accessor panics. `docs/protocol.md` is the
 //! specification these types implement.
@@ -12,6 +12,7 @@
 #[cfg(test)]
 extern crate std;
 
+pub mod batch;
 mod error;
 mod frame;
 mod mac;

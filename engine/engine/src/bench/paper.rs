@@ -224,6 +224,7 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
         subscribe: false,
         accept_any_sender,
         max_queued_frames: c.max_queued_frames,
+        batch_messages: c.batch_messages,
     };
     let deadline_ns = deadline.as_nanos() as u64;
     let (sent, acked, echoed, delivered) = std::thread::scope(|sc| {

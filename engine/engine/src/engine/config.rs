@@ -74,6 +74,10 @@ pub struct EngineConfig {
     pub max_queued_frames: usize,
     /// Groups open at once at most.
     pub max_groups: usize,
+    /// Pack small messages published while a frame waits ahead of the window
+    /// into that frame (docs/protocol.md §1.10). On by default; off sends one
+    /// message per frame, as before batching existed (for comparisons).
+    pub batch_messages: bool,
     /// Seal every frame sent and refuse every frame received that is not
     /// sealed with an accepted key, or is a replay (docs/protocol.md §1.9).
     /// `None` (the default): frames carry no trailer and any frame of the
@@ -107,6 +111,7 @@ impl EngineConfig {
             max_message: 1 << 20,
             max_queued_frames: 256,
             max_groups: 256,
+            batch_messages: true,
             auth: None,
         }
     }
@@ -128,6 +133,7 @@ impl EngineConfig {
             subscribe: true,
             accept_any_sender: false,
             max_queued_frames: self.max_queued_frames,
+            batch_messages: self.batch_messages,
         }
     }
 }
@@ -149,6 +155,9 @@ pub struct GroupOptions {
     pub accept_any_sender: bool,
     /// Fragments queued ahead of the group's send window at most.
     pub max_queued_frames: usize,
+    /// Pack small messages into the frame waiting at the back of the send
+    /// queue (docs/protocol.md §1.10).
+    pub batch_messages: bool,
 }
 
 /// Where a send stream starts: its session epoch and first sequence number

@@ -3,6 +3,10 @@
 //! for [`Engine::recv_message`]. The one copy of a received payload is made
 //! here (the sink's, or into the message).
 //!
+//! A batched frame's messages are delivered one by one (docs/protocol.md
+//! §1.10), after the frame itself to sinks that keep frames
+//! ([`Deliver::frame`]).
+//!
 //! Owns: the delivery types and the drain of the machines' events (a
 //! delivery frees its frame, a release goes to the frame accounting). May
 //! not touch: how frames arrive or leave (the receive path and the TX
@@ -11,7 +15,7 @@
 use std::time::Duration;
 
 use mcast_proto::{Endpoint, Event, GroupId, NodeId, Seq};
-use mcast_wire::{Flags, FRAME_OVERHEAD};
+use mcast_wire::{batch, Flags, FRAME_OVERHEAD};
 
 use super::frames::{release_from_machine, Place};
 use super::{nanos, Engine};
@@ -34,9 +38,31 @@ pub struct Fragment<'a> {
     pub data: &'a [u8],
 }
 
+/// A received data frame as it came off the wire, before its messages are
+/// delivered: for a sink that keeps frames (a daemon keeps the last window of
+/// each stream for a flush).
+#[derive(Debug, Clone, Copy)]
+pub struct RawFrame<'a> {
+    pub group: GroupId,
+    /// The sending node.
+    pub stream: NodeId,
+    pub seq: Seq,
+    /// The payload flags (`Flags::PAYLOAD`: fragment position, batch).
+    pub flags: Flags,
+    /// The payload: a fragment, or with `Flags::BATCH` the records of
+    /// several messages (`mcast_wire::batch::records`).
+    pub payload: &'a [u8],
+}
+
 /// Takes received fragments as the engine delivers them (see [`Engine::poll_deliver`]).
 pub trait Deliver {
+    /// Each message or fragment, in stream order; the messages of a batched
+    /// frame one by one, each whole, all with the frame's `seq`.
     fn deliver(&mut self, fragment: Fragment<'_>);
+
+    /// Each frame, just before its messages go to [`Deliver::deliver`].
+    /// Does nothing unless the sink wants frames.
+    fn frame(&mut self, _frame: RawFrame<'_>) {}
 }
 
 impl<F: FnMut(Fragment<'_>)> Deliver for F {
@@ -131,32 +157,61 @@ impl<T: Transport> Engine<T> {
                             }
                             let start = self.frames.rx_offset[f as usize] as usize + FRAME_OVERHEAD;
                             let payload = &self.transport.frame(f)[start..start + usize::from(len)];
+                            let one = |data| Fragment {
+                                group: g.id,
+                                stream,
+                                seq,
+                                first: flags.contains(Flags::FRAG_FIRST),
+                                last: flags.contains(Flags::FRAG_LAST),
+                                data,
+                            };
+                            let batched = flags.contains(Flags::BATCH);
                             match sink.as_deref_mut() {
                                 // The one copy of a received payload is the sink's.
-                                Some(sink) => sink.deliver(Fragment {
-                                    group: g.id,
-                                    stream,
-                                    seq,
-                                    first: flags.contains(Flags::FRAG_FIRST),
-                                    last: flags.contains(Flags::FRAG_LAST),
-                                    data: payload,
-                                }),
-                                // Or into the message.
-                                None => match r.reassembler.push_owned(flags, payload) {
-                                    Ok(Some(data)) => {
-                                        self.messages.push_back(Message {
-                                            group: g.id,
-                                            stream,
-                                            data,
-                                        });
-                                        self.counters.messages_delivered += 1;
+                                Some(sink) => {
+                                    sink.frame(RawFrame {
+                                        group: g.id,
+                                        stream,
+                                        seq,
+                                        flags: Flags(flags.0 & Flags::PAYLOAD.0),
+                                        payload,
+                                    });
+                                    if batched {
+                                        // Validated on receipt (`rx`).
+                                        for m in batch::records(payload) {
+                                            sink.deliver(one(m));
+                                            self.counters.messages_delivered += 1;
+                                        }
+                                    } else {
+                                        sink.deliver(one(payload));
+                                        if flags.contains(Flags::FRAG_LAST) {
+                                            self.counters.messages_delivered += 1;
+                                        }
                                     }
-                                    Ok(None) => {}
-                                    Err(_) => self.counters.reassembly_errors += 1,
-                                },
-                            }
-                            if sink.is_some() && flags.contains(Flags::FRAG_LAST) {
-                                self.counters.messages_delivered += 1;
+                                }
+                                // Or into the message.
+                                None => {
+                                    let (messages, counters) =
+                                        (&mut self.messages, &mut self.counters);
+                                    let mut take =
+                                        |flags, data| match r.reassembler.push_owned(flags, data) {
+                                            Ok(Some(data)) => {
+                                                messages.push_back(Message {
+                                                    group: g.id,
+                                                    stream,
+                                                    data,
+                                                });
+                                                counters.messages_delivered += 1;
+                                            }
+                                            Ok(None) => {}
+                                            Err(_) => counters.reassembly_errors += 1,
+                                        };
+                                    if batched {
+                                        batch::records(payload).for_each(|m| take(Flags::WHOLE, m));
+                                    } else {
+                                        take(flags, payload);
+                                    }
+                                }
                             }
                             self.frames.place[f as usize] = Place::Transport;
                             self.transport.release(f);

@@ -93,9 +93,9 @@ mod tx;
 pub use auth::{AuthConfig, MAX_SENDERS};
 pub use beats::MAX_BEAT;
 pub use config::{EngineConfig, GroupOptions, StreamStart};
-pub use delivery::{Deliver, Fragment, Message};
+pub use delivery::{Deliver, Fragment, Message, RawFrame};
 pub use frames::{FrameLedger, ShutdownReport};
-pub use stats::{EngineCounters, EngineStats, GroupStats};
+pub use stats::{EngineCounters, EngineStats, GroupStats, SendTally};
 
 use frames::FrameTable;
 use streams::GroupState;

@@ -16,6 +16,7 @@ use mcast_proto::{Endpoint, Instant, SendError, Sender};
 
 use super::delivery::Deliver;
 use super::frames::Place;
+use super::publish::seal_payload;
 use super::{nanos, Engine};
 use crate::sys;
 use crate::transport::Transport;
@@ -226,10 +227,13 @@ impl<T: Transport> Engine<T> {
                     break;
                 }
                 of.last = s.queue.is_empty();
+                // Final now: nothing joins a frame that left the queue.
+                seal_payload(&self.transport, &mut self.frames, self.auth.is_some(), &of);
                 match s.machine.send(now, of) {
                     Ok(seq) => {
                         self.frames.place[of.buf.0 as usize] = Place::Machine;
                         s.next_seq = seq.next();
+                        s.tally.frames += 1;
                         fed = true;
                     }
                     Err(SendError::WindowFull(_)) | Err(SendError::NoMembers(_)) => {

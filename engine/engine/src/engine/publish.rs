@@ -1,18 +1,22 @@
 //! Publishing: the application's send side. A message's fragments are
 //! written once into transport frames and queued ahead of the send window
-//! (back-pressure: `WouldBlock`); whether everything published has gone
+//! (back-pressure: `WouldBlock`); a small message that finds a frame of
+//! whole messages waiting at the back of the queue joins it instead
+//! (batching, docs/protocol.md §1.10); whether everything published has gone
 //! ([`Engine::send_idle`], [`Engine::flush`]).
 //!
-//! Owns: the writing of published payloads (and their payload CRC) and the
-//! send queues' admission. May not touch: the send machines (the poll loop
-//! feeds them) or frames once queued.
+//! Owns: the writing of published payloads, the packing of messages into
+//! queued frames, a queued frame's checksum or digest (taken as it leaves
+//! the queue, once its payload is final), and the send queues' admission.
+//! May not touch: the send machines (the poll loop feeds them) or frames
+//! once they left the queue.
 
 use std::time::Duration;
 
 use mcast_proto::{BufId, GroupId, OutFrame, Sender};
-use mcast_wire::Frame;
+use mcast_wire::{batch, Flags, Frame};
 
-use super::frames::Place;
+use super::frames::{FrameTable, Place};
 use super::{nanos, Engine};
 use crate::sys;
 use crate::transport::Transport;
@@ -26,21 +30,31 @@ impl<T: Transport> Engine<T> {
 
     /// Queues a message for reliable delivery in `group`: its fragments are
     /// written once into transport frames and fed to the send machine as its
-    /// window opens. `WouldBlock` when the queue ahead of the window or the
-    /// frame pool is full.
+    /// window opens. A message that fits beside those in the frame waiting at
+    /// the back of the queue is packed into it instead (no frame is spent,
+    /// and none waits for one: a frame leaves as soon as the window takes
+    /// it). `WouldBlock` when the queue ahead of the window or the frame pool
+    /// is full.
     pub fn publish_in(&mut self, group: GroupId, msg: &[u8]) -> Result<(), PublishError> {
         let Some(gi) = self.group_index(group) else {
             return Err(PublishError::NoSendStream);
         };
         let limit = self.groups[gi].opts.max_queued_frames;
-        let Some(s) = self.groups[gi].sender.as_mut() else {
+        if self.groups[gi].sender.is_none() {
             return Err(PublishError::NoSendStream);
-        };
+        }
         if msg.len() > self.cfg.max_message {
             return Err(PublishError::TooLarge {
                 limit: self.cfg.max_message,
             });
         }
+        if self.groups[gi].opts.batch_messages && self.append_to_batch(gi, msg) {
+            self.counters.messages_published += 1;
+            return Ok(());
+        }
+        let Some(s) = self.groups[gi].sender.as_mut() else {
+            return Err(PublishError::NoSendStream);
+        };
         let count = msg.len().div_ceil(self.max_payload).max(1);
         if !s.queue.is_empty() && s.queue.len() + count > limit {
             self.counters.publish_would_block += 1;
@@ -59,15 +73,7 @@ impl<T: Transport> Engine<T> {
             };
             let area = Frame::<&mut [u8]>::payload_area_mut(self.transport.frame_mut(f), len)
                 .expect("MTU checked against the frame size");
-            let part = &msg[offset..offset + len];
-            area.copy_from_slice(part);
-            // Whichever the frame's transmissions will cover: the tag when
-            // it is sealed (the CRC field is then 0), else the CRC.
-            if self.auth.is_some() {
-                self.frames.digest[f as usize] = mcast_auth::payload_digest(part);
-            } else {
-                self.frames.payload_crc[f as usize] = mcast_wire::payload_crc(part);
-            }
+            area.copy_from_slice(&msg[offset..offset + len]);
             self.frames.place[f as usize] = Place::Queued;
             s.queue.push_back(OutFrame {
                 buf: BufId(f),
@@ -76,8 +82,46 @@ impl<T: Transport> Engine<T> {
                 last: false,
             });
         }
+        // A lone frame of a message that could share it starts a batch.
+        s.open_batch = count == 1 && msg.len() < self.max_payload;
+        s.tally.messages += 1;
+        s.tally.payload_bytes += msg.len() as u64;
         self.counters.messages_published += 1;
         Ok(())
+    }
+
+    /// Packs `msg` into the frame at the back of group `gi`'s send queue if
+    /// that frame holds whole messages and has room; true when it did. The
+    /// frame has not been handed to the machine, so nothing has been sent
+    /// of it and no sequence number is spent.
+    fn append_to_batch(&mut self, gi: usize, msg: &[u8]) -> bool {
+        let Some(s) = self.groups[gi].sender.as_mut() else {
+            return false;
+        };
+        if !s.open_batch {
+            return false;
+        }
+        let Some(back) = s.queue.back_mut() else {
+            return false;
+        };
+        let (len, batched) = (usize::from(back.len), back.frag.contains(Flags::BATCH));
+        let new_len = batch::len_after_append(len, batched, msg.len());
+        if new_len > self.max_payload {
+            return false;
+        }
+        let area =
+            Frame::<&mut [u8]>::payload_area_mut(self.transport.frame_mut(back.buf.0), new_len)
+                .expect("within the MTU checked against the frame size");
+        let mut at = len;
+        if !batched {
+            at = batch::begin(area, len);
+            back.frag = back.frag.with(Flags::BATCH);
+        }
+        back.len = batch::append(area, at, msg) as u16;
+        s.tally.messages += 1;
+        s.tally.batched += 1;
+        s.tally.payload_bytes += msg.len() as u64;
+        true
     }
 
     /// [`Engine::publish`], running the engine until the message is accepted
@@ -136,5 +180,26 @@ impl<T: Transport> Engine<T> {
             self.run_once()?;
         }
         Ok(true)
+    }
+}
+
+/// The checksum a queued frame's transmissions will cover, taken as the
+/// frame leaves the queue for the send machine, once no message can join it:
+/// the payload's digest when frames are sealed (the CRC field is then 0),
+/// else its CRC32C. The payload was written moments ago and is still in
+/// cache.
+pub(super) fn seal_payload<T: Transport>(
+    transport: &T,
+    frames: &mut FrameTable,
+    sealed: bool,
+    of: &OutFrame,
+) {
+    let f = of.buf.0;
+    let start = mcast_wire::FRAME_OVERHEAD;
+    let payload = &transport.frame(f)[start..start + usize::from(of.len)];
+    if sealed {
+        frames.digest[f as usize] = mcast_auth::payload_digest(payload);
+    } else {
+        frames.payload_crc[f as usize] = mcast_wire::payload_crc(payload);
     }
 }

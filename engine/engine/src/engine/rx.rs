@@ -1,6 +1,6 @@
 //! The receive path: one received frame, authenticated (when the engine has
 //! keys: `auth`), checked (`Frame::new_checked`; a checksum failure counts as
-//! a loss), routed by (group, [`stream_of`]) to
+//! a loss; a batched payload's records checked), routed by (group, [`stream_of`]) to
 //! its send or receive machine, or taken as a beat.
 //!
 //! Owns: the per-frame receive decisions and the peers the frames teach.
@@ -8,7 +8,7 @@
 //! stream table (`accept_any_sender`).
 
 use mcast_proto::{stream_of, BufId, Endpoint, Instant, RxBody};
-use mcast_wire::{Frame, Kind, RangeList, WireError, FRAME_OVERHEAD};
+use mcast_wire::{batch, Flags, Frame, Kind, RangeList, WireError, FRAME_OVERHEAD};
 
 use super::beats::{MAX_BEAT, MAX_BEATS};
 use super::frames::Place;
@@ -55,6 +55,11 @@ impl<T: Transport> Engine<T> {
             } else {
                 None
             };
+            if h.kind.carries_data() && h.flags.contains(Flags::BATCH) {
+                // Checked whole before any machine holds the frame, so
+                // delivery can take its records as they come.
+                batch::validate(h.flags, fr.payload())?;
+            }
             Ok((h, nak, fr.src_mac()))
         });
         let (header, nak, src_mac) = match parsed {

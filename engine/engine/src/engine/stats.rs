@@ -65,6 +65,44 @@ pub struct EngineCounters {
     pub sleeps: u64,
 }
 
+/// What one send stream carried: messages, the data frames they went out
+/// in, and bytes (docs/protocol.md §1.10).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendTally {
+    /// Messages published.
+    pub messages: u64,
+    /// Of those, messages packed into a frame another message had started.
+    pub batched: u64,
+    /// Data frames handed to the send machine (each sent once, then repaired
+    /// as needed).
+    pub frames: u64,
+    /// Application bytes published.
+    pub payload_bytes: u64,
+    /// Bytes of every data frame transmitted, first sends and repeats, from
+    /// the Ethernet header to the end of the trailer.
+    pub wire_bytes: u64,
+}
+
+impl SendTally {
+    /// Messages per data frame (0 before the first frame).
+    pub fn messages_per_frame(&self) -> f64 {
+        ratio(self.messages, self.frames)
+    }
+
+    /// Bytes on the wire per application byte (0 before the first byte).
+    pub fn wire_per_payload_byte(&self) -> f64 {
+        ratio(self.wire_bytes, self.payload_bytes)
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
 /// The counters of one group's streams.
 #[derive(Debug, Clone)]
 pub struct GroupStats {
@@ -72,6 +110,8 @@ pub struct GroupStats {
     pub algorithm: Algorithm,
     /// This node's send machine.
     pub sender: Option<Counters>,
+    /// What this node's send stream carried.
+    pub tally: Option<SendTally>,
     /// Each receive machine, by sending node.
     pub receivers: Vec<(NodeId, Counters)>,
     /// Fragments queued ahead of the send window.
@@ -107,6 +147,7 @@ impl<T: Transport> Engine<T> {
                 group: g.id,
                 algorithm: g.opts.algorithm,
                 sender: g.sender.as_ref().map(|s| *s.machine.counters()),
+                tally: g.sender.as_ref().map(|s| s.tally),
                 receivers: g
                     .receivers
                     .iter()

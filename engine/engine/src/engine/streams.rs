@@ -16,7 +16,7 @@ use mcast_proto::frag::Reassembler;
 use mcast_proto::{Endpoint, GroupId, NodeId, OutFrame, Sender, Seq, StreamConfig};
 use mcast_wire::group_mac;
 
-use super::{Engine, GroupOptions, StreamStart};
+use super::{Engine, GroupOptions, SendTally, StreamStart};
 use crate::transport::Transport;
 use crate::EngineError;
 
@@ -37,6 +37,11 @@ pub(super) struct SendStream {
     pub(super) next_seq: Seq,
     /// Published fragments waiting for the window.
     pub(super) queue: VecDeque<OutFrame>,
+    /// Whether the frame at the back of `queue` takes more messages (it
+    /// holds whole messages only, and batching is on).
+    pub(super) open_batch: bool,
+    /// What the stream carried (messages, frames, bytes).
+    pub(super) tally: SendTally,
 }
 
 #[derive(Debug)]
@@ -151,6 +156,8 @@ impl<T: Transport> Engine<T> {
             start,
             next_seq: start.seq,
             queue: VecDeque::new(),
+            open_batch: false,
+            tally: SendTally::default(),
         });
         Ok(())
     }

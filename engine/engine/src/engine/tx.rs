@@ -114,8 +114,8 @@ impl<T: Transport> Engine<T> {
                     Crc::PayloadKnown(self.frames.payload_crc[b as usize])
                 };
                 let addr = (dst, src, ethertype);
-                let policy = self
-                    .group_index(t.header.group)
+                let gi = self.group_index(t.header.group);
+                let policy = gi
                     .and_then(|gi| self.groups[gi].sender.as_ref())
                     .map_or(TxPolicy::InPlace, |s| s.policy);
                 match (policy, place) {
@@ -130,6 +130,7 @@ impl<T: Transport> Engine<T> {
                             back: true,
                         };
                         self.tx_keep.push(TxDesc { frame: b, len });
+                        self.tally_wire(gi, len);
                     }
                     (_, Place::Staged { back: true, .. } | Place::InTx { back: true }) => {
                         // Still on its way out: rewriting it now would corrupt
@@ -160,6 +161,7 @@ impl<T: Transport> Engine<T> {
                             back: false,
                         };
                         self.tx_copy.push(TxDesc { frame: f, len });
+                        self.tally_wire(gi, len);
                     }
                     (_, other) => {
                         return Err(EngineError::Accounting(format!(
@@ -170,6 +172,13 @@ impl<T: Transport> Engine<T> {
             }
         }
         Ok(())
+    }
+
+    /// Counts a data frame of `len` bytes sent on group `gi`'s send stream.
+    fn tally_wire(&mut self, gi: Option<usize>, len: u32) {
+        if let Some(s) = gi.and_then(|gi| self.groups[gi].sender.as_mut()) {
+            s.tally.wire_bytes += u64::from(len);
+        }
     }
 
     pub(super) fn flush_batches(&mut self) -> Result<(), EngineError> {

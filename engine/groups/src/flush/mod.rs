@@ -71,6 +71,8 @@ pub struct FlushFrame {
     pub first: bool,
     /// The last fragment of a message.
     pub last: bool,
+    /// The frame holds several whole messages (docs/protocol.md §1.10).
+    pub batch: bool,
     pub data: Vec<u8>,
 }
 

@@ -26,6 +26,7 @@ struct Meta {
     seq: Seq,
     first: bool,
     last: bool,
+    batch: bool,
     len: u32,
 }
 
@@ -53,7 +54,8 @@ impl Retained {
 
     /// A frame delivered in order. A frame that does not follow the last one
     /// (the stream was opened again elsewhere) starts the record afresh.
-    pub fn push(&mut self, seq: Seq, first: bool, last: bool, data: &[u8]) {
+    /// `batch`: the frame holds several whole messages.
+    pub fn push(&mut self, seq: Seq, first: bool, last: bool, batch: bool, data: &[u8]) {
         if self.next.is_some_and(|n| n != seq) {
             self.meta.clear();
             self.bytes.clear();
@@ -67,6 +69,7 @@ impl Retained {
             seq,
             first,
             last,
+            batch,
             len: data.len() as u32,
         });
         self.next = Some(seq.next());
@@ -117,6 +120,7 @@ impl Retained {
                     seq: m.seq,
                     first: m.first,
                     last: m.last,
+                    batch: m.batch,
                     data: self.bytes.range(offset..offset + len).copied().collect(),
                 });
             }

@@ -216,7 +216,7 @@ impl Flush {
             return None;
         };
         self.kept
-            .push(frame.seq, frame.first, frame.last, &frame.data);
+            .push(frame.seq, frame.first, frame.last, frame.batch, &frame.data);
         self.recovered += 1;
         self.serve(out);
         Some(skipped)
@@ -251,7 +251,7 @@ impl Flush {
             };
             let frame = self.early.swap_remove(i);
             self.kept
-                .push(frame.seq, frame.first, frame.last, &frame.data);
+                .push(frame.seq, frame.first, frame.last, frame.batch, &frame.data);
             self.recovered += 1;
             self.serve(out);
             ready.push(Ready {

@@ -22,6 +22,7 @@ fn whole(seq: Seq, data: Vec<u8>) -> FlushFrame {
         seq,
         first: true,
         last: true,
+        batch: false,
         data,
     }
 }
@@ -29,7 +30,7 @@ fn whole(seq: Seq, data: Vec<u8>) -> FlushFrame {
 fn kept(from: u32, to: u32, window: u32) -> Retained {
     let mut r = Retained::new(window);
     for s in from..to {
-        r.push(Seq(s), s % 2 == 0, s % 2 == 1, &[s as u8, 0xee]);
+        r.push(Seq(s), s % 2 == 0, s % 2 == 1, false, &[s as u8, 0xee]);
     }
     r
 }
@@ -142,6 +143,7 @@ fn retained_keeps_the_last_window_in_order() {
             seq: Seq(8),
             first: true,
             last: false,
+            batch: false,
             data: vec![8, 0xee]
         }
     );
@@ -149,7 +151,7 @@ fn retained_keeps_the_last_window_in_order() {
     assert!(r.frames_from(Seq(2)).is_empty(), "not covered: nothing");
     // A frame that does not follow starts afresh.
     let mut r = r;
-    r.push(Seq(50), true, true, b"x");
+    r.push(Seq(50), true, true, false, b"x");
     assert_eq!((r.frames(), r.bytes(), r.next()), (1, 1, Some(Seq(51))));
     assert!(!r.covers(Seq(9)));
 }
@@ -163,7 +165,7 @@ fn a_stream_that_delivered_nothing_reports_its_start_and_is_served_from_it() {
     net.run();
     assert_eq!(net.seqs_of(1), seqs(20, 23));
     let mut r = Retained::starting_at(8, Seq(20));
-    r.push(Seq(20), true, true, b"a");
+    r.push(Seq(20), true, true, false, b"a");
     assert_eq!((r.frames(), r.next()), (1, Some(Seq(21))));
 }
 
@@ -171,7 +173,7 @@ fn a_stream_that_delivered_nothing_reports_its_start_and_is_served_from_it() {
 fn retained_crosses_the_sequence_wrap() {
     let mut r = Retained::new(8);
     for i in 0..6u32 {
-        r.push(Seq(u32::MAX - 2).add(i), true, true, &[i as u8]);
+        r.push(Seq(u32::MAX - 2).add(i), true, true, false, &[i as u8]);
     }
     assert!(r.covers(Seq(u32::MAX)));
     let f = r.frames_from(Seq(u32::MAX));

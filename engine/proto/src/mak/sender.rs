@@ -559,7 +559,7 @@ impl Sender for MakSender {
             return Err(SendError::WindowFull(frame.buf));
         }
         let seq = self.next_seq;
-        let mut flags = Flags(frame.frag.0 & Flags::WHOLE.0);
+        let mut flags = Flags(frame.frag.0 & Flags::PAYLOAD.0);
         if frame.last {
             flags = flags.with(Flags::LAST);
         }
