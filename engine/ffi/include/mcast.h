@@ -126,6 +126,39 @@ int mcast_publish(mcast_client *c, uint32_t group, const void *data, size_t len)
 int mcast_publish_blocking(mcast_client *c, uint32_t group, const void *data, size_t len,
                            int timeout_ms);
 
+/* One message for mcast_publish_batch: len bytes at data (data may be NULL
+ * when len is 0). */
+typedef struct mcast_msg {
+    const void *data;
+    size_t len;
+} mcast_msg;
+
+/*
+ * Publishes as many of the n messages at msgs, in order, as fit in the
+ * publication ring now, each whole, without blocking, and sets *taken_out
+ * (must not be NULL) to how many it took; offer the rest again later. One
+ * copy per message and one ring commit for all of them: no system call
+ * unless mcastd sleeps, no lock, no allocation.
+ *
+ * Returns MCAST_OK with *taken_out >= 1 (0 when n is 0);
+ * MCAST_EWOULDBLOCK when not even the first fits (*taken_out 0);
+ * MCAST_ETOOLARGE when the first is longer than mcast_max_message() (a
+ * longer one further on ends the batch before it: the next call, which
+ * starts with it, says MCAST_ETOOLARGE); MCAST_EINVAL, with nothing
+ * published, when msgs is NULL and n is not 0 or an entry's data is NULL
+ * and its len is not 0.
+ */
+int mcast_publish_batch(mcast_client *c, uint32_t group, const mcast_msg *msgs, size_t n,
+                        size_t *taken_out);
+
+/*
+ * Like mcast_publish_batch, but when not even the first message fits waits
+ * for room up to timeout_ms (-1: forever; 0: not at all), then returns
+ * MCAST_ETIMEDOUT. On MCAST_OK at least one was taken (unless n is 0).
+ */
+int mcast_publish_batch_blocking(mcast_client *c, uint32_t group, const mcast_msg *msgs,
+                                 size_t n, size_t *taken_out, int timeout_ms);
+
 /*
  * Receives the next data message: copies it into buf (cap bytes), sets
  * *len_out to its length, *group_out (may be NULL) to its group's number
@@ -140,6 +173,11 @@ int mcast_publish_blocking(mcast_client *c, uint32_t group, const void *data, si
  * message (without waiting), so retry with a buffer of at least *len_out
  * bytes. buf may be NULL when cap is 0 (to ask the size of the next
  * message). len_out must not be NULL.
+ *
+ * A message that fits is copied once, from the shared ring straight into
+ * buf (no allocation); only one kept for a larger buffer is copied into
+ * the library first. To take many messages per call without a copy, see
+ * mcast_recv_batch.
  */
 int mcast_recv(mcast_client *c, void *buf, size_t cap, size_t *len_out, uint32_t *group_out,
                uint32_t *source_out, int timeout_ms);
@@ -164,6 +202,39 @@ enum mcast_msg_kind {
  */
 int mcast_recv_ex(mcast_client *c, void *buf, size_t cap, size_t *len_out, uint32_t *group_out,
                   uint32_t *source_out, int *kind_out, int timeout_ms);
+
+/* A message or membership event lent to an mcast_recv_batch callback. */
+typedef struct mcast_message_view {
+    const void *data; /* its bytes: valid only until the callback returns */
+    size_t len;       /* how many */
+    uint32_t group;   /* its group's number */
+    uint32_t source;  /* its sender (0 for a membership event) */
+    int kind;         /* MCAST_MSG_DATA or MCAST_MSG_MEMBERSHIP */
+} mcast_message_view;
+
+/* Called by mcast_recv_batch with each message, arg as given to it. It must
+ * return normally (no longjmp, no C++ exception) and must not call any
+ * mcast_* function on the same client (mcast_event_parse and
+ * mcast_event_nodes, which take no client, are fine); copy what it keeps. */
+typedef void (*mcast_recv_cb)(void *arg, const mcast_message_view *m);
+
+/*
+ * Receives up to max messages and membership events, in stream order, and
+ * calls cb(arg, m) with each, where m->data points straight into the shared
+ * ring for a message that came in one piece: no copy, no allocation (a
+ * message mcastd cut in fragments is lent from the library's reassembly
+ * buffer). The ring's space goes back to mcastd once, after the last
+ * callback. *count_out (may be NULL) is how many cb got.
+ *
+ * timeout_ms as for mcast_recv, for the first message: 0 returns at once
+ * (MCAST_EAGAIN if none is there), -1 waits forever, a positive count
+ * waits that long (then MCAST_ETIMEDOUT); once one is there, only what is
+ * already waiting joins it. A message that mcast_recv or mcast_recv_ex kept
+ * for a larger buffer (MCAST_ETOOSMALL) comes first. MCAST_EINVAL when cb
+ * is NULL or max is 0.
+ */
+int mcast_recv_batch(mcast_client *c, size_t max, mcast_recv_cb cb, void *arg, size_t *count_out,
+                     int timeout_ms);
 
 /* What a membership event says (struct mcast_event's kind). */
 enum mcast_event_kind {

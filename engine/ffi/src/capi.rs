@@ -4,8 +4,9 @@
 //! before using them (`MCAST_EINVAL` otherwise) and runs its body under
 //! `catch_unwind`, so a panic becomes `MCAST_EIO` with a message instead of
 //! unwinding into C. What the checks cannot see (a dangling pointer, a buffer
-//! shorter than its stated length, one client used by two threads at once)
-//! is the caller's side of each function's `# Safety` contract, as in C.
+//! shorter than its stated length, one client used by two threads at once,
+//! a receive callback that calls back into its own client) is the caller's
+//! side of each function's `# Safety` contract, as in C.
 
 use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
@@ -18,7 +19,8 @@ use mcast_ipc::Client;
 
 use crate::{
     msg_kind, notice_info, panic_message, parse_event, set_thread_error, strerror, thread_error,
-    Fail, McastClient, McastEvent, McastNotice, MCAST_EINVAL, MCAST_EIO, MCAST_ETOOSMALL, MCAST_OK,
+    Fail, McastClient, McastEvent, McastMessageView, McastMsg, McastNotice, McastRecvCallback,
+    MCAST_EINVAL, MCAST_EIO, MCAST_ETOOSMALL, MCAST_OK,
 };
 
 /// Runs `f`; a panic becomes `MCAST_EIO`, its message this thread's error.
@@ -302,6 +304,113 @@ pub unsafe extern "C" fn mcast_publish_blocking(
     unsafe { with_client(c, run) }
 }
 
+/// Publishes the `n` messages at `msgs` as [`mcast_publish_batch`] does;
+/// with `timeout_ms` (not `None`) waiting for room for the first, as
+/// [`mcast_publish_batch_blocking`] does.
+///
+/// # Safety
+/// As for [`mcast_publish_batch`].
+unsafe fn publish_many(
+    c: *mut McastClient,
+    group: u32,
+    msgs: *const McastMsg,
+    n: usize,
+    taken_out: *mut usize,
+    timeout_ms: Option<c_int>,
+) -> c_int {
+    let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
+        if taken_out.is_null() {
+            return Err(Fail::inval("taken_out is NULL"));
+        }
+        // SAFETY: not NULL (checked), valid for writes by contract.
+        unsafe { taken_out.write(0) };
+        let timeout = timeout_ms.map(timeout_arg).transpose()?;
+        let msgs: &[McastMsg] = if n == 0 {
+            &[]
+        } else if msgs.is_null() {
+            return Err(Fail::inval(format!("msgs is NULL but n is {n}")));
+        } else if n > isize::MAX as usize / std::mem::size_of::<McastMsg>() {
+            return Err(Fail::inval(format!("n {n} is not a count of messages")));
+        } else {
+            // SAFETY: not NULL, n * size_of::<McastMsg>() within isize::MAX
+            // (checked), and by the caller's contract valid for reads of n
+            // mcast_msg during the call.
+            unsafe { std::slice::from_raw_parts(msgs, n) }
+        };
+        // Every entry is checked before any is published.
+        for (i, m) in msgs.iter().enumerate() {
+            if m.len > 0 && m.data.is_null() {
+                return Err(Fail::inval(format!(
+                    "msgs[{i}].data is NULL but its length is {}",
+                    m.len
+                )));
+            }
+            if m.len > isize::MAX as usize {
+                return Err(Fail::inval(format!(
+                    "msgs[{i}]: length {} is not a size",
+                    m.len
+                )));
+            }
+        }
+        let bytes = msgs.iter().map(|m| -> &[u8] {
+            if m.len == 0 {
+                return &[];
+            }
+            // SAFETY: not NULL and len within isize::MAX (checked above);
+            // by the caller's contract valid for reads of len bytes during
+            // the call.
+            unsafe { std::slice::from_raw_parts(m.data.cast::<u8>(), m.len) }
+        });
+        let taken = match timeout {
+            None => cl.client.publish_batch(group, bytes)?,
+            Some(t) => cl.client.publish_batch_blocking(group, bytes, t)?,
+        };
+        // SAFETY: not NULL (checked), valid for writes by contract.
+        unsafe { taken_out.write(taken) };
+        Ok(MCAST_OK)
+    };
+    // SAFETY: the caller's contract is with_client's.
+    unsafe { with_client(c, run) }
+}
+
+/// Publishes as many of the `n` messages at `msgs`, in order, as fit now,
+/// each whole, with one ring commit; `*taken_out` says how many.
+///
+/// # Safety
+/// `c` is NULL or a live client (from `mcast_connect`, not yet closed) that
+/// no other thread uses during the call; `msgs` is NULL or valid for reads of
+/// `n` `mcast_msg`, each one's `data` NULL or valid for reads of its `len`
+/// bytes; `taken_out` is NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_publish_batch(
+    c: *mut McastClient,
+    group: u32,
+    msgs: *const McastMsg,
+    n: usize,
+    taken_out: *mut usize,
+) -> c_int {
+    // SAFETY: the caller's contract is publish_many's.
+    unsafe { publish_many(c, group, msgs, n, taken_out, None) }
+}
+
+/// As [`mcast_publish_batch`], waiting up to `timeout_ms` (-1: forever)
+/// for room for the first message.
+///
+/// # Safety
+/// As for [`mcast_publish_batch`].
+#[no_mangle]
+pub unsafe extern "C" fn mcast_publish_batch_blocking(
+    c: *mut McastClient,
+    group: u32,
+    msgs: *const McastMsg,
+    n: usize,
+    taken_out: *mut usize,
+    timeout_ms: c_int,
+) -> c_int {
+    // SAFETY: the caller's contract is publish_many's.
+    unsafe { publish_many(c, group, msgs, n, taken_out, Some(timeout_ms)) }
+}
+
 /// Receives the next message into `buf`, as [`mcast_recv`] and
 /// [`mcast_recv_ex`] do; with `events` false membership events are skipped.
 ///
@@ -326,8 +435,17 @@ unsafe fn recv(
         if buf.is_null() && cap > 0 {
             return Err(Fail::inval(format!("buf is NULL but cap is {cap}")));
         }
-        let m = cl.next_message(timeout_ms, events)?;
-        let len = m.data.len();
+        let m = cl.recv_into(timeout_ms, events, cap, |data| {
+            if !data.is_empty() {
+                // SAFETY: recv_into hands over at most cap bytes, and more
+                // than 0, so cap > 0 and buf is not NULL (checked); buf is
+                // valid for writes of cap bytes by contract and cannot
+                // overlap the message, which is in the ring this library
+                // maps or in its own memory.
+                unsafe { ptr::copy_nonoverlapping(data.as_ptr(), buf.cast::<u8>(), data.len()) };
+            }
+        })?;
+        let len = m.len;
         // SAFETY: not NULL (checked), valid for writes by contract.
         unsafe { len_out.write(len) };
         if len > cap {
@@ -339,19 +457,12 @@ unsafe fn recv(
                 ),
             ));
         }
-        if len > 0 {
-            // SAFETY: len > 0 so cap > 0 and buf is not NULL (checked);
-            // buf is valid for writes of cap >= len bytes by contract, and
-            // cannot overlap the message, which this library owns.
-            unsafe { ptr::copy_nonoverlapping(m.data.as_ptr(), buf.cast::<u8>(), len) };
-        }
         // SAFETY: the caller's contract for the optional out-parameters.
         unsafe {
             put(group_out, m.group);
             put(source_out, m.source);
             put(kind_out, msg_kind(m.kind));
         }
-        cl.take_pending();
         Ok(MCAST_OK)
     };
     // SAFETY: the caller's contract is with_client's.
@@ -417,6 +528,52 @@ pub unsafe extern "C" fn mcast_recv_ex(
             c, buf, cap, len_out, group_out, source_out, kind_out, timeout_ms, true,
         )
     }
+}
+
+/// Hands up to `max` messages and membership events, in stream order, to
+/// `cb`, each as an `mcast_message_view` lent for the call (whole messages
+/// straight from the shared ring), waiting up to `timeout_ms` for the first;
+/// `*count_out` says how many.
+///
+/// # Safety
+/// `c` is NULL or a live client (from `mcast_connect`, not yet closed) that
+/// no other thread uses during the call, nor `cb`; `cb` is NULL or a function
+/// that returns normally and calls nothing on `c`; `count_out` is NULL or
+/// valid for writes. `arg` is only passed to `cb`.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_recv_batch(
+    c: *mut McastClient,
+    max: usize,
+    cb: McastRecvCallback,
+    arg: *mut c_void,
+    count_out: *mut usize,
+    timeout_ms: c_int,
+) -> c_int {
+    let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
+        // SAFETY: the caller's contract for count_out.
+        unsafe { put(count_out, 0) };
+        let Some(cb) = cb else {
+            return Err(Fail::inval("cb is NULL"));
+        };
+        let n = cl.recv_batch(max, timeout_ms, |m| {
+            let view = McastMessageView {
+                data: m.data.as_ptr().cast(),
+                len: m.data.len(),
+                group: m.group,
+                source: m.source,
+                kind: msg_kind(m.kind),
+            };
+            // SAFETY: by the contract cb is a function of this type that
+            // returns normally and does not call into this client; the view
+            // and the bytes it points to live until it returns.
+            unsafe { cb(arg, &view) };
+        })?;
+        // SAFETY: the caller's contract for count_out.
+        unsafe { put(count_out, n) };
+        Ok(MCAST_OK)
+    };
+    // SAFETY: the caller's contract is with_client's.
+    unsafe { with_client(c, run) }
 }
 
 /// Runs `f` with no client: a failure's message becomes this thread's

@@ -3,9 +3,12 @@
 //! written by hand; `tests/header.rs` checks that they and the exports agree.
 //!
 //! - This module: the return codes, their mapping from [`mcast_ipc::Error`],
-//!   and the state behind an `mcast_client *` (the Rust client, the message
-//!   a too-small buffer could not take, the notices not yet handed over, the
-//!   last error's words). Safe code.
+//!   the plain structs of the batch calls (`mcast_msg`,
+//!   `mcast_message_view`), and the state behind an `mcast_client *` (the
+//!   Rust client, the message a too-small buffer could not take, the notices
+//!   not yet handed over, the last error's words) with the receives over it:
+//!   into the caller's buffer straight from the ring, or lent to a callback.
+//!   Safe code.
 //! - [`event`]: membership events and notices as C sees them (kinds, the
 //!   event's JSON parsed into counts and node lists). Safe code.
 //! - [`capi`]: the `extern "C"` functions. The only module allowed unsafe
@@ -15,10 +18,10 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::ffi::{c_int, CStr};
+use std::ffi::{c_int, c_void, CStr};
 use std::time::{Duration, Instant};
 
-use mcast_ipc::{Client, Error, Message, MessageKind, Notice};
+use mcast_ipc::{Client, Error, Message, MessageKind, MessageRef, Notice};
 
 #[allow(unsafe_code)]
 pub mod capi;
@@ -132,13 +135,120 @@ pub struct McastClient {
     /// The connection.
     pub client: Client,
     /// A message received but not yet handed over (the caller's buffer was
-    /// too small); the next receive returns it first.
+    /// too small): a copy out of the ring, the next receive returns it
+    /// first. The only message this library copies on receiving one record.
     pub pending: Option<Message>,
     /// Notices taken from the client but not yet handed over by
     /// `mcast_next_notice` (the client hands over all it has at once).
     pub notices: VecDeque<Notice>,
     /// The last failed call's message, empty if none failed yet.
     pub last_error: String,
+}
+
+/// One message to publish (`mcast_msg`): `len` bytes at `data` (which may
+/// be NULL when `len` is 0).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct McastMsg {
+    /// The bytes.
+    pub data: *const c_void,
+    /// How many.
+    pub len: usize,
+}
+
+/// A message lent to an `mcast_recv_batch` callback
+/// (`mcast_message_view`): `data` is valid only during the call.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct McastMessageView {
+    /// The bytes (not NULL, but not to be read when `len` is 0).
+    pub data: *const c_void,
+    /// How many.
+    pub len: usize,
+    /// Its group's number.
+    pub group: u32,
+    /// Its sender (0 for a membership event).
+    pub source: u32,
+    /// `MCAST_MSG_DATA` or `MCAST_MSG_MEMBERSHIP`.
+    pub kind: c_int,
+}
+
+/// `mcast_recv_cb`: what `mcast_recv_batch` calls with each message.
+pub type McastRecvCallback =
+    Option<unsafe extern "C" fn(arg: *mut c_void, m: *const McastMessageView)>;
+
+/// What a receive found: the message's numbers and length (longer than the
+/// caller's buffer: it was kept, `MCAST_ETOOSMALL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    /// Data or a membership event.
+    pub kind: MessageKind,
+    /// Its group.
+    pub group: u32,
+    /// Its sender.
+    pub source: u32,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+impl Received {
+    fn of(kind: MessageKind, group: u32, source: u32, len: usize) -> Received {
+        Received {
+            kind,
+            group,
+            source,
+            len,
+        }
+    }
+}
+
+/// How long a receive may wait, from its `timeout_ms`.
+#[derive(Debug, Clone, Copy)]
+enum Deadline {
+    /// 0: take what is there, `MCAST_EAGAIN` if nothing.
+    Now,
+    /// -1: wait for ever.
+    Never,
+    /// Wait until then, `MCAST_ETIMEDOUT` after.
+    At(Instant, c_int),
+}
+
+impl Deadline {
+    fn of(timeout_ms: c_int) -> Result<Deadline, Fail> {
+        match timeout_ms {
+            0 => Ok(Deadline::Now),
+            -1 => Ok(Deadline::Never),
+            t if t > 0 => Ok(Deadline::At(now() + Duration::from_millis(t as u64), t)),
+            t => Err(Fail::inval(format!(
+                "timeout_ms {t}: use -1 (forever), 0 (do not wait) or a positive count"
+            ))),
+        }
+    }
+
+    /// Up to `max` messages from the ring to `f`, waiting for the first
+    /// until the deadline: how many, or the code saying none came.
+    fn receive(
+        self,
+        client: &mut Client,
+        max: usize,
+        f: impl FnMut(MessageRef<'_>),
+    ) -> Result<usize, Fail> {
+        let n = match self {
+            Deadline::Now => client.recv_batch(max, f)?,
+            Deadline::Never => client.recv_batch_timeout(max, None, f)?,
+            Deadline::At(d, _) => {
+                client.recv_batch_timeout(max, Some(d.saturating_duration_since(now())), f)?
+            }
+        };
+        match self {
+            _ if n > 0 => Ok(n),
+            Deadline::At(_, ms) => Err(Fail::new(
+                MCAST_ETIMEDOUT,
+                format!("no message within {ms} ms"),
+            )),
+            _ => Err(Fail::new(MCAST_EAGAIN, "no message waiting")),
+        }
+    }
 }
 
 /// The client's clock, for a receive's deadline across skipped events.
@@ -161,12 +271,23 @@ impl McastClient {
         }
     }
 
-    /// The next message: the pending one, else one from the ring, waiting
-    /// as `timeout_ms` says (0: not at all, -1: forever, else milliseconds).
-    /// With `events` false, membership events are skipped (a pending one
-    /// too), as `mcast_recv` does. It stays pending until
-    /// [`McastClient::take_pending`].
-    pub fn next_message(&mut self, timeout_ms: c_int, events: bool) -> Result<&Message, Fail> {
+    /// Receives the next message for `mcast_recv` / `mcast_recv_ex`: the
+    /// pending one first, else one from the ring, waiting as `timeout_ms`
+    /// says (0: not at all, -1: forever, else milliseconds). With `events`
+    /// false, membership events are skipped (a pending one too), as
+    /// `mcast_recv` does.
+    ///
+    /// A message of at most `cap` bytes is handed to `copy` (straight from
+    /// the shared ring when it is one record: no allocation) and consumed.
+    /// A longer one is kept pending (copied once, here) for the next
+    /// receive; the caller sees `len > cap` in what comes back.
+    pub fn recv_into(
+        &mut self,
+        timeout_ms: c_int,
+        events: bool,
+        cap: usize,
+        mut copy: impl FnMut(&[u8]),
+    ) -> Result<Received, Fail> {
         if !events
             && self
                 .pending
@@ -175,47 +296,64 @@ impl McastClient {
         {
             self.pending = None;
         }
-        if self.pending.is_none() {
-            let deadline = match timeout_ms {
-                -1 => None,
-                t if t >= 0 => Some(now() + Duration::from_millis(t as u64)),
-                t => {
-                    return Err(Fail::inval(format!(
-                        "timeout_ms {t}: use -1 (forever), 0 (do not wait) or a positive count"
-                    )))
-                }
-            };
-            let m = loop {
-                let m = match deadline {
-                    None => self.client.recv()?,
-                    Some(_) if timeout_ms == 0 => self
-                        .client
-                        .try_recv()?
-                        .ok_or_else(|| Fail::new(MCAST_EAGAIN, "no message waiting"))?,
-                    Some(d) => self
-                        .client
-                        .recv_timeout(d.saturating_duration_since(now()))?
-                        .ok_or_else(|| {
-                            Fail::new(
-                                MCAST_ETIMEDOUT,
-                                format!("no message within {timeout_ms} ms"),
-                            )
-                        })?,
-                };
-                if events || m.kind == MessageKind::Data {
-                    break m;
-                }
-            };
-            self.pending = Some(m);
+        if let Some(m) = &self.pending {
+            let r = Received::of(m.kind, m.group, m.source, m.data.len());
+            if m.data.len() <= cap {
+                copy(&m.data);
+                self.pending = None;
+            }
+            return Ok(r);
         }
-        Ok(self.pending.as_ref().expect("just filled"))
+        let deadline = Deadline::of(timeout_ms)?;
+        loop {
+            let mut got = None;
+            let pending = &mut self.pending;
+            deadline.receive(&mut self.client, 1, |m| {
+                if !events && m.kind == MessageKind::Membership {
+                    return;
+                }
+                if m.data.len() <= cap {
+                    copy(m.data);
+                } else {
+                    *pending = Some(m.to_message());
+                }
+                got = Some(Received::of(m.kind, m.group, m.source, m.data.len()));
+            })?;
+            if let Some(r) = got {
+                return Ok(r);
+            }
+        }
     }
 
-    /// Drops the pending message once it has been handed over.
-    pub fn take_pending(&mut self) -> Option<Message> {
-        self.pending.take()
+    /// Hands up to `max` messages and events to `f` for `mcast_recv_batch`:
+    /// the pending one first (then only what is already in the ring, without
+    /// waiting), else waiting for the first as `timeout_ms` says. Whole
+    /// messages are lent from the shared ring, with no copy. Returns how
+    /// many `f` got: at least one.
+    pub fn recv_batch(
+        &mut self,
+        max: usize,
+        timeout_ms: c_int,
+        mut f: impl FnMut(MessageRef<'_>),
+    ) -> Result<usize, Fail> {
+        if max == 0 {
+            return Err(Fail::inval("max is 0: room for no message"));
+        }
+        let deadline = Deadline::of(timeout_ms)?;
+        let Some(m) = self.pending.take() else {
+            return deadline.receive(&mut self.client, max, f);
+        };
+        f(MessageRef {
+            kind: m.kind,
+            group: m.group,
+            source: m.source,
+            data: &m.data,
+        });
+        // A failure after the pending message was handed over is sticky in
+        // the client (a corrupt ring, a closed connection): the next call
+        // reports it, as the Rust client's batches do.
+        Ok(1 + self.client.recv_batch(max - 1, f).unwrap_or(0))
     }
-
     /// The next notice, without waiting: `MCAST_EAGAIN` if none is there,
     /// the connection's end (`MCAST_ECUTOFF`, `MCAST_EDISCONNECTED`) once
     /// every notice before it has been handed over.

@@ -790,3 +790,265 @@ fn event_and_notice_calls_reject_null_and_garbage() {
         mcast_close(c);
     }
 }
+
+/// `mcast_msg` entries for `bodies` (NULL data for an empty one).
+fn msgs_of(bodies: &[Vec<u8>]) -> Vec<McastMsg> {
+    bodies
+        .iter()
+        .map(|b| McastMsg {
+            data: if b.is_empty() {
+                ptr::null()
+            } else {
+                b.as_ptr().cast()
+            },
+            len: b.len(),
+        })
+        .collect()
+}
+
+/// (rc, *taken_out) of one mcast_publish_batch.
+fn publish_batch(c: *mut McastClient, group: u32, msgs: &[McastMsg]) -> (c_int, usize) {
+    let mut taken = usize::MAX;
+    let rc = unsafe { mcast_publish_batch(c, group, msgs.as_ptr(), msgs.len(), &mut taken) };
+    (rc, taken)
+}
+
+/// One message as an mcast_recv_batch callback saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    kind: c_int,
+    group: u32,
+    source: u32,
+    data: Vec<u8>,
+    /// Where the bytes were, as an address.
+    at: usize,
+}
+
+/// The callback: appends to the `Vec<Seen>` at `arg`.
+unsafe extern "C" fn collect(arg: *mut c_void, m: *const McastMessageView) {
+    let seen = unsafe { &mut *arg.cast::<Vec<Seen>>() };
+    let m = unsafe { &*m };
+    let data = if m.len == 0 {
+        Vec::new()
+    } else {
+        unsafe { std::slice::from_raw_parts(m.data.cast::<u8>(), m.len) }.to_vec()
+    };
+    seen.push(Seen {
+        kind: m.kind,
+        group: m.group,
+        source: m.source,
+        data,
+        at: m.data as usize,
+    });
+}
+
+/// (rc, *count_out, what the callback saw) of one mcast_recv_batch.
+fn recv_batch(c: *mut McastClient, max: usize, timeout_ms: c_int) -> (c_int, usize, Vec<Seen>) {
+    let mut seen: Vec<Seen> = Vec::new();
+    let mut count = usize::MAX;
+    let arg = (&mut seen as *mut Vec<Seen>).cast::<c_void>();
+    let rc = unsafe { mcast_recv_batch(c, max, Some(collect), arg, &mut count, timeout_ms) };
+    (rc, count, seen)
+}
+
+/// Whether address `at` is in the shared memory of `c`'s rings.
+fn in_ring(c: *mut McastClient, at: usize) -> bool {
+    let (map, _) = unsafe { &*c }.client.shared_rings();
+    let all = map.slice(0, map.len()).unwrap().as_ptr_range();
+    (all.start as usize..all.end as usize).contains(&at)
+}
+
+#[test]
+fn publish_batch_then_recv_batch_move_many_messages_per_call_in_order() {
+    let lb = Loopback::default("ffi-batch");
+    let a = connect(&lb.path, "a");
+    let b = connect(&lb.path, "b");
+    let g = join(a);
+    join(b);
+    // 40 messages of 0 to 299 bytes, the first empty (NULL data).
+    let bodies: Vec<Vec<u8>> = (0..40usize).map(|i| vec![i as u8; i * 13 % 300]).collect();
+    assert_eq!(
+        publish_batch(a, g, &msgs_of(&bodies)),
+        (MCAST_OK, 40),
+        "{}",
+        last_error(a)
+    );
+    let mut got: Vec<Seen> = Vec::new();
+    while got.len() < bodies.len() {
+        let (rc, count, seen) = recv_batch(b, 16, 5000);
+        assert_eq!(rc, MCAST_OK, "{}", last_error(b));
+        assert_eq!(count, seen.len());
+        assert!((1..=16).contains(&count), "{count}");
+        got.extend(seen);
+    }
+    let source = got[0].source;
+    assert_ne!(source, 0);
+    for (i, s) in got.iter().enumerate() {
+        assert_eq!(
+            (s.kind, s.group, s.source, &s.data),
+            (MCAST_MSG_DATA, g, source, &bodies[i]),
+            "message {i}"
+        );
+        // Lent straight from the shared ring, not copied.
+        assert!(s.data.is_empty() || in_ring(b, s.at), "message {i}");
+    }
+    assert!(!in_ring(b, bodies[1].as_ptr() as usize));
+    // Then nothing: EAGAIN at once, ETIMEDOUT after a wait; no calls.
+    assert_eq!(recv_batch(b, 16, 0), (MCAST_EAGAIN, 0, vec![]));
+    assert_eq!(recv_batch(b, 16, 20), (MCAST_ETIMEDOUT, 0, vec![]));
+    unsafe {
+        mcast_close(a);
+        mcast_close(b);
+    }
+}
+
+#[test]
+fn publish_batch_takes_what_fits_and_refuses_bad_batches_whole() {
+    let lb = Loopback::default("ffi-batch-full");
+    let a = connect(&lb.path, "a");
+    let g = join(a);
+    lb.shared.paused.store(true, Ordering::SeqCst);
+    lb.two_turns();
+    let mut taken = 7usize;
+    let x = [1u8; 8];
+    let max = unsafe { mcast_max_message(a) };
+    let big = vec![2u8; max + 1];
+    unsafe {
+        // Bad arguments publish nothing (the count below proves it).
+        let one = [McastMsg {
+            data: x.as_ptr().cast(),
+            len: 8,
+        }];
+        assert_eq!(
+            mcast_publish_batch(a, g, one.as_ptr(), 1, ptr::null_mut()),
+            MCAST_EINVAL
+        );
+        assert!(last_error(a).contains("taken_out is NULL"));
+        assert_eq!(
+            mcast_publish_batch(a, g, ptr::null(), 2, &mut taken),
+            MCAST_EINVAL
+        );
+        assert_eq!(taken, 0);
+        let holed = [
+            one[0],
+            McastMsg {
+                data: ptr::null(),
+                len: 3,
+            },
+        ];
+        assert_eq!(
+            mcast_publish_batch(a, g, holed.as_ptr(), 2, &mut taken),
+            MCAST_EINVAL
+        );
+        assert!(
+            last_error(a).contains("msgs[1].data is NULL"),
+            "{}",
+            last_error(a)
+        );
+        assert_eq!(
+            mcast_publish_batch(ptr::null_mut(), g, one.as_ptr(), 1, &mut taken),
+            MCAST_EINVAL
+        );
+        assert_eq!(
+            mcast_publish_batch_blocking(a, g, one.as_ptr(), 1, &mut taken, -3),
+            MCAST_EINVAL
+        );
+        // No messages: nothing to do.
+        taken = 7;
+        assert_eq!(
+            mcast_publish_batch(a, g, ptr::null(), 0, &mut taken),
+            MCAST_OK
+        );
+        assert_eq!(taken, 0);
+    }
+    // Too large first: refused; too large later: the batch stops before it.
+    let (rc, taken) = publish_batch(a, g, &msgs_of(std::slice::from_ref(&big)));
+    assert_eq!((rc, taken), (MCAST_ETOOLARGE, 0));
+    let (rc, taken) = publish_batch(a, g, &msgs_of(&[x.to_vec(), big]));
+    assert_eq!((rc, taken), (MCAST_OK, 1));
+    // Fill the ring: after the 24-byte record above, 16 KiB holds exactly
+    // five of 3,272 bytes (one fewer had the bad batches left anything).
+    let bodies = vec![vec![3u8; 3256]; 20];
+    let msgs = msgs_of(&bodies);
+    assert_eq!(publish_batch(a, g, &msgs), (MCAST_OK, 5));
+    assert_eq!(publish_batch(a, g, &msgs[5..]), (MCAST_EWOULDBLOCK, 0));
+    let mut taken = 9usize;
+    let rc = unsafe { mcast_publish_batch_blocking(a, g, msgs.as_ptr(), 5, &mut taken, 20) };
+    assert_eq!((rc, taken), (MCAST_ETIMEDOUT, 0));
+    // Once the daemon takes records again, the blocking call goes through.
+    lb.shared.paused.store(false, Ordering::SeqCst);
+    let rc = unsafe { mcast_publish_batch_blocking(a, g, msgs.as_ptr(), 5, &mut taken, -1) };
+    assert_eq!(rc, MCAST_OK, "{}", last_error(a));
+    assert!((1..=5).contains(&taken), "{taken}");
+    unsafe { mcast_close(a) };
+}
+
+#[test]
+fn recv_batch_gives_events_with_their_kind_after_a_kept_message() {
+    let d = Scripted::start("ffi-recv-batch");
+    let c = connect(&d.path, "c");
+    join(c);
+    // mcast_recv_ex keeps the first message for a larger buffer...
+    let (rc, len, _, _, _) = recv_ex(c, &mut [0u8; 2], 5000);
+    assert_eq!((rc, len), (MCAST_ETOOSMALL, "before".len()));
+    // ...and mcast_recv_batch hands it over first, then what the ring holds.
+    let (rc, count, seen) = recv_batch(c, 10, 0);
+    assert_eq!((rc, count), (MCAST_OK, 4), "{}", last_error(c));
+    let summary: Vec<(c_int, u32, u32, &[u8])> = seen
+        .iter()
+        .map(|s| (s.kind, s.group, s.source, &s.data[..]))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (MCAST_MSG_DATA, GROUP, 4, &b"before"[..]),
+            (MCAST_MSG_MEMBERSHIP, GROUP, 0, VIEW_EVENT.as_bytes()),
+            (MCAST_MSG_DATA, GROUP, 2, &b"after"[..]),
+            (MCAST_MSG_MEMBERSHIP, GROUP, 0, EVICTED_EVENT.as_bytes()),
+        ]
+    );
+    // The kept one was a copy; the rest were lent from the ring.
+    let lent: Vec<bool> = seen.iter().map(|s| in_ring(c, s.at)).collect();
+    assert_eq!(lent, [false, true, true, true]);
+    assert_eq!(recv_batch(c, 10, 0), (MCAST_EAGAIN, 0, vec![]));
+    unsafe { mcast_close(c) };
+
+    // max bounds a batch; the rest waits for the next call.
+    let c = connect(&d.path, "c2");
+    join(c);
+    let (rc, count, seen) = recv_batch(c, 3, 5000);
+    assert_eq!((rc, count, seen.len()), (MCAST_OK, 3, 3));
+    let (rc, count, seen) = recv_batch(c, 3, 0);
+    assert_eq!((rc, count), (MCAST_OK, 1));
+    assert_eq!(seen[0].data, EVICTED_EVENT.as_bytes());
+    // Bad arguments: no callback, no room, a bad timeout, no client.
+    let mut count = 5usize;
+    unsafe {
+        assert_eq!(
+            mcast_recv_batch(c, 3, None, ptr::null_mut(), &mut count, 0),
+            MCAST_EINVAL
+        );
+        assert_eq!(count, 0);
+        assert!(last_error(c).contains("cb is NULL"), "{}", last_error(c));
+        assert_eq!(
+            mcast_recv_batch(c, 0, Some(collect), ptr::null_mut(), &mut count, 0),
+            MCAST_EINVAL
+        );
+        assert_eq!(
+            mcast_recv_batch(c, 3, Some(collect), ptr::null_mut(), ptr::null_mut(), -9),
+            MCAST_EINVAL
+        );
+        assert_eq!(
+            mcast_recv_batch(
+                ptr::null_mut(),
+                3,
+                Some(collect),
+                ptr::null_mut(),
+                &mut count,
+                0
+            ),
+            MCAST_EINVAL
+        );
+        mcast_close(c);
+    }
+}

@@ -1,9 +1,10 @@
 //! `include/mcast.h` and the library agree: every function the header
 //! declares is exported and every exported `mcast_*` function is declared;
 //! the header's enum values (return codes, message, event, node-list and
-//! notice kinds) have the Rust values; its structs have the Rust layouts; a
-//! C program taking the address of every function compiles (C99, and C++ if
-//! a compiler is there) and links against the static library.
+//! notice kinds) have the Rust values; its structs (events, notices, the
+//! batch calls' messages and views) have the Rust layouts; a C program
+//! taking the address of every function compiles (C99, and C++ if a
+//! compiler is there) and links against the static library.
 
 mod cbuild;
 
@@ -81,6 +82,9 @@ fn header_functions_are_exactly_the_exported_ones() {
         "mcast_leave",
         "mcast_publish",
         "mcast_publish_blocking",
+        "mcast_publish_batch",
+        "mcast_publish_batch_blocking",
+        "mcast_recv_batch",
         "mcast_recv",
         "mcast_recv_ex",
         "mcast_event_parse",
@@ -136,11 +140,16 @@ const STRUCTS: &[(&str, &[&str])] = &[
         ],
     ),
     ("mcast_notice", &["kind", "group", "epoch", "members"]),
+    ("mcast_msg", &["data", "len"]),
+    (
+        "mcast_message_view",
+        &["data", "len", "group", "source", "kind"],
+    ),
 ];
 
 /// The Rust structs' layouts, as the C program prints the header's.
 fn rust_layouts() -> Vec<String> {
-    use mcast::{McastEvent as E, McastNotice as N};
+    use mcast::{McastEvent as E, McastMessageView as V, McastMsg as M, McastNotice as N};
     use std::mem::{offset_of, size_of};
     let event = [
         offset_of!(E, kind),
@@ -160,6 +169,14 @@ fn rust_layouts() -> Vec<String> {
         offset_of!(N, epoch),
         offset_of!(N, members),
     ];
+    let msg = [offset_of!(M, data), offset_of!(M, len)];
+    let view = [
+        offset_of!(V, data),
+        offset_of!(V, len),
+        offset_of!(V, group),
+        offset_of!(V, source),
+        offset_of!(V, kind),
+    ];
     let line = |name: &str, size: usize, offsets: &[usize]| {
         let offs: Vec<String> = offsets.iter().map(usize::to_string).collect();
         format!("{name} {size} {}", offs.join(" "))
@@ -167,6 +184,8 @@ fn rust_layouts() -> Vec<String> {
     vec![
         line("mcast_event", size_of::<E>(), &event),
         line("mcast_notice", size_of::<N>(), &notice),
+        line("mcast_msg", size_of::<M>(), &msg),
+        line("mcast_message_view", size_of::<V>(), &view),
     ]
 }
 

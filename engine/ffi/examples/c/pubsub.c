@@ -7,6 +7,11 @@
  *   pubsub SOCKET GROUP pub COUNT   joins GROUP, publishes COUNT messages,
  *                                   then waits for the subscriber's ack.
  *
+ * With "batch" after COUNT, the publisher publishes up to 64 messages per
+ * call (mcast_publish_batch_blocking) and the subscriber takes up to 64 per
+ * call, lent to a callback without a copy (mcast_recv_batch); the messages
+ * and the checks are the same.
+ *
  * Start the subscriber first (a group delivers only what is published after
  * one joins). Message i is "msg i:" followed by i % 200 bytes of the letter
  * 'a' + i % 26, so sizes vary; the subscriber starts with a 16-byte buffer
@@ -57,9 +62,10 @@ static void print_nodes(const void *event, size_t len, int list, const char *nam
     printf("%s]", rc == MCAST_ETOOSMALL ? ", ..." : "");
 }
 
-/* Prints one membership event (len bytes of JSON at event), then the
- * notices that came with it. */
-static void print_event(mcast_client *c, uint32_t group, const void *event, size_t len) {
+/* Prints one membership event (len bytes of JSON at event). Callers print
+ * the notices that came with it (print_notices) once they may call into
+ * the client again. */
+static void print_event(uint32_t group, const void *event, size_t len) {
     mcast_event ev;
     printf("%s: event in group %u:", role, group);
     if (mcast_event_parse(event, len, &ev) != MCAST_OK) {
@@ -80,7 +86,7 @@ static void print_event(mcast_client *c, uint32_t group, const void *event, size
     } else {
         printf(" %.*s\n", (int)len, (const char *)event);
     }
-    print_notices(c);
+    fflush(stdout);
 }
 
 static int fail(mcast_client *c, const char *what, int rc) {
@@ -100,10 +106,108 @@ static size_t make_message(unsigned i, char *out) {
     return (size_t)n + pad;
 }
 
+/* Whether data (len bytes, in group g) is message number i of group; says
+ * why not on stderr. */
+static int check_message(unsigned i, uint32_t group, uint32_t g, const char *data, size_t len) {
+    char want[256];
+    size_t want_len = make_message(i, want);
+    if (g == group && len == want_len && memcmp(data, want, len) == 0)
+        return 1;
+    fprintf(stderr, "pubsub: message %u: got %zu bytes \"%.*s\" in group %u, want \"%.*s\"\n", i,
+            len, (int)(len < 40 ? len : 40), data, g, (int)(want_len < 40 ? want_len : 40), want);
+    return 0;
+}
+
+/* Publishes "ack COUNT" for the publisher and waits until mcastd took it. */
+static int send_ack(mcast_client *c, uint32_t group, unsigned count) {
+    char ack[32];
+    int n = snprintf(ack, sizeof ack, "ack %u", count);
+    int rc = mcast_publish_blocking(c, group, ack, (size_t)n, TIMEOUT_MS);
+    if (rc != MCAST_OK)
+        return fail(c, "publishing the ack", rc);
+    rc = mcast_flush(c, TIMEOUT_MS);
+    if (rc != MCAST_OK)
+        return fail(c, "flushing the ack", rc);
+    print_notices(c);
+    return 0;
+}
+
+#define BATCH 64
+
+/* What the batch subscriber's callback checks against. */
+struct batch_sub {
+    uint32_t group;
+    unsigned next; /* the number of the next message expected */
+    int bad;       /* a message was wrong: stop */
+};
+
+/* mcast_recv_batch's callback: checks one message in place (no copy) or
+ * prints an event. It calls nothing on the client. */
+static void on_message(void *arg, const mcast_message_view *m) {
+    struct batch_sub *s = arg;
+    if (m->kind == MCAST_MSG_MEMBERSHIP) {
+        print_event(m->group, m->data, m->len);
+        return;
+    }
+    if (s->bad)
+        return;
+    if (!check_message(s->next, s->group, m->group, m->data, m->len)) {
+        s->bad = 1;
+        return;
+    }
+    s->next++;
+}
+
+static int run_sub_batch(mcast_client *c, uint32_t group, unsigned count) {
+    struct batch_sub s = {group, 0, 0};
+    unsigned calls = 0;
+    while (s.next < count) {
+        size_t max = count - s.next < BATCH ? count - s.next : BATCH, got = 0;
+        int rc = mcast_recv_batch(c, max, on_message, &s, &got, TIMEOUT_MS);
+        if (rc != MCAST_OK) {
+            char what[64];
+            snprintf(what, sizeof what, "receiving message %u of %u", s.next, count);
+            return fail(c, what, rc);
+        }
+        print_notices(c);
+        if (s.bad)
+            return 1;
+        calls++;
+    }
+    if (send_ack(c, group, count) != 0)
+        return 1;
+    printf("sub: received %u messages intact in %u batch calls, acked\n", count, calls);
+    return 0;
+}
+
+static int run_pub_batch(mcast_client *c, uint32_t group, unsigned count) {
+    static char bufs[BATCH][256];
+    mcast_msg msgs[BATCH];
+    for (unsigned i = 0; i < count;) {
+        size_t n = 0;
+        for (; n < BATCH && i + n < count; n++) {
+            msgs[n].data = bufs[n];
+            msgs[n].len = make_message(i + (unsigned)n, bufs[n]);
+        }
+        for (size_t done = 0; done < n;) {
+            size_t taken = 0;
+            int rc = mcast_publish_batch_blocking(c, group, msgs + done, n - done, &taken,
+                                                  TIMEOUT_MS);
+            if (rc != MCAST_OK) {
+                char what[64];
+                snprintf(what, sizeof what, "publishing message %zu of %u", i + done, count);
+                return fail(c, what, rc);
+            }
+            done += taken;
+        }
+        i += (unsigned)n;
+    }
+    return 0;
+}
+
 static int run_sub(mcast_client *c, uint32_t group, unsigned count) {
     size_t cap = 16;
     char *buf = malloc(cap);
-    char want[256];
     unsigned grows = 0;
     if (buf == NULL) {
         fprintf(stderr, "pubsub: out of memory\n");
@@ -134,37 +238,26 @@ static int run_sub(mcast_client *c, uint32_t group, unsigned count) {
             return fail(c, what, rc);
         }
         if (kind == MCAST_MSG_MEMBERSHIP) {
-            print_event(c, g, buf, len);
+            print_event(g, buf, len);
+            print_notices(c);
             continue;
         }
-        size_t want_len = make_message(i, want);
-        if (g != group || len != want_len || memcmp(buf, want, len) != 0) {
-            fprintf(stderr, "pubsub: message %u: got %zu bytes \"%.*s\" in group %u, want \"%.*s\"\n",
-                    i, len, (int)(len < 40 ? len : 40), buf, g, (int)(want_len < 40 ? want_len : 40),
-                    want);
+        if (!check_message(i, group, g, buf, len)) {
             free(buf);
             return 1;
         }
         i++;
     }
     free(buf);
-
-    char ack[32];
-    int n = snprintf(ack, sizeof ack, "ack %u", count);
-    int rc = mcast_publish_blocking(c, group, ack, (size_t)n, TIMEOUT_MS);
-    if (rc != MCAST_OK)
-        return fail(c, "publishing the ack", rc);
-    rc = mcast_flush(c, TIMEOUT_MS);
-    if (rc != MCAST_OK)
-        return fail(c, "flushing the ack", rc);
-    print_notices(c);
+    if (send_ack(c, group, count) != 0)
+        return 1;
     printf("sub: received %u messages intact (buffer grown %u times), acked\n", count, grows);
     return 0;
 }
 
-static int run_pub(mcast_client *c, uint32_t group, unsigned count) {
+static int run_pub(mcast_client *c, uint32_t group, unsigned count, int batch) {
     char msg[256];
-    for (unsigned i = 0; i < count; i++) {
+    for (unsigned i = 0; !batch && i < count; i++) {
         size_t len = make_message(i, msg);
         int rc = mcast_publish_blocking(c, group, msg, len, TIMEOUT_MS);
         if (rc != MCAST_OK) {
@@ -173,6 +266,8 @@ static int run_pub(mcast_client *c, uint32_t group, unsigned count) {
             return fail(c, what, rc);
         }
     }
+    if (batch && run_pub_batch(c, group, count) != 0)
+        return 1;
     /* Wait for the subscriber's ack; print events, skip other data (a
      * daemon may deliver our own messages back to us). */
     char want[32], buf[256];
@@ -188,8 +283,10 @@ static int run_pub(mcast_client *c, uint32_t group, unsigned count) {
             if (big == NULL)
                 return 1;
             rc = mcast_recv_ex(c, big, len, &len, &g, NULL, &kind, 0);
-            if (rc == MCAST_OK && kind == MCAST_MSG_MEMBERSHIP)
-                print_event(c, g, big, len);
+            if (rc == MCAST_OK && kind == MCAST_MSG_MEMBERSHIP) {
+                print_event(g, big, len);
+                print_notices(c);
+            }
             free(big);
             if (rc != MCAST_OK)
                 return fail(c, "receiving", rc);
@@ -198,7 +295,8 @@ static int run_pub(mcast_client *c, uint32_t group, unsigned count) {
         if (rc != MCAST_OK)
             return fail(c, "waiting for the subscriber's ack", rc);
         if (kind == MCAST_MSG_MEMBERSHIP) {
-            print_event(c, g, buf, len);
+            print_event(g, buf, len);
+            print_notices(c);
             continue;
         }
         if (len == (size_t)want_len && memcmp(buf, want, len) == 0)
@@ -213,8 +311,9 @@ static int run_pub(mcast_client *c, uint32_t group, unsigned count) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5 || (strcmp(argv[3], "pub") != 0 && strcmp(argv[3], "sub") != 0)) {
-        fprintf(stderr, "usage: %s SOCKET GROUP pub|sub COUNT\n", argv[0]);
+    int batch = argc == 6 && strcmp(argv[5], "batch") == 0;
+    if ((argc != 5 && !batch) || (strcmp(argv[3], "pub") != 0 && strcmp(argv[3], "sub") != 0)) {
+        fprintf(stderr, "usage: %s SOCKET GROUP pub|sub COUNT [batch]\n", argv[0]);
         return 2;
     }
     const char *socket = argv[1], *name = argv[2];
@@ -243,8 +342,13 @@ int main(int argc, char **argv) {
     fflush(stdout);
     print_notices(c);
 
-    int status = strcmp(role, "sub") == 0 ? run_sub(c, group, (unsigned)count)
-                                          : run_pub(c, group, (unsigned)count);
+    int status;
+    if (strcmp(role, "sub") != 0)
+        status = run_pub(c, group, (unsigned)count, batch);
+    else if (batch)
+        status = run_sub_batch(c, group, (unsigned)count);
+    else
+        status = run_sub(c, group, (unsigned)count);
     mcast_close(c);
     return status;
 }
