@@ -166,6 +166,13 @@ pub struct SimConfig {
     /// Receivers farther away: extra one-way latency on every copy to or from
     /// them (a property of their link, so it stays after the faults stop).
     pub receiver_latency: Vec<(NodeId, Duration)>,
+    /// Batching, as the engine's send queue does it (docs/protocol.md §1.10):
+    /// the application packs the messages already due behind a small whole
+    /// message into its frame (flag `BATCH`, records `u16 len | bytes`), and
+    /// messages that fall due while a frame waits for the window join it;
+    /// fragmented messages never share a frame. Off by default, so existing
+    /// sweeps and replay commands keep their meaning (`--batch true`).
+    pub batch: bool,
 }
 
 impl Default for SimConfig {
@@ -190,6 +197,7 @@ impl Default for SimConfig {
             max_steps: 200_000_000,
             trace_lines: 0,
             receiver_latency: Vec::new(),
+            batch: false,
         }
     }
 }
@@ -257,6 +265,38 @@ impl SimConfig {
             // the whole run so back-pressure never blocks it forever.
             window_frames = window_frames.max(cfg.total_frames().min(u64::from(u32::MAX)) as u32);
             cfg.window_frames = window_frames;
+        }
+        cfg
+    }
+
+    /// A random configuration with [`SimConfig::batch`] on, for batching
+    /// sweeps: [`SimConfig::random`]'s receivers, window, rate, link and
+    /// faults, with up to 1,000 messages. In most runs they are small (0–200
+    /// bytes, so many share each frame); in the rest, frames of 64–512 bytes
+    /// and messages up to two frames, so whole messages that share a frame
+    /// and fragmented ones that never do alternate. The runs of
+    /// [`SimConfig::random`] for the same seed are left as they were.
+    pub fn random_batched(seed: u64, algorithm: Algorithm) -> SimConfig {
+        let mut cfg = SimConfig::random(seed, algorithm);
+        let mut rng = Rng::new(seed ^ 0xba7c_4ed0_0000_0000);
+        cfg.batch = true;
+        cfg.messages = rng.range(1, 1000);
+        cfg.min_size = rng.range(0, 1) as usize;
+        if rng.chance(0.6) {
+            cfg.max_payload = if rng.chance(0.5) {
+                1456
+            } else {
+                rng.range(64, 1456) as usize
+            };
+            cfg.max_size = rng.range(1, 200) as usize;
+        } else {
+            cfg.max_payload = rng.range(64, 512) as usize;
+            cfg.max_size = cfg.max_payload + rng.range(1, cfg.max_payload as u64) as usize;
+        }
+        if !guarantees_completion(algorithm) {
+            // As in `random`: room for the whole run (unbatched, so ample).
+            let frames = cfg.total_frames().min(u64::from(u32::MAX)) as u32;
+            cfg.window_frames = cfg.window_frames.max(frames);
         }
         cfg
     }
@@ -378,6 +418,7 @@ impl SimConfig {
         );
         opt!("max-steps", self.max_steps, d.max_steps);
         opt!("trace-lines", self.trace_lines, d.trace_lines);
+        opt!("batch", self.batch, d.batch);
         for (node, extra) in &self.receiver_latency {
             let _ = write!(s, " --latency-at {node}={}", nanos(*extra));
         }
@@ -466,6 +507,11 @@ impl SimConfig {
                 "--max-virtual-time-ns" => cfg.max_virtual_time = ns(v)?,
                 "--max-steps" => cfg.max_steps = num(flag, v)?,
                 "--trace-lines" => cfg.trace_lines = num(flag, v)?,
+                "--batch" => {
+                    cfg.batch = v
+                        .parse()
+                        .map_err(|_| format!("{flag}: expected true or false, got {v:?}"))?;
+                }
                 "--latency-at" => {
                     let (n, ns) = v
                         .split_once('=')
@@ -560,6 +606,45 @@ mod tests {
             "--algo mak --seed 0",
             "defaults are left out"
         );
+    }
+
+    #[test]
+    fn batching_replays_with_its_flag() {
+        let cfg = SimConfig::random_batched(7, Algorithm::Mak);
+        let args = cfg.replay_args();
+        assert!(args.contains(" --batch true"), "{args}");
+        assert_eq!(SimConfig::parse_args(args.split(' ')).unwrap(), cfg);
+        assert!(!SimConfig::random(7, Algorithm::Mak)
+            .replay_args()
+            .contains("batch"));
+        assert!(SimConfig::parse_args(["--batch", "yes"]).is_err());
+    }
+
+    #[test]
+    fn random_batched_configs_mix_small_and_fragmented_messages() {
+        let (mut small, mut mixed) = (0, 0);
+        for seed in 0..200 {
+            for algo in Algorithm::ALL {
+                let cfg = SimConfig::random_batched(seed, algo);
+                assert!(cfg.batch && cfg.validate().is_ok());
+                assert_eq!(
+                    SimConfig::parse_args(cfg.replay_args().split(' ')).unwrap(),
+                    cfg
+                );
+                if algo == Algorithm::Nak {
+                    assert!(u64::from(cfg.window_frames) >= cfg.total_frames());
+                }
+                if cfg.max_size > cfg.max_payload {
+                    mixed += 1;
+                } else {
+                    small += 1;
+                }
+            }
+            // The unbatched sweep's configs stay what they were.
+            let plain = SimConfig::random(seed, Algorithm::Mak);
+            assert!(!plain.batch);
+        }
+        assert!(small > 200 && mixed > 200, "{small} small, {mixed} mixed");
     }
 
     #[test]

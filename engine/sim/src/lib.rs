@@ -12,10 +12,15 @@
 //! comes from one `u64` seed: the same [`SimConfig`] gives the same run, step
 //! for step, and a failure prints the command that replays it.
 //!
+//! With [`SimConfig::batch`] the sender's application packs small whole
+//! messages into shared DATA frames as the engine's send queue does (flag
+//! `BATCH`, records `u16 len | bytes`, `mcast_wire::batch`); the machines see
+//! only frames.
+//!
 //! After every step the checkers verify that each receiver delivers exactly
-//! the sender's messages, in order, once, byte-identical; that every machine
-//! stays within its window; and that every buffer is owned by exactly one
-//! party. Once the faults stop, algorithms that promise it must complete within
+//! the sender's messages, in order, once, byte-identical (a batched frame
+//! record by record); that every machine stays within its window; and that
+//! every buffer is owned by exactly one party. Once the faults stop, algorithms that promise it must complete within
 //! [`SimConfig::liveness_bound`].
 //!
 //! It performs no I/O, reads no clock, spawns no thread and draws no entropy:

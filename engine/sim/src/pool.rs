@@ -56,6 +56,16 @@ impl Pool {
         (BufId(id), &mut slot.bytes[field::PAYLOAD..])
     }
 
+    /// Resizes an allocated buffer's payload to `payload_len` bytes in place
+    /// (the bytes it had are kept; new ones are zero) and returns it: a
+    /// frame that more messages join while the application holds it.
+    pub(crate) fn resize(&mut self, buf: BufId, payload_len: usize) -> &mut [u8] {
+        let slot = &mut self.slots[buf.0 as usize];
+        debug_assert_ne!(slot.owner, Owner::Free);
+        slot.bytes.resize(field::PAYLOAD + payload_len, 0);
+        &mut slot.bytes[field::PAYLOAD..]
+    }
+
     /// Who owns `buf` (`Free` also for ids never allocated).
     pub(crate) fn owner(&self, buf: BufId) -> Owner {
         self.slots
@@ -117,5 +127,17 @@ mod tests {
         assert_eq!(c, a, "the freed slot is reused");
         assert_eq!(bytes.len(), 2);
         assert_eq!(p.allocated(), 2);
+    }
+
+    #[test]
+    fn a_buffer_grows_in_place_keeping_its_bytes() {
+        let mut p = Pool::default();
+        let (a, bytes) = p.alloc(Owner::App, 3);
+        bytes.copy_from_slice(b"abc");
+        let grown = p.resize(a, 5);
+        assert_eq!(grown, b"abc\0\0");
+        grown[3..].copy_from_slice(b"de");
+        assert_eq!(p.payload(a), b"abcde");
+        assert_eq!(p.allocated(), 1, "no new buffer");
     }
 }

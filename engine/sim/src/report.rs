@@ -74,6 +74,17 @@ pub struct SimReport {
     pub steps: u64,
     /// Whole messages delivered by each receiver, index 0 being node 2.
     pub delivered_messages: Vec<u64>,
+    /// Messages the sender accepted whole (every fragment, or in a frame).
+    pub sent_messages: u64,
+    /// Data frames the sender accepted from the application, each counted
+    /// once however often it is transmitted: with
+    /// [`crate::SimConfig::batch`], fewer than the messages.
+    pub data_frames: u64,
+    /// Of those, frames holding several messages (flag `BATCH`).
+    pub batched_frames: u64,
+    /// Messages that joined a frame another message started (so
+    /// `data_frames` + `batched_messages` is the frames without batching).
+    pub batched_messages: u64,
     /// The sender's counters, with the checksum failures the simulator counted at it.
     pub sender_counters: Counters,
     /// The sum of every receiver's counters, with the checksum failures counted at them.
@@ -95,6 +106,18 @@ pub struct SimReport {
     pub max_receiver_buffers: usize,
     /// The first [`crate::SimConfig::trace_lines`] lines of the run's trace.
     pub trace: Vec<String>,
+}
+
+impl SimReport {
+    /// Messages per data frame the sender accepted (0 when none was sent):
+    /// above 1 only with batching, below 1 when messages are fragmented.
+    pub fn messages_per_frame(&self) -> f64 {
+        if self.data_frames == 0 {
+            0.0
+        } else {
+            self.sent_messages as f64 / self.data_frames as f64
+        }
+    }
 }
 
 /// A broken invariant: what, where, and how to replay it.

@@ -1,6 +1,7 @@
 //! The checkers, run after every step: each delivery is the next fragment
 //! of the sender's stream, in order, once, byte-identical, and whole
-//! messages reassemble to what was sent; every buffer a node releases or
+//! messages reassemble to what was sent; a batched frame holds the next
+//! whole messages, each a record of its exact length and bytes; every buffer a node releases or
 //! delivers is its own; no machine holds more than its window; and every
 //! allocated buffer is owned by exactly one party.
 //!
@@ -10,9 +11,10 @@
 
 use mcast_proto::frag::Reassembler;
 use mcast_proto::{BufId, Endpoint, Event, Flags, NodeId, Seq};
+use mcast_wire::batch;
 
 use super::world::World;
-use crate::config::SENDER;
+use crate::config::{SimConfig, SENDER};
 use crate::content::matches_message;
 use crate::pool::Owner;
 use crate::report::SimFailure;
@@ -87,7 +89,8 @@ impl World<'_> {
     }
 
     /// Safety: the frame is the next fragment of the sender's stream, in
-    /// order, once, intact; whole messages reassemble byte-identical.
+    /// order, once, intact; whole messages reassemble byte-identical. A
+    /// batched frame ([`check_batch`]) holds the next whole messages.
     fn check_delivery(
         &mut self,
         node: NodeId,
@@ -99,21 +102,16 @@ impl World<'_> {
         let cfg = self.cfg;
         let payload = self.nodes[node as usize - 1].pool.payload(buf);
         let c = &mut self.checks[node as usize - 2];
-        let mut problem = None;
-        match c.last_seq {
-            Some(prev) if seq != prev.next() => {
-                problem = Some(format!(
-                    "delivered {seq:?} right after {prev:?}: out of order, duplicated or skipped"
-                ));
-            }
-            None if seq.0 != cfg.initial_seq => {
-                problem = Some(format!(
-                    "delivered {seq:?} first, not the initial #{}: out of order or skipped",
-                    cfg.initial_seq
-                ));
-            }
-            _ => {}
+        if flags.contains(Flags::BATCH) {
+            return match check_batch(cfg, c, seq, len, flags, payload) {
+                Ok(done) => {
+                    self.done_receivers += u32::from(done);
+                    Ok(())
+                }
+                Err(p) => Err(self.failure(format!("node {node}, {p}"))),
+            };
         }
+        let mut problem = seq_problem(cfg, c, seq);
         if problem.is_none() && c.msg >= cfg.messages {
             problem = Some(format!(
                 "delivered {seq:?} after all {} messages were delivered",
@@ -211,5 +209,207 @@ impl World<'_> {
             )));
         }
         Ok(())
+    }
+}
+
+/// The sequence number of a delivery: the stream's first, or the one after
+/// the last delivered.
+fn seq_problem(cfg: &SimConfig, c: &RxCheck, seq: Seq) -> Option<String> {
+    match c.last_seq {
+        Some(prev) if seq != prev.next() => Some(format!(
+            "delivered {seq:?} right after {prev:?}: out of order, duplicated or skipped"
+        )),
+        None if seq.0 != cfg.initial_seq => Some(format!(
+            "delivered {seq:?} first, not the initial #{}: out of order or skipped",
+            cfg.initial_seq
+        )),
+        _ => None,
+    }
+}
+
+/// A delivered frame with `BATCH`: the next in sequence, in a run that
+/// batches, whole (`WHOLE`), at a message boundary, a valid batch
+/// (`batch::validate`), and each record the next message of the stream, its
+/// exact length and bytes. Advances `c` past them; true when that completes
+/// the stream. The error names the seq, and the record and message indices.
+fn check_batch(
+    cfg: &SimConfig,
+    c: &mut RxCheck,
+    seq: Seq,
+    len: u16,
+    flags: Flags,
+    payload: &[u8],
+) -> Result<bool, String> {
+    let at = c.msg;
+    let fail = |p: String| format!("at message {at}: {p}");
+    if let Some(p) = seq_problem(cfg, c, seq) {
+        return Err(fail(p));
+    }
+    if !cfg.batch {
+        return Err(fail(format!(
+            "delivered {seq:?} as a batch (flags {:#x}) in a run without batching",
+            flags.0
+        )));
+    }
+    if !flags.contains(Flags::WHOLE) {
+        return Err(fail(format!(
+            "delivered batch {seq:?} without both fragment flags (flags {:#x})",
+            flags.0
+        )));
+    }
+    if c.offset != 0 {
+        return Err(fail(format!(
+            "delivered batch {seq:?} inside message {at}, {} bytes into it",
+            c.offset
+        )));
+    }
+    if usize::from(len) != payload.len() {
+        return Err(fail(format!(
+            "delivered batch {seq:?} as {len} bytes in a buffer of {}",
+            payload.len()
+        )));
+    }
+    let records = batch::validate(flags, payload)
+        .map_err(|e| fail(format!("delivered {seq:?}, not a valid batch: {e}")))?;
+    for (j, record) in batch::records(payload).enumerate() {
+        let msg = c.msg;
+        if msg >= cfg.messages {
+            return Err(format!(
+                "{seq:?} record {j} of {records}: message {msg}, but only {} were sent",
+                cfg.messages
+            ));
+        }
+        let want = cfg.message_len(msg);
+        if record.len() != want {
+            return Err(format!(
+                "{seq:?} record {j} of {records}: message {msg} is {} bytes, expected {want}",
+                record.len()
+            ));
+        }
+        if !matches_message(cfg.seed, msg, 0, record) {
+            return Err(format!(
+                "{seq:?} record {j} of {records}: bytes differ from message {msg}"
+            ));
+        }
+        c.msg += 1;
+    }
+    c.last_seq = Some(seq);
+    Ok(c.msg == cfg.messages)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content::message;
+
+    const BATCH: Flags = Flags(Flags::WHOLE.0 | Flags::BATCH.0);
+
+    fn cfg() -> SimConfig {
+        SimConfig {
+            messages: 10,
+            min_size: 0,
+            max_size: 100,
+            batch: true,
+            seed: 3,
+            ..SimConfig::default()
+        }
+    }
+
+    /// Messages `from..to` of `cfg` as a batched payload.
+    fn batch_of(cfg: &SimConfig, msgs: core::ops::Range<u64>) -> Vec<u8> {
+        let mut area = vec![0; 2000];
+        let mut len = 0;
+        for (k, i) in msgs.enumerate() {
+            let m = message(cfg.seed, i, cfg.min_size, cfg.max_size);
+            if k == 0 {
+                area[..m.len()].copy_from_slice(&m);
+                len = batch::begin(&mut area, m.len());
+            } else {
+                len = batch::append(&mut area, len, &m);
+            }
+        }
+        area.truncate(len);
+        area
+    }
+
+    fn check(cfg: &SimConfig, c: &mut RxCheck, seq: u32, payload: &[u8]) -> Result<bool, String> {
+        check_batch(cfg, c, Seq(seq), payload.len() as u16, BATCH, payload)
+    }
+
+    #[test]
+    fn a_batch_of_the_next_messages_passes_and_advances_per_record() {
+        let cfg = cfg();
+        let s0 = cfg.initial_seq;
+        let mut c = RxCheck::new(cfg.max_size);
+        assert_eq!(check(&cfg, &mut c, s0, &batch_of(&cfg, 0..4)), Ok(false));
+        assert_eq!(c.msg, 4);
+        let next = Seq(s0).next().0;
+        assert_eq!(check(&cfg, &mut c, next, &batch_of(&cfg, 4..10)), Ok(true));
+        assert_eq!(c.msg, 10, "the stream is complete");
+    }
+
+    #[test]
+    fn a_wrong_record_is_named_by_its_index_and_message() {
+        let cfg = cfg();
+        let s0 = cfg.initial_seq;
+        let good = batch_of(&cfg, 0..4);
+        // A flipped byte in the last record (message 3).
+        let mut bytes = good.clone();
+        *bytes.last_mut().unwrap() ^= 1;
+        let e = check(&cfg, &mut RxCheck::new(100), s0, &bytes).unwrap_err();
+        assert!(
+            e.contains("record 3 of 4: bytes differ from message 3"),
+            "{e}"
+        );
+        // Message 1 skipped: record 1 holds message 2.
+        let mut skipped = batch_of(&cfg, 0..1);
+        let two = message(cfg.seed, 2, 0, 100);
+        let n = skipped.len();
+        skipped.resize(n + 2 + two.len(), 0);
+        batch::append(&mut skipped, n, &two);
+        let e = check(&cfg, &mut RxCheck::new(100), s0, &skipped).unwrap_err();
+        assert!(e.contains("record 1 of 2: message 1"), "{e}");
+        // Beyond the end of the stream.
+        let e = check(&cfg, &mut RxCheck::new(100), s0, &batch_of(&cfg, 0..11)).unwrap_err();
+        assert!(
+            e.contains("record 10 of 11: message 10, but only 10"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn malformed_or_misplaced_batches_fail() {
+        let cfg = cfg();
+        let s0 = cfg.initial_seq;
+        let good = batch_of(&cfg, 0..3);
+        let fresh = || RxCheck::new(100);
+        // Cut short: the last record's length runs past the end.
+        let cut = &good[..good.len() - 1];
+        let e = check(&cfg, &mut fresh(), s0, cut).unwrap_err();
+        assert!(e.contains("not a valid batch"), "{e}");
+        // Not WHOLE.
+        let flags = Flags(Flags::FRAG_FIRST.0 | Flags::BATCH.0);
+        let e = check_batch(&cfg, &mut fresh(), Seq(s0), good.len() as u16, flags, &good);
+        assert!(e.unwrap_err().contains("without both fragment flags"));
+        // Header length and buffer disagree.
+        let e = check_batch(&cfg, &mut fresh(), Seq(s0), 3, BATCH, &good);
+        assert!(e.unwrap_err().contains("as 3 bytes in a buffer of"));
+        // Out of order.
+        let e = check(&cfg, &mut fresh(), s0.wrapping_add(1), &good).unwrap_err();
+        assert!(e.contains("not the initial"), "{e}");
+        // Inside a fragmented message.
+        let mut c = fresh();
+        c.offset = 10;
+        let e = check(&cfg, &mut c, s0, &good).unwrap_err();
+        assert!(e.contains("inside message 0, 10 bytes into it"), "{e}");
+        // In a run that does not batch.
+        let plain = SimConfig {
+            batch: false,
+            ..cfg.clone()
+        };
+        let e = check(&plain, &mut fresh(), s0, &good).unwrap_err();
+        assert!(e.contains("in a run without batching"), "{e}");
+        // Nothing advanced on any of these.
+        assert_eq!(check(&cfg, &mut fresh(), s0, &good), Ok(false));
     }
 }

@@ -524,6 +524,7 @@ fn describe(h: &Header) -> String {
         (Flags::RETRANSMIT, "rexmit"),
         (Flags::LAST, "last"),
         (Flags::ACK_REQ, "ack_req"),
+        (Flags::BATCH, "batch"),
     ] {
         if h.flags.contains(flag) {
             let _ = write!(s, " {name}");
