@@ -38,7 +38,7 @@ mod xdp;
     after_help = "Examples:\n  \
         mcast-bench demo\n  \
         mcast-bench run --algo mak --receivers 64 --loss 0.01 --messages 10000\n  \
-        mcast-bench sweep --seeds 1000\n  \
+        mcast-bench sweep --seeds 1000 [--batch]\n  \
         mcast-bench table --receivers 1,8,64,512 --loss 0,0.01,0.05\n  \
         mcast-bench xdp --json xdp.json          # as root\n  \
         mcast-bench path --receivers 1,4 --loss 0,0.01   # as root, mcastd built beside it\n  \
@@ -94,6 +94,10 @@ enum Command {
         /// Worker threads (default: the number of CPUs).
         #[arg(long)]
         jobs: Option<usize>,
+        /// Batching runs: mostly small messages (some fragmented) packed into shared frames;
+        /// a failure's replay command carries `--batch true`.
+        #[arg(long)]
+        batch: bool,
     },
     /// MAK beside plain NAK as the group grows: repairs, NAKs and ACKs per lost frame, completion time.
     Table {
@@ -281,7 +285,8 @@ const SIM_FLAGS: &str = "Simulator flags (defaults in brackets):
   --partition NODE:FROM_NS:UNTIL_NS   cut a node off for a while (repeatable)
   --faults-until-ns T            faults stop at T; the run must then complete in the liveness bound
   --liveness-bound-ns N          [1 s]    --max-virtual-time-ns N [60 s]    --max-steps N
-  --trace-lines N                print the first N trace lines [0]";
+  --trace-lines N                print the first N trace lines [0]
+  --batch true|false             pack small whole messages into shared frames, as the engine does [false]";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -309,7 +314,8 @@ fn main() -> ExitCode {
                 start,
                 algo,
                 jobs,
-            } => sweep::run(start, seeds, algo, jobs),
+                batch,
+            } => sweep::run(start, seeds, algo, jobs, batch),
             Command::Table {
                 receivers,
                 loss,

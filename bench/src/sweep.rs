@@ -1,4 +1,5 @@
-//! The seed sweep: every algorithm under random faults, checkers on.
+//! The seed sweep: every algorithm under random faults, checkers on (with
+//! `--batch`, small messages packed into shared frames).
 
 use mcast_sim::sweep::{sweep, SweepPlan};
 use mcast_sim::Algorithm;
@@ -8,11 +9,13 @@ pub(crate) fn run(
     seeds: u64,
     algo: Option<Algorithm>,
     jobs: Option<usize>,
+    batch: bool,
 ) -> Result<(), String> {
     let plan = SweepPlan {
         seeds: start..start.saturating_add(seeds),
         algorithms: algo.map_or_else(|| Algorithm::ALL.to_vec(), |a| vec![a]),
         jobs: jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        batch,
     };
     let (outcome, wall) = crate::timed(|| {
         sweep(&plan, |done, total| {

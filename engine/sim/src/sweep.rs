@@ -1,4 +1,5 @@
-//! Seed sweeps: many random runs ([`SimConfig::random`]) of several
+//! Seed sweeps: many random runs ([`SimConfig::random`], or
+//! [`SimConfig::random_batched`] with batching) of several
 //! algorithms, spread over threads, every failure kept with its replay
 //! command. Each run is single-threaded and deterministic; only the order in
 //! which runs finish varies, and the outcome is sorted so it does not show.
@@ -21,6 +22,9 @@ pub struct SweepPlan {
     pub algorithms: Vec<Algorithm>,
     /// Worker threads (at least one is used).
     pub jobs: usize,
+    /// Batching runs ([`SimConfig::random_batched`]) instead of
+    /// [`SimConfig::random`]: small messages packed into shared frames.
+    pub batch: bool,
 }
 
 /// How one algorithm fared.
@@ -31,6 +35,12 @@ pub struct AlgorithmTally {
     /// Runs that completed (for plain NAK, completion is not guaranteed).
     pub completed: u64,
     pub failed: u64,
+    /// Over the runs that did not fail: messages the sender accepted, data
+    /// frames it accepted them in, and messages that joined a frame another
+    /// started (batching).
+    pub messages: u64,
+    pub frames: u64,
+    pub batched_messages: u64,
 }
 
 /// The result of a sweep.
@@ -44,13 +54,13 @@ pub struct SweepOutcome {
 }
 
 impl SweepOutcome {
-    /// One line per algorithm: runs, completed, failed.
+    /// One line per algorithm: runs, completed, failed, messages and frames.
     pub fn summary(&self) -> String {
         let mut s = format!("{} runs, {} failed", self.runs, self.failures.len());
         for t in &self.tallies {
             let _ = write!(
                 s,
-                "\n  {:<9} {} runs, {} completed{}, {} failed",
+                "\n  {:<9} {} runs, {} completed{}, {} failed; {} messages in {} frames ({} batched)",
                 t.algorithm.name(),
                 t.runs,
                 t.completed,
@@ -59,7 +69,10 @@ impl SweepOutcome {
                 } else {
                     " (not guaranteed)"
                 },
-                t.failed
+                t.failed,
+                t.messages,
+                t.frames,
+                t.batched_messages
             );
         }
         s
@@ -82,6 +95,9 @@ pub fn sweep(plan: &SweepPlan, mut progress: impl FnMut(u64, u64)) -> SweepOutco
             runs: 0,
             completed: 0,
             failed: 0,
+            messages: 0,
+            frames: 0,
+            batched_messages: 0,
         })
         .collect();
     let mut failures: Vec<(usize, u64, SimFailure)> = Vec::new();
@@ -91,11 +107,23 @@ pub fn sweep(plan: &SweepPlan, mut progress: impl FnMut(u64, u64)) -> SweepOutco
             let tx = tx.clone();
             let (work, next) = (&work, &next);
             let algorithms = &plan.algorithms;
+            let batch = plan.batch;
             scope.spawn(move || loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(&(a, seed)) = work.get(i) else { break };
-                let cfg = SimConfig::random(seed, algorithms[a]);
-                let outcome = crate::run(&cfg).map(|r| r.completed);
+                let cfg = if batch {
+                    SimConfig::random_batched(seed, algorithms[a])
+                } else {
+                    SimConfig::random(seed, algorithms[a])
+                };
+                let outcome = crate::run(&cfg).map(|r| {
+                    (
+                        r.completed,
+                        r.sent_messages,
+                        r.data_frames,
+                        r.batched_messages,
+                    )
+                });
                 if tx.send((a, seed, outcome)).is_err() {
                     break;
                 }
@@ -107,7 +135,12 @@ pub fn sweep(plan: &SweepPlan, mut progress: impl FnMut(u64, u64)) -> SweepOutco
             let t = &mut tallies[a];
             t.runs += 1;
             match outcome {
-                Ok(completed) => t.completed += u64::from(completed),
+                Ok((completed, messages, frames, batched)) => {
+                    t.completed += u64::from(completed);
+                    t.messages += messages;
+                    t.frames += frames;
+                    t.batched_messages += batched;
+                }
                 Err(f) => {
                     t.failed += 1;
                     failures.push((a, seed, f));
@@ -135,6 +168,7 @@ mod tests {
             seeds: 0..6,
             algorithms: vec![Algorithm::Mak, Algorithm::Ack],
             jobs: 3,
+            batch: false,
         };
         let mut calls = 0;
         let out = sweep(&plan, |done, total| {
@@ -145,5 +179,8 @@ mod tests {
         assert_eq!(out.runs, 12);
         assert_eq!(out.tallies.iter().map(|t| t.runs).sum::<u64>(), 12);
         assert!(out.summary().starts_with("12 runs"));
+        let t = out.tallies[0];
+        assert!(t.messages > 0 && t.frames >= t.messages, "{t:?}");
+        assert_eq!(t.batched_messages, 0, "no batching unless asked");
     }
 }

@@ -89,6 +89,7 @@ fn sweep(algo: Algorithm) {
         seeds: 0..sweep_seeds(),
         algorithms: vec![algo],
         jobs: 1,
+        batch: false,
     };
     let outcome = mcast_sim::sweep::sweep(&plan, |_, _| {});
     eprintln!("{}", outcome.summary());
