@@ -7,13 +7,20 @@
 //! [`STAMP_LEN`] bytes: the magic `MCTS`, 4 reserved bytes, and the send
 //! time (CLOCK_MONOTONIC, nanoseconds, big-endian u64); the end message is
 //! stamped too.
+//!
+//! Both ends move messages in batches: `send` publishes every message its
+//! input already holds (up to [`SEND_BATCH`]) with one ring commit before it
+//! reads on (a read that may block comes after a publish, so a line is still
+//! sent as soon as it is read), and `recv` takes up to [`RECV_BATCH`]
+//! messages per call, lent in place from the ring into one buffered writer
+//! that is flushed when the ring runs dry, not per message.
 
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use mcast_engine::sys::monotonic_ns;
-use mcast_ipc::{Client, Error as IpcError, Notice};
+use mcast_ipc::{Client, MessageKind, MessageRef, Notice};
 use serde_json::Value;
 
 /// Bytes of a send-time stamp.
@@ -30,9 +37,16 @@ pub struct Sent {
 
 /// A stamp for now.
 pub fn stamp_now(out: &mut Vec<u8>) {
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&monotonic_ns().to_be_bytes());
+    let at = out.len();
+    out.resize(at + STAMP_LEN, 0);
+    stamp_at(&mut out[at..]);
+}
+
+/// A stamp for now into the first [`STAMP_LEN`] bytes of `out`.
+fn stamp_at(out: &mut [u8]) {
+    out[..4].copy_from_slice(MAGIC);
+    out[4..8].fill(0);
+    out[8..STAMP_LEN].copy_from_slice(&monotonic_ns().to_be_bytes());
 }
 
 /// The send time in a stamped message, and its data.
@@ -44,71 +58,161 @@ pub fn unstamp(msg: &[u8]) -> Option<(u64, &[u8])> {
     Some((t, &msg[STAMP_LEN..]))
 }
 
+/// Most messages `send` publishes per call (one ring commit).
+pub const SEND_BATCH: usize = 256;
+/// Most bytes of messages `send` gathers before publishing them.
+const SEND_BATCH_BYTES: usize = 1 << 20;
+/// Most messages `recv` takes from the ring per call.
+pub const RECV_BATCH: usize = 256;
+
+/// One message read by `send`'s input side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NextMsg {
+    /// The input goes on (false: this was the end message, empty).
+    more: bool,
+    /// Another whole message is already buffered: reading it will not block.
+    ready: bool,
+}
+
 /// Sends `input` to `group` as a stream (see the module doc).
-pub fn send(
+pub fn send<R: Read>(
     client: &mut Client,
     group: u32,
-    input: &mut dyn Read,
+    input: &mut BufReader<R>,
     chunk: usize,
     stamp: bool,
     rate: Option<u64>,
 ) -> Result<Sent, String> {
-    let mut buf = vec![0u8; chunk];
     publish_stream(client, group, stamp, rate, |msg| {
-        let n = read_full(input, &mut buf).map_err(|e| format!("reading the input: {e}"))?;
-        msg.extend_from_slice(&buf[..n]);
-        Ok(n > 0)
+        next_chunk(input, chunk, msg).map_err(|e| format!("reading the input: {e}"))
+    })
+}
+
+/// Appends the next `chunk` bytes of `input` (fewer at its end) to `msg`.
+fn next_chunk<R: Read>(
+    input: &mut BufReader<R>,
+    chunk: usize,
+    msg: &mut Vec<u8>,
+) -> std::io::Result<NextMsg> {
+    let start = msg.len();
+    msg.resize(start + chunk, 0);
+    let n = read_full(input, &mut msg[start..])?;
+    msg.truncate(start + n);
+    Ok(NextMsg {
+        more: n > 0,
+        ready: input.buffer().len() >= chunk,
     })
 }
 
 /// Sends `input` to `group` one line per message, each with its newline
 /// (the last line may lack one), so that `recv` writes the input back as it
-/// was; a line is published as soon as it is read. A line longer than
-/// `max_line` bytes is refused with its number.
-pub fn send_lines(
+/// was; a line is published as soon as it is read (with the lines already
+/// read behind it). A line longer than `max_line` bytes is refused with its
+/// number, after the lines before it are published.
+pub fn send_lines<R: Read>(
     client: &mut Client,
     group: u32,
-    input: &mut dyn BufRead,
+    input: &mut BufReader<R>,
     max_line: usize,
     stamp: bool,
     rate: Option<u64>,
 ) -> Result<Sent, String> {
-    let mut line = Vec::new();
     let mut number = 0u64;
     publish_stream(client, group, stamp, rate, |msg| {
-        line.clear();
-        let n = input
-            .read_until(b'\n', &mut line)
-            .map_err(|e| format!("reading the input: {e}"))?;
         number += 1;
-        if n > max_line {
-            return Err(format!(
-                "line {number} is {n} bytes, more than the largest message ({max_line}): \
-                 send it without --lines (--chunk cuts it), or raise max_message in mcastd.toml"
-            ));
-        }
-        msg.extend_from_slice(&line);
-        Ok(n > 0)
+        next_line(input, max_line, number, msg)
     })
 }
 
-/// Publishes the messages `next` writes (after the stamp, if any) until it
-/// says the input ended, then the empty end message; paced at `rate`.
+/// Appends line `number` of `input` to `msg`.
+fn next_line<R: Read>(
+    input: &mut BufReader<R>,
+    max_line: usize,
+    number: u64,
+    msg: &mut Vec<u8>,
+) -> Result<NextMsg, String> {
+    let start = msg.len();
+    let n = input
+        .read_until(b'\n', msg)
+        .map_err(|e| format!("reading the input: {e}"))?;
+    if n > max_line {
+        msg.truncate(start);
+        return Err(format!(
+            "line {number} is {n} bytes, more than the largest message ({max_line}): \
+             send it without --lines (--chunk cuts it), or raise max_message in mcastd.toml"
+        ));
+    }
+    Ok(NextMsg {
+        more: n > 0,
+        ready: input.buffer().contains(&b'\n'),
+    })
+}
+
+/// Messages read and not yet published: their bytes end to end.
+#[derive(Debug, Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    /// Where each message ends in `bytes`.
+    ends: Vec<usize>,
+}
+
+impl Batch {
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Message `k`.
+    fn get(&self, k: usize) -> &[u8] {
+        let start = if k == 0 { 0 } else { self.ends[k - 1] };
+        &self.bytes[start..self.ends[k]]
+    }
+
+    /// Publishes every message, in order, as many per call as the ring
+    /// takes (one commit each), waiting for room; then empties the batch.
+    fn publish(&mut self, client: &mut Client, group: u32) -> Result<(), String> {
+        let mut done = 0;
+        while done < self.len() {
+            let rest = (done..self.len()).map(|k| self.get(k));
+            done += client
+                .publish_batch_blocking(group, rest, None)
+                .map_err(|e| format!("publishing: {e}"))?;
+        }
+        self.bytes.clear();
+        self.ends.clear();
+        Ok(())
+    }
+}
+
+/// Publishes the messages `next` appends (after the stamp, if any) until
+/// it says the input ended, then the empty end message. Messages the input
+/// already holds are gathered and published together before a read that
+/// may block; paced at `rate`, each goes alone at its time. If `next`
+/// fails, what was read before it is published first.
 fn publish_stream(
     client: &mut Client,
     group: u32,
     stamp: bool,
     rate: Option<u64>,
-    mut next: impl FnMut(&mut Vec<u8>) -> Result<bool, String>,
+    mut next: impl FnMut(&mut Vec<u8>) -> Result<NextMsg, String>,
 ) -> Result<Sent, String> {
     let start = monotonic_ns();
     let interval = rate.filter(|&r| r > 0).map_or(0, |r| 1_000_000_000 / r);
-    let (mut data, mut msg) = (Vec::new(), Vec::new());
+    let mut batch = Batch::default();
     let (mut bytes, mut messages) = (0u64, 0u64);
     loop {
-        data.clear();
-        let more = next(&mut data)?;
-        let n = data.len();
+        // Room for the stamp, taken once the message is read (a read may
+        // wait for the input) and its time has come.
+        let begin = batch.bytes.len();
+        let data_start = begin + if stamp { STAMP_LEN } else { 0 };
+        batch.bytes.resize(data_start, 0);
+        let read = match next(&mut batch.bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                batch.bytes.truncate(begin);
+                batch.publish(client, group)?;
+                return Err(e);
+            }
+        };
         if interval > 0 {
             // Pacing: message k leaves at start + k * interval.
             let due = start + messages * interval;
@@ -117,17 +221,17 @@ fn publish_stream(
                 std::thread::sleep(Duration::from_nanos(due - now));
             }
         }
-        msg.clear();
         if stamp {
-            stamp_now(&mut msg);
+            stamp_at(&mut batch.bytes[begin..data_start]);
         }
-        msg.extend_from_slice(&data);
-        client
-            .publish_blocking(group, &msg, None)
-            .map_err(|e| format!("publishing: {e}"))?;
+        bytes += (batch.bytes.len() - data_start) as u64;
+        batch.ends.push(batch.bytes.len());
         messages += 1;
-        bytes += n as u64;
-        if !more {
+        let full = batch.len() >= SEND_BATCH || batch.bytes.len() >= SEND_BATCH_BYTES;
+        if !read.more || !read.ready || interval > 0 || full {
+            batch.publish(client, group)?;
+        }
+        if !read.more {
             break; // the end message went out
         }
     }
@@ -139,7 +243,7 @@ fn publish_stream(
 }
 
 /// Fills `buf` unless the input ends first; returns the bytes read.
-fn read_full(input: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+fn read_full<R: Read + ?Sized>(input: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match input.read(&mut buf[n..]) {
@@ -230,7 +334,11 @@ impl StreamReader {
         }
     }
 
-    /// Receives until the end message, `count` messages, or `idle` without any.
+    /// Receives until the end message, `count` messages, or `idle` without
+    /// any, writing each message's data to `out` straight from the ring,
+    /// [`RECV_BATCH`] messages per call at most. `out` is flushed whenever
+    /// the ring is empty, before waiting: output keeps up with a quiet
+    /// stream and costs no write per message in a busy one.
     pub fn run(
         &mut self,
         client: &mut Client,
@@ -239,49 +347,40 @@ impl StreamReader {
         count: Option<u64>,
         idle: Option<Duration>,
     ) -> Result<Received, String> {
-        let mut r = Received::default();
-        while count.is_none_or(|c| r.messages < c) {
-            let m = match idle {
-                Some(t) => match client.recv_timeout(t) {
-                    Ok(Some(m)) => m,
-                    Ok(None) => {
-                        return Err(format!(
-                            "nothing received for {} s ({} messages so far)",
-                            t.as_secs(),
-                            r.messages
-                        ))
-                    }
-                    Err(e) => return Err(e.to_string()),
-                },
-                None => client.recv().map_err(|e: IpcError| e.to_string())?,
-            };
-            if m.group != group || m.kind == mcast_ipc::MessageKind::Membership {
-                continue;
+        let mut sink = Sink {
+            reader: self,
+            group,
+            out,
+            got: Received::default(),
+            failed: None,
+        };
+        while !sink.got.ended && count.is_none_or(|c| sink.got.messages < c) {
+            let max = count.map_or(RECV_BATCH, |c| {
+                (c - sink.got.messages).min(RECV_BATCH as u64) as usize
+            });
+            let mut n = client
+                .recv_batch(max, |m| sink.take(m))
+                .map_err(|e| e.to_string())?;
+            if n == 0 {
+                sink.out
+                    .flush()
+                    .map_err(|e| format!("writing the output: {e}"))?;
+                n = client
+                    .recv_batch_timeout(max, idle, |m| sink.take(m))
+                    .map_err(|e| e.to_string())?;
             }
-            let data: &[u8] = if self.stamped {
-                match unstamp(&m.data) {
-                    Some((t, d)) => {
-                        let now = monotonic_ns();
-                        let _ = self.latency.record(now.saturating_sub(t).max(1));
-                        d
-                    }
-                    None => {
-                        return Err("a message without a stamp: is the sender using --stamp?".into())
-                    }
-                }
-            } else {
-                &m.data
-            };
-            if data.is_empty() {
-                r.ended = true;
-                break;
+            if let Some(e) = sink.failed.take() {
+                return Err(e);
             }
-            out.write_all(data)
-                .map_err(|e| format!("writing the output: {e}"))?;
-            r.bytes += data.len() as u64;
-            r.messages += 1;
+            if n == 0 {
+                return Err(format!(
+                    "nothing received for {} s ({} messages so far)",
+                    idle.unwrap_or_default().as_secs(),
+                    sink.got.messages
+                ));
+            }
         }
-        Ok(r)
+        Ok(sink.got)
     }
 
     /// "n=… p50=… p99=… p99.9=… max=…" in microseconds, if stamped.
@@ -298,6 +397,57 @@ impl StreamReader {
             us(0.999),
             self.latency.max() as f64 / 1e3
         ))
+    }
+}
+
+/// Where [`StreamReader::run`] puts the messages a batch lends it.
+struct Sink<'a> {
+    reader: &'a mut StreamReader,
+    group: u32,
+    out: &'a mut dyn Write,
+    got: Received,
+    /// The first failure; the rest of the batch is passed over.
+    failed: Option<String>,
+}
+
+impl Sink<'_> {
+    /// One message: the group's data is written (its stamp stripped and
+    /// timed), the empty one ends the stream; events, other groups and
+    /// anything after the end or a failure are passed over.
+    fn take(&mut self, m: MessageRef<'_>) {
+        if self.got.ended
+            || self.failed.is_some()
+            || m.group != self.group
+            || m.kind == MessageKind::Membership
+        {
+            return;
+        }
+        let data = if self.reader.stamped {
+            match unstamp(m.data) {
+                Some((t, d)) => {
+                    let now = monotonic_ns();
+                    let _ = self.reader.latency.record(now.saturating_sub(t).max(1));
+                    d
+                }
+                None => {
+                    self.failed =
+                        Some("a message without a stamp: is the sender using --stamp?".into());
+                    return;
+                }
+            }
+        } else {
+            m.data
+        };
+        if data.is_empty() {
+            self.got.ended = true;
+            return;
+        }
+        if let Err(e) = self.out.write_all(data) {
+            self.failed = Some(format!("writing the output: {e}"));
+            return;
+        }
+        self.got.bytes += data.len() as u64;
+        self.got.messages += 1;
     }
 }
 
@@ -423,11 +573,13 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
         )
     };
     s += &format!(
-        "{:<16} {:>6} {:<9} {:>12} {:>10} {:>8} {:>8} {:>9} {:>7} {:>6}\n",
+        "{:<16} {:>6} {:<9} {:>12} {:>6} {:>6} {:>10} {:>8} {:>8} {:>9} {:>7} {:>6}\n",
         "GROUP",
         "NUMBER",
         "ALGO",
         "SENT",
+        "MSG/FR",
+        "WIRE/B",
         "RETRANS",
         "NAKS",
         "ACKWAIT",
@@ -450,12 +602,19 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
             .map(|r| r["counters"]["naks_sent"].as_u64().unwrap_or(0))
             .sum::<u64>()
             + snd["naks_received"].as_u64().unwrap_or(0);
+        let b = &g["batching"];
+        let ratio = |k: &str, digits: usize| match b[k].as_f64() {
+            Some(x) if x > 0.0 => format!("{x:.digits$}"),
+            _ => "-".into(),
+        };
         s += &format!(
-            "{:<16} {:>6} {:<9} {:>12} {:>10} {:>8} {:>8} {:>9} {:>7} {:>6}{}\n",
+            "{:<16} {:>6} {:<9} {:>12} {:>6} {:>6} {:>10} {:>8} {:>8} {:>9} {:>7} {:>6}{}\n",
             g["name"].as_str().unwrap_or("?"),
             g["group"],
             g["algorithm"].as_str().unwrap_or("?"),
             snd["data_sent"].as_u64().unwrap_or(0),
+            ratio("messages_per_frame", 1),
+            ratio("wire_bytes_per_payload_byte", 2),
             snd["data_retransmitted"].as_u64().unwrap_or(0),
             naks,
             snd["ack_reqs_sent"].as_u64().unwrap_or(0),
@@ -533,18 +692,131 @@ mod tests {
         assert!(unstamp(b"plain old data here").is_none());
     }
 
+    /// An input that gives at most `.1` bytes per read, as a pipe may.
+    struct Dribble(Vec<u8>, usize);
+    impl Read for Dribble {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.0.len().min(self.1).min(buf.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0.drain(..n);
+            Ok(n)
+        }
+    }
+
+    fn dribble(bytes: &[u8], per_read: usize) -> BufReader<Dribble> {
+        BufReader::with_capacity(64, Dribble(bytes.to_vec(), per_read))
+    }
+
+    #[test]
+    fn a_line_is_ready_only_when_the_input_holds_all_of_it() {
+        let next = |input: &mut BufReader<Dribble>| {
+            let mut msg = Vec::new();
+            let r = next_line(input, 100, 1, &mut msg).unwrap();
+            (String::from_utf8(msg).unwrap(), r.more, r.ready)
+        };
+        // 8 bytes a read: the second line came with the first.
+        let mut input = dribble(b"ab\ncd\nef\ng", 8);
+        assert_eq!(next(&mut input), ("ab\n".into(), true, true));
+        // "ef" is half a line: publish before reading the rest.
+        assert_eq!(next(&mut input), ("cd\n".into(), true, false));
+        assert_eq!(next(&mut input), ("ef\n".into(), true, false));
+        assert_eq!(next(&mut input), ("g".into(), true, false));
+        assert_eq!(next(&mut input), ("".into(), false, false));
+        // A line over the limit: refused, nothing of it kept.
+        let mut input = dribble(b"0123456789\n", 4);
+        let mut msg = b"kept".to_vec();
+        let e = next_line(&mut input, 5, 7, &mut msg).unwrap_err();
+        assert!(e.contains("line 7 is 11 bytes"), "{e}");
+        assert_eq!(msg, b"kept");
+    }
+
+    #[test]
+    fn a_chunk_is_ready_only_when_the_input_holds_all_of_it() {
+        let mut input = dribble(&[5u8; 10], 64);
+        let mut msg = b"x".to_vec();
+        let r = next_chunk(&mut input, 4, &mut msg).unwrap();
+        // Appended after what was there; 6 bytes left buffered: ready.
+        assert_eq!(msg, [b'x', 5, 5, 5, 5]);
+        assert_eq!((r.more, r.ready), (true, true));
+        let r = next_chunk(&mut input, 4, &mut msg).unwrap();
+        assert_eq!((msg.len(), r.more, r.ready), (9, true, false));
+        let r = next_chunk(&mut input, 4, &mut msg).unwrap();
+        assert_eq!((msg.len(), r.more, r.ready), (11, true, false));
+        let r = next_chunk(&mut input, 4, &mut msg).unwrap();
+        assert_eq!((msg.len(), r.more), (11, false));
+    }
+
+    #[test]
+    fn batch_messages_are_their_bytes_end_to_end() {
+        let b = Batch {
+            bytes: b"onetwothree".to_vec(),
+            ends: vec![3, 3, 6, 11],
+        };
+        let all: Vec<&[u8]> = (0..b.len()).map(|k| b.get(k)).collect();
+        assert_eq!(all, [&b"one"[..], b"", b"two", b"three"]);
+    }
+
+    fn data(group: u32, bytes: &[u8]) -> MessageRef<'_> {
+        MessageRef {
+            kind: MessageKind::Data,
+            group,
+            source: 1,
+            data: bytes,
+        }
+    }
+
+    #[test]
+    fn the_sink_writes_the_group_data_until_the_end_message() {
+        let mut reader = StreamReader::new(false);
+        let mut out = Vec::new();
+        let mut sink = Sink {
+            reader: &mut reader,
+            group: 3,
+            out: &mut out,
+            got: Received::default(),
+            failed: None,
+        };
+        sink.take(data(3, b"one "));
+        sink.take(data(4, b"other group "));
+        sink.take(MessageRef {
+            kind: MessageKind::Membership,
+            ..data(3, b"{}")
+        });
+        sink.take(data(3, b"two"));
+        sink.take(data(3, b""));
+        sink.take(data(3, b" after the end"));
+        let got = sink.got;
+        assert_eq!((got.messages, got.bytes, got.ended), (2, 7, true));
+        assert!(sink.failed.is_none());
+        assert_eq!(out, b"one two");
+    }
+
+    #[test]
+    fn the_stamped_sink_strips_stamps_and_refuses_a_message_without_one() {
+        let mut reader = StreamReader::new(true);
+        let mut out = Vec::new();
+        let mut sink = Sink {
+            reader: &mut reader,
+            group: 3,
+            out: &mut out,
+            got: Received::default(),
+            failed: None,
+        };
+        let mut m = Vec::new();
+        stamp_now(&mut m);
+        m.extend_from_slice(b"stamped");
+        sink.take(data(3, &m));
+        sink.take(data(3, b"plain"));
+        sink.take(data(3, &m));
+        assert!(sink.failed.as_ref().unwrap().contains("without a stamp"));
+        assert_eq!(sink.got.messages, 1, "nothing after the failure");
+        assert_eq!(out, b"stamped");
+        assert_eq!(reader.latency.len(), 1);
+    }
+
     #[test]
     fn read_full_fills_across_short_reads() {
-        struct Dribble(Vec<u8>);
-        impl Read for Dribble {
-            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-                let n = self.0.len().min(3).min(buf.len());
-                buf[..n].copy_from_slice(&self.0[..n]);
-                self.0.drain(..n);
-                Ok(n)
-            }
-        }
-        let mut d = Dribble((0..10).collect());
+        let mut d = Dribble((0..10).collect(), 3);
         let mut buf = [0u8; 8];
         assert_eq!(read_full(&mut d, &mut buf).unwrap(), 8);
         assert_eq!(buf, [0, 1, 2, 3, 4, 5, 6, 7]);

@@ -1,6 +1,6 @@
 //! `mcast`: the command-line tool. See `mcast --help`.
 
-use std::io::{BufRead, Write};
+use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -8,6 +8,11 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use mcast_cli::stream::{self, StreamReader};
 use mcast_ipc::{Client, Request, Response};
+
+/// Bytes `send` reads ahead: the whole messages in it are published together.
+const INPUT_BUFFER: usize = 256 << 10;
+/// Bytes `recv` gathers before writing.
+const OUTPUT_BUFFER: usize = 64 << 10;
 
 /// Reliable multicast from the command line, through the local mcastd.
 ///
@@ -211,13 +216,15 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
                     Duration::from_secs(timeout),
                 )?;
             }
-            let mut input: Box<dyn BufRead> = if file == "-" {
+            // A large buffer: the messages it holds go out in one batch.
+            let source: Box<dyn Read> = if file == "-" {
                 Box::new(std::io::stdin().lock())
             } else {
-                Box::new(std::io::BufReader::new(
+                Box::new(
                     std::fs::File::open(&file).map_err(|e| format!("cannot open {file}: {e}"))?,
-                ))
+                )
             };
+            let mut input = BufReader::with_capacity(INPUT_BUFFER, source);
             let sent = if lines {
                 let stamp_len = if stamp { stream::STAMP_LEN } else { 0 };
                 let max_line = client.max_message() - stamp_len;
@@ -246,12 +253,18 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
             if announce {
                 eprintln!("mcast: joined {group} (group {}, rank {})", m.group, m.rank);
             }
+            // One buffered writer: messages are written into it as a batch
+            // lends them, and it is flushed when the ring runs dry.
             let mut out: Box<dyn Write> = match &output {
-                Some(p) => Box::new(std::io::BufWriter::new(
+                Some(p) => Box::new(BufWriter::with_capacity(
+                    OUTPUT_BUFFER,
                     std::fs::File::create(p)
                         .map_err(|e| format!("cannot create {}: {e}", p.display()))?,
                 )),
-                None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+                None => Box::new(BufWriter::with_capacity(
+                    OUTPUT_BUFFER,
+                    std::io::stdout().lock(),
+                )),
             };
             let mut reader = StreamReader::new(stamp);
             let got = reader.run(
