@@ -10,11 +10,11 @@
 //! (it reads `held_buffers` only), the segment, or the application's offers.
 
 use mcast_proto::frag::Reassembler;
-use mcast_proto::{BufId, Endpoint, Event, Flags, NodeId, Seq};
+use mcast_proto::{BufId, Endpoint, Event, Flags, Instant, NodeId, Seq};
 use mcast_wire::batch;
 
 use super::world::World;
-use crate::config::{SimConfig, SENDER};
+use crate::config::{offer_time, SimConfig, SENDER};
 use crate::content::matches_message;
 use crate::pool::Owner;
 use crate::report::SimFailure;
@@ -103,7 +103,7 @@ impl World<'_> {
         let payload = self.nodes[node as usize - 1].pool.payload(buf);
         let c = &mut self.checks[node as usize - 2];
         if flags.contains(Flags::BATCH) {
-            return match check_batch(cfg, c, seq, len, flags, payload) {
+            return match check_batch(cfg, c, self.now, seq, len, flags, payload) {
                 Ok(done) => {
                     self.done_receivers += u32::from(done);
                     Ok(())
@@ -228,13 +228,16 @@ fn seq_problem(cfg: &SimConfig, c: &RxCheck, seq: Seq) -> Option<String> {
 }
 
 /// A delivered frame with `BATCH`: the next in sequence, in a run that
-/// batches, whole (`WHOLE`), at a message boundary, a valid batch
-/// (`batch::validate`), and each record the next message of the stream, its
-/// exact length and bytes. Advances `c` past them; true when that completes
-/// the stream. The error names the seq, and the record and message indices.
+/// batches, whole (`WHOLE`), at a message boundary, no larger than a frame,
+/// a valid batch (`batch::validate`), and each record the next message of the stream, its
+/// exact length and bytes, and (offered-rate mode) not delivered at `now`
+/// before the application had it: a message is packed only once it is due.
+/// Advances `c` past them; true when that completes the stream. The error
+/// names the seq, and the record and message indices.
 fn check_batch(
     cfg: &SimConfig,
     c: &mut RxCheck,
+    now: Instant,
     seq: Seq,
     len: u16,
     flags: Flags,
@@ -269,6 +272,13 @@ fn check_batch(
             payload.len()
         )));
     }
+    if payload.len() > cfg.max_payload {
+        return Err(fail(format!(
+            "delivered batch {seq:?} of {} bytes, more than a frame's {}",
+            payload.len(),
+            cfg.max_payload
+        )));
+    }
     let records = batch::validate(flags, payload)
         .map_err(|e| fail(format!("delivered {seq:?}, not a valid batch: {e}")))?;
     for (j, record) in batch::records(payload).enumerate() {
@@ -291,6 +301,14 @@ fn check_batch(
                 "{seq:?} record {j} of {records}: bytes differ from message {msg}"
             ));
         }
+        if let Some(due) = cfg.messages_per_sec.map(|rate| offer_time(msg, rate)) {
+            if due > now {
+                return Err(format!(
+                    "{seq:?} record {j} of {records}: message {msg} delivered before it was \
+                     offered at {due:?} (packed before it was due)"
+                ));
+            }
+        }
         c.msg += 1;
     }
     c.last_seq = Some(seq);
@@ -303,6 +321,7 @@ mod tests {
     use crate::content::message;
 
     const BATCH: Flags = Flags(Flags::WHOLE.0 | Flags::BATCH.0);
+    const NOW: Instant = Instant(1_000_000_000);
 
     fn cfg() -> SimConfig {
         SimConfig {
@@ -333,7 +352,7 @@ mod tests {
     }
 
     fn check(cfg: &SimConfig, c: &mut RxCheck, seq: u32, payload: &[u8]) -> Result<bool, String> {
-        check_batch(cfg, c, Seq(seq), payload.len() as u16, BATCH, payload)
+        check_batch(cfg, c, NOW, Seq(seq), payload.len() as u16, BATCH, payload)
     }
 
     #[test]
@@ -389,10 +408,18 @@ mod tests {
         assert!(e.contains("not a valid batch"), "{e}");
         // Not WHOLE.
         let flags = Flags(Flags::FRAG_FIRST.0 | Flags::BATCH.0);
-        let e = check_batch(&cfg, &mut fresh(), Seq(s0), good.len() as u16, flags, &good);
+        let e = check_batch(
+            &cfg,
+            &mut fresh(),
+            NOW,
+            Seq(s0),
+            good.len() as u16,
+            flags,
+            &good,
+        );
         assert!(e.unwrap_err().contains("without both fragment flags"));
         // Header length and buffer disagree.
-        let e = check_batch(&cfg, &mut fresh(), Seq(s0), 3, BATCH, &good);
+        let e = check_batch(&cfg, &mut fresh(), NOW, Seq(s0), 3, BATCH, &good);
         assert!(e.unwrap_err().contains("as 3 bytes in a buffer of"));
         // Out of order.
         let e = check(&cfg, &mut fresh(), s0.wrapping_add(1), &good).unwrap_err();
@@ -409,6 +436,23 @@ mod tests {
         };
         let e = check(&plain, &mut fresh(), s0, &good).unwrap_err();
         assert!(e.contains("in a run without batching"), "{e}");
+        // Larger than a frame.
+        let small = SimConfig {
+            max_payload: good.len() - 1,
+            ..cfg.clone()
+        };
+        let e = check(&small, &mut fresh(), s0, &good).unwrap_err();
+        assert!(e.contains("more than a frame's"), "{e}");
+        // Offered at 1 a second: message 2 is due at 2 s, after `NOW`.
+        let paced = SimConfig {
+            messages_per_sec: Some(1),
+            ..cfg.clone()
+        };
+        let e = check(&paced, &mut fresh(), s0, &good).unwrap_err();
+        assert!(
+            e.contains("record 2 of 3: message 2 delivered before"),
+            "{e}"
+        );
         // Nothing advanced on any of these.
         assert_eq!(check(&cfg, &mut fresh(), s0, &good), Ok(false));
     }
