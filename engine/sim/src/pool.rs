@@ -12,7 +12,7 @@ pub(crate) enum Owner {
     Free,
     /// Lent to the node's endpoint (`send`, or a received data frame).
     Endpoint,
-    /// Held by the simulator on the application's behalf: a fragment the
+    /// Held by the simulator on the application's behalf: a frame the
     /// sender refused (window full) and that waits to be offered again.
     App,
 }

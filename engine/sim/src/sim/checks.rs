@@ -184,7 +184,7 @@ impl World<'_> {
     /// Bounds and conservation at one node, after a step that touched it.
     /// Every allocated buffer of a node is owned by exactly one party: its
     /// endpoint (`held_buffers`), or the simulator on the application's behalf
-    /// (the sender's one refused fragment). Delivered buffers are freed by the
+    /// (the sender's one refused frame). Delivered buffers are freed by the
     /// simulator within the step, so none is counted between steps.
     pub(super) fn check_node<E: Endpoint>(
         &mut self,
