@@ -278,6 +278,16 @@ impl Families {
             }
             let sender = &g["sender"];
             self.counters("mcastd_group_send", "groups[].sender", sender, &[], &labels);
+            // The ratios are the counters' quotients: PromQL divides them.
+            let ratios = ["messages_per_frame", "wire_bytes_per_payload_byte"];
+            let batching = &g["batching"];
+            self.counters(
+                "mcastd_group_batching",
+                "groups[].batching",
+                batching,
+                &ratios,
+                &labels,
+            );
             for r in array(&g["receivers"]) {
                 let mut l = labels.clone();
                 l.push(("sender", r["from"].to_string()));

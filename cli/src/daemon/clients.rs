@@ -24,7 +24,7 @@ use super::Daemon;
 use crate::config::SlowSubscriber;
 
 /// Publication records taken from one client per round (fairness).
-const PUBLISH_BURST: usize = 64;
+const PUBLISH_BURST: usize = 256;
 
 /// How long a leave waits for the group's send stream to deliver what was
 /// published before it (then it goes ahead anyway).
@@ -334,7 +334,10 @@ impl<T: Transport> Daemon<T> {
                     .get(&c)
                     .is_some_and(|s| s.groups.contains(&group));
                 if !joined {
-                    self.clients.server.publications(c).map(|p| p.pop());
+                    self.clients
+                        .server
+                        .publications(c)
+                        .map(|p| p.pop_deferred());
                     self.counters.publish_errors += 1;
                     self.clients.server.notify(
                         c,
@@ -355,8 +358,10 @@ impl<T: Transport> Daemon<T> {
                     }
                 }
                 self.loopback(group, c);
-                self.clients.server.publications(c).map(|p| p.pop());
-                self.clients.server.wake_publishers(c);
+                self.clients
+                    .server
+                    .publications(c)
+                    .map(|p| p.pop_deferred());
                 if let Some(s) = self.clients.by_id.get_mut(&c) {
                     s.published += 1;
                 }
@@ -364,6 +369,12 @@ impl<T: Transport> Daemon<T> {
                 taken += 1;
                 work = true;
             }
+            // The burst's space goes back to the client at once: one tail
+            // store, and a wake-up only if it waits for room.
+            if let Some(p) = self.clients.server.publications(c) {
+                p.release();
+            }
+            self.clients.server.wake_publishers(c);
         }
         Ok(work)
     }

@@ -5,7 +5,8 @@
 //! client's queue when the ring is full.
 //!
 //! Owns: the [`Sink`] the engine delivers into, the ring record headers,
-//! and [`deliver_to`] (ring or overflow).
+//! [`deliver_to`] (ring or overflow) and the commit that publishes what it
+//! wrote ([`commit_subscriptions`]).
 //! Does not touch: what the records mean to clients, the slow-subscriber
 //! policy ([`clients`](super::clients) applies it), views.
 
@@ -105,6 +106,11 @@ pub(super) fn data_record(group: GroupId, source: NodeId, first: bool, last: boo
 /// into its overflow queue (bounded by the slow-subscriber policy). A ring
 /// the client has made corrupt takes nothing more: the client is marked
 /// for [`Clients`]' next round to cut off, and nothing is queued for it.
+///
+/// The record is written but not yet published: the client sees it at the
+/// next [`commit_subscriptions`] (the daemon's round calls it after each
+/// phase that delivers), so a frame's messages, or a poll's frames, cost
+/// one head store and one wake-up check in all.
 pub(super) fn deliver_to(
     server: &mut Server,
     c: ClientId,
@@ -119,7 +125,7 @@ pub(super) fn deliver_to(
     counters.fragments_delivered += 1;
     if state.overflow.is_empty() {
         if let Some(p) = server.subscription(c) {
-            match p.try_push(hdr, &[data]) {
+            match p.try_push_deferred(hdr, &[data]) {
                 Ok(()) => {
                     state.delivered += 1;
                     return;
@@ -137,4 +143,14 @@ pub(super) fn deliver_to(
     counters.fragments_overflowed += 1;
     state.overflow_bytes += data.len() + RECORD_COST;
     state.overflow.push_back((hdr, data.to_vec()));
+}
+
+/// Publishes every record [`deliver_to`] wrote since the last call, one
+/// commit per client ring (nothing for a ring with none).
+pub(super) fn commit_subscriptions(clients: &mut Clients) {
+    for &c in clients.by_id.keys() {
+        if let Some(p) = clients.server.subscription(c) {
+            p.commit();
+        }
+    }
 }

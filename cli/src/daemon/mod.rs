@@ -63,7 +63,7 @@ use crate::links::inbox;
 use crate::log::Logger;
 
 use clients::Clients;
-use deliver::Sink;
+use deliver::{commit_subscriptions, Sink};
 use flush::FlushGlue;
 use liveness::Live;
 use membership::LocalGroup;
@@ -188,9 +188,12 @@ impl<T: Transport> Daemon<T> {
                 due.saturating_sub(mcast_engine::sys::monotonic_ns()),
             )),
         };
+        // What the publications' loopback wrote is seen before any sleep.
+        commit_subscriptions(sink.clients);
         work |= self
             .engine
             .run_once_deliver(&mut sink, &self.fds, max_sleep)?;
+        commit_subscriptions(&mut self.clients);
         if may_sleep {
             self.clients.server.finish_sleep();
         }
@@ -202,6 +205,8 @@ impl<T: Transport> Daemon<T> {
         work |= self.flush_links()?;
         work |= self.flush_overflow()?;
         work |= self.finish_lingering();
+        // Flushed frames and membership events of the phases above.
+        commit_subscriptions(&mut self.clients);
         self.refresh_metrics();
         Ok(work)
     }

@@ -129,6 +129,15 @@ impl<T: Transport> Daemon<T> {
             "paused": g.paused,
             "queued_frames": g.queued,
             "sender": g.sender.map(|c| counters_json(&c)),
+            "batching": g.tally.map(|t| json!({
+                "messages": t.messages,
+                "batched": t.batched,
+                "frames": t.frames,
+                "payload_bytes": t.payload_bytes,
+                "wire_bytes": t.wire_bytes,
+                "messages_per_frame": t.messages_per_frame(),
+                "wire_bytes_per_payload_byte": t.wire_per_payload_byte(),
+            })),
             "receivers": g
                 .receivers
                 .iter()
