@@ -83,9 +83,15 @@ fn mcastd() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_mcastd"))
 }
 
-/// Three daemons and one idle endpoint for the attacker.
+/// Three daemons and one idle endpoint for the attacker. One message per
+/// frame (`batch = false`): the attacks address genuine messages by their
+/// frames' sequence numbers.
 fn start(test: &str, secure: bool) -> Option<common::Cluster> {
-    let extra = if secure { "" } else { "insecure = true" };
+    let extra = if secure {
+        "batch = false"
+    } else {
+        "batch = false\ninsecure = true"
+    };
     common::Cluster::start_with_spare(mcastd(), test, 3, 1, |_| extra.to_owned())
 }
 
