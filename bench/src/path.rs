@@ -285,11 +285,37 @@ fn send_counters(c: &mut Client) -> Result<Value, String> {
 }
 
 /// Message `i` of the stream: its index, then bytes derived from it.
+#[cfg(test)]
 fn message(i: u64, len: usize) -> Vec<u8> {
-    let mut m = i.to_be_bytes().to_vec();
-    m.extend((0..len - 8).map(|k| (i as usize).wrapping_mul(31).wrapping_add(k) as u8));
+    let mut m = Vec::new();
+    write_message(&mut m, i, len);
     m
 }
+
+/// Writes message `i` into `m` (reusing its allocation).
+fn write_message(m: &mut Vec<u8>, i: u64, len: usize) {
+    m.clear();
+    m.extend_from_slice(&i.to_be_bytes());
+    m.extend((0..len - 8).map(|k| filler(i, k)));
+}
+
+fn filler(i: u64, k: usize) -> u8 {
+    (i as usize).wrapping_mul(31).wrapping_add(k) as u8
+}
+
+/// Whether `data` is message `i` of `len` bytes (checked in place).
+fn is_message(data: &[u8], i: u64, len: usize) -> bool {
+    data.len() == len
+        && data[..8] == i.to_be_bytes()
+        && data[8..]
+            .iter()
+            .enumerate()
+            .all(|(k, &b)| b == filler(i, k))
+}
+
+/// Messages handed to the client library per call, as an application that
+/// has many ready would (`Client::publish_batch`, `Client::recv_batch`).
+const CLIENT_BATCH: usize = 64;
 
 /// Publishes messages `first..first + n`; every subscriber must receive
 /// each once, in order and intact. Returns messages/s at the slowest and
@@ -308,11 +334,7 @@ pub(crate) fn one_run(
             .iter_mut()
             .map(|c| s.spawn(move || receive(c, group, first, n, size, start)))
             .collect();
-        let sent = (first..first + n).try_for_each(|i| {
-            publisher
-                .publish_blocking(group, &message(i, size), Some(Duration::from_secs(30)))
-                .map_err(|e| format!("publish {i}: {e}"))
-        });
+        let sent = publish(publisher, group, first, n, size);
         let mut out: Vec<Result<f64, String>> = receivers
             .into_iter()
             .map(|h| {
@@ -331,7 +353,31 @@ pub(crate) fn one_run(
     Ok((slowest, fastest))
 }
 
-/// Receives messages `first..first + n` of `group`; messages/s since `start`.
+/// Publishes messages `first..first + n`, [`CLIENT_BATCH`] per call, into
+/// buffers reused from batch to batch.
+fn publish(c: &mut Client, group: u32, first: u64, n: u64, size: usize) -> Result<(), String> {
+    let mut bufs: Vec<Vec<u8>> = (0..CLIENT_BATCH)
+        .map(|_| Vec::with_capacity(size))
+        .collect();
+    let mut i = first;
+    while i < first + n {
+        let k = (CLIENT_BATCH as u64).min(first + n - i) as usize;
+        for (j, b) in bufs[..k].iter_mut().enumerate() {
+            write_message(b, i + j as u64, size);
+        }
+        let mut done = 0;
+        while done < k {
+            done += c
+                .publish_batch_blocking(group, &bufs[done..k], Some(Duration::from_secs(30)))
+                .map_err(|e| format!("publish {}: {e}", i + done as u64))?;
+        }
+        i += k as u64;
+    }
+    Ok(())
+}
+
+/// Receives messages `first..first + n` of `group`, checked in place in the
+/// ring; messages/s since `start`.
 fn receive(
     c: &mut Client,
     group: u32,
@@ -341,24 +387,37 @@ fn receive(
     start: Instant,
 ) -> Result<f64, String> {
     let mut next = first;
+    let mut bad = None;
     while next < first + n {
-        let m = c
-            .recv_timeout(Duration::from_secs(30))
-            .map_err(|e| format!("receive after {}: {e}", next - first))?
-            .ok_or_else(|| format!("nothing for 30 s after {} messages", next - first))?;
-        if m.group != group || m.kind != MessageKind::Data {
-            continue;
+        let got = c
+            .recv_batch_timeout(CLIENT_BATCH * 4, Some(Duration::from_secs(30)), |m| {
+                if bad.is_some() || m.group != group || m.kind != MessageKind::Data {
+                    return;
+                }
+                let Some(i) = m
+                    .data
+                    .get(..8)
+                    .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
+                else {
+                    bad = Some("a short message".to_string());
+                    return;
+                };
+                if i != next {
+                    bad = Some(format!(
+                        "message {i} where {next} was due: lost, repeated or reordered"
+                    ));
+                } else if !is_message(m.data, i, size) {
+                    bad = Some(format!("message {i} corrupted"));
+                }
+                next += 1;
+            })
+            .map_err(|e| format!("receive after {}: {e}", next - first))?;
+        if let Some(b) = bad {
+            return Err(b);
         }
-        let i = u64::from_be_bytes(m.data[..8].try_into().map_err(|_| "a short message")?);
-        if i != next {
-            return Err(format!(
-                "message {i} where {next} was due: lost, repeated or reordered"
-            ));
+        if got == 0 {
+            return Err(format!("nothing for 30 s after {} messages", next - first));
         }
-        if m.data != message(i, size) {
-            return Err(format!("message {i} corrupted"));
-        }
-        next += 1;
     }
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
