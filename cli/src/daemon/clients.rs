@@ -21,6 +21,7 @@ use mcast_wire::GroupId;
 use super::deliver::{deliver_to, RECORD_COST};
 use super::mode::Published;
 use super::Daemon;
+use super::FastMap;
 use crate::config::SlowSubscriber;
 
 /// Publication records taken from one client per round (fairness).
@@ -56,7 +57,8 @@ impl Linger {
 #[derive(Debug)]
 pub(super) struct Clients {
     pub(super) server: Server,
-    pub(super) by_id: HashMap<ClientId, ClientState>,
+    /// Looked up several times per message taken or delivered: hashed fast.
+    pub(super) by_id: FastMap<ClientId, ClientState>,
     /// Requests waiting for the group service, by its request id.
     pub(super) pending: HashMap<u64, Pending>,
     pub(super) next_req: u64,
@@ -70,7 +72,7 @@ impl Clients {
     pub(super) fn new(server: Server) -> Clients {
         Clients {
             server,
-            by_id: HashMap::new(),
+            by_id: FastMap::default(),
             pending: HashMap::new(),
             next_req: 1,
             lingering: Vec::new(),

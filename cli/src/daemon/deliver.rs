@@ -10,8 +10,6 @@
 //! Does not touch: what the records mean to clients, the slow-subscriber
 //! policy ([`clients`](super::clients) applies it), views.
 
-use std::collections::HashMap;
-
 use mcast_engine::{Deliver, Fragment, RawFrame};
 use mcast_ipc::ring::{FIRST as FLAG_FIRST, LAST as FLAG_LAST};
 use mcast_ipc::{ClientId, PushError, RecordHeader, Server};
@@ -22,6 +20,7 @@ use super::flush::Kept;
 use super::membership::LocalGroup;
 use super::peers::Links;
 use super::DaemonCounters;
+use super::FastMap;
 use crate::links::is_link;
 
 /// Bytes an overflowed fragment counts for beyond its payload.
@@ -32,8 +31,8 @@ pub(super) const RECORD_COST: usize = 32;
 /// member's ring.
 pub(super) struct Sink<'a> {
     pub(super) clients: &'a mut Clients,
-    pub(super) local: &'a mut HashMap<GroupId, LocalGroup>,
-    pub(super) kept: &'a mut HashMap<(GroupId, NodeId), Kept>,
+    pub(super) local: &'a mut FastMap<GroupId, LocalGroup>,
+    pub(super) kept: &'a mut FastMap<(GroupId, NodeId), Kept>,
     pub(super) links: &'a mut Links,
     pub(super) counters: &'a mut DaemonCounters,
     pub(super) max_message: usize,

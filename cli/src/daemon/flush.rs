@@ -21,6 +21,7 @@ use serde_json::json;
 
 use super::deliver::{data_record, event_record};
 use super::Daemon;
+use super::FastMap;
 use crate::links::LinkMessage;
 
 /// How long the flush of a departed sender's stream waits for the other
@@ -43,7 +44,7 @@ pub(super) struct Kept {
 pub(super) struct FlushGlue {
     pub(super) flushes: Flushes,
     /// The last window delivered from each open receive stream.
-    pub(super) kept: HashMap<(GroupId, NodeId), Kept>,
+    pub(super) kept: FastMap<(GroupId, NodeId), Kept>,
     /// Starts of a stream whose flush runs here, applied when it ends (the
     /// flush and the reopened stream would deliver the same frames).
     pub(super) deferred_starts: HashMap<FlushKey, StreamStart>,

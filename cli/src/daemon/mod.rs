@@ -47,7 +47,6 @@ mod rekey;
 mod stats;
 mod streams;
 
-use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -63,6 +62,11 @@ use crate::links::inbox;
 use crate::log::Logger;
 
 use clients::Clients;
+
+/// The maps the per-message paths look up (clients, groups, kept streams):
+/// a fast hasher, since SipHash cost more than the rest of each lookup. Their
+/// keys are numbers this daemon or the registry assigns.
+pub(super) type FastMap<K, V> = foldhash::HashMap<K, V>;
 use deliver::{commit_subscriptions, Sink};
 use flush::FlushGlue;
 use liveness::Live;
@@ -84,7 +88,8 @@ pub struct Daemon<T: Transport> {
     links: Links,
     live: Live,
     /// The groups this node carries.
-    local: HashMap<GroupId, LocalGroup>,
+    /// Looked up per message published and delivered: hashed fast.
+    local: FastMap<GroupId, LocalGroup>,
     streams: Streams,
     flush: FlushGlue,
     /// Final counters of groups no longer carried, newest last.
@@ -120,7 +125,7 @@ impl<T: Transport> Daemon<T> {
             clients: Clients::new(server),
             links,
             live: Live::new(&cfg, incarnation),
-            local: HashMap::new(),
+            local: FastMap::default(),
             streams: Streams::new(&cfg),
             flush: FlushGlue::default(),
             retired: stats::Retired::default(),
