@@ -97,7 +97,14 @@ fn one_cluster(
             size,
         )?;
         next += cfg.messages;
-        let lat = paced(&mut publisher, &mut subscribers, group, size, cfg)?;
+        let lat = paced(
+            &mut publisher,
+            &mut subscribers,
+            group,
+            size,
+            cfg.rate,
+            cfg.paced_messages,
+        )?;
         eprintln!(
             "    {size} B: {slowest:.0} msg/s at the slowest subscriber; at {}/s p50 {:.1} µs, p99 {:.1} µs",
             cfg.rate, lat.0, lat.1
@@ -108,19 +115,19 @@ fn one_cluster(
     Ok(())
 }
 
-/// Publishes `paced_messages` at `rate`, each carrying its send time; every
+/// Publishes `n` messages at `rate`, each carrying its send time; every
 /// subscriber checks order and content and records publish-to-read latency.
 /// Returns (p50, p99) in µs over all subscribers.
-fn paced(
+pub(crate) fn paced(
     publisher: &mut Client,
     subscribers: &mut [Client],
     group: u32,
     size: usize,
-    cfg: &AuthConfig,
+    rate: u64,
+    n: u64,
 ) -> Result<(f64, f64), String> {
-    let n = cfg.paced_messages;
     let origin = Instant::now();
-    let gap = Duration::from_nanos(1_000_000_000 / cfg.rate);
+    let gap = Duration::from_nanos(1_000_000_000 / rate);
     let hists: Vec<Result<Histogram<u64>, String>> = std::thread::scope(|s| {
         let hs: Vec<_> = subscribers
             .iter_mut()

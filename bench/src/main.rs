@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand};
 use mcast_sim::{Algorithm, SimConfig};
 
 mod auth;
+mod batch;
 mod demo;
 mod paper;
 mod path;
@@ -194,6 +195,39 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         json: Option<String>,
     },
+    /// Real kernel, needs root: what batching small messages into shared frames gives users,
+    /// through mcastd. Starts the same cluster (1 publisher, R subscriber nodes) again and again,
+    /// alternately with the default `batch = true` and with `batch = false` (one message per
+    /// frame), and measures at each size goodput lossless and at --loss on the segment, messages
+    /// per frame, and the one-way latency of paced messages; prints on/off ratios (issue 25's
+    /// targets: 64 B >= 15 per frame in saturation, at 1 % loss >= 0.8x lossless, 1 KiB and
+    /// paced latency no worse). Needs mcastd built beside mcast-bench.
+    Batch {
+        /// Subscriber node counts, comma-separated (1 to 6).
+        #[arg(long, value_delimiter = ',', default_value = "1,4")]
+        receivers: Vec<usize>,
+        /// Message sizes, comma-separated (16 to 8,192 bytes).
+        #[arg(long, value_delimiter = ',', default_value = "64,1024")]
+        sizes: Vec<usize>,
+        /// Loss on the segment (every frame kind, both directions) for the second goodput run.
+        #[arg(long, default_value_t = 0.01)]
+        loss: f64,
+        /// Messages per goodput run.
+        #[arg(long, default_value_t = 500_000)]
+        messages: u64,
+        /// Cluster starts per mode (on and off alternate).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Rate of the paced latency runs, messages/s.
+        #[arg(long, default_value_t = 10_000)]
+        rate: u64,
+        /// Messages per paced latency run.
+        #[arg(long, default_value_t = 10_000)]
+        paced_messages: u64,
+        /// Also write every run to this JSON file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<String>,
+    },
     /// Seed 000 §4's comparison (Figures 8-10): iterative, ACK, NAK and MAK to 1..6 receivers at
     /// 512 and 1,024 B, plus Go-Back-N and the raw blast, over the simulator and AF_XDP (root),
     /// send-and-wait, echo round-trip, offered-rate and saturation modes. Writes a table, JSON,
@@ -292,7 +326,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if matches!(
         cli.command,
-        Command::Xdp { .. } | Command::Paper { .. } | Command::Path { .. } | Command::Auth { .. }
+        Command::Xdp { .. }
+            | Command::Paper { .. }
+            | Command::Path { .. }
+            | Command::Auth { .. }
+            | Command::Batch { .. }
     ) {
         if let Err(e) = clean_up_on_signals() {
             eprintln!("mcast-bench: {e}");
@@ -362,6 +400,27 @@ fn main() -> ExitCode {
                 &auth::AuthConfig {
                     receivers,
                     sizes,
+                    messages,
+                    repeat,
+                    rate,
+                    paced_messages,
+                },
+                json.as_deref(),
+            ),
+            Command::Batch {
+                receivers,
+                sizes,
+                loss,
+                messages,
+                repeat,
+                rate,
+                paced_messages,
+                json,
+            } => batch::run(
+                &batch::BatchConfig {
+                    receivers,
+                    sizes,
+                    loss,
                     messages,
                     repeat,
                     rate,
