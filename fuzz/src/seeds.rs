@@ -171,6 +171,12 @@ fn frames() -> Vec<Vec<u8>> {
         ..base(Kind::Data)
     };
     let nak = emit_list(&nak_lists()[1]);
+    // Three messages in one frame (docs/protocol.md §1.10), the middle one empty.
+    let batched = Header {
+        flags: Flags::WHOLE.with(Flags::BATCH),
+        ..data
+    };
+    let records = b"\x00\x03abc\x00\x00\x00\x02de";
     let mut padded = frame(0, data, b"abc");
     padded.extend_from_slice(&[0; 8]);
     vec![
@@ -193,6 +199,7 @@ fn frames() -> Vec<Vec<u8>> {
         frame(0, base(Kind::Heartbeat), &[]),
         frame(0, base(Kind::Beat), &[1]),
         padded,
+        frame(1, batched, records),
     ]
 }
 

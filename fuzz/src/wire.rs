@@ -1,8 +1,8 @@
-//! The frame parser and the NAK range list (`mcast-wire`).
+//! The frame parser, the NAK range list and batched payloads (`mcast-wire`).
 
 use mcast_wire::{
-    field, payload_crc, Frame, Kind, RangeList, Seq, WireError, ETHERTYPE_DEFAULT, MAX_NAK_RANGES,
-    RANGE_LEN,
+    batch, field, payload_crc, Flags, Frame, Kind, RangeList, Seq, WireError, ETHERTYPE_DEFAULT,
+    MAX_NAK_RANGES, RANGE_LEN,
 };
 
 /// The first byte picks a mode, the rest is the frame. Mode bit 0 set:
@@ -86,6 +86,35 @@ fn check_frame(f: &Frame<&[u8]>, buf: &[u8]) {
 
     if header.kind == Kind::Nak {
         nak_ranges(payload);
+    }
+    if header.flags.contains(Flags::BATCH) {
+        batched(header.flags, payload);
+    }
+}
+
+/// A batched payload (docs/protocol.md §1.10): `validate` accepts exactly
+/// the payloads whose records, read back, rebuild it byte for byte, and
+/// reading never panics either way.
+fn batched(flags: Flags, payload: &[u8]) {
+    let verdict = batch::validate(flags, payload);
+    let records: Vec<&[u8]> = batch::records(payload).collect();
+    let mut rebuilt = vec![0; payload.len()];
+    let mut len = 0;
+    for r in &records {
+        if len + batch::RECORD_HEADER + r.len() > rebuilt.len() {
+            break;
+        }
+        len = batch::append(&mut rebuilt, len, r);
+    }
+    let whole = flags.contains(Flags::WHOLE);
+    let exact = !records.is_empty() && len == payload.len() && rebuilt == payload;
+    assert_eq!(
+        verdict.is_ok(),
+        whole && exact,
+        "validate({flags:?}, {payload:?}) = {verdict:?}"
+    );
+    if let Ok(n) = verdict {
+        assert_eq!(n, records.len());
     }
 }
 
