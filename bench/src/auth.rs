@@ -68,10 +68,7 @@ pub fn run(cfg: &AuthConfig, json_out: Option<&str>) -> Result<(), String> {
     }
     print(cfg, &keyed, &insecure, &alone, &prims);
     if let Some(p) = json_out {
-        let v = to_json(cfg, &keyed, &insecure, &alone, &prims);
-        let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
-        std::fs::write(p, text + "\n").map_err(|e| format!("writing {p}: {e}"))?;
-        eprintln!("wrote {p}");
+        path::write_json(p, &to_json(cfg, &keyed, &insecure, &alone, &prims))?;
     }
     Ok(())
 }

@@ -79,9 +79,7 @@ pub fn run(cfg: &BatchConfig, json_out: Option<&str>) -> Result<(), String> {
     }
     print(cfg, &figs);
     if let Some(p) = json_out {
-        let text = serde_json::to_string_pretty(&to_json(cfg, &figs)).map_err(|e| e.to_string())?;
-        std::fs::write(p, text + "\n").map_err(|e| format!("writing {p}: {e}"))?;
-        eprintln!("wrote {p}");
+        path::write_json(p, &to_json(cfg, &figs))?;
     }
     Ok(())
 }
@@ -101,15 +99,14 @@ fn one_cluster(
     for (k, &size) in cfg.sizes.iter().enumerate() {
         let f = &mut figs[k][mode];
         let before = batching(&mut publisher)?;
-        let (lossless, _) = path::one_run(
+        let lossless = goodput(
             &mut publisher,
             &mut subscribers,
             group,
-            next,
-            cfg.messages,
+            &mut next,
+            cfg,
             size,
         )?;
-        next += cfg.messages;
         let after = batching(&mut publisher)?;
         let per_frame = (after.0 - before.0) / (after.1 - before.1).max(1.0);
         let mut lossy = f64::NAN;
@@ -117,16 +114,14 @@ fn one_cluster(
             cluster
                 .topology()
                 .set_loss(mcast_wire::ETHERTYPE_DEFAULT, cfg.loss)?;
-            lossy = path::one_run(
+            lossy = goodput(
                 &mut publisher,
                 &mut subscribers,
                 group,
-                next,
-                cfg.messages,
+                &mut next,
+                cfg,
                 size,
-            )?
-            .0;
-            next += cfg.messages;
+            )?;
             cluster
                 .topology()
                 .set_loss(mcast_wire::ETHERTYPE_DEFAULT, 0.0)?;
@@ -151,6 +146,21 @@ fn one_cluster(
         f.p99.push(p99);
     }
     Ok(())
+}
+
+/// Goodput of messages `*next..` (`cfg.messages` of them) at the slowest
+/// subscriber; moves `next` past them.
+fn goodput(
+    publisher: &mut Client,
+    subscribers: &mut [Client],
+    group: u32,
+    next: &mut u64,
+    cfg: &BatchConfig,
+    size: usize,
+) -> Result<f64, String> {
+    let (slowest, _) = path::one_run(publisher, subscribers, group, *next, cfg.messages, size)?;
+    *next += cfg.messages;
+    Ok(slowest)
 }
 
 /// The sender's (messages, frames) so far in the bench group, from `mcast stat`.

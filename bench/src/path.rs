@@ -102,11 +102,16 @@ pub fn run(cfg: &PathConfig, json_out: Option<&str>) -> Result<(), String> {
     }
     print(cfg, &cells);
     if let Some(path) = json_out {
-        let text =
-            serde_json::to_string_pretty(&to_json(cfg, &cells)).map_err(|e| e.to_string())?;
-        std::fs::write(path, text + "\n").map_err(|e| format!("writing {path}: {e}"))?;
-        eprintln!("wrote {path}");
+        write_json(path, &to_json(cfg, &cells))?;
     }
+    Ok(())
+}
+
+/// Writes a bench's figures to `path` as pretty JSON, and says so.
+pub(crate) fn write_json(path: &str, v: &Value) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(v).map_err(|e| e.to_string())?;
+    std::fs::write(path, text + "\n").map_err(|e| format!("writing {path}: {e}"))?;
+    eprintln!("wrote {path}");
     Ok(())
 }
 

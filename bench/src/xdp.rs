@@ -36,10 +36,7 @@ pub fn run(messages: usize, latency_messages: usize, json: Option<&str>) -> Resu
         .collect::<Result<_, String>>()?;
     print(&report, &latencies);
     if let Some(path) = json {
-        let v = to_json(&report, &latencies);
-        let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
-        std::fs::write(path, text + "\n").map_err(|e| format!("writing {path}: {e}"))?;
-        eprintln!("wrote {path}");
+        crate::path::write_json(path, &to_json(&report, &latencies))?;
     }
     Ok(())
 }

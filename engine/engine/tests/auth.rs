@@ -3,6 +3,8 @@
 //! sealed with another key, altered or replayed are refused and counted
 //! before anything else reads them. No privileges needed.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,8 +13,7 @@ use mcast_engine::{
     Algorithm, AuthConfig, Engine, EngineConfig, MemorySegment, MemoryTransport, Transport, TxDesc,
 };
 use mcast_wire::{
-    group_mac, max_payload_for_mtu, node_mac, Flags, Frame, Header, Kind, NodeId, Seq,
-    ETHERTYPE_DEFAULT,
+    max_payload_for_mtu, node_mac, Flags, Frame, Header, Kind, NodeId, ETHERTYPE_DEFAULT,
 };
 
 const GROUP: u32 = 7;
@@ -137,23 +138,8 @@ impl Raw {
         seal_with: &dyn Fn(&mut [u8], usize) -> usize,
     ) -> Vec<u8> {
         let f = self.port.alloc().expect("frame");
+        let len = common::write_data(&mut self.port, f, (GROUP, SENDER), seq, Flags::WHOLE, p);
         let buf = self.port.frame_mut(f);
-        let mut h = Header::new(Kind::Data);
-        h.flags = Flags::WHOLE;
-        h.group = GROUP;
-        h.src = SENDER;
-        h.epoch = 1;
-        h.seq = Seq(seq);
-        h.payload_len = p.len() as u16;
-        buf[58..58 + p.len()].copy_from_slice(p);
-        let (_, len) = Frame::emit(
-            &mut buf[..],
-            group_mac(GROUP),
-            node_mac(SENDER),
-            ETHERTYPE_DEFAULT,
-            &h,
-        )
-        .unwrap();
         let len = seal_with(buf, len);
         let bytes = buf[..len].to_vec();
         self.send(f, len);

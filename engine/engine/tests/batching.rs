@@ -5,6 +5,8 @@
 //! sink) under loss and with sealed frames, and a malformed batch is refused
 //! on receipt. One thread drives all engines. No privileges needed.
 
+mod common;
+
 use std::sync::Arc;
 
 use mcast_engine::auth::{ClusterKey, Keys};
@@ -12,7 +14,7 @@ use mcast_engine::{
     Algorithm, AuthConfig, Engine, EngineConfig, Fragment, MemorySegment, MemoryTransport,
     SendTally, Transport, TxDesc,
 };
-use mcast_wire::{group_mac, node_mac, Flags, Frame, Header, Kind, NodeId, Seq, ETHERTYPE_DEFAULT};
+use mcast_wire::{node_mac, Flags, NodeId};
 
 const GROUP: u32 = 7;
 const SENDER: NodeId = 1;
@@ -215,23 +217,7 @@ fn mixed_sizes_under_loss_with_sealed_frames_arrive_whole_and_in_order() {
 fn raw_data(seg: &Arc<MemorySegment>, seq: u32, flags: Flags, p: &[u8]) {
     let mut port = seg.port(node_mac(SENDER), 8, 2048, 8);
     let f = port.alloc().expect("frame");
-    let buf = port.frame_mut(f);
-    let mut h = Header::new(Kind::Data);
-    h.flags = flags;
-    h.group = GROUP;
-    h.src = SENDER;
-    h.epoch = 1;
-    h.seq = Seq(seq);
-    h.payload_len = p.len() as u16;
-    buf[58..58 + p.len()].copy_from_slice(p);
-    let (_, len) = Frame::emit(
-        &mut buf[..],
-        group_mac(GROUP),
-        node_mac(SENDER),
-        ETHERTYPE_DEFAULT,
-        &h,
-    )
-    .unwrap();
+    let len = common::write_data(&mut port, f, (GROUP, SENDER), seq, flags, p);
     port.transmit(
         &[TxDesc {
             frame: f,
