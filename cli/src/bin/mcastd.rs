@@ -104,6 +104,27 @@ fn session() -> u64 {
         .unwrap_or(1)
 }
 
+/// This run's incarnation (its session epoch, docs/mcastd.md): the first
+/// whole second of the wall clock after the start, waited for. A run's
+/// incarnation is then a second in which it was alive, so a run started
+/// after it, even within the same second, takes a larger one. Peers tell a
+/// restarted daemon by its new incarnation; a daemon killed and restarted
+/// within the second it started in used to take the same one, and was told
+/// by the peers that had declared its previous run failed that it had been
+/// declared failed itself.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the session epoch is the start time; the wait is the point"
+)]
+fn incarnation() -> u32 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let next = std::time::Duration::from_secs(now.as_secs() + 1);
+    std::thread::sleep(next - now);
+    next.as_secs() as u32
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let overrides = Overrides {
@@ -271,14 +292,7 @@ fn serve<T: Transport>(
             cfg.socket.display()
         )
         })?;
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "the session epoch is the start time"
-    )]
-    let incarnation = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as u32)
-        .unwrap_or(1);
+    let incarnation = incarnation();
     let metrics = cfg.metrics_addr().map(Exporter::start).transpose()?;
     let mut daemon =
         Daemon::new(cfg, engine, server, incarnation, log, shutdown).map_err(|e| e.to_string())?;
