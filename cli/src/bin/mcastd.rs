@@ -160,6 +160,9 @@ fn main() -> ExitCode {
         println!("{}", mcast_cli::keys::describe(keys.as_ref()));
         return ExitCode::SUCCESS;
     }
+    // Before anything is opened: clients and peers see this run only once
+    // it has its incarnation.
+    let incarnation = incarnation();
     let level = match cfg.log {
         LogLevel::Error => Level::Error,
         LogLevel::Warn => Level::Warn,
@@ -186,12 +189,10 @@ fn main() -> ExitCode {
         overrides: overrides.clone(),
     };
     let result = match cfg.datapath {
-        Datapath::Xdp => {
-            open_xdp(&cfg).and_then(|t| serve(cfg, keys, t, log, shutdown, reload.clone()))
-        }
-        Datapath::Packet => {
-            open_packet(&cfg).and_then(|t| serve(cfg, keys, t, log, shutdown, reload.clone()))
-        }
+        Datapath::Xdp => open_xdp(&cfg)
+            .and_then(|t| serve(cfg, keys, t, incarnation, log, shutdown, reload.clone())),
+        Datapath::Packet => open_packet(&cfg)
+            .and_then(|t| serve(cfg, keys, t, incarnation, log, shutdown, reload.clone())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -240,6 +241,7 @@ fn serve<T: Transport>(
     cfg: Config,
     keys: Option<Keys>,
     transport: T,
+    incarnation: u32,
     log: Logger,
     shutdown: Arc<AtomicBool>,
     reload: Reload,
@@ -292,7 +294,6 @@ fn serve<T: Transport>(
             cfg.socket.display()
         )
         })?;
-    let incarnation = incarnation();
     let metrics = cfg.metrics_addr().map(Exporter::start).transpose()?;
     let mut daemon =
         Daemon::new(cfg, engine, server, incarnation, log, shutdown).map_err(|e| e.to_string())?;

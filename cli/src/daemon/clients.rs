@@ -328,13 +328,20 @@ impl<T: Transport> Daemon<T> {
                     // subscriber's overflow queue without bound.
                     break;
                 }
-                self.clients.scratch.clear();
-                self.clients.scratch.extend_from_slice(rec.payload);
                 let joined = self
                     .clients
                     .by_id
                     .get(&c)
                     .is_some_and(|s| s.groups.contains(&group));
+                if joined && !self.local.contains_key(&group) {
+                    // Joined, but the group is not carried here at this
+                    // moment (this node is between an eviction and its
+                    // rejoin): the record waits in the ring for the rejoin,
+                    // as it would for a full window.
+                    break;
+                }
+                self.clients.scratch.clear();
+                self.clients.scratch.extend_from_slice(rec.payload);
                 if !joined {
                     self.clients
                         .server
