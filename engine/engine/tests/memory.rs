@@ -154,6 +154,14 @@ fn publish_reports_back_pressure_and_limits() {
         (64..=64 + 64 + 1).contains(&accepted),
         "accepted {accepted}"
     );
+    // Small messages still join the last queued frame while it has room
+    // (batching spends no frame: the bound holds), then block too.
+    let mut packed = 0;
+    while e.publish(&[1u8; 10]).is_ok() {
+        packed += 1;
+        assert!(packed <= 40, "a 1,000-byte frame takes at most 37 more");
+    }
+    assert_eq!(packed, (1456 - 1000 - 4) / 12, "records of 12 bytes after the first's 2");
     assert!(matches!(
         e.publish_blocking(&[1u8; 10], Duration::from_millis(20)),
         Err(PublishError::TimedOut)
