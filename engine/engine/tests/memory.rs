@@ -161,7 +161,11 @@ fn publish_reports_back_pressure_and_limits() {
         packed += 1;
         assert!(packed <= 40, "a 1,000-byte frame takes at most 37 more");
     }
-    assert_eq!(packed, (1456 - 1000 - 4) / 12, "records of 12 bytes after the first's 2");
+    assert_eq!(
+        packed,
+        (1456 - 1000 - 4) / 12,
+        "records of 12 bytes after the first's 2"
+    );
     assert!(matches!(
         e.publish_blocking(&[1u8; 10], Duration::from_millis(20)),
         Err(PublishError::TimedOut)
