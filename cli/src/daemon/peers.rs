@@ -203,10 +203,6 @@ impl<T: Transport> Daemon<T> {
                 }
             }
         }
-        // What hearing the senders taught the detector (a failed peer heard
-        // again) goes to `liveness`, which acts on it; dropping it here left
-        // a restarted peer's first link message silently marking it alive.
-        self.live.events = out;
         Ok(work)
     }
 }
