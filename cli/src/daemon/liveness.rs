@@ -86,6 +86,15 @@ impl Rejoins {
         self.made.remove(&id)
     }
 
+    /// A rejoin's join was refused for a reason that passes (the agent did
+    /// not answer while the cluster changed): make it again at `at`.
+    pub(super) fn retry(&mut self, client: ClientId, name: String, at: u64) {
+        if !self.queue.iter().any(|(c, n)| *c == client && *n == name) {
+            self.queue.push((client, name));
+        }
+        self.at = self.at.max(at);
+    }
+
     /// True while joins are waiting or on their way.
     pub(super) fn under_way(&self) -> bool {
         !self.made.is_empty() || !self.queue.is_empty()
@@ -411,6 +420,21 @@ mod tests {
 
     fn join(c: u64, name: &str) -> (ClientId, String) {
         (ClientId(c), name.to_owned())
+    }
+
+    #[test]
+    fn a_rejoin_join_refused_for_a_passing_reason_is_made_again_later() {
+        let mut r = Rejoins::default();
+        r.restart(vec![join(1, "a")], 100);
+        assert_eq!(r.due(100), [join(1, "a")]);
+        r.made(7, ClientId(1), "a".into());
+        assert_eq!(r.answered(7), Some(join(1, "a")));
+        r.retry(ClientId(1), "a".into(), 300);
+        r.retry(ClientId(1), "a".into(), 300);
+        assert!(r.under_way());
+        assert!(r.due(299).is_empty(), "not before its time");
+        assert_eq!(r.due(300), [join(1, "a")], "once, however often refused");
+        assert!(!r.under_way());
     }
 
     #[test]

@@ -153,7 +153,18 @@ impl<T: Transport> Daemon<T> {
                     }
                 }
                 GroupEvent::Failed { req, error } => {
-                    if let Some((c, name)) = self.live.rejoins.answered(req) {
+                    let rejoin = self.live.rejoins.answered(req);
+                    if let Some((c, name)) = rejoin.as_ref().filter(|_| passes(&error)) {
+                        // The client asked for nothing: its join is the
+                        // daemon's to make, so it is made again rather than
+                        // left out of the group for good.
+                        self.log.warn(
+                            "a client's join after the rejoin failed: retrying",
+                            &[("client", &c.0), ("group", name), ("error", &error)],
+                        );
+                        let at = mcast_engine::sys::monotonic_ns() + REJOIN_RETRY_NS;
+                        self.live.rejoins.retry(*c, name.clone(), at);
+                    } else if let Some((c, name)) = rejoin {
                         self.log.warn(
                             "a client's join after the rejoin failed",
                             &[("client", &c.0), ("group", &name), ("error", &error)],
@@ -419,6 +430,21 @@ pub(super) fn ipc_view(v: &View) -> mcast_ipc::View {
             })
             .collect(),
     }
+}
+
+/// How long a rejoin's join that failed for a passing reason waits before
+/// it is made again.
+const REJOIN_RETRY_NS: u64 = 200_000_000;
+
+/// Whether a join refused with `e` may succeed if made again: the node it
+/// waited for did not answer or failed (another takes its role), or too many
+/// requests were in flight.
+fn passes(e: &mcast_groups::GroupError) -> bool {
+    use mcast_groups::GroupError as G;
+    matches!(
+        e,
+        G::NoAnswer { .. } | G::NodeFailed { .. } | G::TooManyPending { .. }
+    )
 }
 
 fn error_code(e: &mcast_groups::GroupError) -> ErrorCode {
