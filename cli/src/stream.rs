@@ -347,13 +347,7 @@ impl StreamReader {
         count: Option<u64>,
         idle: Option<Duration>,
     ) -> Result<Received, String> {
-        let mut sink = Sink {
-            reader: self,
-            group,
-            out,
-            got: Received::default(),
-            failed: None,
-        };
+        let mut sink = Sink::new(self, group, out);
         while !sink.got.ended && count.is_none_or(|c| sink.got.messages < c) {
             let max = count.map_or(RECV_BATCH, |c| {
                 (c - sink.got.messages).min(RECV_BATCH as u64) as usize
@@ -410,7 +404,18 @@ struct Sink<'a> {
     failed: Option<String>,
 }
 
-impl Sink<'_> {
+impl<'a> Sink<'a> {
+    /// A sink of `group`'s data into `out`, nothing received yet.
+    fn new(reader: &'a mut StreamReader, group: u32, out: &'a mut dyn Write) -> Sink<'a> {
+        Sink {
+            reader,
+            group,
+            out,
+            got: Received::default(),
+            failed: None,
+        }
+    }
+
     /// One message: the group's data is written (its stamp stripped and
     /// timed), the empty one ends the stream; events, other groups and
     /// anything after the end or a failure are passed over.
@@ -769,13 +774,7 @@ mod tests {
     fn the_sink_writes_the_group_data_until_the_end_message() {
         let mut reader = StreamReader::new(false);
         let mut out = Vec::new();
-        let mut sink = Sink {
-            reader: &mut reader,
-            group: 3,
-            out: &mut out,
-            got: Received::default(),
-            failed: None,
-        };
+        let mut sink = Sink::new(&mut reader, 3, &mut out);
         sink.take(data(3, b"one "));
         sink.take(data(4, b"other group "));
         sink.take(MessageRef {
@@ -795,13 +794,7 @@ mod tests {
     fn the_stamped_sink_strips_stamps_and_refuses_a_message_without_one() {
         let mut reader = StreamReader::new(true);
         let mut out = Vec::new();
-        let mut sink = Sink {
-            reader: &mut reader,
-            group: 3,
-            out: &mut out,
-            got: Received::default(),
-            failed: None,
-        };
+        let mut sink = Sink::new(&mut reader, 3, &mut out);
         let mut m = Vec::new();
         stamp_now(&mut m);
         m.extend_from_slice(b"stamped");

@@ -54,6 +54,21 @@ pub struct SweepOutcome {
 }
 
 impl SweepOutcome {
+    /// `Err` with the summary and the first three failures (each with its
+    /// replay command) when any run failed: a sweep test's verdict.
+    pub fn check(&self) -> Result<(), String> {
+        if self.failures.is_empty() {
+            return Ok(());
+        }
+        let shown: Vec<String> = self
+            .failures
+            .iter()
+            .take(3)
+            .map(|f| f.to_string())
+            .collect();
+        Err(format!("{}\n{}", self.summary(), shown.join("\n\n")))
+    }
+
     /// One line per algorithm: runs, completed, failed, messages and frames.
     pub fn summary(&self) -> String {
         let mut s = format!("{} runs, {} failed", self.runs, self.failures.len());

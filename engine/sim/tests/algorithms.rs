@@ -93,18 +93,9 @@ fn sweep(algo: Algorithm) {
     };
     let outcome = mcast_sim::sweep::sweep(&plan, |_, _| {});
     eprintln!("{}", outcome.summary());
-    let shown: Vec<String> = outcome
-        .failures
-        .iter()
-        .take(3)
-        .map(|f| f.to_string())
-        .collect();
-    assert!(
-        outcome.failures.is_empty(),
-        "{}\n{}",
-        outcome.summary(),
-        shown.join("\n\n")
-    );
+    if let Err(e) = outcome.check() {
+        panic!("{e}");
+    }
     assert_eq!(outcome.runs, sweep_seeds());
     let t = outcome.tallies[0];
     if mcast_sim::guarantees_completion(algo) {

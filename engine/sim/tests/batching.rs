@@ -32,18 +32,9 @@ fn batching_sweep(algo: Algorithm, seeds: u64) {
     };
     let outcome = sweep(&plan, |_, _| {});
     eprintln!("{}", outcome.summary());
-    let shown: Vec<String> = outcome
-        .failures
-        .iter()
-        .take(3)
-        .map(|f| f.to_string())
-        .collect();
-    assert!(
-        outcome.failures.is_empty(),
-        "{}\n{}",
-        outcome.summary(),
-        shown.join("\n\n")
-    );
+    if let Err(e) = outcome.check() {
+        panic!("{e}");
+    }
     let t = outcome.tallies[0];
     assert_eq!(t.runs, seeds);
     if mcast_sim::guarantees_completion(algo) {

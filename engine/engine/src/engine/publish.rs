@@ -82,8 +82,6 @@ impl<T: Transport> Engine<T> {
                 last: false,
             });
         }
-        // A lone frame of a message that could share it starts a batch.
-        s.open_batch = count == 1 && msg.len() < self.max_payload;
         s.tally.messages += 1;
         s.tally.payload_bytes += msg.len() as u64;
         self.counters.messages_published += 1;
@@ -98,10 +96,9 @@ impl<T: Transport> Engine<T> {
         let Some(s) = self.groups[gi].sender.as_mut() else {
             return false;
         };
-        if !s.open_batch {
-            return false;
-        }
-        let Some(back) = s.queue.back_mut() else {
+        // A frame of whole messages: a lone message's (every fragment of a
+        // larger one lacks one of the two bits).
+        let Some(back) = s.queue.back_mut().filter(|b| b.frag.contains(Flags::WHOLE)) else {
             return false;
         };
         let (len, batched) = (usize::from(back.len), back.frag.contains(Flags::BATCH));

@@ -37,9 +37,6 @@ pub(super) struct SendStream {
     pub(super) next_seq: Seq,
     /// Published fragments waiting for the window.
     pub(super) queue: VecDeque<OutFrame>,
-    /// Whether the frame at the back of `queue` takes more messages (it
-    /// holds whole messages only, and batching is on).
-    pub(super) open_batch: bool,
     /// What the stream carried (messages, frames, bytes).
     pub(super) tally: SendTally,
 }
@@ -156,7 +153,6 @@ impl<T: Transport> Engine<T> {
             start,
             next_seq: start.seq,
             queue: VecDeque::new(),
-            open_batch: false,
             tally: SendTally::default(),
         });
         Ok(())
