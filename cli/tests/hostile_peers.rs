@@ -407,6 +407,17 @@ fn sender_counter(v: &Value, group: u32, key: &str) -> u64 {
     num(&group_stat(v, group)["sender"], &[key])
 }
 
+/// A counter of the receive stream of `group` from node `from` on the node
+/// of `v`.
+fn receiver_counter(v: &Value, group: u32, from: u32, key: &str) -> u64 {
+    group_stat(v, group)["receivers"]
+        .as_array()
+        .expect("receivers")
+        .iter()
+        .find(|r| r["from"] == from)
+        .map_or(0, |r| num(&r["counters"], &[key]))
+}
+
 /// A control connection to each daemon, for the counters polled while
 /// frames are injected (`Stats` is what `mcast stat --json` prints).
 struct Probe(BTreeMap<u32, Client>);
@@ -873,8 +884,15 @@ fn data_acks_and_naks(test: &str, secure: bool) {
     // stamp. A sender that believed it would free them, and node 3 could
     // never be repaired.
     block_data_to_node3(&cluster, window.group, true);
+    let node2_acks = receiver_counter(&probe.stats(2), window.group, 1, "acks_sent");
     window.publish(30);
     expect_genuine(&mut window.subs[0].1, 2, window.group, "window", 20..50);
+    // Node 2 acknowledges them at the sender's idle ACK round (16 GRTTs
+    // after the last one, docs/protocol.md §3.1): only then can node 3's
+    // forged ACKs free them.
+    probe.until(2, "node 2's ACK of the 30 messages", |v| {
+        receiver_counter(v, window.group, 1, "acks_sent") > node2_acks
+    });
     let caught = att.sniff(data_of(window.group), |got| {
         got.iter().any(|f| seq(f) == 49)
     });

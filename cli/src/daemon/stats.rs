@@ -298,6 +298,7 @@ fn counters_json(c: &mcast_proto::Counters) -> serde_json::Value {
         "repairs_suppressed": c.repairs_suppressed, "naks_unrepairable": c.naks_unrepairable,
         "acks_sent": c.acks_sent, "acks_received": c.acks_received,
         "ack_reqs_sent": c.ack_reqs_sent, "ack_reqs_received": c.ack_reqs_received,
+        "adverts_sent": c.adverts_sent, "adverts_received": c.adverts_received,
         "stalls": c.stalls, "timeouts": c.timeouts, "window_full": c.window_full,
         "acks_stale": c.acks_stale,
     })

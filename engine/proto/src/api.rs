@@ -169,6 +169,9 @@ pub struct Counters {
     /// ACK requests sent (ACK_REQ frames and data frames flagged ACK_REQ) / received.
     pub ack_reqs_sent: u64,
     pub ack_reqs_received: u64,
+    /// Position advertisements (MAK's HEARTBEAT frames) sent / received.
+    pub adverts_sent: u64,
+    pub adverts_received: u64,
     /// Go-Back-N positive and negative acknowledgments.
     pub packs_sent: u64,
     pub packs_received: u64,
@@ -213,6 +216,8 @@ impl Counters {
             acks_received,
             ack_reqs_sent,
             ack_reqs_received,
+            adverts_sent,
+            adverts_received,
             packs_sent,
             packs_received,
             nacks_sent,

@@ -5,11 +5,17 @@
 //! is still missing after removing whatever another receiver already NAKed or
 //! the sender already repaired (the paper's `nak[2,4,5]` becoming `nak[1,5]`).
 //! ACKs flow only when the sender asks: when its buffer fills (the paper), at a
-//! watermark before that (our extension, so the window keeps sliding), and for
-//! the last frame of a burst.
+//! watermark before that (our extension, so the window keeps sliding), and
+//! once the sender has been idle for a while ([`TailPolicy::Advertise`], the
+//! default; the paper asks at the last frame of every burst,
+//! [`TailPolicy::AckLast`]). While it is idle with data unacknowledged, the
+//! sender advertises its position (HEARTBEAT frames naming its highest frame),
+//! so a receiver that lost the tail NAKs it without any ACK round.
 //!
 //! Beyond the paper, each configurable and explained in docs/protocol.md:
 //! - ACK requests at a watermark ([`MakConfig::ack_watermark_percent`]);
+//! - position advertisements instead of an ACK round per burst
+//!   ([`MakConfig::tail`]);
 //! - NAK timers derived from a measured group round-trip time and the group
 //!   size, with the truncated-exponential backoff of RFC 5740 §5.5 / RFC 5401
 //!   ([`NakTimer::Adaptive`]);
@@ -29,7 +35,8 @@
 //!   wait includes one NAK window);
 //! - `sender`: [`MakSender`] and [`SenderState`];
 //! - `receiver`: [`MakReceiver`] and [`ReceiverState`];
-//! - `tests`: the unit tests of both, driven by hand.
+//! - `tests`: the unit tests of both, driven by hand;
+//! - `tail_tests`: the same for the idle sender's tail ([`TailPolicy`]).
 //!
 //! Owns: the configuration and the public paths `mak::*`. May not touch:
 //! either machine's state (the two sides share no state, only frames).
@@ -85,6 +92,44 @@ impl NakTimer {
     }
 }
 
+/// How the sender makes sure that every receiver learns of a burst's last
+/// frame, which no later frame reveals if it is lost.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TailPolicy {
+    /// The paper (seed 000 §3): the last frame of every burst carries LAST and
+    /// ACK_REQ, and every receiver ACKs it. Paced traffic makes every message
+    /// a burst, so every receiver ACKs every message: kept for the bench's
+    /// comparison.
+    AckLast,
+    /// Once no frame has left for `first_grtts` × GRTT while frames are
+    /// unacknowledged, the sender multicasts a HEARTBEAT naming its highest
+    /// frame sent, then again after twice the interval each time (a receiver
+    /// that lost the tail NAKs it, as for any gap). Once the sender has been
+    /// idle for `clamp(idle_ack_grtts × GRTT, idle_ack_min, idle_ack_max)`,
+    /// one ACK round (an ACK_REQ frame) frees the buffer, and the heartbeats
+    /// stop: the ACK-wait timer's resends take over. Other ACK rounds come
+    /// only from the watermark and a full buffer, so their number does not
+    /// grow with the message rate.
+    Advertise {
+        first_grtts: u32,
+        idle_ack_grtts: u32,
+        idle_ack_min: Duration,
+        idle_ack_max: Duration,
+    },
+}
+
+impl TailPolicy {
+    /// The default: advertise after 2 GRTTs (NORM's CMD(FLUSH) interval,
+    /// RFC 5740 §5.1.2), one ACK round after 16 GRTTs of idleness but not
+    /// before 1 ms nor after 100 ms.
+    pub const ADVERTISE: TailPolicy = TailPolicy::Advertise {
+        first_grtts: 2,
+        idle_ack_grtts: 16,
+        idle_ack_min: Duration::from_millis(1),
+        idle_ack_max: Duration::from_millis(100),
+    };
+}
+
 /// Configuration of MAK. The window is the stream's `window_frames` (the
 /// paper's equal sender and receiver buffers).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -92,6 +137,8 @@ pub struct MakConfig {
     /// Ask for ACKs each time this percentage of the window has been sent since
     /// the last request. 0 asks only when the buffer is full (the paper).
     pub ack_watermark_percent: u8,
+    /// How receivers learn of a lost tail, and when an idle sender asks for ACKs.
+    pub tail: TailPolicy,
     /// The WAIT timer (seed 000 §3.2 sender state (2)): how long the sender
     /// waits for every ACK of a request before it resends the last frame and
     /// asks again. Measured (module docs): the slowest member's RFC 6298
@@ -132,6 +179,7 @@ impl Default for MakConfig {
     fn default() -> Self {
         MakConfig {
             ack_watermark_percent: 50,
+            tail: TailPolicy::ADVERTISE,
             ack_wait: RtoConfig {
                 initial: Duration::from_micros(500),
                 min: Duration::from_micros(200),
@@ -156,5 +204,7 @@ impl Default for MakConfig {
     }
 }
 
+#[cfg(test)]
+mod tail_tests;
 #[cfg(test)]
 mod tests;

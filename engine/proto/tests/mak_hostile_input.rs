@@ -40,6 +40,10 @@ enum Input {
     AckReq {
         off: i32,
     },
+    /// A position advertisement, anywhere in sequence space.
+    Heartbeat {
+        off: i32,
+    },
     Ack {
         src: u32,
         off: i32,
@@ -60,6 +64,7 @@ fn input() -> impl Strategy<Value = Input> {
         2 => (0u32..5, proptest::collection::vec((-40i32..60, 1u32..40), 1..8))
             .prop_map(|(src, ranges)| Input::Nak { src, ranges }),
         1 => (-40i32..60).prop_map(|off| Input::AckReq { off }),
+        1 => prop_oneof![-40i32..60, any::<i32>()].prop_map(|off| Input::Heartbeat { off }),
         2 => (0u32..5, -40i32..60, any::<u32>()).prop_map(|(src, off, ts)| Input::Ack { src, off, ts }),
         3 => any::<bool>().prop_map(|last| Input::Send { last }),
         2 => any::<u16>().prop_map(|us| Input::Advance { us }),
@@ -146,6 +151,7 @@ proptest! {
                     r.handle_frame(now, &header(Kind::Nak, src, 0), RxBody::Nak(&l));
                 }
                 Input::AckReq { off } => r.handle_frame(now, &header(Kind::AckReq, 1, off), RxBody::None),
+                Input::Heartbeat { off } => r.handle_frame(now, &header(Kind::Heartbeat, 1, off), RxBody::None),
                 Input::Ack { src, off, .. } => r.handle_frame(now, &header(Kind::Ack, src, off), RxBody::None),
                 Input::Send { .. } => {}
                 Input::Advance { us } => {
@@ -198,6 +204,7 @@ proptest! {
                     s.handle_frame(now, &header(Kind::Data, 2, off), RxBody::Data(BufId(next_buf)));
                 }
                 Input::AckReq { off } => s.handle_frame(now, &header(Kind::AckReq, 2, off), RxBody::None),
+                Input::Heartbeat { off } => s.handle_frame(now, &header(Kind::Heartbeat, 2, off), RxBody::None),
                 Input::Advance { us } => {
                     now += std::time::Duration::from_micros(u64::from(us));
                     if s.poll_timeout().is_some_and(|t| t <= now) {
@@ -207,7 +214,7 @@ proptest! {
             }
             let mut sent = 0;
             while let Some(t) = s.poll_transmit(now) {
-                prop_assert!(matches!(t.header.kind, Kind::Data | Kind::AckReq));
+                prop_assert!(matches!(t.header.kind, Kind::Data | Kind::AckReq | Kind::Heartbeat));
                 sent += 1;
                 prop_assert!(sent <= 4 * W, "transmissions are bounded");
             }

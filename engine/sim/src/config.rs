@@ -5,6 +5,7 @@ use core::fmt::Write as _;
 
 use mcast_proto::any::{Algorithm, ProtocolConfig};
 use mcast_proto::frag::fragments;
+use mcast_proto::mak::TailPolicy;
 use mcast_proto::{Duration, GroupId, Instant, NodeId, Rng};
 
 use crate::content::message_len;
@@ -260,6 +261,11 @@ impl SimConfig {
             receiver_latency,
             ..SimConfig::default()
         };
+        // The paper's tail (an ACK round per burst) in a quarter of MAK's
+        // runs, drawn last so the other draws of a seed stay as they were.
+        if algorithm == Algorithm::Mak && rng.chance(0.25) {
+            cfg.protocol.mak.tail = TailPolicy::AckLast;
+        }
         if !guarantees_completion(algorithm) {
             // Plain NAK never frees the tail of its window: give it room for
             // the whole run so back-pressure never blocks it forever.
@@ -422,7 +428,12 @@ impl SimConfig {
         for (node, extra) in &self.receiver_latency {
             let _ = write!(s, " --latency-at {node}={}", nanos(*extra));
         }
-        if self.protocol != d.protocol {
+        let mut protocol = self.protocol;
+        if protocol.mak.tail == TailPolicy::AckLast {
+            s.push_str(" --tail ack-last");
+            protocol.mak.tail = d.protocol.mak.tail;
+        }
+        if protocol != d.protocol {
             // The protocol's tuning has no flags (yet): say so rather than
             // print a command that silently replays something else.
             let _ = write!(
@@ -511,6 +522,17 @@ impl SimConfig {
                     cfg.batch = v
                         .parse()
                         .map_err(|_| format!("{flag}: expected true or false, got {v:?}"))?;
+                }
+                "--tail" => {
+                    cfg.protocol.mak.tail = match v {
+                        "advertise" => TailPolicy::ADVERTISE,
+                        "ack-last" => TailPolicy::AckLast,
+                        _ => {
+                            return Err(format!(
+                                "{flag}: expected advertise or ack-last, got {v:?}"
+                            ))
+                        }
+                    }
                 }
                 "--latency-at" => {
                     let (n, ns) = v

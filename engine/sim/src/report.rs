@@ -32,7 +32,9 @@ pub struct WireStats {
     pub ack_req: u64,
     pub pack: u64,
     pub nack: u64,
-    /// Every other kind (HEARTBEAT).
+    /// MAK's position advertisements (HEARTBEAT).
+    pub advert: u64,
+    /// Every other kind.
     pub other: u64,
     /// Bytes of every frame sent (header and payload, each transmission once).
     pub bytes: u64,
@@ -56,6 +58,7 @@ impl WireStats {
             + self.ack_req
             + self.pack
             + self.nack
+            + self.advert
             + self.other
     }
 }
@@ -68,6 +71,10 @@ pub struct SimReport {
     pub stop: StopReason,
     /// The virtual time of completion.
     pub completion_time: Option<Instant>,
+    /// When the last receiver delivered the last message: what the
+    /// application sees. Completion comes later by the last ACK round (with
+    /// MAK's default tail, one idle ACK round after the last frame).
+    pub delivered_time: Option<Instant>,
     /// The virtual time when the run stopped.
     pub end_time: Instant,
     /// Events processed.

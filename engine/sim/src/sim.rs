@@ -135,6 +135,9 @@ impl<S: Sender, R: Endpoint> Sim<'_, S, R> {
         };
         let max_time = Instant::ZERO + cfg.max_virtual_time;
         let stop = loop {
+            if self.w.done_receivers == cfg.receivers && self.w.delivered_time.is_none() {
+                self.w.delivered_time = Some(self.w.now);
+            }
             if self.w.done_receivers == cfg.receivers && self.sender.is_idle() {
                 self.w.completion_time = Some(self.w.now);
                 break StopReason::Completed;
@@ -311,6 +314,7 @@ impl<S: Sender, R: Endpoint> Sim<'_, S, R> {
             completed: stop == StopReason::Completed,
             stop,
             completion_time: w.completion_time,
+            delivered_time: w.delivered_time,
             end_time: w.now,
             steps: w.step,
             delivered_messages: w.checks.iter().map(|c| c.msg).collect(),

@@ -151,8 +151,7 @@ fn a_single_receiver_naks_without_waiting() {
     assert!(c.naks_sent > 0);
     assert_eq!(c.naks_suppressed, 0, "no wait, so nothing to suppress");
     assert!(
-        r.completion_time.expect("completed")
-            < mcast_proto::Instant(0) + Duration::from_millis(200),
+        r.delivered_time.expect("completed") < mcast_proto::Instant(0) + Duration::from_millis(200),
         "2000 messages at 10,000/s: 200 ms and a tail"
     );
 }

@@ -170,6 +170,18 @@ impl MakReceiver {
         }
     }
 
+    /// The sender says frames up to `seq` exist (a heartbeat or an ACK_REQ):
+    /// the ones missing enter the table as pending (tail-loss detection).
+    /// A position beyond the window cannot come from the sender (it never
+    /// has more than a window unacknowledged), so it reveals nothing.
+    fn reveal(&mut self, seq: Seq) {
+        let end = self.inorder.next_expected().add(self.errors.capacity());
+        if seq.before(end) {
+            self.inorder.note_exists(seq);
+            self.scan_gaps(seq.next(), Missing::NEW);
+        }
+    }
+
     fn forget(&mut self, seq: Seq) {
         if let Some(m) = self.errors.remove(seq) {
             if m.is_pending() {
@@ -236,12 +248,17 @@ impl MakReceiver {
         }
     }
 
-    fn on_data(&mut self, now: Instant, header: &Header, buf: BufId) {
+    /// The sender's advertised GRTT and group size, which set the NAK timer.
+    fn note_sender(&mut self, header: &Header) {
         if header.grtt_ns != 0 {
             let g = Duration::from_nanos(u64::from(header.grtt_ns));
             self.grtt = g.clamp(self.cfg.grtt_min, self.cfg.grtt_max);
         }
         self.group_size = header.group_size.max(1);
+    }
+
+    fn on_data(&mut self, now: Instant, header: &Header, buf: BufId) {
+        self.note_sender(header);
         if header.flags.contains(Flags::RETRANSMIT) {
             self.last_repair_at = Some(now);
         }
@@ -410,10 +427,17 @@ impl Endpoint for MakReceiver {
             (Kind::Nak, RxBody::Nak(ranges)) if header.src != self.stream.local => {
                 self.on_overheard_nak(now, ranges)
             }
+            (Kind::Heartbeat, _) if header.src == self.stream.sender => {
+                // The idle sender's position: frames up to `seq` exist. A
+                // lost tail becomes a gap, NAKed like any other; no ACK.
+                self.counters.adverts_received += 1;
+                self.note_sender(header);
+                self.reveal(header.seq);
+                self.arm_nak_timer(now);
+            }
             (Kind::AckReq, _) if header.src == self.stream.sender => {
                 // The sender's timer resend: a frame up to `ack` exists.
-                self.inorder.note_exists(header.ack);
-                self.scan_gaps(header.ack.next(), Missing::NEW);
+                self.reveal(header.ack);
                 self.note_request(now, header.ack, header.tstamp_us);
                 self.arm_nak_timer(now);
                 self.maybe_ack(now);

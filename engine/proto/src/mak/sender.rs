@@ -1,6 +1,8 @@
 //! The MAK sender (seed 000 §3.2, Figure 6): its buffer of unacknowledged
 //! frames, the member set and each member's progress and round trip, ACK
-//! requests and the ACK-wait timer, the repair queue and its token budget.
+//! requests and the ACK-wait timer, the idle sender's position
+//! advertisements and idle ACK round ([`TailPolicy`]), the repair queue and
+//! its token budget.
 //!
 //! Owns: [`MakSender`], [`SenderState`] and the sender's private state
 //! (`Slot`, `Member`). May not touch: the receiver (`super::receiver`); it
@@ -9,7 +11,7 @@
 
 use std::collections::VecDeque;
 
-use super::MakConfig;
+use super::{MakConfig, TailPolicy};
 use crate::api::header_for;
 use crate::rtt::{backed_off, echo_rtt, RttEstimator};
 use crate::time::earliest;
@@ -60,6 +62,18 @@ struct Member {
     since_us: Option<u32>,
 }
 
+/// The idle sender's schedule while frames are unacknowledged
+/// ([`TailPolicy::Advertise`]), from the moment its last new frame left.
+#[derive(Debug, Clone, Copy)]
+struct Tail {
+    /// The next position advertisement.
+    advert_at: Instant,
+    /// The wait after it (doubling).
+    interval: Duration,
+    /// The idle ACK round.
+    ack_at: Instant,
+}
+
 /// The MAK sender.
 #[derive(Debug)]
 pub struct MakSender {
@@ -91,6 +105,10 @@ pub struct MakSender {
     /// A timer resend is due: the last frame again, then an ACK_REQ.
     resend_due: bool,
     ack_req_due: bool,
+    /// Idle with frames unacknowledged: heartbeats and the idle ACK round
+    /// are scheduled ([`TailPolicy::Advertise`]).
+    tail: Option<Tail>,
+    advert_due: bool,
     tokens: f64,
     tokens_at: Instant,
     deferred: bool,
@@ -121,6 +139,8 @@ impl MakSender {
             repairs: VecDeque::with_capacity(w as usize),
             resend_due: false,
             ack_req_due: false,
+            tail: None,
+            advert_due: false,
             tokens: f64::from(cfg.retransmit_burst.min(w)),
             tokens_at: Instant::ZERO,
             deferred: false,
@@ -257,6 +277,59 @@ impl MakSender {
         }
         while self.repairs.front().is_some_and(|s| s.before(floor)) {
             self.repairs.pop_front();
+        }
+        if self.buffer.is_empty() {
+            // Every member holds everything sent: nothing to advertise.
+            self.tail = None;
+            self.advert_due = false;
+        }
+    }
+
+    /// A new frame has just left: the sender is not idle. Under
+    /// [`TailPolicy::Advertise`] its heartbeats and idle ACK round are
+    /// scheduled from now, and run if no other new frame leaves first.
+    fn schedule_tail(&mut self, now: Instant) {
+        let TailPolicy::Advertise {
+            first_grtts,
+            idle_ack_grtts,
+            idle_ack_min,
+            idle_ack_max,
+        } = self.cfg.tail
+        else {
+            return;
+        };
+        let interval = self.grtt * first_grtts.max(1);
+        let idle_ack =
+            (self.grtt * idle_ack_grtts).clamp(idle_ack_min, idle_ack_max.max(idle_ack_min));
+        self.tail = Some(Tail {
+            advert_at: now + interval,
+            interval,
+            ack_at: now + idle_ack,
+        });
+        self.advert_due = false;
+    }
+
+    /// The idle sender's deadlines: a heartbeat, then after twice the wait
+    /// another, until the idle ACK round, unless a request naming the
+    /// highest frame sent is being waited for already (its timer resends).
+    fn tail_timeout(&mut self, now: Instant) {
+        let Some(tail) = self.tail.as_mut() else {
+            return;
+        };
+        if tail.ack_at <= now {
+            self.tail = None;
+            let covered = self.ack_timer.is_some()
+                && self
+                    .highest_sent()
+                    .zip(self.request_sent)
+                    .is_some_and(|(h, r)| !h.after(r));
+            if !covered && self.highest_sent().is_some() {
+                self.ack_req_due = true;
+            }
+        } else if tail.advert_at <= now {
+            tail.interval *= 2;
+            tail.advert_at = now + tail.interval;
+            self.advert_due = true;
         }
     }
 
@@ -432,6 +505,7 @@ impl Endpoint for MakSender {
         if !self.repairs.is_empty() && self.budget_enabled() {
             self.refill_tokens(now);
         }
+        self.tail_timeout(now);
         if let Some((_, timed)) = self.ack_timer.filter(|&(t, _)| t <= now) {
             // WAIT -> RESEND: the timer expired without every ACK. Resend the
             // last frame (a receiver that lost the tail now sees the gap) and
@@ -499,9 +573,24 @@ impl Endpoint for MakSender {
                 });
             }
         }
+        if self.advert_due {
+            self.advert_due = false;
+            // Only while idle: a new frame about to leave tells as much.
+            if let (true, Some(seq)) = (self.fresh.is_empty(), self.highest_sent()) {
+                self.counters.adverts_sent += 1;
+                let mut h = self.data_header(now, seq, Flags::NONE, 0);
+                h.kind = Kind::Heartbeat;
+                return Some(Transmit {
+                    dest: Dest::Group,
+                    header: h,
+                    body: TxBody::None,
+                });
+            }
+        }
         while let Some(seq) = self.fresh.pop_front() {
             if let Some(t) = self.data_transmit(now, seq, Flags::NONE, Flags::NONE) {
                 self.counters.data_sent += 1;
+                self.schedule_tail(now);
                 if t.header.flags.contains(Flags::ACK_REQ) {
                     self.counters.ack_reqs_sent += 1;
                     self.request_left(now, seq);
@@ -526,7 +615,8 @@ impl Endpoint for MakSender {
                 let wait_ns = ((1.0 - self.tokens) / per_sec * 1e9).ceil() as u64 + 1;
                 self.tokens_at + Duration::from_nanos(wait_ns)
             });
-        earliest(self.ack_timer.map(|(t, _)| t), token_at)
+        let tail_at = self.tail.map(|t| t.advert_at.min(t.ack_at));
+        earliest(earliest(self.ack_timer.map(|(t, _)| t), token_at), tail_at)
     }
 
     fn counters(&self) -> &Counters {
@@ -546,6 +636,8 @@ impl Endpoint for MakSender {
         self.ack_request = None;
         self.request_sent = None;
         self.ack_timer = None;
+        self.tail = None;
+        self.advert_due = false;
     }
 }
 
@@ -560,12 +652,15 @@ impl Sender for MakSender {
         }
         let seq = self.next_seq;
         let mut flags = Flags(frame.frag.0 & Flags::PAYLOAD.0);
-        if frame.last {
+        // The paper asks at each burst's last frame; advertising senders
+        // ask once idle instead (`tail_timeout`).
+        let ask_last = frame.last && self.cfg.tail == TailPolicy::AckLast;
+        if ask_last {
             flags = flags.with(Flags::LAST);
         }
         let full_after = seq.next().distance(self.buffer.base()) as u32 >= self.buffer.capacity();
         let watermark = seq.distance(self.last_request_seq) as u32 >= self.request_interval();
-        if frame.last || full_after || watermark {
+        if ask_last || full_after || watermark {
             // SEND -> WAIT when the buffer is now full: the request rides on the frame.
             // The ACK-wait timer starts when the frame leaves (poll_transmit):
             // frames queued here have not even reached the wire.

@@ -27,11 +27,20 @@ fn stream(local: NodeId) -> StreamConfig {
     }
 }
 
+/// The paper's tail (an ACK round at each burst's last frame): what most of
+/// these tests drive, since it exercises the ACK machinery frame by frame.
+fn paper() -> MakConfig {
+    MakConfig {
+        tail: TailPolicy::AckLast,
+        ..MakConfig::default()
+    }
+}
+
 fn fixed(us: u64) -> MakConfig {
     let d = Duration::from_micros(us);
     MakConfig {
         nak_timer: NakTimer::Fixed { min: d, max: d },
-        ..MakConfig::default()
+        ..paper()
     }
 }
 
@@ -94,9 +103,9 @@ fn nak_ranges(t: &Transmit) -> Vec<(u32, u32)> {
 
 #[test]
 fn lossless_burst_is_acked_at_its_last_frame_and_released() {
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
-    let mut r2 = MakReceiver::new(stream(2), MakConfig::default());
-    let mut r3 = MakReceiver::new(stream(3), MakConfig::default());
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2, 3]);
+    let mut r2 = MakReceiver::new(stream(2), paper());
+    let mut r3 = MakReceiver::new(stream(3), paper());
     for i in 0..3 {
         s.send(us(1), out(i, i == 2)).unwrap();
     }
@@ -161,7 +170,7 @@ fn lossless_burst_is_acked_at_its_last_frame_and_released() {
 fn the_papers_nak_example_nak_2_4_5_becomes_nak_1_5() {
     // Recv-1 misses 4 and 5, Recv-2 misses 4. Recv-2's timer fires first and
     // it multicasts nak[1,4]; Recv-1 hears it and NAKs only 5 (seed 000 §3.1).
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2, 3]);
     let mut r1 = MakReceiver::new(stream(2), fixed(50));
     let mut r2 = MakReceiver::new(stream(3), fixed(20));
     for i in 0..7 {
@@ -225,7 +234,7 @@ fn the_papers_nak_example_nak_2_4_5_becomes_nak_1_5() {
 
 #[test]
 fn a_burst_of_identical_naks_yields_one_repair() {
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3, 4]);
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2, 3, 4]);
     for i in 0..4 {
         s.send(us(1), out(i, false)).unwrap();
     }
@@ -252,7 +261,7 @@ fn a_burst_of_identical_naks_yields_one_repair() {
 fn full_buffer_waits_then_resends_the_last_frame_and_asks_again() {
     let cfg = MakConfig {
         ack_watermark_percent: 0,
-        ..MakConfig::default()
+        ..paper()
     };
     let mut s = MakSender::new(stream(SENDER), cfg, &[2]);
     let mut r = MakReceiver::new(stream(2), cfg);
@@ -304,7 +313,7 @@ fn full_buffer_waits_then_resends_the_last_frame_and_asks_again() {
 
 #[test]
 fn the_watermark_asks_before_the_buffer_fills() {
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2]);
     for i in 0..W {
         s.send(us(1), out(i, false)).unwrap();
     }
@@ -327,7 +336,7 @@ fn ack_echo(node: NodeId, ack: Seq, echo_us: u64) -> Header {
 
 #[test]
 fn the_ack_wait_starts_when_the_request_leaves() {
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2]);
     for i in 0..W {
         s.send(us(0), out(i, false)).unwrap();
     }
@@ -344,7 +353,7 @@ fn the_ack_wait_starts_when_the_request_leaves() {
 
 #[test]
 fn the_grtt_is_the_slowest_members_smoothed_round_trip() {
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2, 3]);
     let first = s.stream.initial_seq;
     let mut now = 0;
     for i in 0..40u32 {
@@ -373,7 +382,7 @@ fn the_grtt_is_the_slowest_members_smoothed_round_trip() {
 
 #[test]
 fn the_ack_wait_doubles_only_while_nothing_comes_back() {
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2]);
     let first_seq = s.stream.initial_seq;
     s.send(us(0), out(0, true)).unwrap();
     drain_tx(&mut s, us(0));
@@ -395,7 +404,7 @@ fn the_ack_wait_doubles_only_while_nothing_comes_back() {
 
 #[test]
 fn a_member_that_leaves_requests_unanswered_is_reported_unresponsive() {
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2, 3]);
     let first_seq = s.stream.initial_seq;
     s.send(us(0), out(0, true)).unwrap();
     drain_tx(&mut s, us(0));
@@ -438,7 +447,7 @@ fn a_member_that_leaves_requests_unanswered_is_reported_unresponsive() {
 
 #[test]
 fn newer_requests_do_not_push_back_the_wait_for_a_silent_member() {
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2, 3]);
     let first = s.stream.initial_seq;
     let wait = s.ack_wait();
     // A request leaves every 100 us (a burst ends each time); member 2
@@ -464,7 +473,7 @@ fn newer_requests_do_not_push_back_the_wait_for_a_silent_member() {
 
 #[test]
 fn the_wait_starts_again_when_the_slowest_member_makes_progress() {
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2, 3]);
     let first = s.stream.initial_seq;
     s.send(us(0), out(0, true)).unwrap();
     drain_tx(&mut s, us(0));
@@ -485,8 +494,8 @@ fn the_wait_starts_again_when_the_slowest_member_makes_progress() {
 
 #[test]
 fn a_lost_last_frame_is_recovered_by_the_sender_timer() {
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
-    let mut r = MakReceiver::new(stream(2), MakConfig::default());
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2]);
+    let mut r = MakReceiver::new(stream(2), paper());
     s.send(us(0), out(0, false)).unwrap();
     s.send(us(0), out(1, true)).unwrap();
     let tx = drain_tx(&mut s, us(0));
@@ -522,7 +531,7 @@ fn a_gap_at_the_tail_revealed_by_an_ack_request_is_naked() {
 /// at t=0, and those frames.
 fn sent_to_one(frames: u32) -> (MakReceiver, MakSender, Vec<Transmit>) {
     let r = MakReceiver::new(stream(2), fixed(10));
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2]);
     for i in 0..frames {
         s.send(us(0), out(i, false)).unwrap();
     }
@@ -614,7 +623,7 @@ fn the_retransmission_budget_defers_a_nak_storm() {
         retransmit_share: 0.01,
         retransmit_burst: 2,
         retransmit_floor_per_sec: 1_000,
-        ..MakConfig::default()
+        ..paper()
     };
     let mut s = nak_storm(cfg);
     assert_eq!(drain_tx(&mut s, us(1)).len(), 2, "the burst allowance");
@@ -636,7 +645,7 @@ fn the_budget_deadline_always_finds_a_token() {
             retransmit_share: 0.01,
             retransmit_burst: 1,
             retransmit_floor_per_sec: floor,
-            ..MakConfig::default()
+            ..paper()
         };
         let mut s = nak_storm(cfg);
         let mut now = us(1);
@@ -669,7 +678,7 @@ fn a_driver_that_cannot_transmit_is_not_woken_again_and_again() {
     let cfg = MakConfig {
         retransmit_share: 0.01,
         retransmit_burst: 1,
-        ..MakConfig::default()
+        ..paper()
     };
     let mut s = nak_storm(cfg);
     assert!(s.poll_transmit(us(1)).is_some());
@@ -683,7 +692,7 @@ fn a_driver_that_cannot_transmit_is_not_woken_again_and_again() {
 
 #[test]
 fn frames_not_yet_on_the_wire_are_never_named_or_repaired() {
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2]);
     for i in 0..W {
         s.send(us(0), out(i, false)).unwrap();
     }
@@ -727,7 +736,7 @@ fn frames_not_yet_on_the_wire_are_never_named_or_repaired() {
 #[test]
 fn adaptive_backoff_scales_with_grtt_and_skews_with_group_size() {
     let mean = |grtt_us: u32, group: u16| {
-        let mut r = MakReceiver::new(stream(2), MakConfig::default());
+        let mut r = MakReceiver::new(stream(2), paper());
         r.grtt = Duration::from_micros(u64::from(grtt_us));
         r.group_size = group;
         let draws: Vec<Duration> = (0..2000).map(|_| r.draw_backoff()).collect();
@@ -750,7 +759,7 @@ fn adaptive_backoff_scales_with_grtt_and_skews_with_group_size() {
 
 #[test]
 fn a_departed_member_no_longer_holds_the_buffer() {
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2, 3]);
     s.send(us(0), out(0, true)).unwrap();
     drain_tx(&mut s, us(0));
     let mut ack = header_for(&stream(2), Kind::Ack);
@@ -764,7 +773,7 @@ fn a_departed_member_no_longer_holds_the_buffer() {
 
 #[test]
 fn a_member_that_lost_its_stream_resumes_where_it_acknowledged() {
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3]);
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2, 3]);
     let first = s.stream.initial_seq;
     assert_eq!(
         s.resume_point(us(0), 2),
@@ -807,7 +816,7 @@ fn a_member_that_lost_its_stream_resumes_where_it_acknowledged() {
 /// A sender to member 2 that sent three frames, of which member 2
 /// acknowledged the first (released): the other two are held for it.
 fn sender_holding_two_of_three() -> (MakSender, Seq) {
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2]);
     let first = s.stream.initial_seq;
     for b in 0..3 {
         s.send(us(0), out(b, b == 2)).unwrap();
@@ -872,8 +881,8 @@ fn a_resumed_member_s_acks_from_its_old_stream_free_nothing() {
 
 #[test]
 fn release_all_returns_every_buffer() {
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
-    let mut r = MakReceiver::new(stream(2), MakConfig::default());
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2]);
+    let mut r = MakReceiver::new(stream(2), paper());
     for i in 0..3 {
         s.send(us(0), out(i, false)).unwrap();
     }
@@ -888,7 +897,7 @@ fn release_all_returns_every_buffer() {
 
 #[test]
 fn foreign_epochs_and_strangers_are_dropped_and_counted() {
-    let mut r = MakReceiver::new(stream(2), MakConfig::default());
+    let mut r = MakReceiver::new(stream(2), paper());
     let mut h = header_for(&stream(SENDER), Kind::Data);
     h.epoch = 4;
     r.handle_frame(us(0), &h, RxBody::Data(BufId(1)));
@@ -904,7 +913,7 @@ fn foreign_epochs_and_strangers_are_dropped_and_counted() {
         (r.counters().wrong_epoch_dropped, r.counters().rejected),
         (1, 1)
     );
-    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2]);
+    let mut s = MakSender::new(stream(SENDER), paper(), &[2]);
     let mut ack = header_for(&stream(9), Kind::Ack);
     ack.ack = s.stream.initial_seq;
     s.handle_frame(us(0), &ack, RxBody::None);

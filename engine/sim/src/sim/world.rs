@@ -51,6 +51,8 @@ pub(super) struct World<'c> {
     pub(super) foreign_dropped: u64,
     pub(super) malformed_dropped: u64,
     pub(super) completion_time: Option<Instant>,
+    /// When the last receiver delivered the last message.
+    pub(super) delivered_time: Option<Instant>,
     pub(super) trace: Vec<String>,
     trace_tail: VecDeque<String>,
 }
@@ -169,6 +171,7 @@ impl<'c> World<'c> {
             foreign_dropped: 0,
             malformed_dropped: 0,
             completion_time: None,
+            delivered_time: None,
             trace: Vec::new(),
             trace_tail: VecDeque::new(),
         }
@@ -492,7 +495,8 @@ impl<'c> World<'c> {
             Kind::AckReq => s.ack_req += 1,
             Kind::Pack => s.pack += 1,
             Kind::Nack => s.nack += 1,
-            Kind::Heartbeat | Kind::Beat => s.other += 1,
+            Kind::Heartbeat => s.advert += 1,
+            Kind::Beat => s.other += 1,
         }
     }
 }
