@@ -320,7 +320,9 @@ const SIM_FLAGS: &str = "Simulator flags (defaults in brackets):
   --faults-until-ns T            faults stop at T; the run must then complete in the liveness bound
   --liveness-bound-ns N          [1 s]    --max-virtual-time-ns N [60 s]    --max-steps N
   --trace-lines N                print the first N trace lines [0]
-  --batch true|false             pack small whole messages into shared frames, as the engine does [false]";
+  --batch true|false             pack small whole messages into shared frames, as the engine does [false]
+  --tail advertise|ack-last      MAK: an idle sender advertises its position and asks for ACKs once,
+                                 or (the paper) every burst's last frame asks for ACKs [advertise]";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

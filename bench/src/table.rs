@@ -168,18 +168,45 @@ pub(crate) fn format_row(r: &Row) -> String {
     )
 }
 
+/// Messages delivered per receiver, summarized: min, median and max, and
+/// the receivers (node ids) that did not deliver every message (at most 10
+/// named). A 1,024-receiver run needs no 1,024 numbers.
+fn receivers_summary(delivered: &[u64], messages: u64) -> String {
+    let mut sorted = delivered.to_vec();
+    sorted.sort_unstable();
+    let (Some(min), Some(max)) = (sorted.first(), sorted.last()) else {
+        return "no receivers".to_string();
+    };
+    let median = sorted[sorted.len() / 2];
+    let short: Vec<String> = delivered
+        .iter()
+        .enumerate()
+        .filter(|&(_, &d)| d < messages)
+        .map(|(i, d)| format!("node {}: {d}", i + 2))
+        .collect();
+    let differ = match short.len() {
+        0 => "every receiver delivered every message".to_string(),
+        n if n <= 10 => format!("short: {}", short.join(", ")),
+        n => format!("{n} short, first: {}", short[..10].join(", ")),
+    };
+    format!("min {min} median {median} max {max} of {messages}; {differ}")
+}
+
 /// The report of one run, for `run`.
 pub(crate) fn print_report(cfg: &SimConfig, r: &SimReport, wall: Duration) {
     let row = row_of(cfg, r, wall);
     println!("\n{}\n{}", header(), format_row(&row));
     println!("\nstopped: {:?} after {} steps", r.stop, r.steps);
-    println!("delivered per receiver: {:?}", r.delivered_messages);
+    println!(
+        "delivered per receiver: {}",
+        receivers_summary(&r.delivered_messages, cfg.messages)
+    );
     let s = &r.sender_counters;
     let c = &r.receiver_counters;
     println!(
-        "sender:    data {} retransmitted {} | NAKs received {} repairs suppressed {} deferred {} | ACKs received {} ACK requests {} | timeouts {} stalls {}",
+        "sender:    data {} retransmitted {} | NAKs received {} repairs suppressed {} deferred {} | ACKs received {} ACK requests {} heartbeats {} | timeouts {} stalls {}",
         s.data_sent, s.data_retransmitted, s.naks_received, s.repairs_suppressed, s.repairs_deferred, s.acks_received,
-        s.ack_reqs_sent, s.timeouts, s.stalls
+        s.ack_reqs_sent, s.adverts_sent, s.timeouts, s.stalls
     );
     println!(
         "receivers: delivered {} duplicates {} | NAKs sent {} suppressed {} entries suppressed {} | ACKs sent {} | checksum failures {}",
@@ -187,13 +214,14 @@ pub(crate) fn print_report(cfg: &SimConfig, r: &SimReport, wall: Duration) {
         r.checksum_failures
     );
     println!(
-        "wire: {} frames ({} data, {} repairs, {} NAK, {} ACK, {} ACK_REQ), {} copies lost, {} corrupted, {} duplicated",
+        "wire: {} frames ({} data, {} repairs, {} NAK, {} ACK, {} ACK_REQ, {} HEARTBEAT), {} copies lost, {} corrupted, {} duplicated",
         r.wire.frames(),
         r.wire.data_original,
         r.wire.data_retransmit,
         r.wire.nak,
         r.wire.ack,
         r.wire.ack_req,
+        r.wire.advert,
         r.wire.copies_lost,
         r.wire.copies_corrupted,
         r.wire.copies_duplicated
