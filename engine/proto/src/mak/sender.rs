@@ -105,6 +105,11 @@ pub struct MakSender {
     /// A timer resend is due: the last frame again, then an ACK_REQ.
     resend_due: bool,
     ack_req_due: bool,
+    /// Members to ask again one by one (unicast ACK_REQ) after the timer
+    /// expired without their answer, when they are at most half the group,
+    /// and the request they did not answer.
+    ask: VecDeque<NodeId>,
+    ask_seq: Seq,
     /// Idle with frames unacknowledged: heartbeats and the idle ACK round
     /// are scheduled ([`TailPolicy::Advertise`]).
     tail: Option<Tail>,
@@ -139,6 +144,8 @@ impl MakSender {
             repairs: VecDeque::with_capacity(w as usize),
             resend_due: false,
             ack_req_due: false,
+            ask: VecDeque::new(),
+            ask_seq: stream.initial_seq,
             tail: None,
             advert_due: false,
             tokens: f64::from(cfg.retransmit_burst.min(w)),
@@ -198,6 +205,10 @@ impl MakSender {
     /// The current members, in node order.
     pub fn members(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.members.iter().map(|m| m.node)
+    }
+
+    fn is_member(&self, node: NodeId) -> bool {
+        self.members.binary_search_by_key(&node, |m| m.node).is_ok()
     }
 
     fn window_full(&self) -> bool {
@@ -514,12 +525,28 @@ impl Endpoint for MakSender {
             self.counters.timeouts += 1;
             self.ack_timer = None;
             self.ack_backoff = self.ack_backoff.saturating_add(1);
+            let mut silent = 0;
             for m in self.members.iter_mut().filter(|m| !m.acked.after(timed)) {
                 m.unanswered = m.unanswered.saturating_add(1);
+                silent += 1;
             }
             if self.highest_sent().is_some() {
                 self.resend_due = true;
-                self.ack_req_due = true;
+                // Ask again only who has not answered: a multicast request
+                // has every member ACK again, which at 512 receivers and 1 %
+                // loss (some ACK of a round is nearly always lost) made
+                // every round two. One unicast request per silent member
+                // while they are at most half the group, for the request
+                // they did not answer (the others were never asked for a
+                // newer one, and the timer then runs for this one again).
+                if silent > 0 && 2 * silent <= self.members.len() {
+                    self.ask.clear();
+                    self.ask_seq = timed;
+                    let silent = self.members.iter().filter(|m| !m.acked.after(timed));
+                    self.ask.extend(silent.map(|m| m.node));
+                } else {
+                    self.ack_req_due = true;
+                }
             }
         }
     }
@@ -572,6 +599,25 @@ impl Endpoint for MakSender {
                     body: TxBody::None,
                 });
             }
+        }
+        while let Some(node) = self.ask.pop_front() {
+            // Still a member, and the request still unanswered by somebody
+            // (everything it names is held).
+            let seq = self.ask_seq;
+            if !self.is_member(node) || seq.before(self.buffer.base()) {
+                continue;
+            }
+            self.counters.ack_reqs_sent += 1;
+            self.request_left(now, seq);
+            let mut h = self.data_header(now, seq, Flags::NONE, 0);
+            h.kind = Kind::AckReq;
+            h.ack = seq;
+            h.peer = node;
+            return Some(Transmit {
+                dest: Dest::Node(node),
+                header: h,
+                body: TxBody::None,
+            });
         }
         if self.advert_due {
             self.advert_due = false;
@@ -638,6 +684,7 @@ impl Endpoint for MakSender {
         self.ack_timer = None;
         self.tail = None;
         self.advert_due = false;
+        self.ask.clear();
     }
 }
 

@@ -919,3 +919,50 @@ fn foreign_epochs_and_strangers_are_dropped_and_counted() {
     s.handle_frame(us(0), &ack, RxBody::None);
     assert_eq!(s.counters().rejected, 1, "an ACK from a non-member");
 }
+
+#[test]
+fn a_timeout_asks_again_only_the_members_that_did_not_answer() {
+    // Four members; after the request, `answering` of them ACK. At the
+    // timer's expiry the silent ones are asked one by one (unicast, for the
+    // request they missed) while they are at most half the group; more, and
+    // one multicast request asks everybody, as the paper does.
+    for (answering, unicast) in [(3usize, true), (2, true), (1, false)] {
+        let members = [2, 3, 4, 5];
+        let mut s = MakSender::new(stream(SENDER), paper(), &members);
+        s.send(us(0), out(0, false)).unwrap();
+        let req = s.send(us(0), out(1, true)).unwrap();
+        let tx = drain_tx(&mut s, us(0));
+        for &m in &members[..answering] {
+            let mut r = MakReceiver::new(stream(m), paper());
+            for (i, t) in tx.iter().enumerate() {
+                deliver(&mut r, us(10), t, i as u32);
+            }
+            for a in drain_tx(&mut r, us(10)) {
+                deliver(&mut s, us(20), &a, 0);
+            }
+        }
+        let due = s.poll_timeout().expect("the ACK wait");
+        s.handle_timeout(due);
+        let again = drain_tx(&mut s, due);
+        assert_eq!(again[0].header.seq, req, "the last frame is resent");
+        assert_eq!(again[0].dest, Dest::Group);
+        let asks: Vec<_> = again[1..]
+            .iter()
+            .map(|t| {
+                assert_eq!(t.header.kind, Kind::AckReq);
+                assert_eq!(t.header.ack, req, "the request they missed");
+                t.dest
+            })
+            .collect();
+        if unicast {
+            let silent: Vec<_> = members[answering..]
+                .iter()
+                .map(|&m| Dest::Node(m))
+                .collect();
+            assert_eq!(asks, silent, "{answering} answered");
+        } else {
+            assert_eq!(asks, vec![Dest::Group], "{answering} answered");
+        }
+        assert_eq!(s.counters().ack_reqs_sent, 1 + asks.len() as u64);
+    }
+}
