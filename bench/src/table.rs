@@ -197,6 +197,12 @@ pub(crate) fn print_report(cfg: &SimConfig, r: &SimReport, wall: Duration) {
     let row = row_of(cfg, r, wall);
     println!("\n{}\n{}", header(), format_row(&row));
     println!("\nstopped: {:?} after {} steps", r.stop, r.steps);
+    if let Some(t) = r.delivered_time {
+        println!(
+            "last delivery at {:.3} ms (completion also waits for the last ACK round)",
+            t.0 as f64 / 1e6
+        );
+    }
     println!(
         "delivered per receiver: {}",
         receivers_summary(&r.delivered_messages, cfg.messages)

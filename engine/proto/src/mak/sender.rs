@@ -107,7 +107,7 @@ pub struct MakSender {
     ack_req_due: bool,
     /// Members to ask again one by one (unicast ACK_REQ) after the timer
     /// expired without their answer, when they are at most half the group,
-    /// and the request they did not answer.
+    /// and the request they did not answer (the timer runs for it again).
     ask: VecDeque<NodeId>,
     ask_seq: Seq,
     /// Idle with frames unacknowledged: heartbeats and the idle ACK round
@@ -536,9 +536,10 @@ impl Endpoint for MakSender {
                 // has every member ACK again, which at 512 receivers and 1 %
                 // loss (some ACK of a round is nearly always lost) made
                 // every round two. One unicast request per silent member
-                // while they are at most half the group, for the request
-                // they did not answer (the others were never asked for a
-                // newer one, and the timer then runs for this one again).
+                // while they are at most half the group. It names the
+                // highest frame sent, so they report all they hold, but the
+                // timer runs again for the request they did not answer: the
+                // others were never asked for a newer one.
                 if silent > 0 && 2 * silent <= self.members.len() {
                     self.ask.clear();
                     self.ask_seq = timed;
@@ -601,17 +602,18 @@ impl Endpoint for MakSender {
             }
         }
         while let Some(node) = self.ask.pop_front() {
-            // Still a member, and the request still unanswered by somebody
-            // (everything it names is held).
+            // Still a member, and the timed request still unanswered by
+            // somebody (everything it names is held).
             let seq = self.ask_seq;
             if !self.is_member(node) || seq.before(self.buffer.base()) {
                 continue;
             }
             self.counters.ack_reqs_sent += 1;
             self.request_left(now, seq);
-            let mut h = self.data_header(now, seq, Flags::NONE, 0);
+            let upto = self.highest_sent().unwrap_or(seq);
+            let mut h = self.data_header(now, upto, Flags::NONE, 0);
             h.kind = Kind::AckReq;
-            h.ack = seq;
+            h.ack = upto;
             h.peer = node;
             return Some(Transmit {
                 dest: Dest::Node(node),

@@ -923,8 +923,8 @@ fn foreign_epochs_and_strangers_are_dropped_and_counted() {
 #[test]
 fn a_timeout_asks_again_only_the_members_that_did_not_answer() {
     // Four members; after the request, `answering` of them ACK. At the
-    // timer's expiry the silent ones are asked one by one (unicast, for the
-    // request they missed) while they are at most half the group; more, and
+    // timer's expiry the silent ones are asked one by one (unicast) while
+    // they are at most half the group; more, and
     // one multicast request asks everybody, as the paper does.
     for (answering, unicast) in [(3usize, true), (2, true), (1, false)] {
         let members = [2, 3, 4, 5];
@@ -950,7 +950,7 @@ fn a_timeout_asks_again_only_the_members_that_did_not_answer() {
             .iter()
             .map(|t| {
                 assert_eq!(t.header.kind, Kind::AckReq);
-                assert_eq!(t.header.ack, req, "the request they missed");
+                assert_eq!(t.header.ack, req, "the highest frame sent");
                 t.dest
             })
             .collect();
