@@ -18,6 +18,8 @@ pub(crate) struct Row {
     pub retransmissions: u64,
     pub naks: u64,
     pub acks: u64,
+    /// When the last receiver delivered the last message, if every one did
+    /// (the sender may free its buffer later, at its last ACK round).
     pub completion: Option<Duration>,
     pub wall: Duration,
 }
@@ -100,9 +102,7 @@ fn row_of(cfg: &SimConfig, r: &SimReport, wall: Duration) -> Row {
         retransmissions: r.wire.data_retransmit,
         naks: r.wire.nak,
         acks: r.wire.ack,
-        completion: r
-            .completion_time
-            .map(|t| Duration::from_nanos(t.as_nanos())),
+        completion: r.delivered_time.map(|t| Duration::from_nanos(t.as_nanos())),
         wall,
     }
 }
