@@ -167,9 +167,20 @@ impl<T: Transport> Daemon<T> {
                 ("skipped_frames", &skipped),
             ],
         );
-        let event = json!({"skipped": {"sender": key.sender, "frames": skipped}}).to_string();
-        let hdr = event_record(key.group);
-        self.event_to(members, hdr, event.as_bytes());
+        self.skipped_event(key.group, key.sender, skipped, members);
+    }
+
+    /// Tells `members` that `frames` frames of `sender`'s stream in `group`
+    /// will never reach them (the `skipped` membership event, docs/mcastd.md).
+    pub(super) fn skipped_event(
+        &mut self,
+        group: GroupId,
+        sender: NodeId,
+        frames: u64,
+        members: &[ClientId],
+    ) {
+        let event = json!({"skipped": {"sender": sender, "frames": frames}}).to_string();
+        self.event_to(members, event_record(group), event.as_bytes());
     }
 
     /// Delivers what the flushes took of the frames that came early, then

@@ -74,6 +74,11 @@ pub struct DaemonCounters {
     /// Starts moved forward to where a closed stream had stopped, so nothing
     /// is delivered twice.
     pub starts_moved_forward: u64,
+    /// Starts past frames of the same stream this node never delivered (the
+    /// sender sent them while it did not count this node a member), and
+    /// those frames: the clients got a `skipped` event.
+    pub starts_passed_over: u64,
+    pub frames_passed_over: u64,
     /// Starts held until the flush of the same stream ended.
     pub starts_deferred: u64,
 }
@@ -199,6 +204,34 @@ impl<T: Transport> Daemon<T> {
             "kept_frames": self.flush.kept.values().map(|k| k.frames.frames()).sum::<usize>(),
             "kept_bytes": self.flush.kept.values().map(|k| k.frames.bytes()).sum::<usize>(),
         });
+        // Built apart: inside the whole it would pass the json! macro's
+        // recursion limit.
+        let passed_over = json!({"starts": c.starts_passed_over, "frames": c.frames_passed_over});
+        let daemon = json!({
+            "clients_connected": c.clients_connected, "clients_disconnected": c.clients_disconnected,
+            "clients_cut_off": c.clients_cut_off, "requests": c.requests,
+            "messages_published": c.messages_published, "publish_errors": c.publish_errors,
+            "fragments_delivered": c.fragments_delivered, "fragments_overflowed": c.fragments_overflowed,
+            "local_loopback": c.local_loopback, "link_messages_sent": c.link_messages_sent,
+            "link_messages_received": c.link_messages_received, "link_errors": c.link_errors,
+            "link_backlog_drops": c.link_backlog_drops, "group_pauses": c.group_pauses,
+            "suspicions": c.suspicions, "probes_sent": c.probes_sent,
+            "probes_answered": c.probes_answered, "nodes_failed": c.nodes_failed,
+            "nodes_recovered": c.nodes_recovered, "evictions": c.evictions,
+            "link_resets": c.link_resets, "role_moves": c.role_moves, "rejoins": c.rejoins,
+            "data_path_suspicions": c.data_path_suspicions,
+            "start_requests_sent": c.start_requests_sent,
+            "start_requests_answered": c.start_requests_answered,
+            "starts_moved_forward": c.starts_moved_forward,
+            "passed_over": passed_over,
+            "dead_streams_closed": c.dead_streams_closed,
+            "registry": self.groups.registry(),
+            // Anti-entropy since this node last (re)joined the cluster.
+            "membership_repairs": self.groups.repairs(),
+            "agent_resignations": self.groups.resignations(),
+            // Departed senders' streams agreed on by the survivors.
+            "flush": flush,
+        });
         json!({
             "schema": crate::stream::JSON_SCHEMA,
             "version": env!("CARGO_PKG_VERSION"),
@@ -227,30 +260,7 @@ impl<T: Transport> Daemon<T> {
                 "tx_no_frame": e.tx_no_frame, "tx_no_route": e.tx_no_route, "tx_deferred": e.tx_deferred,
                 "publish_would_block": e.publish_would_block, "polls": e.polls, "sleeps": e.sleeps,
             },
-            "daemon": {
-                "clients_connected": c.clients_connected, "clients_disconnected": c.clients_disconnected,
-                "clients_cut_off": c.clients_cut_off, "requests": c.requests,
-                "messages_published": c.messages_published, "publish_errors": c.publish_errors,
-                "fragments_delivered": c.fragments_delivered, "fragments_overflowed": c.fragments_overflowed,
-                "local_loopback": c.local_loopback, "link_messages_sent": c.link_messages_sent,
-                "link_messages_received": c.link_messages_received, "link_errors": c.link_errors,
-                "link_backlog_drops": c.link_backlog_drops, "group_pauses": c.group_pauses,
-                "suspicions": c.suspicions, "probes_sent": c.probes_sent,
-                "probes_answered": c.probes_answered, "nodes_failed": c.nodes_failed,
-                "nodes_recovered": c.nodes_recovered, "evictions": c.evictions,
-                "link_resets": c.link_resets, "role_moves": c.role_moves, "rejoins": c.rejoins,
-                "data_path_suspicions": c.data_path_suspicions,
-                "start_requests_sent": c.start_requests_sent,
-                "start_requests_answered": c.start_requests_answered,
-                "starts_moved_forward": c.starts_moved_forward,
-                "dead_streams_closed": c.dead_streams_closed,
-                "registry": self.groups.registry(),
-                // Anti-entropy since this node last (re)joined the cluster.
-                "membership_repairs": self.groups.repairs(),
-                "agent_resignations": self.groups.resignations(),
-                // Departed senders' streams agreed on by the survivors.
-                "flush": flush,
-            },
+            "daemon": daemon,
             "peers": self.live.tracker.detector().peers().map(|(n, st, last)| json!({
                 "node": n,
                 "state": match st {

@@ -76,6 +76,51 @@ impl Streams {
     }
 }
 
+/// What a start announced by a sender does to the receive stream of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    /// The open stream already holds everything from there on (a repeated
+    /// start, or a view change this node never saw): opening it again would
+    /// deliver those frames twice.
+    Ignore,
+    /// Behind where the closed stream of the same epoch stopped: it opens
+    /// there instead, so no message is delivered twice.
+    MovedForward(StreamStart),
+    /// Opens at `start`; `passed_over` frames after what this node delivered
+    /// of the same stream (its epoch) come before it and will never come.
+    At {
+        start: StreamStart,
+        passed_over: u64,
+    },
+}
+
+/// Where a receive stream opens for `start`, given the open stream of the
+/// same sender (its epoch and the frame after the last it delivered) and
+/// where a closed one of `start`'s epoch stopped.
+fn where_to_open(
+    kept: Option<(u32, Option<Seq>)>,
+    stopped: Option<Seq>,
+    start: StreamStart,
+) -> Opening {
+    let delivered_to = match kept {
+        Some((epoch, next)) if epoch == start.epoch => {
+            if next.is_some_and(|n| !start.seq.after(n)) {
+                return Opening::Ignore;
+            }
+            next
+        }
+        Some(_) => None,
+        None => {
+            if let Some(next) = stopped.filter(|&n| start.seq.before(n)) {
+                return Opening::MovedForward(StreamStart { seq: next, ..start });
+            }
+            stopped
+        }
+    };
+    let passed_over = delivered_to.map_or(0, |n| start.seq.distance(n).max(0) as u64);
+    Opening::At { start, passed_over }
+}
+
 impl<T: Transport> Daemon<T> {
     /// Node `from` says where its stream in `group` starts for us.
     pub(super) fn stream_start(
@@ -105,26 +150,20 @@ impl<T: Transport> Daemon<T> {
             self.counters.starts_deferred += 1;
             return Ok(());
         }
-        let mut start = start;
-        match self.flush.kept.get(&(group, from)) {
-            Some(k) => {
-                if k.epoch == start.epoch && k.frames.next().is_some_and(|n| !start.seq.after(n)) {
-                    // The open stream already holds everything from there on
-                    // (a repeated start, or a view change this node never
-                    // saw): opening it again would deliver those frames twice.
-                    return Ok(());
-                }
+        let kept = self
+            .flush
+            .kept
+            .get(&(group, from))
+            .map(|k| (k.epoch, k.frames.next()));
+        let stopped = self.streams.stopped.get(group, from, start.epoch);
+        let (start, passed_over) = match where_to_open(kept, stopped, start) {
+            Opening::Ignore => return Ok(()),
+            Opening::MovedForward(start) => {
+                self.counters.starts_moved_forward += 1;
+                (start, 0)
             }
-            None => {
-                if let Some(next) = self.streams.stopped.get(group, from, start.epoch) {
-                    if start.seq.before(next) {
-                        // Delivered up to there before the stream closed.
-                        start.seq = next;
-                        self.counters.starts_moved_forward += 1;
-                    }
-                }
-            }
-        }
+            Opening::At { start, passed_over } => (start, passed_over),
+        };
         let first = !self.flush.kept.contains_key(&(group, from));
         self.close_receiver(group, from)?;
         let mut out = Vec::new();
@@ -150,6 +189,20 @@ impl<T: Transport> Daemon<T> {
             "receive stream opened",
             &[("group", &group), ("from", &from), ("seq", &start.seq.0)],
         );
+        if passed_over > 0 {
+            self.counters.starts_passed_over += 1;
+            self.counters.frames_passed_over += passed_over;
+            // The sender counted this node a member again only from
+            // `start` on: the frames before it were sent while it did not
+            // (a view this node left and joined again), and nobody will
+            // give them. The clients are told, as for a flush's jump.
+            self.log.warn(
+                "stream started again past frames this node never delivered: the sender sent them while it did not count this node a member",
+                &[("group", &group), ("sender", &from), ("skipped_frames", &passed_over)],
+            );
+            let members = self.local[&group].members.clone();
+            self.skipped_event(group, from, passed_over, &members);
+        }
         Ok(())
     }
 
@@ -231,5 +284,94 @@ impl<T: Transport> Daemon<T> {
             lg.closed.push((from, *c));
         }
         self.engine.close_receiver_in(group, from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(seq: u32) -> StreamStart {
+        StreamStart {
+            epoch: 7,
+            seq: Seq(seq),
+        }
+    }
+
+    #[test]
+    fn a_start_at_or_behind_the_open_stream_is_ignored() {
+        assert_eq!(
+            where_to_open(Some((7, Some(Seq(10)))), None, start(10)),
+            Opening::Ignore
+        );
+        assert_eq!(
+            where_to_open(Some((7, Some(Seq(10)))), None, start(3)),
+            Opening::Ignore
+        );
+    }
+
+    #[test]
+    fn a_start_past_what_was_delivered_counts_the_frames_passed_over() {
+        // Open stream of the same epoch, delivered up to 9: a start at 22
+        // passes over 10..=21.
+        assert_eq!(
+            where_to_open(Some((7, Some(Seq(10)))), None, start(22)),
+            Opening::At {
+                start: start(22),
+                passed_over: 12
+            }
+        );
+        // The same across the wrap of sequence numbers.
+        assert_eq!(
+            where_to_open(Some((7, Some(Seq(u32::MAX - 1)))), None, start(3)),
+            Opening::At {
+                start: start(3),
+                passed_over: 5
+            }
+        );
+        // A closed stream of the epoch stopped at 10.
+        assert_eq!(
+            where_to_open(None, Some(Seq(10)), start(15)),
+            Opening::At {
+                start: start(15),
+                passed_over: 5
+            }
+        );
+    }
+
+    #[test]
+    fn a_start_behind_a_closed_stream_opens_where_it_stopped() {
+        assert_eq!(
+            where_to_open(None, Some(Seq(10)), start(4)),
+            Opening::MovedForward(start(10))
+        );
+    }
+
+    #[test]
+    fn a_new_epoch_or_a_first_stream_passes_nothing_over() {
+        // The sender restarted (another epoch): its old stream is the
+        // flush's business.
+        assert_eq!(
+            where_to_open(Some((6, Some(Seq(10)))), None, start(40)),
+            Opening::At {
+                start: start(40),
+                passed_over: 0
+            }
+        );
+        assert_eq!(
+            where_to_open(None, None, start(40)),
+            Opening::At {
+                start: start(40),
+                passed_over: 0
+            }
+        );
+        // Open but nothing delivered yet.
+        assert_eq!(
+            where_to_open(Some((7, None)), None, start(40)),
+            Opening::At {
+                start: start(40),
+                passed_over: 0
+            }
+        );
     }
 }
