@@ -524,11 +524,20 @@ impl Endpoint for MakSender {
             // as long, when that request leaves.
             self.counters.timeouts += 1;
             self.ack_timer = None;
-            self.ack_backoff = self.ack_backoff.saturating_add(1);
             let mut silent = 0;
             for m in self.members.iter_mut().filter(|m| !m.acked.after(timed)) {
                 m.unanswered = m.unanswered.saturating_add(1);
                 silent += 1;
+            }
+            // The wait doubles while nothing comes back (a timer shorter
+            // than the link, a partition): when every member left the
+            // request unanswered. Members that answered it show the link
+            // works; the silent ones are asked again at the same wait, so
+            // one that died is reported after as many waits as before
+            // (they are no longer asked with the others, whose answers
+            // used to end the backoff).
+            if silent == self.members.len() {
+                self.ack_backoff = self.ack_backoff.saturating_add(1);
             }
             if self.highest_sent().is_some() {
                 self.resend_due = true;

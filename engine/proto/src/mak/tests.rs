@@ -966,3 +966,40 @@ fn a_timeout_asks_again_only_the_members_that_did_not_answer() {
         assert_eq!(s.counters().ack_reqs_sent, 1 + asks.len() as u64);
     }
 }
+
+#[test]
+fn a_silent_member_is_asked_again_at_the_same_wait_while_the_others_answer() {
+    // Members 2 and 3 answer the request, 4 never does: each expiry asks 4
+    // alone, and the wait does not double (the link works). With nobody
+    // answering it doubles, as before.
+    for (answering, doubles) in [(2usize, false), (0, true)] {
+        let members = [2, 3, 4];
+        let mut s = MakSender::new(stream(SENDER), paper(), &members);
+        s.send(us(0), out(0, true)).unwrap();
+        let tx = drain_tx(&mut s, us(0));
+        for &m in &members[..answering] {
+            let mut r = MakReceiver::new(stream(m), paper());
+            deliver(&mut r, us(10), &tx[0], 0);
+            for a in drain_tx(&mut r, us(10)) {
+                deliver(&mut s, us(20), &a, 0);
+            }
+        }
+        let first = s.ack_wait();
+        let mut at = s.poll_timeout().expect("the ACK wait");
+        for expiry in 1..=3u32 {
+            s.handle_timeout(at);
+            drain_tx(&mut s, at);
+            let wait = s.ack_wait();
+            let expected = if doubles {
+                first * (1 << expiry)
+            } else {
+                first
+            };
+            assert_eq!(wait, expected, "{answering} answering, expiry {expiry}");
+            at = s.poll_timeout().expect("asked again");
+        }
+        let mut silent = Vec::new();
+        s.unresponsive(3, &mut silent);
+        assert_eq!(silent, members[answering..].to_vec());
+    }
+}
