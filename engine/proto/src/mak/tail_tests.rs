@@ -4,27 +4,13 @@
 //! clock.
 //!
 //! Owns: these tests. May not touch: anything outside `mak` (it tests
-//! through the module's items only); the paper's tail is tested in `tests`.
+//! through the module's items only); the paper's tail is tested in `tests`,
+//! whose frame helpers these share.
 
+use super::tests::{deliver, drain_tx, out, stream, us, SENDER, W};
 use super::*;
-use crate::{BufId, Endpoint, Event, Instant, OutFrame, RxBody, Sender, StreamConfig, Transmit};
-use crate::{Duration, TxBody};
-use mcast_wire::{Flags, Kind, NodeId, Seq};
-
-const SENDER: NodeId = 1;
-const W: u32 = 8;
-
-fn stream(local: NodeId) -> StreamConfig {
-    StreamConfig {
-        group: 7,
-        local,
-        sender: SENDER,
-        epoch: 3,
-        initial_seq: Seq(u32::MAX - 2),
-        window_frames: W,
-        seed: 11,
-    }
-}
+use crate::{BufId, Duration, Endpoint, Event, Instant, Sender, Transmit};
+use mcast_wire::{Flags, Kind, Seq};
 
 /// The default configuration (advertising), with a fixed 10 us NAK timer.
 fn advertising() -> MakConfig {
@@ -32,31 +18,6 @@ fn advertising() -> MakConfig {
     MakConfig {
         nak_timer: NakTimer::Fixed { min: d, max: d },
         ..MakConfig::default()
-    }
-}
-
-fn us(n: u64) -> Instant {
-    Instant(n * 1_000)
-}
-
-fn out(buf: u32, last: bool) -> OutFrame {
-    OutFrame {
-        buf: BufId(buf),
-        len: 100,
-        frag: Flags::WHOLE,
-        last,
-    }
-}
-
-fn drain_tx(e: &mut impl Endpoint, now: Instant) -> Vec<Transmit> {
-    std::iter::from_fn(|| e.poll_transmit(now)).collect()
-}
-
-fn deliver(e: &mut impl Endpoint, now: Instant, t: &Transmit, rx_buf: u32) {
-    match t.body {
-        TxBody::Buf(_) => e.handle_frame(now, &t.header, RxBody::Data(BufId(rx_buf))),
-        TxBody::Nak(ref l) => e.handle_frame(now, &t.header, RxBody::Nak(l)),
-        TxBody::None => e.handle_frame(now, &t.header, RxBody::None),
     }
 }
 

@@ -1,8 +1,9 @@
 //! Unit tests of MAK: the sender and receiver machines driven by hand,
 //! frame by frame, on a virtual clock.
 //!
-//! Owns: these tests and their helpers. May not touch: anything outside
-//! `mak` (it tests through the module's items only).
+//! Owns: these tests and their helpers (the ones `tail_tests` shares are
+//! `pub(super)`). May not touch: anything outside `mak` (it tests through
+//! the module's items only).
 
 use super::*;
 use crate::api::header_for;
@@ -12,10 +13,10 @@ use crate::{
 };
 use mcast_wire::{Flags, Header, Kind, NodeId, RangeList, Seq};
 
-const SENDER: NodeId = 1;
-const W: u32 = 8;
+pub(super) const SENDER: NodeId = 1;
+pub(super) const W: u32 = 8;
 
-fn stream(local: NodeId) -> StreamConfig {
+pub(super) fn stream(local: NodeId) -> StreamConfig {
     StreamConfig {
         group: 7,
         local,
@@ -44,11 +45,11 @@ fn fixed(us: u64) -> MakConfig {
     }
 }
 
-fn us(n: u64) -> Instant {
+pub(super) fn us(n: u64) -> Instant {
     Instant(n * 1_000)
 }
 
-fn out(buf: u32, last: bool) -> OutFrame {
+pub(super) fn out(buf: u32, last: bool) -> OutFrame {
     OutFrame {
         buf: BufId(buf),
         len: 100,
@@ -57,7 +58,7 @@ fn out(buf: u32, last: bool) -> OutFrame {
     }
 }
 
-fn drain_tx(e: &mut impl Endpoint, now: Instant) -> Vec<Transmit> {
+pub(super) fn drain_tx(e: &mut impl Endpoint, now: Instant) -> Vec<Transmit> {
     std::iter::from_fn(|| e.poll_transmit(now)).collect()
 }
 
@@ -66,7 +67,7 @@ fn drain_events(e: &mut impl Endpoint) -> Vec<Event> {
 }
 
 /// Hands a transmitted frame to an endpoint the way a driver would.
-fn deliver(e: &mut impl Endpoint, now: Instant, t: &Transmit, rx_buf: u32) {
+pub(super) fn deliver(e: &mut impl Endpoint, now: Instant, t: &Transmit, rx_buf: u32) {
     match t.body {
         TxBody::Buf(_) => e.handle_frame(now, &t.header, RxBody::Data(BufId(rx_buf))),
         TxBody::Nak(ref l) => e.handle_frame(now, &t.header, RxBody::Nak(l)),
