@@ -180,9 +180,8 @@ impl<T: Transport> Daemon<T> {
         let inbound = std::mem::take(&mut self.links.inbound);
         let work = !inbound.is_empty();
         let now = mcast_engine::sys::monotonic_ns();
-        let mut out = std::mem::take(&mut self.live.events);
         for (from, bytes) in inbound {
-            self.live.tracker.heard(from, now, &mut out);
+            self.live.tracker.heard(from, now);
             self.counters.link_messages_received += 1;
             match LinkMessage::decode(&bytes) {
                 Ok(LinkMessage::Groups(b)) => {

@@ -163,6 +163,23 @@ impl Detector {
         p.state = PeerState::Alive;
     }
 
+    /// Any frame from `node` other than a beat (a link message): an alive
+    /// or suspect peer is alive. A failed one stays failed until its beat
+    /// ([`Detector::heard`]): only a beat says whether it restarted
+    /// meanwhile, and recovering it on a link message would resume it as
+    /// the node it was.
+    pub fn heard_other(&mut self, node: NodeId, now: u64) {
+        let Some(p) = self.peers.iter_mut().find(|p| p.node == node) else {
+            return;
+        };
+        if p.state == PeerState::Failed {
+            return;
+        }
+        p.last_heard = p.last_heard.max(now);
+        p.seen = true;
+        p.state = PeerState::Alive;
+    }
+
     /// The data path reports `node` unreachable at `now`: if it is alive but
     /// silent for 1.5 beat intervals (a beat is overdue: one interval of
     /// silence is normal just before a beat), it becomes suspect and is
@@ -408,6 +425,22 @@ mod tests {
         assert_eq!(out, vec![DetectorOutput::Recovered(2)]);
         assert_eq!(d.state(2), Some(PeerState::Alive));
         assert!(d.next_deadline() <= 1500 * MS + 150 * MS);
+        // A link message from a failed node does not recover it: its beat
+        // does (it says whether the node restarted).
+        for t in [1700, 1750, 1800, 1850, 1900] {
+            d.poll(t * MS, &mut out);
+        }
+        assert_eq!(d.state(2), Some(PeerState::Failed), "{out:?}");
+        out.clear();
+        d.heard_other(2, 2000 * MS);
+        assert_eq!(d.state(2), Some(PeerState::Failed));
+        d.heard(2, 2010 * MS, &mut out);
+        assert_eq!(out, vec![DetectorOutput::Recovered(2)]);
+        // From a suspect one, it is as good as a beat, and says nothing.
+        d.poll(2200 * MS, &mut out);
+        out.clear();
+        d.heard_other(2, 2210 * MS);
+        assert_eq!(d.state(2), Some(PeerState::Alive));
         assert!(DetectorConfig {
             probes: 0,
             ..DetectorConfig::default()

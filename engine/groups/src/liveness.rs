@@ -122,10 +122,12 @@ impl Liveness {
         self.translate(registry, out);
     }
 
-    /// Any frame from `from` other than a beat (a link message): it is alive.
-    pub fn heard(&mut self, from: NodeId, now: u64, out: &mut Vec<LiveEvent>) {
-        self.detector.heard(from, now, &mut self.out);
-        self.translate((0, 0), out);
+    /// Any frame from `from` other than a beat (a link message): it is
+    /// alive, unless it was declared failed, which only its beat undoes
+    /// ([`Detector::heard_other`]). It produces no event: a link message
+    /// used to recover a failed peer here, and the event was dropped.
+    pub fn heard(&mut self, from: NodeId, now: u64) {
+        self.detector.heard_other(from, now);
     }
 
     /// The data path reports `node` unreachable ([`crate::detector::Detector::unreachable`]).

@@ -683,8 +683,8 @@ impl Sim {
                 }
                 let (_, msg) = q.pop_front().expect("peeked");
                 let now = self.now;
-                let mut ev = Vec::new();
-                self.n(to).live.heard(from, now, &mut ev);
+                // No event: a failed peer recovers only by its beat.
+                self.n(to).live.heard(from, now);
                 match msg {
                     LinkMsg::Group(bytes) => {
                         let _ = self.n(to).svc.handle_message(from, &bytes);
@@ -695,7 +695,6 @@ impl Sim {
                     LinkMsg::StartRequest { group } => self.on_start_request(to, from, group),
                     LinkMsg::Flush(m) => self.on_flush(to, from, m),
                 }
-                self.live_events(to, ev);
                 self.pump(to);
             }
         }

@@ -111,11 +111,11 @@ impl Sim {
                 }
                 let (_, bytes) = q.pop_front().expect("peeked");
                 let now = self.now;
-                let mut ev = Vec::new();
                 let node = self.n(to);
-                node.live.heard(from, now, &mut ev);
+                // A link message shows an alive or suspect peer alive; a
+                // failed one recovers only by its beat.
+                node.live.heard(from, now);
                 let _ = node.svc.handle_message(from, &bytes);
-                self.live_events(to, ev);
             }
         }
         for id in 1..=N {
