@@ -545,11 +545,15 @@ impl Endpoint for MakSender {
                 // has every member ACK again, which at 512 receivers and 1 %
                 // loss (some ACK of a round is nearly always lost) made
                 // every round two. One unicast request per silent member
-                // while they are at most half the group. It names the
-                // highest frame sent, so they report all they hold, but the
-                // timer runs again for the request they did not answer: the
-                // others were never asked for a newer one.
-                if silent > 0 && 2 * silent <= self.members.len() {
+                // while they are at most half the group and the window is
+                // not full. It names the highest frame sent, so they report
+                // all they hold, but the timer runs again for the request
+                // they did not answer: the others were never asked for a
+                // newer one. A full window asks everybody: the sender is
+                // stalled, and every member's newest position may open it
+                // (in saturation under loss, the unicast-only rule cost up
+                // to 20 % of the throughput).
+                if silent > 0 && 2 * silent <= self.members.len() && !self.window_full() {
                     self.ask.clear();
                     self.ask_seq = timed;
                     let silent = self.members.iter().filter(|m| !m.acked.after(timed));

@@ -1004,3 +1004,34 @@ fn a_silent_member_is_asked_again_at_the_same_wait_while_the_others_answer() {
         assert_eq!(silent, members[answering..].to_vec());
     }
 }
+
+#[test]
+fn a_timeout_with_the_window_full_asks_every_member() {
+    // The sender is stalled: everybody's newest position may open the
+    // window, so the request is multicast even with one member silent.
+    let members = [2, 3, 4];
+    let mut s = MakSender::new(stream(SENDER), paper(), &members);
+    for i in 0..W {
+        s.send(us(0), out(i, false)).unwrap();
+    }
+    assert_eq!(s.state(), SenderState::Wait);
+    let tx = drain_tx(&mut s, us(0));
+    for &m in &members[..2] {
+        let mut r = MakReceiver::new(stream(m), paper());
+        for (i, t) in tx.iter().enumerate() {
+            deliver(&mut r, us(10), t, i as u32);
+        }
+        // They answered an older request only (the first half window).
+        let acks = drain_tx(&mut r, us(10));
+        deliver(&mut s, us(20), &acks[0], 0);
+    }
+    let due = s.poll_timeout().expect("the ACK wait");
+    s.handle_timeout(due);
+    let again = drain_tx(&mut s, due);
+    let asks: Vec<_> = again
+        .iter()
+        .filter(|t| t.header.kind == Kind::AckReq)
+        .map(|t| t.dest)
+        .collect();
+    assert_eq!(asks, vec![Dest::Group]);
+}
