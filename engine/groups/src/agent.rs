@@ -130,6 +130,9 @@ impl GroupService {
         }
         let rank = a.next_rank;
         a.next_rank += 1;
+        // A node that registers a member is in touch: whatever SYNCs it
+        // missed before (a daemon since restarted) no longer count.
+        a.missed.remove(&from);
         a.view.epoch += 1;
         a.view.members.push(Member {
             rank,

@@ -71,6 +71,9 @@ impl GroupService {
                 continue;
             }
             a.view.members.retain(|m| m.node != node);
+            // Its missed SYNCs go with it: a restarted daemon that joins
+            // again must not be taken for silent one round after its join.
+            a.missed.remove(&node);
             a.view.epoch += 1;
             let view = a.view.clone();
             self.publish(&view, Some(node));

@@ -1029,6 +1029,42 @@ fn a_failed_node_leaves_every_view_its_agent_holds_and_requests_to_it_fail() {
 }
 
 #[test]
+fn a_node_that_failed_and_joins_again_is_not_taken_for_silent() {
+    // The soak's view flap: a node silent for SYNC_MISSES rounds (dead,
+    // not yet declared failed) is dropped by its detector; restarted, it
+    // joins again, and the agent's next sync round must not drop it for the
+    // SYNCs its old daemon missed.
+    let mut c = Cluster::new(4, 1, Limits::default(), 0);
+    let (g, _) = c.joined(2, 1, "a");
+    c.joined(4, 1, "a");
+    c.settle();
+    for r in 1..=u64::from(SYNC_MISSES) {
+        for n in [1, 2, 3] {
+            c.svc(n).tick(r * SYNC_PERIOD);
+        }
+        c.settle();
+    }
+    assert_eq!(
+        c.agent_view(g).unwrap().nodes(),
+        vec![2, 4],
+        "not silent long enough"
+    );
+    c.svc(2).node_failed(4);
+    c.settle();
+    assert_eq!(c.agent_view(g).unwrap().nodes(), vec![2]);
+    c.svc(2).node_recovered(4);
+    c.joined(4, 2, "a");
+    assert_eq!(c.agent_view(g).unwrap().nodes(), vec![2, 4]);
+    c.svc(2).tick((u64::from(SYNC_MISSES) + 1) * SYNC_PERIOD);
+    c.settle();
+    assert_eq!(
+        c.agent_view(g).unwrap().nodes(),
+        vec![2, 4],
+        "dropped one round after it joined"
+    );
+}
+
+#[test]
 fn the_lowest_live_member_takes_over_a_failed_agents_group_with_a_majority_only() {
     for seed in 0..20 {
         let mut c = Cluster::new(4, 1, Limits::default(), seed);
