@@ -62,16 +62,14 @@ struct Member {
     since_us: Option<u32>,
 }
 
-/// The idle sender's schedule while frames are unacknowledged
-/// ([`TailPolicy::Advertise`]), from the moment its last new frame left.
+/// The idle sender while frames are unacknowledged
+/// ([`TailPolicy::Advertise`]): when its last new frame left, and the
+/// heartbeats sent since. Its deadlines derive from these and the GRTT
+/// (`MakSender::tail_deadlines`), so a frame leaving costs one store.
 #[derive(Debug, Clone, Copy)]
 struct Tail {
-    /// The next position advertisement.
-    advert_at: Instant,
-    /// The wait after it (doubling).
-    interval: Duration,
-    /// The idle ACK round.
-    ack_at: Instant,
+    since: Instant,
+    adverts: u32,
 }
 
 /// The MAK sender.
@@ -111,7 +109,7 @@ pub struct MakSender {
     ask: VecDeque<NodeId>,
     ask_seq: Seq,
     /// Idle with frames unacknowledged: heartbeats and the idle ACK round
-    /// are scheduled ([`TailPolicy::Advertise`]).
+    /// are scheduled ([`TailPolicy::Advertise`]; `None` under the paper's).
     tail: Option<Tail>,
     advert_due: bool,
     tokens: f64,
@@ -296,10 +294,12 @@ impl MakSender {
         }
     }
 
-    /// A new frame has just left: the sender is not idle. Under
-    /// [`TailPolicy::Advertise`] its heartbeats and idle ACK round are
-    /// scheduled from now, and run if no other new frame leaves first.
-    fn schedule_tail(&mut self, now: Instant) {
+    /// The idle sender's next heartbeat and its idle ACK round: heartbeat k
+    /// (from 0) at `first · g · (2^(k+1) − 1)` after the last new frame
+    /// (2, 6, 14… GRTTs with the default: each wait twice the one before),
+    /// the round at `clamp(idle_ack_grtts · g, min, max)`.
+    fn tail_deadlines(&self) -> Option<(Instant, Instant)> {
+        let tail = self.tail?;
         let TailPolicy::Advertise {
             first_grtts,
             idle_ack_grtts,
@@ -307,39 +307,37 @@ impl MakSender {
             idle_ack_max,
         } = self.cfg.tail
         else {
-            return;
+            return None;
         };
-        let interval = self.grtt * first_grtts.max(1);
+        let waits = (1u32 << (tail.adverts + 1).min(31)) - 1;
+        let advert = tail.since + self.grtt * first_grtts.max(1) * waits;
         let idle_ack =
             (self.grtt * idle_ack_grtts).clamp(idle_ack_min, idle_ack_max.max(idle_ack_min));
-        self.tail = Some(Tail {
-            advert_at: now + interval,
-            interval,
-            ack_at: now + idle_ack,
-        });
-        self.advert_due = false;
+        Some((advert, tail.since + idle_ack))
     }
 
     /// The idle sender's deadlines: a heartbeat, then after twice the wait
     /// another, until the idle ACK round, unless a request naming the
     /// highest frame sent is being waited for already (its timer resends).
     fn tail_timeout(&mut self, now: Instant) {
-        let Some(tail) = self.tail.as_mut() else {
+        let Some((advert_at, ack_at)) = self.tail_deadlines() else {
             return;
         };
-        if tail.ack_at <= now {
+        let Some(highest) = self.highest_sent() else {
+            // Everything sent is acknowledged; what is held has not left
+            // yet, and its departure schedules the tail again.
             self.tail = None;
-            let covered = self.ack_timer.is_some()
-                && self
-                    .highest_sent()
-                    .zip(self.request_sent)
-                    .is_some_and(|(h, r)| !h.after(r));
-            if !covered && self.highest_sent().is_some() {
-                self.ack_req_due = true;
+            return;
+        };
+        if ack_at <= now {
+            self.tail = None;
+            let covered =
+                self.ack_timer.is_some() && self.request_sent.is_some_and(|r| !highest.after(r));
+            self.ack_req_due |= !covered;
+        } else if advert_at <= now {
+            if let Some(t) = self.tail.as_mut() {
+                t.adverts += 1;
             }
-        } else if tail.advert_at <= now {
-            tail.interval *= 2;
-            tail.advert_at = now + tail.interval;
             self.advert_due = true;
         }
     }
@@ -376,6 +374,22 @@ impl MakSender {
         h.grtt_ns = u32::try_from(self.grtt.as_nanos()).unwrap_or(u32::MAX);
         h.group_size = self.group_size();
         h
+    }
+
+    /// A header-only frame naming `seq` (`seq` and `ack`): an ACK_REQ or a
+    /// heartbeat, to the group or one member.
+    fn control(&self, now: Instant, kind: Kind, seq: Seq, dest: Dest) -> Transmit {
+        let mut h = self.data_header(now, seq, Flags::NONE, 0);
+        h.kind = kind;
+        h.ack = seq;
+        if let Dest::Node(n) = dest {
+            h.peer = n;
+        }
+        Transmit {
+            dest,
+            header: h,
+            body: TxBody::None,
+        }
     }
 
     fn data_transmit(
@@ -604,14 +618,7 @@ impl Endpoint for MakSender {
             if let Some(seq) = self.highest_sent() {
                 self.counters.ack_reqs_sent += 1;
                 self.request_left(now, seq);
-                let mut h = self.data_header(now, seq, Flags::NONE, 0);
-                h.kind = Kind::AckReq;
-                h.ack = seq;
-                return Some(Transmit {
-                    dest: Dest::Group,
-                    header: h,
-                    body: TxBody::None,
-                });
+                return Some(self.control(now, Kind::AckReq, seq, Dest::Group));
             }
         }
         while let Some(node) = self.ask.pop_front() {
@@ -624,34 +631,25 @@ impl Endpoint for MakSender {
             self.counters.ack_reqs_sent += 1;
             self.request_left(now, seq);
             let upto = self.highest_sent().unwrap_or(seq);
-            let mut h = self.data_header(now, upto, Flags::NONE, 0);
-            h.kind = Kind::AckReq;
-            h.ack = upto;
-            h.peer = node;
-            return Some(Transmit {
-                dest: Dest::Node(node),
-                header: h,
-                body: TxBody::None,
-            });
+            return Some(self.control(now, Kind::AckReq, upto, Dest::Node(node)));
         }
         if self.advert_due {
             self.advert_due = false;
             // Only while idle: a new frame about to leave tells as much.
             if let (true, Some(seq)) = (self.fresh.is_empty(), self.highest_sent()) {
                 self.counters.adverts_sent += 1;
-                let mut h = self.data_header(now, seq, Flags::NONE, 0);
-                h.kind = Kind::Heartbeat;
-                return Some(Transmit {
-                    dest: Dest::Group,
-                    header: h,
-                    body: TxBody::None,
-                });
+                return Some(self.control(now, Kind::Heartbeat, seq, Dest::Group));
             }
         }
         while let Some(seq) = self.fresh.pop_front() {
             if let Some(t) = self.data_transmit(now, seq, Flags::NONE, Flags::NONE) {
                 self.counters.data_sent += 1;
-                self.schedule_tail(now);
+                // Not idle: the heartbeats and the idle round count from now.
+                self.tail = (self.cfg.tail != TailPolicy::AckLast).then_some(Tail {
+                    since: now,
+                    adverts: 0,
+                });
+                self.advert_due = false;
                 if t.header.flags.contains(Flags::ACK_REQ) {
                     self.counters.ack_reqs_sent += 1;
                     self.request_left(now, seq);
@@ -676,7 +674,7 @@ impl Endpoint for MakSender {
                 let wait_ns = ((1.0 - self.tokens) / per_sec * 1e9).ceil() as u64 + 1;
                 self.tokens_at + Duration::from_nanos(wait_ns)
             });
-        let tail_at = self.tail.map(|t| t.advert_at.min(t.ack_at));
+        let tail_at = self.tail_deadlines().map(|(advert, ack)| advert.min(ack));
         earliest(earliest(self.ack_timer.map(|(t, _)| t), token_at), tail_at)
     }
 
