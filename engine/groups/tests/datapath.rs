@@ -808,7 +808,7 @@ impl Sim {
     fn post(&mut self, from: NodeId, t: u64, tx: Transmit) {
         let body = match tx.body {
             TxBody::Buf(b) => Body::Data(self.slab.get(b)),
-            TxBody::Nak(l) => Body::Nak(l),
+            TxBody::Ranges(l) => Body::Nak(l),
             TxBody::None => Body::Empty,
         };
         let targets: Vec<NodeId> = match tx.dest {
@@ -860,7 +860,7 @@ impl Sim {
         let e = endpoint(&mut self.nodes, f.to, g, which).expect("checked");
         let body = match (&f.body, buf) {
             (Body::Data(_), Some(b)) => RxBody::Data(b),
-            (Body::Nak(l), _) => RxBody::Nak(l),
+            (Body::Nak(l), _) => RxBody::Ranges(l),
             _ => RxBody::None,
         };
         e.handle_frame(Instant(t), &f.header, body);

@@ -161,6 +161,9 @@ macro_rules! endpoint_by_delegation {
             fn release_all(&mut self) {
                 delegate!(self, e => e.release_all())
             }
+            fn set_tree(&mut self, tree: Option<&crate::FeedbackTree>) {
+                delegate!(self, e => e.set_tree(tree))
+            }
         }
     };
 }

@@ -21,15 +21,16 @@ pub enum Dest {
 /// What follows the header of a frame to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxBody {
-    /// No payload (ACK, ACK_REQ, Pack, Nack, HEARTBEAT).
+    /// No payload (a plain ACK, ACK_REQ, Pack, Nack, HEARTBEAT).
     None,
     /// The payload already sits in this buffer, after room for the headers. The
     /// machine keeps owning it (it is a retransmission buffer) unless it says
     /// otherwise with [`Event::Release`].
     Buf(BufId),
-    /// A NAK's range list, to be written as the payload. Boxed: NAKs are rare,
-    /// and every data frame's `Transmit` stays small on the hot path.
-    Nak(Box<RangeList>),
+    /// A range list, to be written as the payload: a NAK's missing frames,
+    /// or the nodes a merged ACK covers (docs/protocol.md §3.4). Boxed: both
+    /// are rare, and every data frame's `Transmit` stays small on the hot path.
+    Ranges(Box<RangeList>),
 }
 
 /// A frame the driver must send. `header.payload_len` is already set.
@@ -48,8 +49,9 @@ pub enum RxBody<'a> {
     /// A data frame whose payload sits in `buf`. Ownership passes to the machine,
     /// which returns it exactly once, as [`Event::Deliver`] or [`Event::Release`].
     Data(BufId),
-    /// A NAK's ranges, parsed by the driver.
-    Nak(&'a RangeList),
+    /// A range list, parsed by the driver: a NAK's missing frames, or the
+    /// nodes a merged ACK covers (an ACK with a payload).
+    Ranges(&'a RangeList),
 }
 
 /// What a machine tells its driver.
@@ -253,6 +255,12 @@ pub trait Endpoint {
     /// Shutdown: hands back every buffer the machine still holds, as
     /// [`Event::Release`] (each exactly once), and forgets the stream's state.
     fn release_all(&mut self);
+    /// Installs the group's feedback tree (seed 004 §2.1), or removes it
+    /// (`None`: feedback goes straight to the sender). Machines without
+    /// aggregated feedback ignore it.
+    fn set_tree(&mut self, tree: Option<&crate::FeedbackTree>) {
+        let _ = tree;
+    }
 }
 
 /// The sending side of a reliable stream.

@@ -27,6 +27,7 @@ mod recv;
 mod rng;
 pub mod rtt;
 mod time;
+pub mod tree;
 pub mod window;
 
 pub use api::{
@@ -37,3 +38,4 @@ pub use mcast_wire::{Flags, GroupId, Header, Kind, NodeId, RangeList, Seq, SeqRa
 pub use rng::Rng;
 pub use rtt::{RtoConfig, RttEstimator};
 pub use time::{Duration, Instant};
+pub use tree::FeedbackTree;

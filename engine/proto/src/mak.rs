@@ -41,6 +41,7 @@
 //! Owns: the configuration and the public paths `mak::*`. May not touch:
 //! either machine's state (the two sides share no state, only frames).
 
+mod feedback;
 mod receiver;
 mod sender;
 
@@ -49,6 +50,8 @@ pub use sender::{MakSender, SenderState};
 
 use crate::rtt::RtoConfig;
 use crate::Duration;
+#[cfg(doc)]
+use crate::FeedbackTree;
 use mcast_wire::MAX_NAK_RANGES;
 
 /// How a receiver draws its NAK timer.
@@ -173,6 +176,17 @@ pub struct MakConfig {
     pub retransmit_floor_per_sec: u32,
     /// Ranges in one NAK (at most [`MAX_NAK_RANGES`]).
     pub max_nak_ranges: usize,
+    /// Children a node of the feedback tree (seed 004 §2.1) has (2: the
+    /// seed's binary tree), when the driver installs one
+    /// ([`crate::Endpoint::set_tree`]); 0, the default for now, installs
+    /// none: every receiver ACKs the sender itself (the paper). Not the
+    /// default yet: at 512 receivers and 1 % loss in saturation the tree
+    /// still costs 40 % of the throughput (docs/benchmarks.md).
+    pub tree_fanout: u16,
+    /// The tree is widened (a larger fanout) until it is at most this many
+    /// levels deep (0: never widened): each level adds a hop to every ACK
+    /// round, which the window must cover ([`FeedbackTree::fanout_for`]).
+    pub tree_max_depth: u8,
 }
 
 impl Default for MakConfig {
@@ -200,6 +214,8 @@ impl Default for MakConfig {
             retransmit_burst: 128,
             retransmit_floor_per_sec: 200_000,
             max_nak_ranges: MAX_NAK_RANGES,
+            tree_fanout: 0,
+            tree_max_depth: 4,
         }
     }
 }

@@ -165,7 +165,7 @@ impl Endpoint for NakSender {
             return;
         }
         match (header.kind, body) {
-            (Kind::Nak, RxBody::Nak(list)) if self.members.contains(&header.src) => {
+            (Kind::Nak, RxBody::Ranges(list)) if self.members.contains(&header.src) => {
                 self.handle_nak(list);
             }
             _ => self.counters.rejected += 1,
@@ -456,7 +456,7 @@ impl Endpoint for NakReceiver {
         Some(Transmit {
             dest: Dest::Node(self.stream.sender),
             header,
-            body: TxBody::Nak(Box::new(list)),
+            body: TxBody::Ranges(Box::new(list)),
         })
     }
 
@@ -570,7 +570,7 @@ mod tests {
         assert_eq!(tx.dest, Dest::Node(SENDER));
         assert_eq!(tx.header.kind, Kind::Nak);
         assert_eq!(tx.header.peer, SENDER);
-        let TxBody::Nak(list) = tx.body else {
+        let TxBody::Ranges(list) = tx.body else {
             panic!("a NAK carries a range list: {tx:?}");
         };
         assert_eq!(*list, list_of(missing));
@@ -768,11 +768,11 @@ mod tests {
             naks.push(r.poll_transmit(t(1010)).expect("each receiver NAKs"));
         }
         for nak in &naks {
-            let TxBody::Nak(list) = &nak.body else {
+            let TxBody::Ranges(list) = &nak.body else {
                 unreachable!()
             };
             assert_eq!(**list, list_of(&[1]));
-            s.handle_frame(t(1020), &nak.header, RxBody::Nak(list));
+            s.handle_frame(t(1020), &nak.header, RxBody::Ranges(list));
         }
         assert!(!s.is_idle());
         expect_data(&mut s, t(1020), 1, 1, true);
@@ -796,11 +796,11 @@ mod tests {
             start: sq(3),
             count: 3,
         });
-        s.handle_frame(t(1010), &nak_header(2, &list), RxBody::Nak(&list));
-        s.handle_frame(t(1010), &nak_header(42, &list), RxBody::Nak(&list));
+        s.handle_frame(t(1010), &nak_header(2, &list), RxBody::Ranges(&list));
+        s.handle_frame(t(1010), &nak_header(42, &list), RxBody::Ranges(&list));
         let mut wrong_epoch = nak_header(2, &list);
         wrong_epoch.epoch = EPOCH + 1;
-        s.handle_frame(t(1010), &wrong_epoch, RxBody::Nak(&list));
+        s.handle_frame(t(1010), &wrong_epoch, RxBody::Ranges(&list));
         expect_data(&mut s, t(1010), 1, 1, true);
         expect_data(&mut s, t(1010), 3, 3, true);
         assert_eq!(s.poll_transmit(t(1010)), None);

@@ -102,7 +102,7 @@ impl Run {
                 );
                 Payload::Data(self.payload_of[&b])
             }
-            TxBody::Nak(l) => Payload::Nak(l),
+            TxBody::Ranges(l) => Payload::Nak(l),
             TxBody::None => Payload::None,
         };
         let targets: Vec<usize> = match tx.dest {
@@ -134,7 +134,7 @@ impl Run {
                 let b = self.new_buf(msg);
                 node.handle_frame(self.now, &f.header, RxBody::Data(b));
             }
-            Payload::Nak(l) => node.handle_frame(self.now, &f.header, RxBody::Nak(&l)),
+            Payload::Nak(l) => node.handle_frame(self.now, &f.header, RxBody::Ranges(&l)),
             Payload::None => node.handle_frame(self.now, &f.header, RxBody::None),
         }
     }

@@ -148,7 +148,7 @@ proptest! {
                 }
                 Input::Nak { src, ranges } => {
                     let l = nak_list(&ranges);
-                    r.handle_frame(now, &header(Kind::Nak, src, 0), RxBody::Nak(&l));
+                    r.handle_frame(now, &header(Kind::Nak, src, 0), RxBody::Ranges(&l));
                 }
                 Input::AckReq { off } => r.handle_frame(now, &header(Kind::AckReq, 1, off), RxBody::None),
                 Input::Heartbeat { off } => r.handle_frame(now, &header(Kind::Heartbeat, 1, off), RxBody::None),
@@ -190,7 +190,7 @@ proptest! {
                 }
                 Input::Nak { src, ranges } => {
                     let l = nak_list(&ranges);
-                    s.handle_frame(now, &header(Kind::Nak, src, 0), RxBody::Nak(&l));
+                    s.handle_frame(now, &header(Kind::Nak, src, 0), RxBody::Ranges(&l));
                 }
                 Input::Ack { src, off, ts } => {
                     let mut h = header(Kind::Ack, src, off);

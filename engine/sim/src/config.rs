@@ -174,6 +174,9 @@ pub struct SimConfig {
     /// fragmented messages never share a frame. Off by default, so existing
     /// sweeps and replay commands keep their meaning (`--batch true`).
     pub batch: bool,
+    /// The root of MAK's feedback tree (the group agent in mcastd); the
+    /// tree's fanout is the protocol's `mak.tree_fanout` (0: no tree).
+    pub tree_root: NodeId,
 }
 
 impl Default for SimConfig {
@@ -199,6 +202,7 @@ impl Default for SimConfig {
             trace_lines: 0,
             receiver_latency: Vec::new(),
             batch: false,
+            tree_root: SENDER,
         }
     }
 }
@@ -265,6 +269,18 @@ impl SimConfig {
         // runs, drawn last so the other draws of a seed stay as they were.
         if algorithm == Algorithm::Mak && rng.chance(0.25) {
             cfg.protocol.mak.tail = TailPolicy::AckLast;
+        }
+        // The feedback tree: flat in a quarter of the runs, else a fanout
+        // of 1 to 3 rooted at any node (the direction of feedback depends
+        // on where the sender sits in it).
+        if algorithm == Algorithm::Mak {
+            cfg.protocol.mak.tree_fanout = match rng.range(0, 8) {
+                0 | 1 => 0,
+                2 => 1,
+                3 => 3,
+                _ => 2,
+            };
+            cfg.tree_root = rng.range(1, u64::from(receivers) + 1) as NodeId;
         }
         if !guarantees_completion(algorithm) {
             // Plain NAK never frees the tail of its window: give it room for
@@ -425,10 +441,23 @@ impl SimConfig {
         opt!("max-steps", self.max_steps, d.max_steps);
         opt!("trace-lines", self.trace_lines, d.trace_lines);
         opt!("batch", self.batch, d.batch);
+        opt!("tree-root", self.tree_root, d.tree_root);
         for (node, extra) in &self.receiver_latency {
             let _ = write!(s, " --latency-at {node}={}", nanos(*extra));
         }
         let mut protocol = self.protocol;
+        opt!(
+            "tree-fanout",
+            protocol.mak.tree_fanout,
+            d.protocol.mak.tree_fanout
+        );
+        protocol.mak.tree_fanout = d.protocol.mak.tree_fanout;
+        opt!(
+            "tree-max-depth",
+            protocol.mak.tree_max_depth,
+            d.protocol.mak.tree_max_depth
+        );
+        protocol.mak.tree_max_depth = d.protocol.mak.tree_max_depth;
         if protocol.mak.tail == TailPolicy::AckLast {
             s.push_str(" --tail ack-last");
             protocol.mak.tail = d.protocol.mak.tail;
@@ -534,6 +563,9 @@ impl SimConfig {
                         }
                     }
                 }
+                "--tree-fanout" => cfg.protocol.mak.tree_fanout = num(flag, v)?,
+                "--tree-root" => cfg.tree_root = num(flag, v)?,
+                "--tree-max-depth" => cfg.protocol.mak.tree_max_depth = num(flag, v)?,
                 "--latency-at" => {
                     let (n, ns) = v
                         .split_once('=')
@@ -581,6 +613,13 @@ impl SimConfig {
         prob("loss", self.faults.loss)?;
         prob("duplicate", self.faults.duplicate)?;
         prob("corrupt", self.faults.corrupt)?;
+        if !(1..=self.receivers + 1).contains(&self.tree_root) {
+            return Err(format!(
+                "tree root {} is not a node (1 is the sender, 2..={} the receivers)",
+                self.tree_root,
+                self.receivers + 1
+            ));
+        }
         for &(node, _) in &self.receiver_latency {
             if !(2..=self.receivers + 1).contains(&node) {
                 return Err(format!(

@@ -22,8 +22,8 @@ mod world;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use mcast_proto::{
-    stream_of, Counters, Endpoint, Instant, Kind, NodeId, RangeList, Rng, RxBody, Sender, Seq,
-    StreamConfig,
+    stream_of, Counters, Endpoint, FeedbackTree, Instant, Kind, NodeId, RangeList, Rng, RxBody,
+    Sender, Seq, StreamConfig,
 };
 use mcast_wire::{Frame, ETHERTYPE_DEFAULT};
 
@@ -81,6 +81,19 @@ where
             )))
         }
     };
+    let (mut sender, mut receivers) = (sender, receivers);
+    if cfg.protocol.mak.tree_fanout > 0 {
+        // Every node computes the same tree from the same view.
+        let mut nodes = members.clone();
+        nodes.push(SENDER);
+        let mak = &cfg.protocol.mak;
+        let fanout = FeedbackTree::fanout_for(nodes.len(), mak.tree_fanout, mak.tree_max_depth);
+        let tree = FeedbackTree::new(cfg.tree_root, &nodes, fanout);
+        sender.set_tree(Some(&tree));
+        for r in &mut receivers {
+            r.set_tree(Some(&tree));
+        }
+    }
     let mut sim = Sim {
         sender,
         receivers,
@@ -369,10 +382,13 @@ fn receive<E: Endpoint>(
             slot.copy_from_slice(payload);
             ep.handle_frame(now, &header, RxBody::Data(buf));
         }
-        Kind::Nak => match RangeList::parse(frame.payload()) {
-            Ok(list) => ep.handle_frame(now, &header, RxBody::Nak(&list)),
-            Err(_) => w.malformed_dropped += 1,
-        },
+        // A NAK's missing frames, or the nodes a merged ACK covers.
+        Kind::Nak | Kind::Ack if header.kind == Kind::Nak || header.payload_len > 0 => {
+            match RangeList::parse(frame.payload()) {
+                Ok(list) => ep.handle_frame(now, &header, RxBody::Ranges(&list)),
+                Err(_) => w.malformed_dropped += 1,
+            }
+        }
         _ => ep.handle_frame(now, &header, RxBody::None),
     }
     Ok(())

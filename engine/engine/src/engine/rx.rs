@@ -50,7 +50,9 @@ impl<T: Transport> Engine<T> {
         };
         let parsed = checked.and_then(|fr| {
             let h = fr.header()?;
-            let nak = if h.kind == Kind::Nak {
+            // A NAK's missing frames, or the nodes a merged ACK covers.
+            let ranges = h.kind == Kind::Nak || (h.kind == Kind::Ack && h.payload_len > 0);
+            let nak = if ranges {
                 Some(RangeList::parse(fr.payload())?)
             } else {
                 None
@@ -144,7 +146,7 @@ impl<T: Transport> Engine<T> {
             machine.handle_frame(now, &header, RxBody::Data(BufId(f)));
         } else {
             match &nak {
-                Some(list) => machine.handle_frame(now, &header, RxBody::Nak(list)),
+                Some(list) => machine.handle_frame(now, &header, RxBody::Ranges(list)),
                 None => machine.handle_frame(now, &header, RxBody::None),
             }
             self.free(f);

@@ -75,13 +75,13 @@ impl<T: Transport> Engine<T> {
         };
         let (src, ethertype) = (self.mac, self.cfg.ethertype);
         match &t.body {
-            TxBody::None | TxBody::Nak(_) => {
+            TxBody::None | TxBody::Ranges(_) => {
                 let Some(f) = self.transport.alloc() else {
                     self.counters.tx_no_frame += 1;
                     return Ok(());
                 };
                 let buf = self.transport.frame_mut(f);
-                if let TxBody::Nak(list) = &t.body {
+                if let TxBody::Ranges(list) = &t.body {
                     let area = Frame::<&mut [u8]>::payload_area_mut(buf, list.wire_len())
                         .map_err(|e| EngineError::Accounting(format!("NAK does not fit: {e}")))?;
                     list.emit(area)

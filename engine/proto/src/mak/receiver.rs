@@ -9,16 +9,17 @@
 
 use std::collections::VecDeque;
 
+use super::feedback::{Feedback, Report, Timing};
 use super::{MakConfig, NakTimer};
 use crate::api::{header_for, rng_for};
 use crate::recv::{Accepted, InOrder};
 use crate::time::earliest;
 use crate::window::SeqWindow;
 use crate::{
-    BufId, Counters, Dest, Duration, Endpoint, Event, Instant, Rng, RxBody, StreamConfig, Transmit,
-    TxBody,
+    BufId, Counters, Dest, Duration, Endpoint, Event, FeedbackTree, Instant, Rng, RxBody,
+    StreamConfig, Transmit, TxBody,
 };
-use mcast_wire::{Flags, Header, Kind, RangeList, Seq, MAX_NAK_RANGES};
+use mcast_wire::{Flags, Header, Kind, NodeId, RangeList, Seq, SeqRange, MAX_NAK_RANGES};
 
 /// The receiver's states (seed 000 Figure 7). NAK, MODIFY-ERROR-TABLE and ACK
 /// are passed through on the way back to RECEIVE or WAIT.
@@ -68,6 +69,10 @@ pub struct MakReceiver {
     last_repair_at: Option<Instant>,
     /// An ACK owed: up to this sequence, answering a request stamped `tstamp_us` received at `at`.
     ack_owed: Option<(Seq, u32, Instant)>,
+    /// This node's place in the feedback tree ([`Endpoint::set_tree`]):
+    /// its ACKs go upstream, merged with its subtree's. `None`: straight
+    /// to the sender (the paper).
+    feedback: Option<Feedback>,
     /// `pub(super)` (with `group_size` and `draw_backoff`): the tests set
     /// both and sample the NAK timer.
     pub(super) grtt: Duration,
@@ -93,6 +98,7 @@ impl MakReceiver {
             retry_at: None,
             last_repair_at: None,
             ack_owed: None,
+            feedback: None,
             grtt: cfg.initial_grtt,
             group_size: 1,
             tx: VecDeque::with_capacity(4),
@@ -217,20 +223,54 @@ impl MakReceiver {
         }
     }
 
-    /// ACK state (seed 000 Figure 7 (5)): everything up to the requested frame is here.
-    fn maybe_ack(&mut self, now: Instant) {
+    /// ACK state (seed 000 Figure 7 (5)): everything up to the requested
+    /// frame is here. Returns true when an ACK (or a complete report of the
+    /// subtree) left.
+    fn maybe_ack(&mut self, now: Instant) -> bool {
+        let Some((upto, tstamp_us, at)) = self.ack_owed else {
+            return false;
+        };
+        if !self.inorder.next_expected().after(upto) {
+            return false;
+        }
+        self.ack_owed = None;
+        let held_us = now.saturating_duration_since(at).as_micros() as u32;
+        let echo = tstamp_us.wrapping_add(held_us);
+        let own = self.inorder.next_expected();
+        let timing = self.poll_timing();
+        if let Some(f) = self.feedback.as_mut() {
+            // In the tree: merged with the subtree's reports, upstream.
+            return match f.own_ready(now, timing, own, upto, (tstamp_us, at)) {
+                Some(report) => {
+                    let up = f.up();
+                    self.send_report(up, report);
+                    true
+                }
+                None => false,
+            };
+        }
+        self.send_direct(upto, echo);
+        true
+    }
+
+    /// Answers the sender's request past the tree: its own position only,
+    /// straight to the sender, once it holds what was asked for.
+    fn ack_direct(&mut self, now: Instant) {
         let Some((upto, tstamp_us, at)) = self.ack_owed else {
             return;
         };
-        if !self.inorder.next_expected().after(upto) {
-            return;
+        if self.inorder.next_expected().after(upto) {
+            let held_us = now.saturating_duration_since(at).as_micros() as u32;
+            self.send_direct(upto, tstamp_us.wrapping_add(held_us));
         }
-        self.ack_owed = None;
+    }
+
+    /// A plain ACK of this node's own position to the sender.
+    fn send_direct(&mut self, upto: Seq, echo: u32) {
         let mut h = header_for(&self.stream, Kind::Ack);
         h.ack = self.inorder.next_expected();
         h.seq = upto;
-        let held_us = now.saturating_duration_since(at).as_micros() as u32;
-        h.tstamp_us = tstamp_us.wrapping_add(held_us);
+        h.tstamp_us = echo;
         h.flags = Flags::ACK_VALID;
         self.counters.acks_sent += 1;
         self.push_tx(Transmit {
@@ -238,6 +278,120 @@ impl MakReceiver {
             header: h,
             body: TxBody::None,
         });
+    }
+
+    /// What the feedback tree's poll wait derives from: half the group
+    /// round trip a hop, and a NAK window plus a repair wait for a member
+    /// repairing a loss.
+    fn poll_timing(&self) -> Timing {
+        Timing {
+            hop: self.grtt / 2,
+            repair: self.cfg.nak_timer.window(self.grtt, self.group_size) + self.repair_wait(),
+        }
+    }
+
+    /// A report of the subtree to `to` (docs/protocol.md §3.4): an ACK
+    /// frame whose payload lists the nodes covered, none when it covers
+    /// only this node.
+    fn send_report(&mut self, to: NodeId, r: Report) {
+        let mut h = header_for(&self.stream, Kind::Ack);
+        h.ack = r.ack;
+        h.seq = r.seq;
+        h.tstamp_us = r.echo;
+        h.flags = Flags::ACK_VALID;
+        let only_us = r.covered.len() == 1
+            && r.covered.iter().next()
+                == Some(&SeqRange {
+                    start: Seq(self.stream.local),
+                    count: 1,
+                });
+        let body = if only_us {
+            TxBody::None
+        } else {
+            h.payload_len = r.covered.wire_len() as u16;
+            TxBody::Ranges(Box::new(r.covered))
+        };
+        self.counters.acks_sent += 1;
+        self.push_tx(Transmit {
+            dest: Dest::Node(to),
+            header: h,
+            body,
+        });
+    }
+
+    /// A downstream neighbour's report (an ACK frame without ACK_REQ).
+    fn on_report(&mut self, now: Instant, header: &Header, body: RxBody<'_>) {
+        self.counters.acks_received += 1;
+        let covered = match body {
+            RxBody::Ranges(list) => *list,
+            _ => {
+                let mut l = RangeList::new();
+                l.push_seq(Seq(header.src));
+                l
+            }
+        };
+        let report = Report {
+            ack: header.ack,
+            seq: header.seq,
+            echo: header.tstamp_us,
+            covered,
+        };
+        let own = self.inorder.next_expected();
+        let t = self.poll_timing();
+        let Some(f) = self.feedback.as_mut() else {
+            return;
+        };
+        if let Some(r) = f.child_report(now, t, header.src, report, own) {
+            let up = f.up();
+            self.send_report(up, r);
+        }
+    }
+
+    /// A poll from upstream, or the sender asking this node alone: the
+    /// request counts as received, and unless that completes the report,
+    /// the current one answers at once (the subtree is alive).
+    fn on_poll(&mut self, now: Instant, header: &Header, upto: Seq) {
+        self.reveal(upto);
+        self.note_request(now, upto, header.tstamp_us);
+        self.arm_nak_timer(now);
+        if self.maybe_ack(now) {
+            return;
+        }
+        let own = self.inorder.next_expected();
+        if let Some(f) = self.feedback.as_ref() {
+            let status = f.status(now, own, (header.tstamp_us, now));
+            self.send_report(header.src, status);
+        }
+    }
+
+    /// The poll timer: poll the silent, and report without them at last.
+    fn expire_polls(&mut self, now: Instant) {
+        let t = self.poll_timing();
+        let own = self.inorder.next_expected();
+        let Some(f) = self.feedback.as_mut() else {
+            return;
+        };
+        let mut polled = Vec::new();
+        let Some((seq, echo, partial)) = f.expire(now, t, own, &mut polled) else {
+            return;
+        };
+        let up = f.up();
+        for child in polled {
+            let mut h = header_for(&self.stream, Kind::Ack);
+            h.seq = seq;
+            h.ack = seq;
+            h.tstamp_us = echo;
+            h.flags = Flags::ACK_REQ;
+            self.counters.ack_reqs_sent += 1;
+            self.push_tx(Transmit {
+                dest: Dest::Node(child),
+                header: h,
+                body: TxBody::None,
+            });
+        }
+        if let Some(p) = partial {
+            self.send_report(up, p);
+        }
     }
 
     fn push_tx(&mut self, t: Transmit) {
@@ -370,7 +524,7 @@ impl MakReceiver {
             self.push_tx(Transmit {
                 dest: Dest::Group,
                 header: h,
-                body: TxBody::Nak(Box::new(list)),
+                body: TxBody::Ranges(Box::new(list)),
             });
         }
         // Entries beyond one NAK's capacity wait for another draw.
@@ -424,7 +578,7 @@ impl Endpoint for MakReceiver {
             (Kind::Data, RxBody::Data(buf)) if header.src == self.stream.sender => {
                 self.on_data(now, header, buf)
             }
-            (Kind::Nak, RxBody::Nak(ranges)) if header.src != self.stream.local => {
+            (Kind::Nak, RxBody::Ranges(ranges)) if header.src != self.stream.local => {
                 self.on_overheard_nak(now, ranges)
             }
             (Kind::Heartbeat, _) if header.src == self.stream.sender => {
@@ -435,12 +589,48 @@ impl Endpoint for MakReceiver {
                 self.reveal(header.seq);
                 self.arm_nak_timer(now);
             }
+            (Kind::AckReq, _)
+                if header.src == self.stream.sender
+                    && header.peer == self.stream.local
+                    && self.feedback.as_ref().is_some_and(|f| f.up() == header.src) =>
+            {
+                // The sender asks its tree neighbour: the subtree's report
+                // did not come.
+                self.on_poll(now, header, header.ack)
+            }
+            (Kind::AckReq, _)
+                if header.src == self.stream.sender
+                    && header.peer == self.stream.local
+                    && self.feedback.is_some() =>
+            {
+                // The sender asks this member past the tree (the way up
+                // was silent): it answers for itself, straight back.
+                self.reveal(header.ack);
+                self.note_request(now, header.ack, header.tstamp_us);
+                self.arm_nak_timer(now);
+                self.ack_direct(now);
+            }
             (Kind::AckReq, _) if header.src == self.stream.sender => {
                 // The sender's timer resend: a frame up to `ack` exists.
                 self.reveal(header.ack);
                 self.note_request(now, header.ack, header.tstamp_us);
                 self.arm_nak_timer(now);
                 self.maybe_ack(now);
+            }
+            (Kind::Ack, _) if header.flags.contains(Flags::ACK_REQ) => {
+                if self.feedback.as_ref().is_some_and(|f| f.up() == header.src) {
+                    self.on_poll(now, header, header.seq)
+                } else {
+                    self.counters.rejected += 1;
+                }
+            }
+            (Kind::Ack, _)
+                if self
+                    .feedback
+                    .as_ref()
+                    .is_some_and(|f| f.is_down(header.src)) =>
+            {
+                self.on_report(now, header, body)
             }
             (_, RxBody::Data(buf)) => {
                 self.counters.rejected += 1;
@@ -457,6 +647,14 @@ impl Endpoint for MakReceiver {
         if self.nak_timer.is_some_and(|t| t <= now) {
             self.fire_nak(now);
         }
+        if self
+            .feedback
+            .as_ref()
+            .and_then(Feedback::deadline)
+            .is_some_and(|t| t <= now)
+        {
+            self.expire_polls(now);
+        }
     }
 
     fn poll_transmit(&mut self, _now: Instant) -> Option<Transmit> {
@@ -468,7 +666,8 @@ impl Endpoint for MakReceiver {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        earliest(self.nak_timer, self.retry_at)
+        let polls = self.feedback.as_ref().and_then(Feedback::deadline);
+        earliest(earliest(self.nak_timer, self.retry_at), polls)
     }
 
     fn counters(&self) -> &Counters {
@@ -481,5 +680,13 @@ impl Endpoint for MakReceiver {
 
     fn release_all(&mut self) {
         self.inorder.release_all(&mut self.events);
+    }
+
+    fn set_tree(&mut self, tree: Option<&FeedbackTree>) {
+        // The round in flight starts again with the new neighbours, whose
+        // reports come with the next request (or the sender's ask).
+        let none = self.stream.initial_seq.sub(1);
+        self.feedback =
+            tree.and_then(|t| Feedback::new(t, self.stream.sender, self.stream.local, none));
     }
 }

@@ -17,8 +17,8 @@ use crate::rtt::{backed_off, echo_rtt, RttEstimator};
 use crate::time::earliest;
 use crate::window::SeqWindow;
 use crate::{
-    BufId, Counters, Dest, Duration, Endpoint, Event, Instant, OutFrame, RxBody, SendError, Sender,
-    StreamConfig, Transmit, TxBody,
+    BufId, Counters, Dest, Duration, Endpoint, Event, FeedbackTree, Instant, OutFrame, RxBody,
+    SendError, Sender, StreamConfig, Transmit, TxBody,
 };
 use mcast_wire::{Flags, Header, Kind, NodeId, RangeList, Seq};
 
@@ -60,6 +60,8 @@ struct Member {
     /// counts for nothing (it could free frames the new stream lacks).
     /// `None` for the members the stream was opened with.
     since_us: Option<u32>,
+    /// When an ACK last credited it (its own or a report covering it).
+    heard_at: Option<Instant>,
 }
 
 /// The idle sender while frames are unacknowledged
@@ -108,6 +110,15 @@ pub struct MakSender {
     /// and the request they did not answer (the timer runs for it again).
     ask: VecDeque<NodeId>,
     ask_seq: Seq,
+    /// The feedback tree ([`Endpoint::set_tree`]): reports of subtrees
+    /// come from the sender's neighbours in it.
+    tree: Option<FeedbackTree>,
+    /// The request the sender last asked tree neighbours about, and when:
+    /// at the next expiry for the same request, a neighbour not heard from
+    /// since is silent, and the members behind it are asked themselves.
+    asked: Option<(Seq, Instant)>,
+    /// Levels of the tree below the sender: each adds a hop to a round.
+    tree_levels: u32,
     /// Idle with frames unacknowledged: heartbeats and the idle ACK round
     /// are scheduled ([`TailPolicy::Advertise`]; `None` under the paper's).
     tail: Option<Tail>,
@@ -144,6 +155,9 @@ impl MakSender {
             ack_req_due: false,
             ask: VecDeque::new(),
             ask_seq: stream.initial_seq,
+            tree: None,
+            asked: None,
+            tree_levels: 0,
             tail: None,
             advert_due: false,
             tokens: f64::from(cfg.retransmit_burst.min(w)),
@@ -165,7 +179,10 @@ impl MakSender {
     pub fn ack_wait(&self) -> Duration {
         let cfg = &self.cfg.ack_wait;
         let nak = self.cfg.nak_timer.window(self.grtt, self.group_size());
-        let base = (self.members_rto + nak).clamp(cfg.min, cfg.max.max(cfg.min));
+        // Through the feedback tree, the reports climb one hop a level
+        // (each sample is the round trip to a neighbour only).
+        let tree = self.grtt / 2 * self.tree_levels;
+        let base = (self.members_rto + nak + tree).clamp(cfg.min, cfg.max.max(cfg.min));
         backed_off(base, self.ack_backoff, cfg)
     }
 
@@ -239,6 +256,7 @@ impl MakSender {
                         Some(m) => m.since_us,
                         None => now.map(Instant::as_micros_u32),
                     },
+                    heard_at: known.and_then(|m| m.heard_at),
                 }
             })
             .collect();
@@ -435,45 +453,141 @@ impl MakSender {
         }
     }
 
-    fn handle_ack(&mut self, now: Instant, header: &Header) {
+    /// An ACK: from one member, or a report of a subtree of the feedback
+    /// tree naming the members it covers (docs/protocol.md §3.4). Each
+    /// covered member holds everything before `ack`.
+    fn handle_ack(&mut self, now: Instant, header: &Header, body: RxBody<'_>) {
         self.counters.acks_received += 1;
-        let Ok(i) = self.members.binary_search_by_key(&header.src, |m| m.node) else {
+        if header.flags.contains(Flags::ACK_REQ) {
+            // A poll travels away from the sender, never to it.
             self.counters.rejected += 1;
             return;
-        };
+        }
         let ack = header.ack;
         if ack.after(self.next_seq) {
             self.counters.rejected += 1;
             return;
         }
-        if let Some(since) = self.members[i].since_us {
+        let rtt = if header.flags.contains(Flags::ACK_VALID) {
+            echo_rtt(now, header.tstamp_us)
+        } else {
+            None
+        };
+        let mut credited = false;
+        let mut sampled = false;
+        match body {
+            RxBody::Ranges(covered) => {
+                for r in covered.iter() {
+                    let (first, end) = (r.start.0, r.end().0);
+                    // Only members can be credited: walk the members in the
+                    // range, not the range (a forged one may be huge).
+                    let from = self.members.partition_point(|m| m.node < first);
+                    let to = self.members.partition_point(|m| m.node < end);
+                    for i in from..to {
+                        match self.credit(now, i, header, ack, rtt) {
+                            Some(s) => {
+                                credited = true;
+                                sampled |= s;
+                            }
+                            None => self.counters.acks_stale += 1,
+                        }
+                    }
+                }
+            }
+            _ => match self.members.binary_search_by_key(&header.src, |m| m.node) {
+                Ok(i) => match self.credit(now, i, header, ack, rtt) {
+                    Some(s) => {
+                        credited = true;
+                        sampled = s;
+                    }
+                    None => self.counters.acks_stale += 1,
+                },
+                Err(_) => self.counters.rejected += 1,
+            },
+        }
+        if sampled {
+            self.refresh_estimates();
+            // A member answers within the link's round trip: the wait is
+            // the estimate's again. The backoff is for a timer shorter
+            // than the link (no answer at all), not for members still
+            // repairing gaps or whose ACKs were lost.
+            self.ack_backoff = 0;
+        }
+        if credited {
+            self.release_acknowledged(now);
+        }
+    }
+
+    /// Credits member `i` with `ack` and the round-trip sample; `None` when
+    /// the ACK was sent by the receive stream the member had before it
+    /// (re)joined, else whether a sample was taken.
+    fn credit(
+        &mut self,
+        now: Instant,
+        i: usize,
+        header: &Header,
+        ack: Seq,
+        rtt: Option<Duration>,
+    ) -> Option<bool> {
+        let m = &mut self.members[i];
+        if let Some(since) = m.since_us {
             // Wrapping time order: the echo is at or after the (re)join.
             let fresh = header.flags.contains(Flags::ACK_VALID)
                 && header.tstamp_us.wrapping_sub(since) < 1 << 31;
             if !fresh {
-                self.counters.acks_stale += 1;
-                return;
+                return None;
             }
         }
         // The ACK echoes the request's timestamp, adjusted by the time the
-        // receiver held it: the difference is the network round trip.
-        if header.flags.contains(Flags::ACK_VALID) {
-            if let Some(rtt) = echo_rtt(now, header.tstamp_us) {
-                self.members[i].rtt.sample(rtt);
-                self.refresh_estimates();
-                // A member answers within the link's round trip: the wait is
-                // the estimate's again. The backoff is for a timer shorter
-                // than the link (no answer at all), not for members still
-                // repairing gaps or whose ACKs were lost.
-                self.ack_backoff = 0;
-            }
+        // receiver held it: the difference is the network round trip
+        // (through the tree, for a report).
+        if let Some(rtt) = rtt {
+            m.rtt.sample(rtt);
         }
-        let m = &mut self.members[i];
         m.unanswered = 0;
+        m.heard_at = Some(now);
         if ack.after(m.acked) {
             m.acked = ack;
-            self.release_acknowledged(now);
         }
+        Some(rtt.is_some())
+    }
+
+    /// With a feedback tree, whom to ask about the members silent on
+    /// `timed`: the tree neighbour each reports through, if it answered
+    /// since it was last asked (it is alive: a report was lost or its
+    /// subtree is repairing), else the member itself. Returns false without
+    /// a tree (the caller asks as the paper's sender does).
+    fn ask_through_tree(&mut self, now: Instant, timed: Seq) -> bool {
+        let Some(tree) = self.tree.as_ref() else {
+            return false;
+        };
+        let local = self.stream.local;
+        let asked_at = self.asked.filter(|&(r, _)| r == timed).map(|(_, at)| at);
+        let heard_since = |m: &Member| match (asked_at, m.heard_at) {
+            (None, _) => true,
+            (Some(asked), Some(heard)) => heard >= asked,
+            (Some(_), None) => false,
+        };
+        let mut ask: Vec<NodeId> = Vec::new();
+        for m in self.members.iter().filter(|m| !m.acked.after(timed)) {
+            let hop = tree.upstream(m.node, local).unwrap_or(m.node);
+            let alive = self
+                .members
+                .binary_search_by_key(&hop, |x| x.node)
+                .is_ok_and(|i| heard_since(&self.members[i]));
+            // A silent neighbour is asked again too, so the tree recovers.
+            ask.push(hop);
+            if !alive {
+                ask.push(m.node);
+            }
+        }
+        ask.sort_unstable();
+        ask.dedup();
+        self.asked = Some((timed, now));
+        self.ask.clear();
+        self.ask_seq = timed;
+        self.ask.extend(ask);
+        true
     }
 
     fn handle_nak(&mut self, now: Instant, ranges: &RangeList) {
@@ -513,8 +627,8 @@ impl Endpoint for MakSender {
             return;
         }
         match (header.kind, body) {
-            (Kind::Ack, _) => self.handle_ack(now, header),
-            (Kind::Nak, RxBody::Nak(ranges)) => self.handle_nak(now, ranges),
+            (Kind::Ack, body) => self.handle_ack(now, header, body),
+            (Kind::Nak, RxBody::Ranges(ranges)) => self.handle_nak(now, ranges),
             (_, RxBody::Data(buf)) => {
                 self.counters.rejected += 1;
                 self.events.push_back(Event::Release(buf));
@@ -567,7 +681,11 @@ impl Endpoint for MakSender {
                 // stalled, and every member's newest position may open it
                 // (in saturation under loss, the unicast-only rule cost up
                 // to 20 % of the throughput).
-                if silent > 0 && 2 * silent <= self.members.len() && !self.window_full() {
+                if silent > 0 && self.ask_through_tree(now, timed) {
+                    // In the tree, a report was lost or a subtree is slow:
+                    // the neighbours it comes through answer at once with
+                    // what they have and poll their own subtree.
+                } else if silent > 0 && 2 * silent <= self.members.len() && !self.window_full() {
                     self.ask.clear();
                     self.ask_seq = timed;
                     let silent = self.members.iter().filter(|m| !m.acked.after(timed));
@@ -698,6 +816,11 @@ impl Endpoint for MakSender {
         self.tail = None;
         self.advert_due = false;
         self.ask.clear();
+    }
+
+    fn set_tree(&mut self, tree: Option<&FeedbackTree>) {
+        self.tree = tree.cloned();
+        self.tree_levels = tree.map_or(0, |t| t.levels_below(self.stream.local, self.stream.local));
     }
 }
 

@@ -70,7 +70,7 @@ fn drain_events(e: &mut impl Endpoint) -> Vec<Event> {
 pub(super) fn deliver(e: &mut impl Endpoint, now: Instant, t: &Transmit, rx_buf: u32) {
     match t.body {
         TxBody::Buf(_) => e.handle_frame(now, &t.header, RxBody::Data(BufId(rx_buf))),
-        TxBody::Nak(ref l) => e.handle_frame(now, &t.header, RxBody::Nak(l)),
+        TxBody::Ranges(ref l) => e.handle_frame(now, &t.header, RxBody::Ranges(l)),
         TxBody::None => e.handle_frame(now, &t.header, RxBody::None),
     }
 }
@@ -97,7 +97,7 @@ fn released(events: &[Event]) -> Vec<u32> {
 
 fn nak_ranges(t: &Transmit) -> Vec<(u32, u32)> {
     match &t.body {
-        TxBody::Nak(l) => l.iter().map(|r| (r.start.0, r.count)).collect(),
+        TxBody::Ranges(l) => l.iter().map(|r| (r.start.0, r.count)).collect(),
         _ => panic!("not a NAK: {t:?}"),
     }
 }
@@ -245,15 +245,15 @@ fn a_burst_of_identical_naks_yields_one_repair() {
     let mut h = header_for(&stream(2), Kind::Nak);
     for src in [2, 3, 4] {
         h.src = src;
-        s.handle_frame(us(5), &h, RxBody::Nak(&list));
+        s.handle_frame(us(5), &h, RxBody::Ranges(&list));
     }
     assert_eq!(drain_tx(&mut s, us(5)).len(), 1);
     assert_eq!(s.counters().repairs_suppressed, 2);
     // A NAK inside the hold-off (one GRTT, 100 us before measurement) is answered by that repair.
-    s.handle_frame(us(50), &h, RxBody::Nak(&list));
+    s.handle_frame(us(50), &h, RxBody::Ranges(&list));
     assert!(drain_tx(&mut s, us(50)).is_empty());
     // After it, the repair must have been lost: resend.
-    s.handle_frame(us(200), &h, RxBody::Nak(&list));
+    s.handle_frame(us(200), &h, RxBody::Ranges(&list));
     assert_eq!(drain_tx(&mut s, us(200)).len(), 1);
     assert_eq!(s.counters().data_retransmitted, 2);
 }
@@ -613,7 +613,7 @@ fn nak_storm(cfg: MakConfig) -> MakSender {
     s.handle_frame(
         us(1),
         &header_for(&stream(2), Kind::Nak),
-        RxBody::Nak(&list),
+        RxBody::Ranges(&list),
     );
     s
 }
@@ -717,7 +717,11 @@ fn frames_not_yet_on_the_wire_are_never_named_or_repaired() {
         start: sent[0].header.seq,
         count: 6,
     });
-    s.handle_frame(due, &header_for(&stream(2), Kind::Nak), RxBody::Nak(&list));
+    s.handle_frame(
+        due,
+        &header_for(&stream(2), Kind::Nak),
+        RxBody::Ranges(&list),
+    );
     let next: Vec<_> = drain_tx(&mut s, due);
     let repairs = next
         .iter()

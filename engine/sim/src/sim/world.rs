@@ -275,10 +275,10 @@ impl<'c> World<'c> {
                         .expect("the slot holds the payload");
                 Rc::from(&slot[..len])
             }
-            TxBody::Nak(list) => {
+            TxBody::Ranges(list) => {
                 if payload_len != list.wire_len() || list.is_empty() {
                     return Err(self.failure(format!(
-                        "node {node} sent a NAK of {} ranges with payload_len {payload_len}",
+                        "node {node} sent a range list of {} ranges with payload_len {payload_len}",
                         list.len()
                     )));
                 }
@@ -410,7 +410,7 @@ impl<'c> World<'c> {
                 Dest::Node(n) => n.to_string(),
             };
             let mut line = format!("{node}->{dest} {}", describe(h));
-            if let TxBody::Nak(list) = &tx.body {
+            if let TxBody::Ranges(list) = &tx.body {
                 let ranges: Vec<String> = list
                     .iter()
                     .map(|r| match r.count {
@@ -418,7 +418,12 @@ impl<'c> World<'c> {
                         n => format!("{}+{}", r.start.0, n),
                     })
                     .collect();
-                let _ = write!(line, " missing [{}]", ranges.join(" "));
+                let what = if h.kind == Kind::Ack {
+                    "covers"
+                } else {
+                    "missing"
+                };
+                let _ = write!(line, " {what} [{}]", ranges.join(" "));
             }
             for (what, at) in [
                 ("lost", &lost_at),
