@@ -286,7 +286,7 @@ impl MakReceiver {
     fn poll_timing(&self) -> Timing {
         Timing {
             hop: self.grtt / 2,
-            repair: self.cfg.nak_timer.window(self.grtt, self.group_size) + self.repair_wait(),
+            repair: self.cfg.nak_timer.window(self.grtt, self.group_size) + self.grtt,
         }
     }
 

@@ -748,7 +748,13 @@ impl Endpoint for MakSender {
             }
             self.counters.ack_reqs_sent += 1;
             self.request_left(now, seq);
-            let upto = self.highest_sent().unwrap_or(seq);
+            // Without a tree a member reports all it holds; in the tree, a
+            // newer request than the one timed would start a new round of
+            // the whole subtree (every node polled) for one lost report.
+            let upto = match self.tree {
+                Some(_) => seq,
+                None => self.highest_sent().unwrap_or(seq),
+            };
             return Some(self.control(now, Kind::AckReq, upto, Dest::Node(node)));
         }
         if self.advert_due {

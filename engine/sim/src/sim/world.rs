@@ -526,8 +526,15 @@ fn describe(h: &Header) -> String {
     let mut s = format!("{kind} {:?}", h.seq);
     if h.kind.carries_data() {
         let _ = write!(s, " len={}", h.payload_len);
+        if h.flags.contains(Flags::ACK_REQ) && h.grtt_ns != 0 {
+            // The sender's group round trip, which sets every NAK timer.
+            let _ = write!(s, " grtt={:.1}us", f64::from(h.grtt_ns) / 1e3);
+        }
     } else {
         let _ = write!(s, " ack={:?}", h.ack);
+        if h.kind == Kind::Ack {
+            let _ = write!(s, " echo={}", h.tstamp_us);
+        }
     }
     for (flag, name) in [
         (Flags::RETRANSMIT, "rexmit"),
