@@ -197,6 +197,9 @@ pub struct GroupConfig {
     /// Overrides `batch`.
     #[serde(default)]
     pub batch: Option<bool>,
+    /// Overrides `tree_fanout`.
+    #[serde(default)]
+    pub tree_fanout: Option<u16>,
 }
 
 /// What a group runs with: the daemon's defaults with its `[[group]]` overrides.
@@ -210,6 +213,9 @@ pub struct GroupSettings {
     pub slow_subscriber: SlowSubscriber,
     /// Small messages share frames (docs/protocol.md §1.10).
     pub batch: bool,
+    /// MAK's ACKs climb a feedback tree of this fanout (0: straight to the
+    /// sender; docs/protocol.md §3.4).
+    pub tree_fanout: u16,
 }
 
 /// mcastd's configuration. See `docs/mcastd.toml.example` for every key.
@@ -276,6 +282,12 @@ pub struct Config {
     /// (docs/protocol.md §1.10); false sends one message per frame.
     #[serde(default = "d_true")]
     pub batch: bool,
+    /// Default feedback tree fanout of MAK groups (docs/protocol.md §3.4):
+    /// receivers' ACKs are merged on the way up a tree rooted at the group
+    /// agent, widened to at most 4 levels; 0 (the default) sends every
+    /// receiver's ACK to the sender.
+    #[serde(default)]
+    pub tree_fanout: u16,
     /// Bytes per client subscription ring.
     #[serde(default = "d_buffer")]
     pub subscriber_buffer: u64,
@@ -875,6 +887,7 @@ impl Config {
                 .and_then(|g| g.slow_subscriber)
                 .unwrap_or(self.slow_subscriber),
             batch: g.and_then(|g| g.batch).unwrap_or(self.batch),
+            tree_fanout: g.and_then(|g| g.tree_fanout).unwrap_or(self.tree_fanout),
         }
     }
 

@@ -632,6 +632,33 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
             },
             rate(&["groups", &gi.to_string(), "sender", "data_sent"]),
         );
+        let t = &g["tree"];
+        if t.is_object() {
+            // The feedback tree: where this node's ACK reports go, and whose come here.
+            s += &format!(
+                "  tree: root {}  fanout {}  parent {}  children {}  reports in {}  polls {}\n",
+                t["root"],
+                t["fanout"],
+                if t["parent"].is_null() {
+                    "-".to_string()
+                } else {
+                    t["parent"].to_string()
+                },
+                t["children"],
+                g["receivers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|r| r["counters"]["acks_received"].as_u64().unwrap_or(0))
+                    .sum::<u64>(),
+                g["receivers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|r| r["counters"]["ack_reqs_sent"].as_u64().unwrap_or(0))
+                    .sum::<u64>(),
+            );
+        }
         for r in g["receivers"].as_array().into_iter().flatten() {
             let c = &r["counters"];
             s += &format!(

@@ -63,6 +63,7 @@ fn the_example_file_parses_and_validates() {
             window_frames: 2048,
             slow_subscriber: SlowSubscriber::Hold,
             batch: true,
+            tree_fanout: 0,
         }
     );
     // The example shows the defaults: it equals the minimal file plus its peers and group.
@@ -111,8 +112,16 @@ fn defaults() {
             window_frames: 4096,
             slow_subscriber: SlowSubscriber::Cutoff,
             batch: true,
+            tree_fanout: 0,
         }
     );
+    // A group's own fanout overrides the daemon's.
+    let cfg = parse(&with(
+        "tree_fanout = 2\n",
+        "[[group]]\nname = \"wide\"\ntree_fanout = 8\n",
+    ));
+    assert_eq!(cfg.group_settings("wide").tree_fanout, 8);
+    assert_eq!(cfg.group_settings("other").tree_fanout, 2);
 }
 
 #[test]

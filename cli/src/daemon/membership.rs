@@ -47,6 +47,8 @@ pub(super) struct LocalGroup {
     pub(super) window_frames: u32,
     /// Membership events waiting for the group's flushes to end, in order.
     pub(super) held_events: VecDeque<Vec<u8>>,
+    /// The fanout of the group's feedback tree (0: none).
+    pub(super) tree_fanout: u16,
 }
 
 impl LocalGroup {
@@ -248,6 +250,7 @@ impl<T: Transport> Daemon<T> {
                 closed: Vec::new(),
                 window_frames: s.window_frames,
                 held_events: VecDeque::new(),
+                tree_fanout: s.tree_fanout,
             },
         );
         for (from, start) in self

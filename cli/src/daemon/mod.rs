@@ -16,6 +16,7 @@
 //! | `liveness` | failure detection, eviction and rejoin |
 //! | `membership` | group events and views: the groups this node carries and their local members |
 //! | `streams` | receive streams: stream starts, start requests, stopped positions |
+//! | `tree` | each MAK group's feedback tree: computed from the view, rooted at the agent, installed in the engine |
 //! | `flush` | what the survivors of a departed sender agree on, and the frames kept for it |
 //! | [`mode`] | the seam for group modes: how a group sends, acknowledges and delivers |
 //! | `rekey` | reading the key files again on SIGHUP (a key rotation) |
@@ -46,6 +47,7 @@ mod peers;
 mod rekey;
 mod stats;
 mod streams;
+mod tree;
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};

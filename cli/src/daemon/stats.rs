@@ -131,6 +131,7 @@ impl<T: Transport> Daemon<T> {
             "local_members": lg.map_or(0, |l| l.members.len()),
             "view_epoch": lg.and_then(|l| l.view.as_ref()).map(|v| v.epoch),
             "mode": lg.map(|l| l.mode.stats_json()),
+            "tree": self.tree_json(g.group),
             "paused": g.paused,
             "queued_frames": g.queued,
             "sender": g.sender.map(|c| counters_json(&c)),

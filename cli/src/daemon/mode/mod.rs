@@ -250,6 +250,8 @@ impl<T: Transport> Daemon<T> {
         group: GroupId,
         added: &[NodeId],
     ) -> Result<(), EngineError> {
+        // The tree first: a send stream the mode opens or widens reports over it.
+        self.install_tree(group)?;
         self.with_mode(group, |m, cx| m.members_changed(cx, added))
             .unwrap_or(Ok(()))
     }

@@ -4,7 +4,8 @@
 //! members (a view), resuming a member, pausing a group's delivery, and the
 //! routing lookups (`group_index`) the poll loop uses.
 //!
-//! Owns: [`GroupState`], [`SendStream`], [`RecvStream`], how a send stream's
+//! Owns: [`GroupState`], [`SendStream`], [`RecvStream`], each group's
+//! feedback tree (installed in its machines as they open), how a send stream's
 //! buffers reach the wire ([`TxPolicy`]) and where a joining receiver starts.
 //! May not touch: frames, except to hand a closed stream's buffers back
 //! through the frame accounting; nothing here runs per frame but the lookups.
@@ -13,7 +14,7 @@ use std::collections::VecDeque;
 
 use mcast_proto::any::{Algorithm, AnyReceiver, AnySender};
 use mcast_proto::frag::Reassembler;
-use mcast_proto::{Endpoint, GroupId, NodeId, OutFrame, Sender, Seq, StreamConfig};
+use mcast_proto::{Endpoint, FeedbackTree, GroupId, NodeId, OutFrame, Sender, Seq, StreamConfig};
 use mcast_wire::group_mac;
 
 use super::{Engine, GroupOptions, SendTally, StreamStart};
@@ -48,6 +49,9 @@ pub(super) struct GroupState {
     pub(super) sender: Option<SendStream>,
     pub(super) receivers: Vec<RecvStream>,
     pub(super) paused: bool,
+    /// The feedback tree every stream of the group reports over
+    /// ([`Engine::set_tree_in`]); `None`: ACKs go straight to the sender.
+    pub(super) tree: Option<FeedbackTree>,
 }
 
 /// How the send machine's data buffers reach the wire.
@@ -100,6 +104,7 @@ impl<T: Transport> Engine<T> {
             sender: None,
             receivers: Vec::new(),
             paused: false,
+            tree: None,
         });
         Ok(())
     }
@@ -146,7 +151,8 @@ impl<T: Transport> Engine<T> {
         }
         let stream = self.stream_config(gi, self.cfg.node, start);
         let g = &mut self.groups[gi];
-        let machine = AnySender::new(g.opts.algorithm, stream, &g.opts.protocol, members);
+        let mut machine = AnySender::new(g.opts.algorithm, stream, &g.opts.protocol, members);
+        machine.set_tree(g.tree.as_ref());
         g.sender = Some(SendStream {
             policy: tx_policy(&machine),
             machine,
@@ -183,6 +189,44 @@ impl<T: Transport> Engine<T> {
         let freed = self.absorb_releases(&mut s.machine);
         self.groups[gi].sender = Some(s);
         freed.map(|()| start)
+    }
+
+    /// Installs `group`'s feedback tree (seed 004 §2.1) in its send stream
+    /// and every receive stream, now and as they open: each receiver
+    /// reports its subtree's ACKs toward the data's source over the tree
+    /// (docs/protocol.md §3.4). `None` removes it: ACKs go straight to the
+    /// sender. A tree that does not contain this node is refused.
+    pub fn set_tree_in(
+        &mut self,
+        group: GroupId,
+        tree: Option<FeedbackTree>,
+    ) -> Result<(), EngineError> {
+        let gi = self.require_group(group)?;
+        if let Some(t) = &tree {
+            if !t.contains(self.cfg.node) {
+                return Err(EngineError::Config(format!(
+                    "the feedback tree of group {group} does not contain this node ({})",
+                    self.cfg.node
+                )));
+            }
+        }
+        let g = &mut self.groups[gi];
+        if g.tree == tree {
+            return Ok(());
+        }
+        g.tree = tree;
+        if let Some(s) = g.sender.as_mut() {
+            s.machine.set_tree(g.tree.as_ref());
+        }
+        for r in &mut g.receivers {
+            r.machine.set_tree(g.tree.as_ref());
+        }
+        Ok(())
+    }
+
+    /// `group`'s feedback tree, if one is installed.
+    pub fn tree_in(&self, group: GroupId) -> Option<&FeedbackTree> {
+        self.groups[self.group_index(group)?].tree.as_ref()
     }
 
     /// Where `member`, which lost its receive stream of `group`'s send
@@ -334,10 +378,12 @@ impl<T: Transport> Engine<T> {
     pub(super) fn push_receiver(&mut self, gi: usize, sender: NodeId, start: StreamStart) {
         let stream = self.stream_config(gi, sender, start);
         let g = &mut self.groups[gi];
+        let mut machine = AnyReceiver::new(g.opts.algorithm, stream, &g.opts.protocol);
+        machine.set_tree(g.tree.as_ref());
         g.receivers.push(RecvStream {
             sender,
             epoch: start.epoch,
-            machine: AnyReceiver::new(g.opts.algorithm, stream, &g.opts.protocol),
+            machine,
             reassembler: Reassembler::new(self.cfg.max_message),
         });
     }
