@@ -681,10 +681,14 @@ impl Endpoint for MakSender {
                 // stalled, and every member's newest position may open it
                 // (in saturation under loss, the unicast-only rule cost up
                 // to 20 % of the throughput).
-                if silent > 0 && self.ask_through_tree(now, timed) {
+                if silent > 0 && !self.window_full() && self.ask_through_tree(now, timed) {
                     // In the tree, a report was lost or a subtree is slow:
                     // the neighbours it comes through answer at once with
-                    // what they have and poll their own subtree.
+                    // what they have and poll their own subtree. With the
+                    // window full, the multicast below has every node report
+                    // again: the stalled sender needs every lost report
+                    // replaced now (asking only the neighbours left it 30 %
+                    // slower at 512 receivers and 1 % loss).
                 } else if silent > 0 && 2 * silent <= self.members.len() && !self.window_full() {
                     self.ask.clear();
                     self.ask_seq = timed;
