@@ -354,9 +354,14 @@ impl MakReceiver {
         self.reveal(upto);
         self.note_request(now, upto, header.tstamp_us);
         self.arm_nak_timer(now);
-        if self.maybe_ack(now) {
+        if self.maybe_ack(now) || header.src != self.stream.sender {
+            // A parent's poll is answered by the complete report only: a
+            // subtree still repairing stays silent (the parent's backoff
+            // waits for it), which halves the frames polls cost.
             return;
         }
+        // The sender asks its neighbour: what is known now, so that it
+        // knows the neighbour is alive and asks it, not its subtree, again.
         let own = self.inorder.next_expected();
         if let Some(f) = self.feedback.as_ref() {
             let status = f.status(now, own, (header.tstamp_us, now));
