@@ -322,7 +322,11 @@ const SIM_FLAGS: &str = "Simulator flags (defaults in brackets):
   --trace-lines N                print the first N trace lines [0]
   --batch true|false             pack small whole messages into shared frames, as the engine does [false]
   --tail advertise|ack-last      MAK: an idle sender advertises its position and asks for ACKs once,
-                                 or (the paper) every burst's last frame asks for ACKs [advertise]";
+                                 or (the paper) every burst's last frame asks for ACKs [advertise]
+  --tree-fanout K                MAK: receivers' ACKs climb a feedback tree of fanout K, merged on the
+                                 way (docs/protocol.md §3.4); 0: each receiver ACKs the sender [0]
+  --tree-max-depth D             the tree is widened until it is at most D levels deep; 0: never [4]
+  --tree-root NODE               the tree's root (mcastd: the group agent) [1, the sender]";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -14,12 +14,14 @@
 //! receivers delivering each sender's messages in that sender's order.
 //!
 //! How the coming modes fit (docs/mcastd.md, "Architecture"):
-//! - **the hybrid tree** (seed 004 §2): [`GroupMode::publish`] sends a
-//!   member's message up the tree (many-to-many through the root) over
-//!   [`ModeCx::outbox`]; the root's [`GroupMode::on_link`] multicasts it;
-//!   ACK aggregation and the barrier travel as [`LinkMessage::Mode`]
-//!   messages between parent and children; [`GroupMode::members_changed`]
-//!   re-parents; [`GroupMode::poll`] runs the rounds' timers.
+//! - **the hybrid tree** (seed 004 §2): its ACK aggregation is built below
+//!   the modes (the engine's machines report over the tree the daemon's
+//!   `tree` module installs, docs/protocol.md §3.4). Still to come:
+//!   [`GroupMode::publish`] sends a member's message up the tree
+//!   (many-to-many through the root) over [`ModeCx::outbox`]; the root's
+//!   [`GroupMode::on_link`] multicasts it; the barrier travels as
+//!   [`LinkMessage::Mode`] messages between parent and children;
+//!   [`GroupMode::poll`] runs its timers.
 //! - **total order** (seed 002): [`GroupMode::publish`] stamps each message;
 //!   [`GroupMode::deliver`] holds fragments until the barrier passes them
 //!   and [`GroupMode::poll`] releases them (and sends beacons); commit
