@@ -36,7 +36,10 @@
 //! - `sender`: [`MakSender`] and [`SenderState`];
 //! - `receiver`: [`MakReceiver`] and [`ReceiverState`];
 //! - `tests`: the unit tests of both, driven by hand;
-//! - `tail_tests`: the same for the idle sender's tail ([`TailPolicy`]).
+//! - `tail_tests`: the same for the idle sender's tail ([`TailPolicy`]);
+//! - `feedback`: a receiver's place in the feedback tree (docs/protocol.md
+//!   §3.4): its round, its downstream neighbours' reports, its polls;
+//! - `tree_tests`: the sender's side of the tree, driven by hand.
 //!
 //! Owns: the configuration and the public paths `mak::*`. May not touch:
 //! either machine's state (the two sides share no state, only frames).
@@ -224,3 +227,5 @@ impl Default for MakConfig {
 mod tail_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tree_tests;

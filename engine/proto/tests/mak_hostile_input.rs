@@ -6,7 +6,9 @@
 use std::collections::HashSet;
 
 use mcast_proto::mak::{MakConfig, MakReceiver, MakSender};
-use mcast_proto::{BufId, Endpoint, Event, Instant, OutFrame, RxBody, Sender, StreamConfig};
+use mcast_proto::{
+    BufId, Endpoint, Event, FeedbackTree, Instant, OutFrame, RxBody, Sender, StreamConfig,
+};
 use mcast_wire::{Flags, Header, Kind, RangeList, Seq, SeqRange};
 use proptest::prelude::*;
 
@@ -49,6 +51,14 @@ enum Input {
         off: i32,
         ts: u32,
     },
+    /// A feedback-tree report (an ACK naming the nodes it covers), or a
+    /// poll (an ACK flagged ACK_REQ), from anyone.
+    Report {
+        src: u32,
+        off: i32,
+        covered: Vec<(u32, u32)>,
+        poll: bool,
+    },
     Send {
         last: bool,
     },
@@ -66,6 +76,8 @@ fn input() -> impl Strategy<Value = Input> {
         1 => (-40i32..60).prop_map(|off| Input::AckReq { off }),
         1 => prop_oneof![-40i32..60, any::<i32>()].prop_map(|off| Input::Heartbeat { off }),
         2 => (0u32..5, -40i32..60, any::<u32>()).prop_map(|(src, off, ts)| Input::Ack { src, off, ts }),
+        2 => (0u32..6, -40i32..60, proptest::collection::vec((0u32..8, 1u32..u32::MAX), 1..6), any::<bool>())
+            .prop_map(|(src, off, covered, poll)| Input::Report { src, off, covered, poll }),
         3 => any::<bool>().prop_map(|last| Input::Send { last }),
         2 => any::<u16>().prop_map(|us| Input::Advance { us }),
     ]
@@ -116,6 +128,34 @@ impl Ledger {
     }
 }
 
+fn node_list(ranges: &[(u32, u32)]) -> RangeList {
+    let mut l = RangeList::new();
+    for &(start, count) in ranges {
+        l.push(SeqRange {
+            start: Seq(start),
+            count,
+        });
+    }
+    l
+}
+
+/// The tree the machines run with when `tree` is drawn: nodes 1 to 5,
+/// rooted at the receiver (node 2), whose upstream is then the sender
+/// (node 1) and whose downstream node 3 has its reports merged.
+fn feedback_tree() -> FeedbackTree {
+    FeedbackTree::new(2, &[1, 2, 3, 4, 5], 2)
+}
+
+fn report(src: u32, off: i32, poll: bool) -> Header {
+    let mut h = header(Kind::Ack, src, off);
+    h.flags = if poll {
+        Flags::ACK_REQ
+    } else {
+        Flags::ACK_VALID
+    };
+    h
+}
+
 fn nak_list(ranges: &[(i32, u32)]) -> RangeList {
     let mut l = RangeList::new();
     for &(off, count) in ranges {
@@ -131,8 +171,14 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(2_000))]
 
     #[test]
-    fn receiver_survives_anything(inputs in proptest::collection::vec(input(), 1..120)) {
+    fn receiver_survives_anything(
+        inputs in proptest::collection::vec(input(), 1..120),
+        tree in any::<bool>(),
+    ) {
         let mut r = MakReceiver::new(stream(2), MakConfig::default());
+        if tree {
+            r.set_tree(Some(&feedback_tree()));
+        }
         let mut ledger = Ledger::default();
         let mut now = Instant(0);
         let mut next_buf = 0u32;
@@ -153,6 +199,10 @@ proptest! {
                 Input::AckReq { off } => r.handle_frame(now, &header(Kind::AckReq, 1, off), RxBody::None),
                 Input::Heartbeat { off } => r.handle_frame(now, &header(Kind::Heartbeat, 1, off), RxBody::None),
                 Input::Ack { src, off, .. } => r.handle_frame(now, &header(Kind::Ack, src, off), RxBody::None),
+                Input::Report { src, off, covered, poll } => {
+                    let l = node_list(&covered);
+                    r.handle_frame(now, &report(src, off, poll), RxBody::Ranges(&l));
+                }
                 Input::Send { .. } => {}
                 Input::Advance { us } => {
                     now += std::time::Duration::from_micros(u64::from(us));
@@ -173,8 +223,14 @@ proptest! {
     }
 
     #[test]
-    fn sender_survives_anything(inputs in proptest::collection::vec(input(), 1..120)) {
+    fn sender_survives_anything(
+        inputs in proptest::collection::vec(input(), 1..120),
+        tree in any::<bool>(),
+    ) {
         let mut s = MakSender::new(stream(1), MakConfig::default(), &[2, 3]);
+        if tree {
+            s.set_tree(Some(&feedback_tree()));
+        }
         let mut ledger = Ledger::default();
         let mut now = Instant(0);
         let mut next_buf = 0u32;
@@ -197,6 +253,10 @@ proptest! {
                     h.tstamp_us = ts;
                     h.flags = Flags::ACK_VALID;
                     s.handle_frame(now, &h, RxBody::None);
+                }
+                Input::Report { src, off, covered, poll } => {
+                    let l = node_list(&covered);
+                    s.handle_frame(now, &report(src, off, poll), RxBody::Ranges(&l));
                 }
                 Input::Data { off, .. } => {
                     next_buf += 1;

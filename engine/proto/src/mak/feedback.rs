@@ -212,10 +212,10 @@ impl Feedback {
 
     fn merge(&self, own_ack: Seq, seq: Seq, echo: u32) -> Report {
         let mut ack = own_ack;
-        let mut ranges = vec![(self.local, self.local + 1)];
+        let mut ranges = vec![(u64::from(self.local), u64::from(self.local) + 1)];
         for r in self.down.iter().filter_map(|n| n.report) {
             ack = ack.min(r.ack);
-            ranges.extend(r.covered.iter().map(|c| (c.start.0, c.end().0)));
+            ranges.extend(r.covered.iter().map(id_range));
         }
         Report {
             ack,
@@ -260,31 +260,40 @@ fn echo(tstamp: u32, arrived: Instant, now: Instant) -> u32 {
     tstamp.wrapping_add(now.saturating_duration_since(arrived).as_micros() as u32)
 }
 
+/// A covered range's node ids `[start, end)`, without wrapping (a hostile
+/// count may run past the last id).
+pub(super) fn id_range(r: &SeqRange) -> (u64, u64) {
+    let start = u64::from(r.start.0);
+    (start, (start + u64::from(r.count)).min(1 << 32))
+}
+
 /// Node-id ranges `[start, end)` as a range list, merged and in order. Ranges
 /// past the list's capacity are left out: a member left out is one the sender
 /// thinks has not answered, never one it wrongly thinks holds a frame.
-fn coalesce(mut ranges: Vec<(u32, u32)>) -> RangeList {
+fn coalesce(mut ranges: Vec<(u64, u64)>) -> RangeList {
     ranges.sort_unstable();
     let mut out = RangeList::new();
-    let mut cur: Option<(u32, u32)> = None;
+    let mut push = |(s, e): (u64, u64)| {
+        if e > s {
+            out.push(SeqRange {
+                start: Seq(s as u32),
+                count: (e - s).min(u64::from(u32::MAX)) as u32,
+            });
+        }
+    };
+    let mut cur: Option<(u64, u64)> = None;
     for (s, e) in ranges {
         match cur {
             Some((cs, ce)) if s <= ce => cur = Some((cs, ce.max(e))),
-            Some((cs, ce)) => {
-                out.push(SeqRange {
-                    start: Seq(cs),
-                    count: ce - cs,
-                });
+            Some(c) => {
+                push(c);
                 cur = Some((s, e));
             }
             None => cur = Some((s, e)),
         }
     }
-    if let Some((cs, ce)) = cur {
-        out.push(SeqRange {
-            start: Seq(cs),
-            count: ce - cs,
-        });
+    if let Some(c) = cur {
+        push(c);
     }
     out
 }
@@ -300,13 +309,19 @@ mod tests {
     #[test]
     fn covered_ranges_merge_and_stay_in_order() {
         let l = coalesce(vec![(5, 6), (1, 3), (3, 4), (10, 12), (2, 3)]);
+        // A hostile count past the last id is cut there, never wrapped.
+        let wide = SeqRange {
+            start: Seq(u32::MAX - 1),
+            count: 5,
+        };
+        assert_eq!(id_range(&wide), (u64::from(u32::MAX) - 1, 1 << 32));
         assert_eq!(ids(&l), vec![1, 2, 3, 5, 10, 11]);
         assert_eq!(l.len(), 3);
     }
 
     #[test]
     fn ranges_beyond_the_capacity_are_left_out_never_invented() {
-        let many: Vec<(u32, u32)> = (0..200).map(|i| (2 * i, 2 * i + 1)).collect();
+        let many: Vec<(u64, u64)> = (0..200).map(|i| (2 * i, 2 * i + 1)).collect();
         let l = coalesce(many);
         assert!(l.is_full());
         assert!(ids(&l).iter().all(|n| n % 2 == 0));
@@ -322,7 +337,7 @@ mod tests {
             ack: Seq(ack),
             seq: Seq(seq),
             echo: 7,
-            covered: coalesce(vec![(node, node + 1)]),
+            covered: coalesce(vec![(u64::from(node), u64::from(node) + 1)]),
         }
     }
 

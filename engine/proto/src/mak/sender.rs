@@ -11,6 +11,7 @@
 
 use std::collections::VecDeque;
 
+use super::feedback::id_range;
 use super::{MakConfig, TailPolicy};
 use crate::api::header_for;
 use crate::rtt::{backed_off, echo_rtt, RttEstimator};
@@ -476,13 +477,17 @@ impl MakSender {
         let mut credited = false;
         let mut sampled = false;
         match body {
+            RxBody::Ranges(_) if !self.is_member(header.src) => {
+                // Only a member's report may speak for others.
+                self.counters.rejected += 1;
+            }
             RxBody::Ranges(covered) => {
                 for r in covered.iter() {
-                    let (first, end) = (r.start.0, r.end().0);
+                    let (first, end) = id_range(r);
                     // Only members can be credited: walk the members in the
                     // range, not the range (a forged one may be huge).
-                    let from = self.members.partition_point(|m| m.node < first);
-                    let to = self.members.partition_point(|m| m.node < end);
+                    let from = self.members.partition_point(|m| u64::from(m.node) < first);
+                    let to = self.members.partition_point(|m| u64::from(m.node) < end);
                     for i in from..to {
                         match self.credit(now, i, header, ack, rtt) {
                             Some(s) => {

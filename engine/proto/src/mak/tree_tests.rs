@@ -1,0 +1,121 @@
+//! Unit tests of MAK over a feedback tree (docs/protocol.md §3.4) at the
+//! sender: what a report credits, whom a silent round is asked of; driven by
+//! hand on a virtual clock. A node's rounds and polls are tested in
+//! `feedback`, whole trees in the simulator (`engine/sim/tests/tree.rs`).
+//!
+//! Owns: these tests. May not touch: anything outside `mak` (it tests
+//! through the module's items only).
+
+use super::tests::{drain_tx, out, stream, us, SENDER, W};
+use super::*;
+use crate::api::header_for;
+use crate::{Dest, Endpoint, Event, FeedbackTree, RxBody, Sender};
+use mcast_wire::{Flags, Header, Kind, NodeId, RangeList, Seq, SeqRange};
+
+/// A report from `src` that every node in `covered` holds everything before `ack`.
+fn report(src: NodeId, ack: Seq, echo_us: u32) -> Header {
+    let mut h = header_for(&stream(src), Kind::Ack);
+    h.ack = ack;
+    h.flags = Flags::ACK_VALID;
+    h.tstamp_us = echo_us;
+    h
+}
+
+fn nodes(ids: &[(u32, u32)]) -> RangeList {
+    let mut l = RangeList::new();
+    for &(start, count) in ids {
+        l.push(SeqRange {
+            start: Seq(start),
+            count,
+        });
+    }
+    l
+}
+
+fn released(s: &mut MakSender) -> usize {
+    std::iter::from_fn(|| s.poll_event())
+        .filter(|e| matches!(e, Event::Release(_)))
+        .count()
+}
+
+/// A sender to members 2..=7 with `frames` frames sent.
+fn sent(frames: u32) -> MakSender {
+    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 3, 4, 5, 6, 7]);
+    // Root 1 (the sender), fanout 2: 1 → 2, 3; 2 → 4, 5; 3 → 6, 7.
+    s.set_tree(Some(&FeedbackTree::new(SENDER, &[1, 2, 3, 4, 5, 6, 7], 2)));
+    for i in 0..frames {
+        s.send(us(0), out(i, false)).unwrap();
+    }
+    drain_tx(&mut s, us(0));
+    s
+}
+
+#[test]
+fn a_report_credits_every_member_it_covers_and_no_one_else() {
+    let mut s = sent(2);
+    let first = s.stream.initial_seq;
+    let all = first.add(2);
+    // Node 2 speaks for its subtree (2, 4, 5) and names ids that are not
+    // members (8 and up, and 0): only members are credited.
+    let covered = nodes(&[(0, 1), (2, 1), (4, 2), (8, 1000)]);
+    s.handle_frame(us(50), &report(2, all, 0), RxBody::Ranges(&covered));
+    assert_eq!(released(&mut s), 0, "3, 6 and 7 have not acknowledged");
+    // A report from a node that is not a member is refused, whatever it covers.
+    let everyone = nodes(&[(1, 100)]);
+    let rejected = s.counters().rejected;
+    s.handle_frame(us(60), &report(9, all, 0), RxBody::Ranges(&everyone));
+    assert_eq!(s.counters().rejected, rejected + 1);
+    assert_eq!(released(&mut s), 0, "a non-member's report frees nothing");
+    // Node 3's report for 3, 6, 7 completes the round: both frames go.
+    s.handle_frame(
+        us(70),
+        &report(3, all, 0),
+        RxBody::Ranges(&nodes(&[(3, 1), (6, 2)])),
+    );
+    assert_eq!(released(&mut s), 2);
+    assert!(s.is_idle());
+}
+
+#[test]
+fn a_silent_subtree_is_asked_through_its_neighbour_then_past_it() {
+    let mut s = sent(W / 2);
+    // The watermark request left with the frames: the ACK-wait timer runs.
+    let all = s.stream.initial_seq.add(W / 2);
+    s.handle_frame(
+        us(10),
+        &report(3, all, 0),
+        RxBody::Ranges(&nodes(&[(3, 1), (6, 2)])),
+    );
+    // Node 2's subtree (2, 4, 5) never reports. At the first expiry, the
+    // sender asks node 2, the neighbour those members report through, the
+    // request the timer ran for.
+    let mut asks = asks_at_expiries(&mut s);
+    assert_eq!(asks.next(), Some(vec![2]));
+    // Node 2 stays silent: at the next expiry it is asked again, and so is
+    // each member behind it, directly.
+    assert_eq!(asks.next(), Some(vec![2, 4, 5]));
+}
+
+/// The nodes each ACK-wait expiry's unicast ACK_REQs go to, expiry by
+/// expiry (heartbeats and the other timers in between are run and left out).
+fn asks_at_expiries(s: &mut MakSender) -> impl Iterator<Item = Vec<NodeId>> + '_ {
+    std::iter::from_fn(move || {
+        for _ in 0..100 {
+            let at = s.poll_timeout()?;
+            s.handle_timeout(at);
+            let mut to: Vec<NodeId> = drain_tx(s, at)
+                .into_iter()
+                .filter(|t| t.header.kind == Kind::AckReq)
+                .filter_map(|t| match t.dest {
+                    Dest::Node(n) => Some(n),
+                    Dest::Group => None,
+                })
+                .collect();
+            if !to.is_empty() {
+                to.sort_unstable();
+                return Some(to);
+            }
+        }
+        None
+    })
+}
