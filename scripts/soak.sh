@@ -89,6 +89,8 @@ Options:
   --kill-nodes L the nodes whose daemons may be killed, comma-separated
                  (default 2,3,4; 1,2,3,4 kills the registry's node too)
   --seed N       seed of the fault schedule (default: random, printed)
+  --tree-fanout K  the MAK groups' ACKs climb a feedback tree of fanout K
+                 (mcastd's tree_fanout, docs/protocol.md §3.4; default 0: none)
   --sabotage     prove the checker: publisher pub-a-1 breaks the rules on
                  purpose every 500 messages (alternately skips a counter
                  and repeats one); the run must then FAIL with violations
@@ -116,6 +118,7 @@ BIN=""
 MINUTES=""
 KILL_NODES="2,3,4"
 SABOTAGE=()
+TREE_FANOUT=0
 while [ $# -gt 0 ]; do
     case "$1" in
         -h | --help) usage; exit 0 ;;
@@ -123,6 +126,7 @@ while [ $# -gt 0 ]; do
         --loss) LOSSES="$2"; shift 2 ;;
         --calm) CALM="$2"; shift 2 ;;
         --seed) SEED="$2"; shift 2 ;;
+        --tree-fanout) TREE_FANOUT="$2"; shift 2 ;;
         --kill-nodes) KILL_NODES="$2"; shift 2 ;;
         --sabotage) SABOTAGE=(--sabotage 500); shift ;;
         --keep) KEEP=1; shift ;;
@@ -259,7 +263,8 @@ EOF
 for i in 1 2 3 4; do
     {
         node_config "$WORK" "$i"
-        printf '[[group]]\nname = "soak-b"\nslow_subscriber = "hold"\n'
+        printf '[[group]]\nname = "soak-a"\ntree_fanout = %d\n' "$TREE_FANOUT"
+        printf '[[group]]\nname = "soak-b"\nslow_subscriber = "hold"\ntree_fanout = %d\n' "$TREE_FANOUT"
         printf '[[group]]\nname = "soak-c"\nalgorithm = "ack"\n'
     } > "$WORK/n$i.toml"
 done
