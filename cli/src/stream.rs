@@ -635,28 +635,25 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
         let t = &g["tree"];
         if t.is_object() {
             // The feedback tree: where this node's ACK reports go, and whose come here.
+            let over_receivers = |counter: &str| -> u64 {
+                g["receivers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|r| r["counters"][counter].as_u64().unwrap_or(0))
+                    .sum()
+            };
+            let parent = match &t["parent"] {
+                serde_json::Value::Null => "-".to_string(),
+                p => p.to_string(),
+            };
             s += &format!(
-                "  tree: root {}  fanout {}  parent {}  children {}  reports in {}  polls {}\n",
+                "  tree: root {}  fanout {}  parent {parent}  children {}  reports in {}  polls {}\n",
                 t["root"],
                 t["fanout"],
-                if t["parent"].is_null() {
-                    "-".to_string()
-                } else {
-                    t["parent"].to_string()
-                },
                 t["children"],
-                g["receivers"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|r| r["counters"]["acks_received"].as_u64().unwrap_or(0))
-                    .sum::<u64>(),
-                g["receivers"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|r| r["counters"]["ack_reqs_sent"].as_u64().unwrap_or(0))
-                    .sum::<u64>(),
+                over_receivers("acks_received"),
+                over_receivers("ack_reqs_sent"),
             );
         }
         for r in g["receivers"].as_array().into_iter().flatten() {
@@ -711,6 +708,28 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_shows_a_groups_feedback_tree_and_its_counters() {
+        let group = |tree: Value| {
+            serde_json::json!({"groups": [{
+                "name": "g", "group": 1, "algorithm": "mak", "tree": tree,
+                "receivers": [
+                    {"from": 2, "counters": {"acks_received": 3, "ack_reqs_sent": 1}},
+                    {"from": 3, "counters": {"acks_received": 4, "ack_reqs_sent": 0}},
+                ],
+            }]})
+        };
+        let tree = serde_json::json!({"root": 2, "fanout": 2, "nodes": 4, "parent": null, "children": [1, 3]});
+        let text = render_stats(&group(tree), None);
+        assert!(
+            text.contains(
+                "tree: root 2  fanout 2  parent -  children [1,3]  reports in 7  polls 1"
+            ),
+            "{text}"
+        );
+        assert!(!render_stats(&group(Value::Null), None).contains("tree:"));
+    }
 
     #[test]
     fn stamps_roundtrip_and_plain_data_is_not_a_stamp() {

@@ -48,6 +48,25 @@ fn message(i: u64) -> Vec<u8> {
     m
 }
 
+/// Receives messages 0 to `n − 1` in order, each once and intact.
+fn receive_all(c: &mut Client, node: u32, n: u64) {
+    let mut next = 0;
+    while next < n {
+        let got = c
+            .recv_batch_timeout(256, Some(Duration::from_secs(30)), |m| {
+                if m.kind == MessageKind::Membership {
+                    return;
+                }
+                let i = u64::from_be_bytes(m.data[..8].try_into().unwrap());
+                assert_eq!(i, next, "node {node}: lost, repeated or out of order");
+                assert_eq!(m.data, message(i), "node {node}: message {i} corrupted");
+                next += 1;
+            })
+            .unwrap_or_else(|e| panic!("node {node} after {next}: {e}"));
+        assert!(got > 0, "node {node}: nothing for 30 s after {next}");
+    }
+}
+
 #[test]
 fn acks_climb_the_tree_and_every_message_arrives_once_in_order() {
     let Some(cluster) = common::start("tree", "subscriber_buffer = 67108864\ntree_fanout = 2")
@@ -66,21 +85,7 @@ fn acks_climb_the_tree_and_every_message_arrives_once_in_order() {
                 let mut c = connect(cluster, node, "subscriber");
                 let m = c.join("tree").expect("join");
                 ready.wait();
-                let mut next = 0;
-                while next < N {
-                    let got = c
-                        .recv_batch_timeout(256, Some(Duration::from_secs(20)), |m| {
-                            if m.kind == MessageKind::Membership {
-                                return;
-                            }
-                            let i = u64::from_be_bytes(m.data[..8].try_into().unwrap());
-                            assert_eq!(i, next, "node {node}: lost or out of order");
-                            assert_eq!(m.data, message(i), "node {node}: message {i} corrupted");
-                            next += 1;
-                        })
-                        .unwrap_or_else(|e| panic!("node {node} after {next}: {e}"));
-                    assert!(got > 0, "node {node}: nothing for 20 s after {next}");
-                }
+                receive_all(&mut c, node, N);
                 done.wait();
                 read.wait();
                 drop(m);
@@ -117,18 +122,16 @@ fn acks_climb_the_tree_and_every_message_arrives_once_in_order() {
     // reached it. Only its tree neighbours report to it; the others' ACKs
     // were merged on the way (a node two hops away from node 1 exists in a
     // 4-node binary tree wherever the agent is).
-    let sent_by_receivers: u64 = all[1..]
-        .iter()
-        .flat_map(|g| g["receivers"].as_array().unwrap().clone())
-        .filter(|r| r["from"] == 1)
-        .map(|r| r["counters"]["acks_sent"].as_u64().unwrap())
-        .sum();
-    let merged_on_the_way: u64 = all[1..]
-        .iter()
-        .flat_map(|g| g["receivers"].as_array().unwrap().clone())
-        .filter(|r| r["from"] == 1)
-        .map(|r| r["counters"]["acks_received"].as_u64().unwrap())
-        .sum();
+    let over_node_1s_stream = |counter: &str| -> u64 {
+        all[1..]
+            .iter()
+            .flat_map(|g| g["receivers"].as_array().unwrap().clone())
+            .filter(|r| r["from"] == 1)
+            .map(|r| r["counters"][counter].as_u64().unwrap())
+            .sum()
+    };
+    let sent_by_receivers = over_node_1s_stream("acks_sent");
+    let merged_on_the_way = over_node_1s_stream("acks_received");
     let sender = &all[0]["sender"];
     let at_sender = sender["acks_received"].as_u64().unwrap();
     assert!(merged_on_the_way > 0, "no report was merged: {:#}", all[1]);
@@ -179,21 +182,7 @@ fn an_interior_node_killed_mid_stream_loses_the_survivors_nothing() {
     std::thread::scope(|s| {
         for (node, mut c) in survivors {
             s.spawn(move || {
-                let mut next = 0;
-                while next < N {
-                    let got = c
-                        .recv_batch_timeout(256, Some(Duration::from_secs(30)), |m| {
-                            if m.kind == MessageKind::Membership {
-                                return;
-                            }
-                            let i = u64::from_be_bytes(m.data[..8].try_into().unwrap());
-                            assert_eq!(i, next, "node {node}: lost or repeated");
-                            assert_eq!(m.data, message(i), "node {node}: message {i} corrupted");
-                            next += 1;
-                        })
-                        .unwrap_or_else(|e| panic!("node {node} after {next}: {e}"));
-                    assert!(got > 0, "node {node}: nothing for 30 s after {next}");
-                }
+                receive_all(&mut c, node, N);
             });
         }
         for i in 0..N {
