@@ -16,6 +16,7 @@
 //! | 4      | flush data: group u32, sender u32, epoch u32, seq u32, flags u8 (1 first, 2 last), the frame's bytes |
 //! | 5      | start request: group u32 |
 //! | 6      | mode message: group u32, then the group mode's own bytes |
+//! | 7      | barrier: group u32, what u8 (1 arrived, 2 ask, 3 release), number u64, then (release) the nodes dropped, u32 each |
 //!
 //! A stream start tells a member where the sender's data stream begins for
 //! it: at the sender's first frame when the stream opens, at the sender's
@@ -47,6 +48,7 @@ const TAG_FLUSH_STATE: u8 = 3;
 const TAG_FLUSH_DATA: u8 = 4;
 const TAG_START_REQUEST: u8 = 5;
 const TAG_MODE: u8 = 6;
+const TAG_BARRIER: u8 = 7;
 /// A flush state after the head: next and from, each a flag and a u32.
 const FLUSH_STATE_LEN: usize = FLUSH_HEAD + 10;
 /// Tag and key: group, sender, epoch.
@@ -71,6 +73,27 @@ pub enum LinkMessage {
         group: GroupId,
         body: Vec<u8>,
     },
+    /// The group's barrier on the daemons' tree (docs/protocol.md §6.2).
+    Barrier {
+        group: GroupId,
+        what: BarrierMsg,
+        /// The barrier's number, counted by the tree's root from 1.
+        number: u64,
+        /// Release: the nodes that left the view while the root waited.
+        dropped: Vec<NodeId>,
+    },
+}
+
+/// What a barrier link message says (docs/protocol.md §6.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BarrierMsg {
+    /// Child to parent: every member in my subtree has reached barrier `number`.
+    Arrived = 1,
+    /// Parent to child: I wait at barrier `number`; tell me when your
+    /// subtree has reached it (and learn its number, if new).
+    Ask = 2,
+    /// Parent to child: barrier `number` is complete: release, and pass it on.
+    Release = 3,
 }
 
 impl LinkMessage {
@@ -92,6 +115,21 @@ impl LinkMessage {
             LinkMessage::StartRequest { group } => {
                 let mut v = vec![TAG_START_REQUEST];
                 v.extend_from_slice(&group.to_be_bytes());
+                v
+            }
+            LinkMessage::Barrier {
+                group,
+                what,
+                number,
+                dropped,
+            } => {
+                let mut v = vec![TAG_BARRIER];
+                v.extend_from_slice(&group.to_be_bytes());
+                v.push(*what as u8);
+                v.extend_from_slice(&number.to_be_bytes());
+                for n in dropped {
+                    v.extend_from_slice(&n.to_be_bytes());
+                }
                 v
             }
             LinkMessage::Mode { group, body } => {
@@ -146,6 +184,26 @@ impl LinkMessage {
                 body: b[5..].to_vec(),
             }),
             Some(&TAG_MODE) => Err(format!("mode message of {} bytes, less than 5", b.len())),
+            Some(&TAG_BARRIER) if b.len() >= 14 && (b.len() - 14) % 4 == 0 => {
+                Ok(LinkMessage::Barrier {
+                    group: word(b, 1),
+                    what: match b[5] {
+                        1 => BarrierMsg::Arrived,
+                        2 => BarrierMsg::Ask,
+                        3 => BarrierMsg::Release,
+                        w => return Err(format!("barrier message of kind {w}, not 1, 2 or 3")),
+                    },
+                    number: u64::from_be_bytes(b[6..14].try_into().expect("8 bytes")),
+                    dropped: b[14..]
+                        .chunks_exact(4)
+                        .map(|c| u32::from_be_bytes(c.try_into().expect("4 bytes")))
+                        .collect(),
+                })
+            }
+            Some(&TAG_BARRIER) => Err(format!(
+                "barrier message of {} bytes, not 14 and a multiple of 4 more",
+                b.len()
+            )),
             Some(&TAG_FLUSH_STATE) if b.len() == FLUSH_STATE_LEN => {
                 let key = flush_key(b);
                 let seq_at = |i: usize| match b[i] {
@@ -258,6 +316,35 @@ mod tests {
         assert!(LinkMessage::decode(&[]).is_err());
         assert!(LinkMessage::decode(&[2, 0, 0]).unwrap_err().contains("13"));
         assert!(LinkMessage::decode(&[9]).unwrap_err().contains("tag 9"));
+        for what in [BarrierMsg::Arrived, BarrierMsg::Ask, BarrierMsg::Release] {
+            let b = LinkMessage::Barrier {
+                group: 4,
+                what,
+                number: u64::MAX - 1,
+                dropped: if what == BarrierMsg::Release {
+                    vec![2, 9]
+                } else {
+                    Vec::new()
+                },
+            };
+            assert_eq!(
+                b.encode().len(),
+                if what == BarrierMsg::Release { 22 } else { 14 }
+            );
+            assert_eq!(LinkMessage::decode(&b.encode()).unwrap(), b);
+        }
+        let mut bad = LinkMessage::Barrier {
+            group: 4,
+            what: BarrierMsg::Ask,
+            number: 1,
+            dropped: Vec::new(),
+        }
+        .encode();
+        bad[5] = 4;
+        assert!(LinkMessage::decode(&bad).unwrap_err().contains("kind 4"));
+        assert!(LinkMessage::decode(&bad[..13])
+            .unwrap_err()
+            .contains("not 14"));
         assert_eq!(inbox(5), 0x8000_0005);
         assert!(is_link(inbox(1)) && !is_link(7));
     }

@@ -95,6 +95,25 @@ enum Command {
         #[arg(long)]
         announce: bool,
     },
+    /// Join GROUP and wait at its barrier COUNT times: each wait returns
+    /// once every member of the group has reached it (members that leave
+    /// or whose node fails meanwhile are not waited for, and are named).
+    /// Prints one line per barrier: its index, how long this member
+    /// waited, and the nodes dropped. Joining adds this process to the
+    /// group: the others' barriers wait for it too.
+    Barrier {
+        group: String,
+        /// Barriers to pass.
+        #[arg(long, default_value_t = 1)]
+        count: u64,
+        /// Give up a barrier after this many seconds (exit status 1).
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+        /// Wait until the group has members on N nodes before the first
+        /// barrier (a barrier only waits for the members of the view).
+        #[arg(long, value_name = "N")]
+        wait_nodes: Option<usize>,
+    },
     /// The groups the registry knows: name, number, agent, member count.
     Groups {
         /// Print JSON for scripts (schema: docs/mcastd.md, "JSON output").
@@ -284,6 +303,36 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
             );
             if let Some(s) = reader.latency_summary() {
                 eprintln!("mcast: latency {s}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Barrier {
+            group,
+            count,
+            timeout,
+            wait_nodes,
+        } => {
+            let m = client.join(&group).map_err(|e| e.to_string())?;
+            if let Some(n) = wait_nodes {
+                stream::wait_nodes(
+                    &mut client,
+                    m.group,
+                    &m.view,
+                    n,
+                    Duration::from_secs(timeout),
+                )?;
+            }
+            for i in 1..=count {
+                let t0 = mcast_engine::sys::monotonic_ns();
+                let dropped = client
+                    .barrier(m.group, Some(Duration::from_secs(timeout)))
+                    .map_err(|e| format!("barrier {i} of {group}: {e}"))?;
+                let waited = Duration::from_nanos(mcast_engine::sys::monotonic_ns() - t0);
+                if dropped.is_empty() {
+                    println!("barrier {i}: released after {waited:?}");
+                } else {
+                    println!("barrier {i}: released after {waited:?}, without nodes {dropped:?}");
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

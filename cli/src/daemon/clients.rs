@@ -222,6 +222,7 @@ impl<T: Transport> Daemon<T> {
             if let Some(lg) = self.local.get_mut(g) {
                 lg.members.retain(|&c| c != client);
             }
+            self.barrier_member_gone(*g, client);
         }
         self.clients.pending.retain(|_, p| p.client() != client);
         // Its leave waits until what it published is delivered.
@@ -290,6 +291,7 @@ impl<T: Transport> Daemon<T> {
                     .insert(id, Pending::List { client, req });
                 self.groups.list(id);
             }
+            Request::Barrier { group } => self.barrier_wait(client, req, group),
             Request::Stats => {
                 let stats = self.stats_json();
                 self.clients

@@ -49,6 +49,8 @@ pub(super) struct LocalGroup {
     pub(super) held_events: VecDeque<Vec<u8>>,
     /// The fanout of the group's feedback tree (0: none).
     pub(super) tree_fanout: u16,
+    /// The group's barrier at this node.
+    pub(super) barrier: super::barrier::GroupBarrier,
 }
 
 impl LocalGroup {
@@ -149,6 +151,7 @@ impl<T: Transport> Daemon<T> {
                     if let Some(lg) = self.local.get_mut(&group) {
                         lg.members.retain(|&c| c != client);
                     }
+                    self.barrier_member_gone(group, client);
                     if let Some(Pending::Leave { client, req }) = self.clients.pending.remove(&req)
                     {
                         self.clients.server.reply(client, req, Response::Left);
@@ -251,6 +254,7 @@ impl<T: Transport> Daemon<T> {
                 window_frames: s.window_frames,
                 held_events: VecDeque::new(),
                 tree_fanout: s.tree_fanout,
+                barrier: Default::default(),
             },
         );
         for (from, start) in self

@@ -10,6 +10,7 @@
 //!
 //! | module | owns |
 //! |---|---|
+//! | `barrier` | each group's barrier: arrivals up the daemons' tree, the release down it |
 //! | `clients` | the client service: connections, requests and replies, publication rings, lingering leaves, slow subscribers |
 //! | `deliver` | the engine's deliveries: link messages to `peers`, group data through the group's mode into subscription rings |
 //! | `peers` | the links between daemons: their send queues, reassembly, epochs, dispatch of what arrives |
@@ -37,6 +38,7 @@
 //! - local subscribers of a local publisher get the message from the
 //!   publication ring directly (one copy into each ring).
 
+mod barrier;
 mod clients;
 mod deliver;
 mod flush;

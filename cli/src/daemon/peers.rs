@@ -195,6 +195,12 @@ impl<T: Transport> Daemon<T> {
                 Ok(LinkMessage::StartRequest { group }) => self.start_request(from, group)?,
                 Ok(LinkMessage::Flush(m)) => self.flush_message(from, m),
                 Ok(LinkMessage::Mode { group, body }) => self.mode_message(from, group, &body),
+                Ok(LinkMessage::Barrier {
+                    group,
+                    what,
+                    number,
+                    dropped,
+                }) => self.barrier_message(from, group, what, number, &dropped),
                 Err(e) => {
                     self.counters.link_errors += 1;
                     self.log

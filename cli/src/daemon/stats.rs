@@ -132,6 +132,7 @@ impl<T: Transport> Daemon<T> {
             "view_epoch": lg.and_then(|l| l.view.as_ref()).map(|v| v.epoch),
             "mode": lg.map(|l| l.mode.stats_json()),
             "tree": self.tree_json(g.group),
+            "barrier": lg.map(|l| l.barrier.stats_json()),
             "paused": g.paused,
             "queued_frames": g.queued,
             "sender": g.sender.map(|c| counters_json(&c)),

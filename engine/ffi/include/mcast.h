@@ -111,6 +111,19 @@ int mcast_join(mcast_client *c, const char *group, uint32_t *group_out, uint32_t
 int mcast_leave(mcast_client *c, uint32_t group);
 
 /*
+ * Waits at the barrier of the group numbered group up to timeout_ms (-1:
+ * forever) until every member of the group has called it (the daemons'
+ * tree collects the arrivals; docs/protocol.md §6.2). Nodes that left the
+ * group while it waited are not waited for: up to cap of their ids go to
+ * dropped (may be NULL when cap is 0) and *dropped_count (may be NULL)
+ * says how many there were. MCAST_ETIMEDOUT when the time ran out first:
+ * this member still counts as arrived, and its next call waits for the
+ * barrier after that one.
+ */
+int mcast_barrier(mcast_client *c, uint32_t group, int timeout_ms, uint32_t *dropped, size_t cap,
+                  size_t *dropped_count);
+
+/*
  * Publishes len bytes at data to the group numbered group, without
  * blocking: the bytes are copied into the shared publication ring. Returns
  * MCAST_EWOULDBLOCK when the ring is full (retry, or use

@@ -259,6 +259,46 @@ pub unsafe extern "C" fn mcast_leave(c: *mut McastClient, group: u32) -> c_int {
     unsafe { with_client(c, run) }
 }
 
+/// Waits at `group`'s barrier up to `timeout_ms` (-1: forever) until every
+/// member of the group has reached it; the nodes dropped on the way go to
+/// `dropped` (`cap` ids), their number to `*dropped_count`.
+///
+/// # Safety
+/// `c` is NULL or a live client (from `mcast_connect`, not yet closed) that no
+/// other thread uses during the call; `dropped` is NULL or valid for writes
+/// of `cap` ids; `dropped_count` is NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_barrier(
+    c: *mut McastClient,
+    group: u32,
+    timeout_ms: c_int,
+    dropped: *mut u32,
+    cap: usize,
+    dropped_count: *mut usize,
+) -> c_int {
+    let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
+        if dropped.is_null() && cap > 0 {
+            return Err(Fail::inval(format!("dropped is NULL but cap is {cap}")));
+        }
+        let t = timeout_arg(timeout_ms)?;
+        let nodes = cl.client.barrier(group, t)?;
+        let n = nodes.len().min(cap);
+        // SAFETY: dropped_count is NULL (put skips it) or valid for writes
+        // by contract; when n > 0, cap > 0 so dropped is not NULL (checked)
+        // and valid for writes of cap >= n ids, and cannot overlap `nodes`,
+        // which this call owns.
+        unsafe {
+            put(dropped_count, nodes.len());
+            if n > 0 {
+                ptr::copy_nonoverlapping(nodes.as_ptr(), dropped, n);
+            }
+        }
+        Ok(MCAST_OK)
+    };
+    // SAFETY: the caller's contract is with_client's.
+    unsafe { with_client(c, run) }
+}
+
 /// Publishes `len` bytes at `data` to `group` without blocking.
 ///
 /// # Safety

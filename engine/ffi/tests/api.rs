@@ -1052,3 +1052,39 @@ fn recv_batch_gives_events_with_their_kind_after_a_kept_message() {
         mcast_close(c);
     }
 }
+
+#[test]
+fn a_barrier_returns_the_nodes_dropped_as_far_as_there_is_room() {
+    let lb = Loopback::default("ffi-barrier");
+    let c = connect(&lb.dir.socket(), "barrier");
+    let group = join(c);
+    // The loopback releases at once, nodes 7 and 9 dropped.
+    let mut dropped = [0u32; 4];
+    let mut count = 0usize;
+    let rc = unsafe { mcast_barrier(c, group, 1000, dropped.as_mut_ptr(), 4, &mut count) };
+    assert_eq!(rc, MCAST_OK, "{}", last_error(c));
+    assert_eq!((count, &dropped[..2]), (2, &[7, 9][..]));
+    // Room for one: the first is copied, the count is still 2.
+    let mut one = [0u32; 1];
+    let rc = unsafe { mcast_barrier(c, group, 1000, one.as_mut_ptr(), 1, &mut count) };
+    assert_eq!((rc, count, one[0]), (MCAST_OK, 2, 7));
+    // No room and no count wanted.
+    let rc = unsafe { mcast_barrier(c, group, -1, ptr::null_mut(), 0, ptr::null_mut()) };
+    assert_eq!(rc, MCAST_OK, "{}", last_error(c));
+    // A NULL list with room claimed, and a NULL client, are errors.
+    let rc = unsafe { mcast_barrier(c, group, -1, ptr::null_mut(), 3, &mut count) };
+    assert_eq!(rc, MCAST_EINVAL);
+    assert!(last_error(c).contains("dropped is NULL"));
+    let rc = unsafe {
+        mcast_barrier(
+            ptr::null_mut(),
+            group,
+            -1,
+            ptr::null_mut(),
+            0,
+            ptr::null_mut(),
+        )
+    };
+    assert_eq!(rc, MCAST_EINVAL);
+    unsafe { mcast_close(c) };
+}

@@ -449,8 +449,28 @@ impl Client {
         }
     }
 
+    /// Waits at `group`'s barrier until every member of the group has
+    /// reached it (seed 004 §2.1; the daemons' tree collects the arrivals,
+    /// its root releases everyone). Returns the nodes that left the group
+    /// while this member waited (the barrier completed without them).
+    /// `timeout` None waits as long as it takes; after a timeout
+    /// ([`Error::TimedOut`]) this member still counts as arrived, and its
+    /// next call waits for the barrier after that.
+    pub fn barrier(&mut self, group: u32, timeout: Option<Duration>) -> Result<Vec<u32>, Error> {
+        let deadline = timeout.map(|t| now() + t);
+        match self.request_until(Request::Barrier { group }, deadline)? {
+            Response::Released { dropped, .. } => Ok(dropped),
+            other => Err(Error::Protocol(format!("expected Released, got {other:?}"))),
+        }
+    }
+
     /// A control request; an Error response becomes [`Error::Daemon`].
     pub fn request(&mut self, r: Request) -> Result<Response, Error> {
+        self.request_until(r, Some(now() + CONTROL_TIMEOUT))
+    }
+
+    /// [`Client::request`] with its own deadline (None: none).
+    fn request_until(&mut self, r: Request, deadline: Option<Instant>) -> Result<Response, Error> {
         self.check_open()?;
         let id = self.next_id;
         self.next_id += 1;
@@ -468,9 +488,8 @@ impl Client {
                 reason: format!("sending to mcastd: {e}"),
             });
         }
-        let deadline = now() + CONTROL_TIMEOUT;
         loop {
-            match self.read_control(Some(deadline))? {
+            match self.read_control(deadline)? {
                 Some(ServerMessage::Response { id: rid, body }) if rid == id => {
                     return match body {
                         Response::Error { code, message } => Err(Error::Daemon { code, message }),

@@ -57,6 +57,14 @@ pub enum Request {
     },
     /// Daemon statistics.
     Stats,
+    /// Wait at the group's barrier (seed 004 §2.1): answered with
+    /// [`Response::Released`] once every member of the group's view has
+    /// called it (a member that leaves or fails meanwhile is no longer
+    /// awaited).
+    Barrier {
+        /// Group number (from Joined).
+        group: u32,
+    },
 }
 
 /// One member of a group's view.
@@ -144,6 +152,15 @@ pub enum Response {
     },
     /// Whatever the daemon answers to queries and stats.
     Json(serde_json::Value),
+    /// Answer to Barrier: every member has arrived.
+    Released {
+        /// The group.
+        group: u32,
+        /// Nodes that were in the group's view when this client arrived
+        /// and left it before the release (failed or left): the barrier
+        /// completed without them.
+        dropped: Vec<u32>,
+    },
 }
 
 impl Response {

@@ -19,9 +19,8 @@
 //!   `tree` module installs, docs/protocol.md §3.4). Still to come:
 //!   [`GroupMode::publish`] sends a member's message up the tree
 //!   (many-to-many through the root) over [`ModeCx::outbox`]; the root's
-//!   [`GroupMode::on_link`] multicasts it; the barrier travels as
-//!   [`LinkMessage::Mode`] messages between parent and children;
-//!   [`GroupMode::poll`] runs its timers.
+//!   [`GroupMode::on_link`] multicasts it. (The barrier is the daemon's
+//!   own, `barrier`: it works the same in every mode.)
 //! - **total order** (seed 002): [`GroupMode::publish`] stamps each message;
 //!   [`GroupMode::deliver`] holds fragments until the barrier passes them
 //!   and [`GroupMode::poll`] releases them (and sends beacons); commit
@@ -254,6 +253,7 @@ impl<T: Transport> Daemon<T> {
     ) -> Result<(), EngineError> {
         // The tree first: a send stream the mode opens or widens reports over it.
         self.install_tree(group)?;
+        self.barrier_view_changed(group)?;
         self.with_mode(group, |m, cx| m.members_changed(cx, added))
             .unwrap_or(Ok(()))
     }

@@ -195,6 +195,16 @@ fn run(mut server: Server, s: Arc<Shared>, tx: mpsc::Sender<ServerEvent>) {
                         joined.remove(client);
                         server.reply(*client, *req, Response::Left);
                     }
+                    // A barrier others already reached: released at once,
+                    // nodes 7 and 9 having left meanwhile.
+                    Request::Barrier { group } => server.reply(
+                        *client,
+                        *req,
+                        Response::Released {
+                            group: *group,
+                            dropped: vec![7, 9],
+                        },
+                    ),
                     Request::Query { group } if group == "cut-me-off" => {
                         joined.remove(client);
                         server.disconnect(*client, "test asked to be cut off");
