@@ -163,6 +163,21 @@ enum Command {
     },
 }
 
+/// Joins `group` and, with `wait_nodes`, waits up to `timeout_s` seconds
+/// until its view has members on that many nodes.
+fn join_and_wait(
+    client: &mut Client,
+    group: &str,
+    wait_nodes: Option<usize>,
+    timeout_s: u64,
+) -> Result<mcast_ipc::Membership, String> {
+    let m = client.join(group).map_err(|e| e.to_string())?;
+    if let Some(n) = wait_nodes {
+        stream::wait_nodes(client, m.group, &m.view, n, Duration::from_secs(timeout_s))?;
+    }
+    Ok(m)
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let r = match args.command {
@@ -225,16 +240,7 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
                     client.max_message() - stream::STAMP_LEN
                 ));
             }
-            let m = client.join(&group).map_err(|e| e.to_string())?;
-            if let Some(n) = wait_nodes {
-                stream::wait_nodes(
-                    &mut client,
-                    m.group,
-                    &m.view,
-                    n,
-                    Duration::from_secs(timeout),
-                )?;
-            }
+            let m = join_and_wait(&mut client, &group, wait_nodes, timeout)?;
             // A large buffer: the messages it holds go out in one batch.
             let source: Box<dyn Read> = if file == "-" {
                 Box::new(std::io::stdin().lock())
@@ -312,16 +318,7 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
             timeout,
             wait_nodes,
         } => {
-            let m = client.join(&group).map_err(|e| e.to_string())?;
-            if let Some(n) = wait_nodes {
-                stream::wait_nodes(
-                    &mut client,
-                    m.group,
-                    &m.view,
-                    n,
-                    Duration::from_secs(timeout),
-                )?;
-            }
+            let m = join_and_wait(&mut client, &group, wait_nodes, timeout)?;
             for i in 1..=count {
                 let t0 = mcast_engine::sys::monotonic_ns();
                 let dropped = client
