@@ -16,7 +16,7 @@
 //! | 4      | flush data: group u32, sender u32, epoch u32, seq u32, flags u8 (1 first, 2 last), the frame's bytes |
 //! | 5      | start request: group u32 |
 //! | 6      | mode message: group u32, then the group mode's own bytes |
-//! | 7      | barrier: group u32, what u8 (1 arrived, 2 ask, 3 release), number u64, then (release) the nodes dropped, u32 each |
+//! | 7      | barrier: group u32, what u8 (1 arrived, 2 ask, 3 release), number u64, then node ids u32 each (arrived: covered; release: dropped) |
 //!
 //! A stream start tells a member where the sender's data stream begins for
 //! it: at the sender's first frame when the stream opens, at the sender's
@@ -79,7 +79,8 @@ pub enum LinkMessage {
         what: BarrierMsg,
         /// The barrier's number, counted by the tree's root from 1.
         number: u64,
-        /// Release: the nodes that left the view while the root waited.
+        /// ARRIVED: the nodes the report covers; RELEASE: the nodes that
+        /// left the view while the root waited; ASK: none.
         dropped: Vec<NodeId>,
     },
 }

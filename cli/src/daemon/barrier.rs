@@ -16,7 +16,7 @@
 //! May not touch: the view and the tree (it is given the node's place in
 //! them), the clients (it hands back who to release).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use mcast_engine::{EngineError, Transport};
 use mcast_ipc::{ClientId, ErrorCode, Response};
@@ -29,6 +29,8 @@ use crate::links::{BarrierMsg, LinkMessage};
 /// This node's place in the group when a barrier step runs.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Place<'a> {
+    /// This node.
+    pub node: NodeId,
     pub parent: Option<NodeId>,
     pub children: &'a [NodeId],
     /// The group's local members.
@@ -57,10 +59,13 @@ pub(super) struct GroupBarrier {
     current: u64,
     /// Local members waiting, with their request ids.
     waiting: Vec<(ClientId, u64)>,
-    /// Children whose subtree has reached `current`.
-    arrived: BTreeSet<NodeId>,
-    /// The parent told that this subtree reached a barrier, and which.
-    told: Option<(NodeId, u64)>,
+    /// Children whose subtree has reached `current`, with the nodes each
+    /// report covers (views differ between nodes while they change: a
+    /// report says which subtree it speaks for).
+    arrived: BTreeMap<NodeId, Vec<NodeId>>,
+    /// The parent told that this subtree reached a barrier: the parent, the
+    /// barrier and the nodes covered (a wider subtree is told again).
+    told: Option<(NodeId, u64, Vec<NodeId>)>,
     /// Children asked about `current`.
     asked: BTreeSet<NodeId>,
     /// The view's nodes when the first local member arrived.
@@ -100,9 +105,13 @@ impl GroupBarrier {
     /// The view (and with it the tree) changed: reports of nodes no longer
     /// children are dropped, a new parent is told again, new children asked.
     pub fn view_changed(&mut self, at: Place<'_>) -> Vec<Act> {
-        self.arrived.retain(|c| at.children.contains(c));
+        self.arrived.retain(|c, _| at.children.contains(c));
         self.asked.clear();
-        if self.told.is_some_and(|(p, _)| Some(p) != at.parent) {
+        if self
+            .told
+            .as_ref()
+            .is_some_and(|(p, _, _)| Some(*p) != at.parent)
+        {
             self.told = None;
         }
         self.step(at)
@@ -120,32 +129,53 @@ impl GroupBarrier {
         let mut acts = Vec::new();
         match what {
             BarrierMsg::Arrived if at.children.contains(&from) && number != 0 => {
-                if self.current == 0 {
-                    self.current = number;
-                }
-                if number == self.current {
-                    self.arrived.insert(from);
-                }
-            }
-            BarrierMsg::Ask if Some(from) != at.parent && number != 0 && self.current == 0 => {
-                // From a node this one's view does not show as its parent
-                // yet (the views change one node at a time): the number
-                // still holds, and this node reports to its parent once its
-                // view shows it.
-                self.current = number;
-            }
-            BarrierMsg::Ask if Some(from) != at.parent => {}
-            BarrierMsg::Ask if number != 0 => {
                 if self.current != 0 && number > self.current {
-                    // The release of `current` passed this node by (its
-                    // parent changed on the way): it is complete.
+                    // A child already at a later barrier: the release of
+                    // this one reached it but not this node (the root that
+                    // sent it failed on the way).
                     self.release(number - 1, Some(Vec::new()), at, &mut acts);
                 }
-                if self.current == 0 {
+                if self.current == 0 || number > self.current {
                     self.current = number;
                 }
                 if number == self.current {
-                    // Asked again: answer again.
+                    self.arrived.insert(from, dropped.to_vec());
+                } else if number < self.current {
+                    // A child still at a barrier already released (the
+                    // release passed it by while the tree changed): tell
+                    // it where the group is.
+                    acts.push(Act::Send(from, BarrierMsg::Ask, self.current, Vec::new()));
+                }
+            }
+            BarrierMsg::Ask if number != 0 && self.current != 0 && number < self.current => {
+                // The asker is behind: barrier `current − 1` was released
+                // (its release was lost with a failed node). Tell it, and
+                // answer for this subtree as below.
+                acts.push(Act::Send(
+                    from,
+                    BarrierMsg::Release,
+                    self.current - 1,
+                    Vec::new(),
+                ));
+                if Some(from) == at.parent {
+                    self.told = None;
+                }
+            }
+            BarrierMsg::Ask if number != 0 => {
+                // The root numbers barriers in order: barrier `number` in
+                // progress means every one before it was released, whoever
+                // says so (views reach nodes one at a time, so the sender
+                // may not be this node's parent yet).
+                if self.current != 0 && number > self.current {
+                    self.release(number - 1, Some(Vec::new()), at, &mut acts);
+                }
+                if self.current == 0 || number > self.current {
+                    self.current = number;
+                }
+                if Some(from) == at.parent {
+                    // Asked by the parent: answer again (a parent still at
+                    // an earlier barrier learns from the answer that it was
+                    // released).
                     self.told = None;
                 }
             }
@@ -178,20 +208,45 @@ impl GroupBarrier {
             }
         }
         for &c in at.children {
-            if !self.arrived.contains(&c) && self.asked.insert(c) {
+            if !self.arrived.contains_key(&c) && self.asked.insert(c) {
                 acts.push(Act::Send(c, BarrierMsg::Ask, self.current, Vec::new()));
             }
         }
-        if !at.children.iter().all(|c| self.arrived.contains(c)) {
+        if !at.children.iter().all(|c| self.arrived.contains_key(c)) {
             return acts;
         }
+        // The nodes this subtree speaks for: this one and what its current
+        // children's reports cover.
+        let mut covered: Vec<NodeId> = at
+            .children
+            .iter()
+            .filter_map(|c| self.arrived.get(c))
+            .flatten()
+            .copied()
+            .chain([at.node])
+            .collect();
+        covered.sort_unstable();
+        covered.dedup();
         match at.parent {
-            None => self.release(self.current, None, at, &mut acts),
-            Some(p) if self.told != Some((p, self.current)) => {
-                self.told = Some((p, self.current));
-                acts.push(Act::Send(p, BarrierMsg::Arrived, self.current, Vec::new()));
+            // The root releases once the reports cover its whole view; a
+            // child whose view still lacks some node reports again when
+            // its subtree grows.
+            None if at.view.iter().all(|n| covered.binary_search(n).is_ok()) => {
+                self.release(self.current, None, at, &mut acts)
             }
-            Some(_) => {}
+            None => {}
+            Some(p) => {
+                let told = (p, self.current, covered);
+                if self.told.as_ref() != Some(&told) {
+                    acts.push(Act::Send(
+                        p,
+                        BarrierMsg::Arrived,
+                        self.current,
+                        told.2.clone(),
+                    ));
+                    self.told = Some(told);
+                }
+            }
         }
         acts
     }
@@ -247,6 +302,7 @@ impl<T: Transport> Daemon<T> {
         let tree = feedback_tree(lg.view.as_ref(), lg.tree_fanout.max(2), node);
         let children = tree.as_ref().map(|t| t.children(node)).unwrap_or_default();
         let place = Place {
+            node,
             parent: tree.as_ref().and_then(|t| t.parent(node)),
             children: &children,
             members: &lg.members,
@@ -354,6 +410,7 @@ mod tests {
             let children = self.tree.children(node);
             let members = [ClientId(u64::from(node))];
             let at = Place {
+                node,
                 parent: self.tree.parent(node),
                 children: &children,
                 members: &members,
@@ -467,6 +524,7 @@ mod tests {
         let members = [ClientId(4)];
         let b4 = net.nodes.get_mut(&4).unwrap();
         let stale = Place {
+            node: 4,
             parent: stale_tree.parent(4),
             children: &[],
             members: &members,
@@ -475,7 +533,7 @@ mod tests {
         // It learns the number, and reports to the parent it knows: node 2.
         assert_eq!(
             b4.message(1, what, n, &[], stale),
-            vec![Act::Send(2, BarrierMsg::Arrived, 1, Vec::new())]
+            vec![Act::Send(2, BarrierMsg::Arrived, 1, vec![4])]
         );
         // Then node 4's view changes: it reports to node 1, which releases all.
         net.run(4, |b, at| b.view_changed(at));
@@ -499,7 +557,7 @@ mod tests {
         // change of the tree): node 1 waits at barrier 2, node 3 has not
         // arrived.
         net.wait(1);
-        net.run(1, |b, at| b.message(2, BarrierMsg::Arrived, 1, &[], at));
+        net.run(1, |b, at| b.message(2, BarrierMsg::Arrived, 1, &[2], at));
         net.deliver_all();
         net.wait(2);
         net.deliver_all();

@@ -39,6 +39,8 @@
 //!   publication ring directly (one copy into each ring).
 
 mod barrier;
+#[cfg(test)]
+mod barrier_sweep;
 mod clients;
 mod deliver;
 mod flush;

@@ -1,0 +1,291 @@
+//! A seeded simulation of the barrier (`barrier`, docs/protocol.md §6.2)
+//! over many seeds: nodes of one group, each with one member passing a
+//! number of barriers, reliable FIFO links between every pair (the daemons'
+//! links), views that reach each node at its own time, and crashes of any
+//! node, the root (the agent) included, which moves the root to the lowest
+//! surviving node. The order of every event is drawn from the seed.
+//!
+//! Checked at every release and at the end: nobody leaves barrier k before
+//! every member still alive has called it k times; each call is answered
+//! exactly once; once the crashes are over and everything is delivered,
+//! every survivor has passed every barrier. 2,000 seeds a run
+//! (`BARRIER_SEEDS=N` for more); a failure prints its seed and how to run
+//! it alone (`BARRIER_SEED=S cargo test -p mcast-cli --lib barrier_sweep`).
+//!
+//! Owns: this simulation. May not touch: the barrier's state (it drives
+//! `GroupBarrier` through its methods only).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use mcast_ipc::ClientId;
+use mcast_proto::{FeedbackTree, Rng};
+use mcast_wire::NodeId;
+
+use super::barrier::{Act, GroupBarrier, Place};
+use crate::links::BarrierMsg;
+
+/// Barriers each member passes.
+const ROUNDS: u64 = 4;
+
+/// A barrier message in flight: what, number, node ids.
+type Msg = (BarrierMsg, u64, Vec<NodeId>);
+
+struct Node {
+    barrier: GroupBarrier,
+    /// The view this node holds (it lags the truth until updated).
+    view: Vec<NodeId>,
+    /// Calls made, and calls answered.
+    calls: u64,
+    answered: u64,
+    waiting: bool,
+}
+
+struct World {
+    rng: Rng,
+    fanout: u16,
+    nodes: BTreeMap<NodeId, Node>,
+    /// FIFO per (from, to).
+    links: BTreeMap<(NodeId, NodeId), VecDeque<Msg>>,
+    /// Views not yet delivered, per node, in order.
+    views: BTreeMap<NodeId, VecDeque<Vec<NodeId>>>,
+    crashes_left: u32,
+    log: Vec<String>,
+}
+
+impl World {
+    fn truth(&self) -> Vec<NodeId> {
+        self.nodes.keys().copied().collect()
+    }
+
+    /// Runs one barrier step at `node` against its own view.
+    fn step(
+        &mut self,
+        node: NodeId,
+        f: impl FnOnce(&mut GroupBarrier, Place<'_>) -> Vec<Act>,
+    ) -> Result<(), String> {
+        let Some(n) = self.nodes.get_mut(&node) else {
+            return Ok(());
+        };
+        // The agent is the lowest node of the view (the root moves with it).
+        let root = n.view[0];
+        let tree = FeedbackTree::new(root, &n.view, self.fanout);
+        let children = tree.children(node);
+        let members = [ClientId(u64::from(node))];
+        let view = n.view.clone();
+        let at = Place {
+            node,
+            parent: tree.parent(node),
+            children: &children,
+            members: &members,
+            view: &view,
+        };
+        let acts = f(&mut n.barrier, at);
+        for act in acts {
+            match act {
+                Act::Send(to, what, number, dropped) => {
+                    self.log
+                        .push(format!("{node}->{to} {what:?} {number} {dropped:?}"));
+                    if self.nodes.contains_key(&to) {
+                        self.links
+                            .entry((node, to))
+                            .or_default()
+                            .push_back((what, number, dropped));
+                    }
+                }
+                Act::Release { clients, .. } => {
+                    for (c, _) in clients {
+                        let m = c.0 as NodeId;
+                        self.log.push(format!("release {m}"));
+                        self.released(m)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn released(&mut self, m: NodeId) -> Result<(), String> {
+        let k = {
+            let n = self.nodes.get_mut(&m).ok_or("a crashed member released")?;
+            if !n.waiting {
+                return Err(format!("member {m} answered twice for one call"));
+            }
+            n.waiting = false;
+            n.answered += 1;
+            n.answered
+        };
+        // Every member still alive has called barrier k.
+        if let Some((x, n)) = self.nodes.iter().find(|(_, n)| n.calls < k) {
+            return Err(format!(
+                "member {m} released from barrier {k} while member {x} has made {} calls",
+                n.calls
+            ));
+        }
+        Ok(())
+    }
+
+    fn crash(&mut self, victim: NodeId) {
+        self.log.push(format!("crash {victim}"));
+        self.nodes.remove(&victim);
+        self.views.remove(&victim);
+        self.links.retain(|&(a, b), _| a != victim && b != victim);
+        let view = self.truth();
+        for q in self.views.values_mut() {
+            q.push_back(view.clone());
+        }
+    }
+
+    /// One random event; false when nothing is left to happen.
+    fn event(&mut self) -> Result<bool, String> {
+        let mut choices: Vec<u8> = Vec::new();
+        let callers: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| !n.waiting && n.calls < ROUNDS)
+            .map(|(&k, _)| k)
+            .collect();
+        let links: Vec<(NodeId, NodeId)> = self
+            .links
+            .iter()
+            .filter(|(_, q)| !q.is_empty())
+            .map(|(&k, _)| k)
+            .collect();
+        let viewers: Vec<NodeId> = self
+            .views
+            .iter()
+            .filter(|(_, q)| !q.is_empty())
+            .map(|(&k, _)| k)
+            .collect();
+        if !callers.is_empty() {
+            choices.push(0);
+        }
+        if !links.is_empty() {
+            choices.extend([1, 1, 1]);
+        }
+        if !viewers.is_empty() {
+            choices.push(2);
+        }
+        if self.crashes_left > 0 && self.nodes.len() > 1 {
+            choices.push(3);
+        }
+        if choices.is_empty() {
+            return Ok(false);
+        }
+        let pick = |rng: &mut Rng, n: usize| rng.range(0, n as u64 - 1) as usize;
+        match choices[pick(&mut self.rng, choices.len())] {
+            0 => {
+                let node = callers[pick(&mut self.rng, callers.len())];
+                let n = self.nodes.get_mut(&node).expect("a caller is alive");
+                n.calls += 1;
+                n.waiting = true;
+                self.log.push(format!("call {node} #{}", n.calls));
+                self.step(node, |b, at| b.wait(ClientId(u64::from(node)), 1, at))?;
+            }
+            1 => {
+                let (from, to) = links[pick(&mut self.rng, links.len())];
+                let (what, number, dropped) = self
+                    .links
+                    .get_mut(&(from, to))
+                    .and_then(VecDeque::pop_front)
+                    .expect("non-empty");
+                self.step(to, |b, at| b.message(from, what, number, &dropped, at))?;
+            }
+            2 => {
+                let node = viewers[pick(&mut self.rng, viewers.len())];
+                let view = self
+                    .views
+                    .get_mut(&node)
+                    .and_then(VecDeque::pop_front)
+                    .expect("non-empty");
+                self.log.push(format!("view {node} {view:?}"));
+                if let Some(n) = self.nodes.get_mut(&node) {
+                    n.view = view;
+                }
+                self.step(node, |b, at| b.view_changed(at))?;
+            }
+            _ => {
+                let alive = self.truth();
+                let victim = alive[pick(&mut self.rng, alive.len())];
+                self.crashes_left -= 1;
+                self.crash(victim);
+            }
+        }
+        Ok(true)
+    }
+}
+
+fn run(seed: u64) -> Result<(), String> {
+    let mut rng = Rng::new(seed);
+    let n = rng.range(2, 9) as u32;
+    let fanout = rng.range(2, 3) as u16;
+    let crashes = rng.range(0, u64::from(n.min(3)) - 1) as u32;
+    let view: Vec<NodeId> = (1..=n).collect();
+    let mut w = World {
+        rng,
+        fanout,
+        nodes: view
+            .iter()
+            .map(|&v| {
+                (
+                    v,
+                    Node {
+                        barrier: GroupBarrier::default(),
+                        view: view.clone(),
+                        calls: 0,
+                        answered: 0,
+                        waiting: false,
+                    },
+                )
+            })
+            .collect(),
+        links: BTreeMap::new(),
+        views: view.iter().map(|&v| (v, VecDeque::new())).collect(),
+        crashes_left: crashes,
+        log: Vec::new(),
+    };
+    let fail = |w: &World, e: String| {
+        let tail: Vec<&String> = w.log.iter().rev().take(80).collect();
+        format!("seed {seed} ({n} nodes, fanout {fanout}, {crashes} crashes): {e}\nlast events, newest first: {tail:#?}\nreplay: BARRIER_SEED={seed} cargo test -p mcast-cli --lib barrier_sweep")
+    };
+    let mut steps = 0;
+    loop {
+        match w.event() {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => return Err(fail(&w, e)),
+        }
+        steps += 1;
+        if steps > 100_000 {
+            return Err(fail(&w, "no end after 100,000 events".into()));
+        }
+    }
+    // Quiet: every survivor passed every barrier.
+    if let Some((x, n)) = w.nodes.iter().find(|(_, n)| n.answered < ROUNDS) {
+        return Err(fail(
+            &w,
+            format!(
+                "member {x} passed {} of {ROUNDS} barriers (waiting: {})",
+                n.answered, n.waiting
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn barrier_sweep() {
+    if let Ok(seed) = std::env::var("BARRIER_SEED") {
+        let seed: u64 = seed.parse().expect("BARRIER_SEED is a number");
+        run(seed).unwrap_or_else(|e| panic!("{e}"));
+        return;
+    }
+    // BARRIER_SEEDS=N for a longer sweep.
+    let seeds: u64 = std::env::var("BARRIER_SEEDS").map_or(2_000, |n| n.parse().expect("a number"));
+    let failures: Vec<String> = (0..seeds).filter_map(|s| run(s).err()).collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {seeds} seeds failed; the first: {}",
+        failures.len(),
+        failures[0]
+    );
+}
