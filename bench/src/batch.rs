@@ -30,6 +30,8 @@ pub struct BatchConfig {
     pub repeat: usize,
     pub rate: u64,
     pub paced_messages: u64,
+    /// A line added to every daemon's configuration (both modes).
+    pub daemon_config: String,
 }
 
 /// The figures of one (receivers, size) cell in one mode, one entry per start.
@@ -73,7 +75,8 @@ pub fn run(cfg: &BatchConfig, json_out: Option<&str>) -> Result<(), String> {
                     i + 1,
                     cfg.repeat
                 );
-                one_cluster(cfg, &mcastd, r, extra, &mut figs[ri], mi)?;
+                let extra = format!("{extra}\n{}", cfg.daemon_config);
+                one_cluster(cfg, &mcastd, r, &extra, &mut figs[ri], mi)?;
             }
         }
     }

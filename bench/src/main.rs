@@ -227,6 +227,10 @@ enum Command {
         /// Also write every run to this JSON file.
         #[arg(long, value_name = "FILE")]
         json: Option<String>,
+        /// A line added to every daemon's configuration in both modes, e.g.
+        /// 'tree_fanout = 2' to measure the path with the feedback tree.
+        #[arg(long, value_name = "LINE")]
+        daemon_config: Option<String>,
     },
     /// Seed 000 §4's comparison (Figures 8-10): iterative, ACK, NAK and MAK to 1..6 receivers at
     /// 512 and 1,024 B, plus Go-Back-N and the raw blast, over the simulator and AF_XDP (root),
@@ -422,6 +426,7 @@ fn main() -> ExitCode {
                 rate,
                 paced_messages,
                 json,
+                daemon_config,
             } => batch::run(
                 &batch::BatchConfig {
                     receivers,
@@ -431,6 +436,7 @@ fn main() -> ExitCode {
                     repeat,
                     rate,
                     paced_messages,
+                    daemon_config: daemon_config.unwrap_or_default(),
                 },
                 json.as_deref(),
             ),
