@@ -180,29 +180,29 @@ impl FeedbackTree {
         }
         deepest
     }
-
-    /// The members whose feedback reaches `local` through `neighbour`
-    /// (the part of the tree beyond it, as seen from `local`), in node
-    /// order.
-    pub fn beyond(&self, local: NodeId, neighbour: NodeId) -> Vec<NodeId> {
-        let (Some(l), Some(n)) = (self.position(local), self.position(neighbour)) else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        let mut stack = vec![(n, l)];
-        while let Some((i, from)) = stack.pop() {
-            out.push(self.order[i]);
-            let next: Vec<usize> = self.neighbours_of(i).filter(|&c| c != from).collect();
-            stack.extend(next.into_iter().map(|c| (c, i)));
-        }
-        out.sort_unstable();
-        out
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The nodes whose feedback reaches `local` through `neighbour`
+    /// (the part of the tree beyond it, as seen from `local`), in node
+    /// order.
+    fn beyond(t: &FeedbackTree, local: NodeId, neighbour: NodeId) -> Vec<NodeId> {
+        let (Some(l), Some(n)) = (t.position(local), t.position(neighbour)) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut stack = vec![(n, l)];
+        while let Some((i, from)) = stack.pop() {
+            out.push(t.order[i]);
+            let next: Vec<usize> = t.neighbours_of(i).filter(|&c| c != from).collect();
+            stack.extend(next.into_iter().map(|c| (c, i)));
+        }
+        out.sort_unstable();
+        out
+    }
 
     fn tree(n: u32, root: NodeId, k: u16) -> FeedbackTree {
         let nodes: Vec<NodeId> = (1..=n).collect();
@@ -247,7 +247,7 @@ mod tests {
                     let mut seen: Vec<NodeId> = t
                         .downstream(source, source)
                         .into_iter()
-                        .flat_map(|nb| t.beyond(source, nb))
+                        .flat_map(|nb| beyond(&t, source, nb))
                         .collect();
                     seen.sort_unstable();
                     let others: Vec<NodeId> = (1..=n).filter(|&x| x != source).collect();

@@ -255,8 +255,9 @@ impl Feedback {
 }
 
 /// The echo of a request stamped `tstamp` that reached this node at
-/// `arrived`, sent at `now`: the stamp plus the time held here.
-fn echo(tstamp: u32, arrived: Instant, now: Instant) -> u32 {
+/// `arrived`, sent at `now`: the stamp plus the time held here, so that
+/// `now − echo` at the sender is the network round trip.
+pub(super) fn echo(tstamp: u32, arrived: Instant, now: Instant) -> u32 {
     tstamp.wrapping_add(now.saturating_duration_since(arrived).as_micros() as u32)
 }
 

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use super::feedback::{Feedback, Report, Timing};
+use super::feedback::{echo, Feedback, Report, Timing};
 use super::{MakConfig, NakTimer};
 use crate::api::{header_for, rng_for};
 use crate::recv::{Accepted, InOrder};
@@ -215,6 +215,14 @@ impl MakReceiver {
         }
     }
 
+    /// A request for ACKs up to `upto` (an ACK_REQ, a poll, the sender's
+    /// ask): frames up to it exist, and an ACK is owed.
+    fn take_request(&mut self, now: Instant, upto: Seq, tstamp_us: u32) {
+        self.reveal(upto);
+        self.note_request(now, upto, tstamp_us);
+        self.arm_nak_timer(now);
+    }
+
     fn note_request(&mut self, now: Instant, upto: Seq, tstamp_us: u32) {
         self.counters.ack_reqs_received += 1;
         let newer = self.ack_owed.is_none_or(|(r, _, _)| !r.after(upto));
@@ -234,11 +242,10 @@ impl MakReceiver {
             return false;
         }
         self.ack_owed = None;
-        let held_us = now.saturating_duration_since(at).as_micros() as u32;
-        let echo = tstamp_us.wrapping_add(held_us);
         let own = self.inorder.next_expected();
-        let timing = self.poll_timing();
-        if let Some(f) = self.feedback.as_mut() {
+        if self.feedback.is_some() {
+            let timing = self.poll_timing();
+            let f = self.feedback.as_mut().expect("checked");
             // In the tree: merged with the subtree's reports, upstream.
             return match f.own_ready(now, timing, own, upto, (tstamp_us, at)) {
                 Some(report) => {
@@ -249,7 +256,7 @@ impl MakReceiver {
                 None => false,
             };
         }
-        self.send_direct(upto, echo);
+        self.send_direct(upto, echo(tstamp_us, at, now));
         true
     }
 
@@ -260,8 +267,7 @@ impl MakReceiver {
             return;
         };
         if self.inorder.next_expected().after(upto) {
-            let held_us = now.saturating_duration_since(at).as_micros() as u32;
-            self.send_direct(upto, tstamp_us.wrapping_add(held_us));
+            self.send_direct(upto, echo(tstamp_us, at, now));
         }
     }
 
@@ -351,9 +357,7 @@ impl MakReceiver {
     /// request counts as received, and unless that completes the report,
     /// the current one answers at once (the subtree is alive).
     fn on_poll(&mut self, now: Instant, header: &Header, upto: Seq) {
-        self.reveal(upto);
-        self.note_request(now, upto, header.tstamp_us);
-        self.arm_nak_timer(now);
+        self.take_request(now, upto, header.tstamp_us);
         if self.maybe_ack(now) || header.src != self.stream.sender {
             // A parent's poll is answered by the complete report only: a
             // subtree still repairing stays silent (the parent's backoff
@@ -610,16 +614,12 @@ impl Endpoint for MakReceiver {
             {
                 // The sender asks this member past the tree (the way up
                 // was silent): it answers for itself, straight back.
-                self.reveal(header.ack);
-                self.note_request(now, header.ack, header.tstamp_us);
-                self.arm_nak_timer(now);
+                self.take_request(now, header.ack, header.tstamp_us);
                 self.ack_direct(now);
             }
             (Kind::AckReq, _) if header.src == self.stream.sender => {
                 // The sender's timer resend: a frame up to `ack` exists.
-                self.reveal(header.ack);
-                self.note_request(now, header.ack, header.tstamp_us);
-                self.arm_nak_timer(now);
+                self.take_request(now, header.ack, header.tstamp_us);
                 self.maybe_ack(now);
             }
             (Kind::Ack, _) if header.flags.contains(Flags::ACK_REQ) => {
