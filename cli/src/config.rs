@@ -121,6 +121,20 @@ pub enum Polling {
     Sleep,
 }
 
+/// How a group orders its senders' messages (docs/mcastd.md, "Group modes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupMode {
+    /// Each sender multicasts in its own stream; every receiver delivers
+    /// each sender's messages in that sender's order.
+    #[default]
+    Fifo,
+    /// Every member's messages go through the root of the group's hybrid
+    /// tree (its agent), which multicasts them: every member delivers all
+    /// senders' messages in one order, the root's.
+    Sequenced,
+}
+
 /// What happens when a client subscription's ring is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -166,6 +180,7 @@ from_str_by_name!(Datapath, "datapath", ["xdp" => Datapath::Xdp, "packet" => Dat
 from_str_by_name!(XdpMode, "xdp_mode", ["auto" => XdpMode::Auto, "native" => XdpMode::Native, "skb" => XdpMode::Skb]);
 from_str_by_name!(Polling, "polling", ["adaptive" => Polling::Adaptive, "busy" => Polling::Busy, "sleep" => Polling::Sleep]);
 from_str_by_name!(SlowSubscriber, "slow_subscriber", ["cutoff" => SlowSubscriber::Cutoff, "hold" => SlowSubscriber::Hold]);
+from_str_by_name!(GroupMode, "mode", ["fifo" => GroupMode::Fifo, "sequenced" => GroupMode::Sequenced]);
 from_str_by_name!(LogLevel, "log", ["error" => LogLevel::Error, "warn" => LogLevel::Warn, "info" => LogLevel::Info, "debug" => LogLevel::Debug]);
 
 /// Another node on the segment.
@@ -200,6 +215,9 @@ pub struct GroupConfig {
     /// Overrides `tree_fanout`.
     #[serde(default)]
     pub tree_fanout: Option<u16>,
+    /// Overrides `mode`.
+    #[serde(default)]
+    pub mode: Option<GroupMode>,
 }
 
 /// What a group runs with: the daemon's defaults with its `[[group]]` overrides.
@@ -216,6 +234,8 @@ pub struct GroupSettings {
     /// MAK's ACKs climb a feedback tree of this fanout (0: straight to the
     /// sender; docs/protocol.md §3.4).
     pub tree_fanout: u16,
+    /// How the group orders its senders' messages.
+    pub mode: GroupMode,
 }
 
 /// mcastd's configuration. See `docs/mcastd.toml.example` for every key.
@@ -288,6 +308,10 @@ pub struct Config {
     /// receiver's ACK to the sender.
     #[serde(default)]
     pub tree_fanout: u16,
+    /// Default group mode: "fifo" (each sender's order) or "sequenced"
+    /// (every sender through the tree's root, one order for all).
+    #[serde(default)]
+    pub mode: GroupMode,
     /// Bytes per client subscription ring.
     #[serde(default = "d_buffer")]
     pub subscriber_buffer: u64,
@@ -888,6 +912,7 @@ impl Config {
                 .unwrap_or(self.slow_subscriber),
             batch: g.and_then(|g| g.batch).unwrap_or(self.batch),
             tree_fanout: g.and_then(|g| g.tree_fanout).unwrap_or(self.tree_fanout),
+            mode: g.and_then(|g| g.mode).unwrap_or(self.mode),
         }
     }
 

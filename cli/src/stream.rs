@@ -656,6 +656,21 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
                 over_receivers("ack_reqs_sent"),
             );
         }
+        let m = &g["mode"];
+        if m["mode"] == "sequenced" {
+            // Many-to-many through the root: what goes up to it, and what it sends on.
+            s += &format!(
+                "  sequenced: root {}  forwarded {}  pending {}  resent {}  sequenced {} (own {})  queued {}  duplicates {}\n",
+                m["root"],
+                m["forwarded"],
+                m["pending"],
+                m["resent"],
+                m["sequenced"],
+                m["sequenced_own"],
+                m["queued"],
+                m["duplicates"],
+            );
+        }
         for r in g["receivers"].as_array().into_iter().flatten() {
             let c = &r["counters"];
             s += &format!(
@@ -729,6 +744,23 @@ mod tests {
             "{text}"
         );
         assert!(!render_stats(&group(Value::Null), None).contains("tree:"));
+    }
+
+    #[test]
+    fn stat_shows_a_sequenced_groups_root_and_its_counters() {
+        let v = serde_json::json!({"groups": [{
+            "name": "g", "group": 1, "algorithm": "mak", "tree": null, "receivers": [],
+            "mode": {"mode": "sequenced", "root": 3, "forwarded": 10, "pending": 2, "resent": 0,
+                     "sequenced": 0, "sequenced_own": 0, "queued": 0, "duplicates": 1},
+        }]});
+        let text = render_stats(&v, None);
+        assert!(
+            text.contains("sequenced: root 3  forwarded 10  pending 2  resent 0  sequenced 0 (own 0)  queued 0  duplicates 1"),
+            "{text}"
+        );
+        let fifo =
+            serde_json::json!({"groups": [{"name": "g", "group": 1, "mode": {"mode": "fifo"}}]});
+        assert!(!render_stats(&fifo, None).contains("sequenced:"));
     }
 
     #[test]

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use mcast_cli::config::{
-    parse_mac, parse_mode, Algorithm, Config, ConfigError, Datapath, GroupSettings, LogLevel,
-    Overrides, Polling, SlowSubscriber, XdpMode,
+    parse_mac, parse_mode, Algorithm, Config, ConfigError, Datapath, GroupMode, GroupSettings,
+    LogLevel, Overrides, Polling, SlowSubscriber, XdpMode,
 };
 use mcast_wire::MacAddr;
 
@@ -64,6 +64,7 @@ fn the_example_file_parses_and_validates() {
             slow_subscriber: SlowSubscriber::Hold,
             batch: true,
             tree_fanout: 0,
+            mode: GroupMode::Fifo,
         }
     );
     // The example shows the defaults: it equals the minimal file plus its peers and group.
@@ -113,6 +114,7 @@ fn defaults() {
             slow_subscriber: SlowSubscriber::Cutoff,
             batch: true,
             tree_fanout: 0,
+            mode: GroupMode::Fifo,
         }
     );
     // A group's own fanout overrides the daemon's.
@@ -122,6 +124,13 @@ fn defaults() {
     ));
     assert_eq!(cfg.group_settings("wide").tree_fanout, 8);
     assert_eq!(cfg.group_settings("other").tree_fanout, 2);
+    // And its mode the daemon's.
+    let cfg = parse(&with(
+        "mode = \"sequenced\"\n",
+        "[[group]]\nname = \"own\"\nmode = \"fifo\"\n",
+    ));
+    assert_eq!(cfg.group_settings("own").mode, GroupMode::Fifo);
+    assert_eq!(cfg.group_settings("other").mode, GroupMode::Sequenced);
 }
 
 #[test]

@@ -251,7 +251,8 @@ fn serve<T: Transport>(
     let mut ec = EngineConfig::new(cfg.node, 0, mcast_engine::Algorithm::Mak);
     ec.mtu = mtu as usize;
     ec.peers = cfg.peers.iter().map(|p| (p.node, p.mac)).collect();
-    ec.max_message = cfg.max_message as usize;
+    // Room for what a group mode adds (the sequenced mode's origin header).
+    ec.max_message = cfg.max_message as usize + mcast_cli::daemon::mode::MODE_HEADROOM;
     ec.window_frames = cfg.window();
     ec.cpu = cfg.cpu;
     ec.seed = u64::from(cfg.node);

@@ -360,7 +360,7 @@ impl<T: Transport> Daemon<T> {
                     );
                     continue;
                 }
-                match self.publish_in_mode(group)? {
+                match self.publish_in_mode(group, c)? {
                     Published::Sent => {}
                     Published::WouldBlock => break, // window full: try again next round
                     Published::Dropped(message) => {
@@ -368,7 +368,9 @@ impl<T: Transport> Daemon<T> {
                         self.clients.server.notify(c, Notice::Error { message });
                     }
                 }
-                self.loopback(group, c);
+                if self.mode_loops_back(group) {
+                    self.loopback(group, c);
+                }
                 self.clients
                     .server
                     .publications(c)
@@ -538,7 +540,22 @@ impl<T: Transport> Daemon<T> {
 
     /// A membership event record into each of `members`' rings, in order with their data.
     pub(super) fn event_to(&mut self, members: &[ClientId], hdr: RecordHeader, event: &[u8]) {
+        self.records_to(members, hdr, event, None);
+    }
+
+    /// One record to `members` but `except` (its publisher, when a mode
+    /// delivers a local publication in its place in the group's order).
+    pub(super) fn records_to(
+        &mut self,
+        members: &[ClientId],
+        hdr: RecordHeader,
+        event: &[u8],
+        except: Option<ClientId>,
+    ) {
         for &c in members {
+            if Some(c) == except {
+                continue;
+            }
             if let Some(state) = self.clients.by_id.get_mut(&c) {
                 deliver_to(
                     &mut self.clients.server,

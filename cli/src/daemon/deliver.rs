@@ -65,8 +65,11 @@ impl Deliver for Sink<'_> {
         };
         let (clients, counters) = (&mut *self.clients, &mut *self.counters);
         let (mode, members) = lg.mode_and_members();
-        mode.deliver(&f, &mut |hdr, data| {
+        mode.deliver(&f, &mut |hdr, data, except| {
             for &c in members {
+                if Some(c) == except {
+                    continue;
+                }
                 if let Some(state) = clients.by_id.get_mut(&c) {
                     deliver_to(&mut clients.server, c, state, hdr, data, counters);
                 }

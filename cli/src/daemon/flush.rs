@@ -12,14 +12,14 @@
 
 use std::collections::HashMap;
 
-use mcast_engine::{EngineError, StreamStart, Transport};
+use mcast_engine::{EngineError, Fragment, StreamStart, Transport};
 use mcast_groups::detector::PeerState;
 use mcast_groups::flush::{FlushFrame, FlushKey, FlushMsg, Flushes, Outcome, Retained};
 use mcast_ipc::ClientId;
 use mcast_wire::{GroupId, NodeId};
 use serde_json::json;
 
-use super::deliver::{data_record, event_record};
+use super::deliver::event_record;
 use super::Daemon;
 use super::FastMap;
 use crate::links::LinkMessage;
@@ -48,6 +48,10 @@ pub(super) struct FlushGlue {
     /// Starts of a stream whose flush runs here, applied when it ends (the
     /// flush and the reopened stream would deliver the same frames).
     pub(super) deferred_starts: HashMap<FlushKey, StreamStart>,
+    /// Starts a group's mode holds (the sequenced mode: a stream that is not
+    /// the root's, or the new root's while the departed root's last messages
+    /// are recovered), tried again at each view change and flush end.
+    pub(super) held_starts: HashMap<GroupId, Vec<(NodeId, StreamStart)>>,
 }
 
 impl<T: Transport> Daemon<T> {
@@ -130,26 +134,35 @@ impl<T: Transport> Daemon<T> {
         self.send_flush(out);
     }
 
-    /// A frame the flush of `key` took: to the local members, as from the
-    /// departed sender, after the event of a jump.
+    /// A frame the flush of `key` took: to the local members through the
+    /// group's mode, as from the departed sender, after the event of a jump.
     pub(super) fn deliver_flushed(&mut self, key: FlushKey, frame: &FlushFrame, skipped: u64) {
         self.note_stopped(key.group, key.sender, key.epoch, Some(frame.seq.next()));
-        let members = self
-            .local
-            .get(&key.group)
-            .map(|lg| lg.members.clone())
-            .unwrap_or_default();
         if skipped > 0 {
+            let members = self
+                .local
+                .get(&key.group)
+                .map(|lg| lg.members.clone())
+                .unwrap_or_default();
             self.jumped(key, skipped, &members);
         }
-        let hdr = data_record(key.group, key.sender, frame.first, frame.last);
+        let deliver = |d: &mut Self, data: &[u8]| {
+            d.deliver_in_mode(&Fragment {
+                group: key.group,
+                stream: key.sender,
+                seq: frame.seq,
+                first: frame.first,
+                last: frame.last,
+                data,
+            })
+        };
         if frame.batch {
             // Validated when the link message was decoded.
             for m in mcast_wire::batch::records(&frame.data) {
-                self.event_to(&members, hdr, m);
+                deliver(self, m);
             }
         } else {
-            self.event_to(&members, hdr, &frame.data);
+            deliver(self, &frame.data);
         }
     }
 
@@ -228,6 +241,7 @@ impl<T: Transport> Daemon<T> {
             if self.flush.flushes.pending_in(key.group) {
                 continue;
             }
+            self.release_held_starts(key.group)?;
             let Some(lg) = self.local.get_mut(&key.group) else {
                 continue;
             };

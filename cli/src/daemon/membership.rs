@@ -247,7 +247,11 @@ impl<T: Transport> Daemon<T> {
                 view: None,
                 remote: Vec::new(),
                 members: Vec::new(),
-                mode: mode::for_group(self.streams.send_resume.get(&group).copied()),
+                mode: mode::for_group(
+                    s.mode,
+                    self.node,
+                    self.streams.send_resume.get(&group).copied(),
+                ),
                 paused: false,
                 slow: s.slow_subscriber,
                 closed: Vec::new(),

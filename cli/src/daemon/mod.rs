@@ -108,6 +108,8 @@ pub struct Daemon<T: Transport> {
     log: Logger,
     shutdown: Arc<AtomicBool>,
     fds: Vec<RawFd>,
+    /// The records a group's mode hands over in one call (reused).
+    mode_records: mode::ModeRecords,
 }
 
 impl<T: Transport> Daemon<T> {
@@ -141,6 +143,7 @@ impl<T: Transport> Daemon<T> {
             log,
             shutdown,
             fds: Vec::new(),
+            mode_records: Default::default(),
             cfg,
         })
     }
@@ -187,7 +190,7 @@ impl<T: Transport> Daemon<T> {
             kept: &mut self.flush.kept,
             links: &mut self.links,
             counters: &mut self.counters,
-            max_message: self.cfg.max_message as usize,
+            max_message: self.cfg.max_message as usize + mode::MODE_HEADROOM,
         };
         // Sleep only if no client has published meanwhile (the marks make
         // the next publish ring the doorbell, one of `fds`).

@@ -5,8 +5,8 @@
 //! different groups between the same two nodes share the path; the group
 //! number in each ACK frame's header tells them apart.
 //!
-//! Owns: which tree a group's streams report over, and how `mcast stat`
-//! shows it. May not touch: the view (membership), the ACK rounds (the
+//! Owns: which tree a group's streams report over, the tree's root (which
+//! the sequenced mode sends through too), and how `mcast stat` shows it. May not touch: the view (membership), the ACK rounds (the
 //! engine's machines run them).
 
 use mcast_engine::{EngineError, Transport};
@@ -29,19 +29,27 @@ pub(super) fn feedback_tree(
     fanout: u16,
     local: NodeId,
 ) -> Option<FeedbackTree> {
-    let view = view?;
-    let nodes = view.nodes();
+    let nodes = view?.nodes();
     if fanout == 0 || nodes.len() < 2 || !nodes.contains(&local) {
         return None;
     }
-    let root = if nodes.contains(&view.agent) {
-        view.agent
-    } else {
-        nodes[0]
-    };
+    let root = root_of(view)?;
     let depth = MakConfig::default().tree_max_depth;
     let fanout = FeedbackTree::fanout_for(nodes.len(), fanout, depth);
     Some(FeedbackTree::new(root, &nodes, fanout))
+}
+
+/// The root of the hybrid tree of `view`: the group agent when the agent
+/// has members in the view, else the view's lowest node (None: no view, or
+/// an empty one). The feedback tree and the sequenced mode share it.
+pub(super) fn root_of(view: Option<&View>) -> Option<NodeId> {
+    let view = view?;
+    let nodes = view.nodes();
+    if nodes.contains(&view.agent) {
+        Some(view.agent)
+    } else {
+        nodes.first().copied()
+    }
 }
 
 impl<T: Transport> Daemon<T> {

@@ -10,11 +10,11 @@
 //! on (the flush).
 
 use mcast_engine::{EngineError, Fragment, PublishError, StreamStart};
-use mcast_ipc::RecordHeader;
+use mcast_ipc::ClientId;
 use mcast_wire::{GroupId, NodeId, Seq};
 use serde_json::json;
 
-use super::{GroupMode, ModeCx, Published, StreamOps};
+use super::{GroupMode, ModeCx, Out, Published, StreamOps};
 use crate::daemon::deliver::data_record;
 use crate::links::LinkMessage;
 
@@ -50,7 +50,13 @@ impl GroupMode for PerSenderFifo {
 
     /// Opens the send stream on first use, to the view's remote nodes, and
     /// tells each where it starts.
-    fn publish(&mut self, cx: &mut ModeCx<'_>, msg: &[u8]) -> Result<Published, EngineError> {
+    fn publish(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        _from: ClientId,
+        msg: &[u8],
+        _out: &mut Out<'_>,
+    ) -> Result<Published, EngineError> {
         if cx.remote.is_empty() {
             return Ok(Published::Sent); // nobody else in the group: local delivery only
         }
@@ -97,8 +103,12 @@ impl GroupMode for PerSenderFifo {
         Ok(true)
     }
 
-    fn deliver(&mut self, f: &Fragment<'_>, out: &mut dyn FnMut(RecordHeader, &[u8])) {
-        out(data_record(f.group, f.stream, f.first, f.last), f.data);
+    fn deliver(&mut self, f: &Fragment<'_>, out: &mut Out<'_>) {
+        out(
+            data_record(f.group, f.stream, f.first, f.last),
+            f.data,
+            None,
+        );
     }
 
     fn send_idle(&self, streams: &dyn StreamOps, group: GroupId) -> bool {
@@ -117,64 +127,7 @@ impl GroupMode for PerSenderFifo {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Streams that record what the mode asked of them.
-    #[derive(Debug, Default)]
-    struct Fake {
-        opened: Vec<(Vec<NodeId>, StreamStart)>,
-        published: Vec<Vec<u8>>,
-        members: Vec<Vec<NodeId>>,
-        full: bool,
-        position: Option<StreamStart>,
-    }
-
-    impl StreamOps for Fake {
-        fn open_sender(
-            &mut self,
-            _: GroupId,
-            members: &[NodeId],
-            start: StreamStart,
-        ) -> Result<(), EngineError> {
-            self.opened.push((members.to_vec(), start));
-            Ok(())
-        }
-        fn publish(&mut self, _: GroupId, msg: &[u8]) -> Result<(), PublishError> {
-            if self.full {
-                return Err(PublishError::WouldBlock);
-            }
-            self.published.push(msg.to_vec());
-            Ok(())
-        }
-        fn set_members(
-            &mut self,
-            _: GroupId,
-            members: &[NodeId],
-        ) -> Result<StreamStart, EngineError> {
-            self.members.push(members.to_vec());
-            Ok(at(40))
-        }
-        fn resume_member(
-            &mut self,
-            _: GroupId,
-            _: NodeId,
-            _: &[NodeId],
-        ) -> Result<StreamStart, EngineError> {
-            Ok(at(30))
-        }
-        fn sender_position(&self, _: GroupId) -> Option<StreamStart> {
-            self.position
-        }
-        fn send_idle(&self, _: GroupId) -> bool {
-            true
-        }
-    }
-
-    fn at(seq: u32) -> StreamStart {
-        StreamStart {
-            epoch: 5,
-            seq: Seq(seq),
-        }
-    }
+    use crate::daemon::mode::fake::{at, Fake};
 
     fn starts(outbox: &[(NodeId, LinkMessage)]) -> Vec<(NodeId, u32)> {
         outbox
@@ -194,8 +147,11 @@ mod tests {
         let remote = [2, 4];
         let mut cx = ModeCx {
             group: 3,
+            node: 1,
             epoch: 5,
             remote: &remote,
+            root: Some(1),
+            settled: true,
             streams: &mut streams,
             outbox: &mut outbox,
         };
@@ -203,8 +159,16 @@ mod tests {
         mode.members_changed(&mut cx, &[4]).unwrap();
         assert!(!mode.resume_member(&mut cx, 2).unwrap());
         assert!(cx.outbox.is_empty());
-        assert_eq!(mode.publish(&mut cx, b"a").unwrap(), Published::Sent);
-        assert_eq!(mode.publish(&mut cx, b"b").unwrap(), Published::Sent);
+        assert_eq!(
+            mode.publish(&mut cx, ClientId(1), b"a", &mut |_, _, _| {})
+                .unwrap(),
+            Published::Sent
+        );
+        assert_eq!(
+            mode.publish(&mut cx, ClientId(1), b"b", &mut |_, _, _| {})
+                .unwrap(),
+            Published::Sent
+        );
         assert_eq!(starts(cx.outbox), [(2, 17), (4, 17)]);
         cx.outbox.clear();
         // Only the added member is told, where the stream is now.
@@ -232,16 +196,27 @@ mod tests {
         let mut outbox = Vec::new();
         let mut cx = ModeCx {
             group: 3,
+            node: 1,
             epoch: 5,
             remote: &[],
+            root: Some(1),
+            settled: true,
             streams: &mut streams,
             outbox: &mut outbox,
         };
-        assert_eq!(mode.publish(&mut cx, b"x").unwrap(), Published::Sent);
+        assert_eq!(
+            mode.publish(&mut cx, ClientId(1), b"x", &mut |_, _, _| {})
+                .unwrap(),
+            Published::Sent
+        );
         assert!(cx.outbox.is_empty());
         let remote = [2];
         cx.remote = &remote;
-        assert_eq!(mode.publish(&mut cx, b"x").unwrap(), Published::WouldBlock);
+        assert_eq!(
+            mode.publish(&mut cx, ClientId(1), b"x", &mut |_, _, _| {})
+                .unwrap(),
+            Published::WouldBlock
+        );
         assert_eq!(mode.retire(&streams, 3), Some(Seq(99)));
     }
 
@@ -257,7 +232,12 @@ mod tests {
             last: false,
             data: b"part",
         };
-        mode.deliver(&f, &mut |hdr, data| got.push((hdr, data.to_vec())));
-        assert_eq!(got, [(data_record(3, 2, true, false), b"part".to_vec())]);
+        mode.deliver(&f, &mut |hdr, data, except| {
+            got.push((hdr, data.to_vec(), except))
+        });
+        assert_eq!(
+            got,
+            [(data_record(3, 2, true, false), b"part".to_vec(), None)]
+        );
     }
 }

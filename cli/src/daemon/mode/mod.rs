@@ -10,17 +10,22 @@
 //! its own group's streams and talks to its peers only through
 //! [`ModeCx::outbox`] (link messages the daemon sends after the call).
 //!
-//! Built today: [`fifo::PerSenderFifo`], each member's MAK stream with the
-//! receivers delivering each sender's messages in that sender's order.
+//! Built today:
+//! - [`fifo::PerSenderFifo`] (`mode = "fifo"`, the default): each member's
+//!   MAK stream, the receivers delivering each sender's messages in that
+//!   sender's order.
+//! - [`sequenced::Sequenced`] (`mode = "sequenced"`): many-to-many through
+//!   the root of the hybrid tree (seed 004 §2.1): [`GroupMode::publish`]
+//!   forwards a member's message to the root over [`ModeCx::outbox`], the
+//!   root's [`GroupMode::on_link`] multicasts it in its own stream, and
+//!   every member delivers every sender's messages in the root's order.
+//!
+//! The tree's ACK aggregation is built below the modes (the engine's
+//! machines report over the tree the daemon's `tree` module installs,
+//! docs/protocol.md §3.4), and the barrier is the daemon's own (`barrier`):
+//! both work the same in every mode.
 //!
 //! How the coming modes fit (docs/mcastd.md, "Architecture"):
-//! - **the hybrid tree** (seed 004 §2): its ACK aggregation is built below
-//!   the modes (the engine's machines report over the tree the daemon's
-//!   `tree` module installs, docs/protocol.md §3.4). Still to come:
-//!   [`GroupMode::publish`] sends a member's message up the tree
-//!   (many-to-many through the root) over [`ModeCx::outbox`]; the root's
-//!   [`GroupMode::on_link`] multicasts it. (The barrier is the daemon's
-//!   own, `barrier`: it works the same in every mode.)
 //! - **total order** (seed 002): [`GroupMode::publish`] stamps each message;
 //!   [`GroupMode::deliver`] holds fragments until the barrier passes them
 //!   and [`GroupMode::poll`] releases them (and sends beacons); commit
@@ -30,15 +35,22 @@
 //!   [`ModeCx::outbox`]; [`GroupMode::on_link`] delivers (through `out`)
 //!   and forwards; [`GroupMode::members_changed`] re-plans the tree.
 
+#[cfg(test)]
+mod fake;
 pub mod fifo;
+pub mod sequenced;
+#[cfg(test)]
+mod sequenced_sweep;
 
 use std::fmt;
 
 use mcast_engine::{Engine, EngineError, Fragment, PublishError, StreamStart, Transport};
-use mcast_ipc::RecordHeader;
+use mcast_ipc::{ClientId, RecordHeader};
 use mcast_wire::{GroupId, NodeId, Seq};
 
-use super::Daemon;
+use super::membership::LocalGroup;
+use super::{tree, Daemon};
+use crate::config;
 use crate::links::LinkMessage;
 
 /// What became of a message a local client published.
@@ -53,15 +65,44 @@ pub enum Published {
     Dropped(String),
 }
 
+/// Where a mode hands records for the group's local members: the record,
+/// and the one local client it must not reach (its own publisher), if any.
+pub type Out<'a> = dyn FnMut(RecordHeader, &[u8], Option<ClientId>) + 'a;
+
+/// Bytes a mode may add to a message on the wire (the engine and the links
+/// take messages this much larger than `max_message`).
+pub const MODE_HEADROOM: usize = 64;
+
 /// How one group sends, acknowledges and delivers. One instance per group
 /// this node carries, created when the node starts carrying it.
 pub trait GroupMode: fmt::Debug {
     /// The mode's name in `mcast stat`.
     fn name(&self) -> &'static str;
 
-    /// A local client's message for the group's remote members (local
-    /// subscribers already have it: the daemon loops it back itself).
-    fn publish(&mut self, cx: &mut ModeCx<'_>, msg: &[u8]) -> Result<Published, EngineError>;
+    /// Local client `from`'s message for the group. When
+    /// [`loops_back`](GroupMode::loops_back), the daemon gives it to the
+    /// other local members itself; else the mode does, through `out`, when
+    /// the message takes its place in the group's order.
+    fn publish(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        from: ClientId,
+        msg: &[u8],
+        out: &mut Out<'_>,
+    ) -> Result<Published, EngineError>;
+
+    /// True when the daemon gives a local publication to the other local
+    /// members at once (false: the mode delivers it in its order).
+    fn loops_back(&self) -> bool {
+        true
+    }
+
+    /// True when the group delivers only the stream of its tree's root,
+    /// after any departed root's last messages: the start of another
+    /// sender's stream, or of the root's while a flush runs here, waits.
+    fn root_stream_only(&self) -> bool {
+        false
+    }
 
     /// The group's remote members changed (a new view, or a member that
     /// restarted left it): [`ModeCx::remote`] is the new set, `added` the
@@ -74,16 +115,22 @@ pub trait GroupMode: fmt::Debug {
     /// it where to go on. True when it was told.
     fn resume_member(&mut self, cx: &mut ModeCx<'_>, to: NodeId) -> Result<bool, EngineError>;
 
-    /// A fragment of a remote member's stream, in that stream's order:
-    /// hand what may be delivered now to `out`, as ring records for every
-    /// local member.
-    fn deliver(&mut self, f: &Fragment<'_>, out: &mut dyn FnMut(RecordHeader, &[u8]));
+    /// A fragment of a remote member's stream, in that stream's order (live
+    /// or recovered by a flush): hand what may be delivered now to `out`, as
+    /// ring records for the local members.
+    fn deliver(&mut self, f: &Fragment<'_>, out: &mut Out<'_>);
 
     /// A [`LinkMessage::Mode`] for this group from peer `from`. Err: the
     /// message is malformed or not one this mode takes (counted as a link
     /// error).
-    fn on_link(&mut self, cx: &mut ModeCx<'_>, from: NodeId, body: &[u8]) -> Result<(), String> {
-        let _ = (cx, body);
+    fn on_link(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        from: NodeId,
+        body: &[u8],
+        out: &mut Out<'_>,
+    ) -> Result<(), String> {
+        let _ = (cx, body, out);
         Err(format!(
             "a {} group takes no mode messages (from node {from})",
             self.name()
@@ -96,13 +143,20 @@ pub trait GroupMode: fmt::Debug {
         None
     }
 
+    /// True when the mode holds work that waits on the engine (a full
+    /// window) or on a flush: [`poll`](GroupMode::poll) is then called
+    /// every round, without keeping the daemon from sleeping.
+    fn wants_round(&self) -> bool {
+        false
+    }
+
     /// Timers and held deliveries: called once [`poll_at`](GroupMode::poll_at)
     /// has come. True when it did something.
     fn poll(
         &mut self,
         cx: &mut ModeCx<'_>,
         now_ns: u64,
-        out: &mut dyn FnMut(RecordHeader, &[u8]),
+        out: &mut Out<'_>,
     ) -> Result<bool, EngineError> {
         let _ = (cx, now_ns, out);
         Ok(false)
@@ -124,10 +178,18 @@ pub trait GroupMode: fmt::Debug {
 /// What a mode is given at each call.
 pub struct ModeCx<'a> {
     pub group: GroupId,
+    /// This node.
+    pub node: NodeId,
     /// The epoch of this node's streams (its incarnation).
     pub epoch: u32,
     /// The nodes of the group's current view, this one excluded.
     pub remote: &'a [NodeId],
+    /// The root of the group's hybrid tree in the current view (its agent,
+    /// else its lowest node; `tree::root_of`); None before the first view.
+    pub root: Option<NodeId>,
+    /// No flush runs in the group here: every departed sender's last
+    /// messages have been delivered.
+    pub settled: bool,
     pub streams: &'a mut dyn StreamOps,
     /// Link messages for peers, sent by the daemon after the call.
     pub outbox: &'a mut Vec<(NodeId, LinkMessage)>,
@@ -137,8 +199,11 @@ impl fmt::Debug for ModeCx<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ModeCx")
             .field("group", &self.group)
+            .field("node", &self.node)
             .field("epoch", &self.epoch)
             .field("remote", &self.remote)
+            .field("root", &self.root)
+            .field("settled", &self.settled)
             .field("outbox", &self.outbox)
             .finish_non_exhaustive()
     }
@@ -203,46 +268,123 @@ impl<T: Transport> StreamOps for Engine<T> {
     }
 }
 
-/// The mode of a group this node starts carrying. `resume`: where this
-/// node's send stream in the group stopped the last time it carried it in
-/// this incarnation.
-pub fn for_group(resume: Option<Seq>) -> Box<dyn GroupMode> {
-    Box::new(fifo::PerSenderFifo::new(resume.unwrap_or(Seq(0))))
+/// The mode of a group this node (`node`) starts carrying. `resume`: where
+/// this node's send stream in the group stopped the last time it carried
+/// it in this incarnation.
+pub fn for_group(kind: config::GroupMode, node: NodeId, resume: Option<Seq>) -> Box<dyn GroupMode> {
+    let first_seq = resume.unwrap_or(Seq(0));
+    match kind {
+        config::GroupMode::Fifo => Box::new(fifo::PerSenderFifo::new(first_seq)),
+        config::GroupMode::Sequenced => Box::new(sequenced::Sequenced::new(node, first_seq)),
+    }
+}
+
+/// Records a mode handed over during one call, kept until the daemon gives
+/// them to the local members (one buffer, reused: no allocation per
+/// record once it has grown).
+#[derive(Debug, Default)]
+pub(super) struct ModeRecords {
+    records: Vec<(RecordHeader, std::ops::Range<usize>, Option<ClientId>)>,
+    bytes: Vec<u8>,
+}
+
+impl ModeRecords {
+    fn push(&mut self, hdr: RecordHeader, data: &[u8], except: Option<ClientId>) {
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(data);
+        self.records.push((hdr, at..self.bytes.len(), except));
+    }
 }
 
 impl<T: Transport> Daemon<T> {
     /// Runs `f` on `group`'s mode (None if this node does not carry the
-    /// group), then queues the link messages it left in the outbox.
+    /// group), then queues the link messages it left in the outbox and
+    /// gives the records it handed over to the group's local members.
     fn with_mode<R>(
         &mut self,
         group: GroupId,
-        f: impl FnOnce(&mut dyn GroupMode, &mut ModeCx<'_>) -> R,
+        f: impl FnOnce(&mut dyn GroupMode, &mut ModeCx<'_>, &mut Out<'_>) -> R,
     ) -> Option<R> {
+        let settled = !self.flush.flushes.pending_in(group);
         let lg = self.local.get_mut(&group)?;
+        let root = tree::root_of(lg.view.as_ref());
         let mut outbox = Vec::new();
+        let mut recs = std::mem::take(&mut self.mode_records);
         let r = {
             let (mode, remote) = lg.mode_and_remote();
             let mut cx = ModeCx {
                 group,
+                node: self.node,
                 epoch: self.incarnation,
                 remote,
+                root,
+                settled,
                 streams: &mut self.engine,
                 outbox: &mut outbox,
             };
-            f(mode, &mut cx)
+            f(mode, &mut cx, &mut |hdr, data, except| {
+                recs.push(hdr, data, except)
+            })
         };
         for (to, m) in outbox {
             self.send_link(to, m);
         }
+        if !recs.records.is_empty() {
+            let members = std::mem::take(&mut self.local.get_mut(&group)?.members);
+            for (hdr, range, except) in recs.records.drain(..) {
+                self.records_to(&members, hdr, &recs.bytes[range], except);
+            }
+            recs.bytes.clear();
+            if let Some(lg) = self.local.get_mut(&group) {
+                lg.members = members;
+            }
+        }
+        self.mode_records = recs;
         Some(r)
     }
 
-    /// The record the client service is taking, to `group`'s mode.
-    pub(super) fn publish_in_mode(&mut self, group: GroupId) -> Result<Published, EngineError> {
+    /// The record the client service is taking from client `from`, to
+    /// `group`'s mode.
+    pub(super) fn publish_in_mode(
+        &mut self,
+        group: GroupId,
+        from: ClientId,
+    ) -> Result<Published, EngineError> {
         let msg = std::mem::take(&mut self.clients.scratch);
-        let r = self.with_mode(group, |m, cx| m.publish(cx, &msg));
+        let r = self.with_mode(group, |m, cx, out| m.publish(cx, from, &msg, out));
         self.clients.scratch = msg;
         r.expect("a joined group is carried")
+    }
+
+    /// A fragment that did not come from the engine (a flush recovered it)
+    /// through its group's mode to the local members.
+    pub(super) fn deliver_in_mode(&mut self, f: &Fragment<'_>) {
+        self.with_mode(f.group, |m, _, out| m.deliver(f, out));
+    }
+
+    /// True when the daemon gives `group`'s local publications to its other
+    /// local members itself.
+    pub(super) fn mode_loops_back(&self, group: GroupId) -> bool {
+        self.local.get(&group).is_none_or(|lg| lg.mode.loops_back())
+    }
+
+    /// True when the start of `from`'s stream in `group` must wait (see
+    /// [`GroupMode::root_stream_only`]).
+    pub(super) fn mode_holds_start(&self, group: GroupId, from: NodeId) -> bool {
+        let Some(lg) = self.local.get(&group) else {
+            return false;
+        };
+        lg.mode.root_stream_only()
+            && (self.flush.flushes.pending_in(group)
+                || tree::root_of(lg.view.as_ref()) != Some(from))
+    }
+
+    /// Opens the streams whose starts waited, those that may open now.
+    pub(super) fn release_held_starts(&mut self, group: GroupId) -> Result<(), EngineError> {
+        for (from, start) in self.flush.held_starts.remove(&group).unwrap_or_default() {
+            self.stream_start(from, group, start)?;
+        }
+        Ok(())
     }
 
     /// `group`'s remote members changed; `added` are new.
@@ -254,8 +396,9 @@ impl<T: Transport> Daemon<T> {
         // The tree first: a send stream the mode opens or widens reports over it.
         self.install_tree(group)?;
         self.barrier_view_changed(group)?;
-        self.with_mode(group, |m, cx| m.members_changed(cx, added))
-            .unwrap_or(Ok(()))
+        self.with_mode(group, |m, cx, _| m.members_changed(cx, added))
+            .unwrap_or(Ok(()))?;
+        self.release_held_starts(group)
     }
 
     /// Tells `to` again where this node's stream in `group` goes on for
@@ -265,7 +408,7 @@ impl<T: Transport> Daemon<T> {
         group: GroupId,
         to: NodeId,
     ) -> Result<bool, EngineError> {
-        self.with_mode(group, |m, cx| m.resume_member(cx, to))
+        self.with_mode(group, |m, cx, _| m.resume_member(cx, to))
             .unwrap_or(Ok(false))
     }
 
@@ -278,7 +421,7 @@ impl<T: Transport> Daemon<T> {
 
     /// A mode message for `group` from peer `from`.
     pub(super) fn mode_message(&mut self, from: NodeId, group: GroupId, body: &[u8]) {
-        let r = self.with_mode(group, |m, cx| m.on_link(cx, from, body));
+        let r = self.with_mode(group, |m, cx, out| m.on_link(cx, from, body, out));
         let error = match r {
             Some(Ok(())) => return,
             Some(Err(e)) => e,
@@ -294,31 +437,25 @@ impl<T: Transport> Daemon<T> {
         self.local.values().filter_map(|lg| lg.mode.poll_at()).min()
     }
 
-    /// The timers and held deliveries of the modes whose time has come.
+    /// The timers and held work of the modes whose time has come, and of
+    /// those that want every round.
     pub(super) fn poll_modes(&mut self) -> Result<bool, EngineError> {
         let now = mcast_engine::sys::monotonic_ns();
-        if self.modes_due().is_none_or(|t| t > now) {
+        let due =
+            |lg: &LocalGroup| lg.mode.wants_round() || lg.mode.poll_at().is_some_and(|t| t <= now);
+        if !self.local.values().any(due) {
             return Ok(false);
         }
         let mut work = false;
-        let mut out: Vec<(RecordHeader, Vec<u8>)> = Vec::new();
         let groups: Vec<GroupId> = self
             .local
             .iter()
-            .filter(|(_, lg)| lg.mode.poll_at().is_some_and(|t| t <= now))
+            .filter(|(_, lg)| due(lg))
             .map(|(&g, _)| g)
             .collect();
         for group in groups {
-            let polled = self.with_mode(group, |m, cx| {
-                m.poll(cx, now, &mut |hdr, data| out.push((hdr, data.to_vec())))
-            });
+            let polled = self.with_mode(group, |m, cx, out| m.poll(cx, now, out));
             work |= polled.transpose()?.unwrap_or(false);
-            if !out.is_empty() {
-                let members = self.local[&group].members.clone();
-                for (hdr, data) in out.drain(..) {
-                    self.event_to(&members, hdr, &data);
-                }
-            }
         }
         Ok(work)
     }

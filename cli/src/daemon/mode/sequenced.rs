@@ -1,0 +1,815 @@
+//! The sequenced mode: many-to-many through the root of the group's hybrid
+//! tree (seed 004 §2.1; docs/protocol.md §6.3). A member's message goes to
+//! the root (the group agent) over the daemons' link; the root multicasts
+//! it in its own MAK stream, with the message's origin; every member then
+//! delivers every sender's messages in one order, the root's. It is the
+//! sequencer the total-order mode (seed 002) compares itself against.
+//!
+//! Owns: this node's messages not yet seen back from the root (`pending`,
+//! resent to a new root), the forwarded messages waiting for the root's
+//! window (`queue`), how far each origin's messages were delivered here
+//! (`seen`, which drops what a new root would deliver twice), and the
+//! root's send stream. Does not touch: the flush (the daemon's: it delivers
+//! a departed root's last messages through [`GroupMode::deliver`] and holds
+//! the new root's stream until then), views, the tree's ACKs.
+
+use std::collections::{HashMap, VecDeque};
+
+use mcast_engine::{EngineError, Fragment, PublishError, StreamStart};
+use mcast_ipc::ClientId;
+use mcast_wire::{GroupId, NodeId, Seq};
+use serde_json::json;
+
+use super::{GroupMode, ModeCx, Out, Published, StreamOps};
+use crate::daemon::deliver::data_record;
+use crate::links::LinkMessage;
+
+/// Bytes before the message: tag, origin node, origin epoch, origin sequence.
+pub const HEADER_LEN: usize = 1 + 4 + 4 + 8;
+/// A message in the root's stream.
+const TAG_DATA: u8 = b'S';
+/// A member's message on its way to the root (a link message's body).
+const TAG_FORWARD: u8 = b'F';
+
+/// Most of this node's messages on their way through the root at once; a
+/// publication beyond waits in the client's ring (WouldBlock).
+pub const MAX_PENDING: usize = 1024;
+/// Most bytes of them (at least one message is always let through).
+pub const MAX_PENDING_BYTES: usize = 1 << 20;
+
+/// Who published a message, and its place among that node's messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    pub node: NodeId,
+    /// The origin's incarnation: its numbering starts again with a new one.
+    pub epoch: u32,
+    /// Counted from 0 per incarnation, one per message.
+    pub seq: u64,
+}
+
+/// `tag`, `origin` and `msg` as one buffer, into `out` (cleared).
+pub fn encode(tag: u8, origin: Origin, msg: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(HEADER_LEN + msg.len());
+    out.push(tag);
+    out.extend_from_slice(&origin.node.to_be_bytes());
+    out.extend_from_slice(&origin.epoch.to_be_bytes());
+    out.extend_from_slice(&origin.seq.to_be_bytes());
+    out.extend_from_slice(msg);
+}
+
+/// The origin and message of a buffer [`encode`]d with `tag`.
+pub fn decode(tag: u8, buf: &[u8]) -> Option<(Origin, &[u8])> {
+    if buf.len() < HEADER_LEN || buf[0] != tag {
+        return None;
+    }
+    let u32_at = |i: usize| u32::from_be_bytes(buf[i..i + 4].try_into().unwrap());
+    let origin = Origin {
+        node: u32_at(1),
+        epoch: u32_at(5),
+        seq: u64::from_be_bytes(buf[9..17].try_into().unwrap()),
+    };
+    Some((origin, &buf[HEADER_LEN..]))
+}
+
+/// A message held here: this node's own on its way through the root, or a
+/// member's waiting for this root's window.
+#[derive(Debug, Clone)]
+struct Held {
+    origin: Origin,
+    /// The local client that published it (it does not get it back).
+    from: Option<ClientId>,
+    msg: Vec<u8>,
+}
+
+/// What the later fragments of the message a stream is delivering go to.
+#[derive(Debug, Clone, Copy)]
+enum Current {
+    Deliver {
+        origin: NodeId,
+        except: Option<ClientId>,
+    },
+    Skip,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    /// Own messages sent to the root.
+    forwarded: u64,
+    /// Own messages sent again to a new root.
+    resent: u64,
+    /// Messages this node multicast as the root (its own and forwarded).
+    sequenced: u64,
+    /// Of which its own.
+    sequenced_own: u64,
+    /// Own messages seen back from the root.
+    echoed: u64,
+    /// Messages delivered or forwarded here before, dropped.
+    duplicates: u64,
+    /// Messages of an origin that came after a hole in its numbering.
+    gaps: u64,
+    /// Fragments of the root's stream without a valid header, dropped.
+    malformed: u64,
+    /// Forwarded messages the root's stream refused, dropped.
+    dropped: u64,
+}
+
+/// A group in the root's order.
+#[derive(Debug)]
+pub struct Sequenced {
+    node: NodeId,
+    /// Where this node's send stream opens (used when it is the root).
+    first_seq: Seq,
+    sender_open: bool,
+    /// The root of the view last seen.
+    root: Option<NodeId>,
+    /// The number of this node's next message.
+    next: u64,
+    pending: VecDeque<Held>,
+    pending_bytes: usize,
+    queue: VecDeque<Held>,
+    queue_bytes: usize,
+    /// This node's own messages in `queue` (as the root), and their bytes.
+    own_queued: usize,
+    own_queued_bytes: usize,
+    /// Per origin: its incarnation and the number of its next message.
+    seen: HashMap<NodeId, (u32, u64)>,
+    current: HashMap<NodeId, Current>,
+    /// The buffer a message is framed in for the root's stream.
+    scratch: Vec<u8>,
+    counters: Counters,
+}
+
+impl Sequenced {
+    pub fn new(node: NodeId, first_seq: Seq) -> Sequenced {
+        Sequenced {
+            node,
+            first_seq,
+            sender_open: false,
+            root: None,
+            next: 0,
+            pending: VecDeque::new(),
+            pending_bytes: 0,
+            queue: VecDeque::new(),
+            queue_bytes: 0,
+            own_queued: 0,
+            own_queued_bytes: 0,
+            seen: HashMap::new(),
+            current: HashMap::new(),
+            scratch: Vec::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// True when `count` messages of `bytes` of this node's own, on their
+    /// way, leave no room for one of `len` more.
+    fn own_full(&self, count: usize, bytes: usize, len: usize) -> bool {
+        count >= MAX_PENDING || count > 0 && bytes + len > MAX_PENDING_BYTES
+    }
+
+    fn is_root(&self) -> bool {
+        self.root == Some(self.node)
+    }
+
+    /// True when `o` was delivered here already.
+    fn is_duplicate(&self, o: Origin) -> bool {
+        self.seen
+            .get(&o.node)
+            .is_some_and(|&(epoch, next)| epoch == o.epoch && o.seq < next)
+    }
+
+    /// `o` is delivered here (or multicast, at the root).
+    fn note_seen(&mut self, o: Origin) {
+        match self.seen.get_mut(&o.node) {
+            Some((epoch, next)) if *epoch == o.epoch => {
+                if o.seq > *next {
+                    self.counters.gaps += 1;
+                }
+                *next = (*next).max(o.seq + 1);
+            }
+            Some((epoch, _)) if *epoch > o.epoch => {} // a late one of an older incarnation
+            _ => {
+                self.seen.insert(o.node, (o.epoch, o.seq + 1));
+            }
+        }
+    }
+
+    /// This node's message `o` came back from the root (or a flush of a
+    /// departed root's stream): it and those before it are through. The
+    /// client that published it (the message may wait in the queue when
+    /// this node has become the root since; the queue drops it as a
+    /// duplicate).
+    fn echoed(&mut self, o: Origin) -> Option<ClientId> {
+        let mut from = self
+            .queue
+            .iter()
+            .find(|h| h.origin == o)
+            .and_then(|h| h.from);
+        while let Some(h) = self.pending.front() {
+            if h.origin.epoch != o.epoch || h.origin.seq > o.seq {
+                break;
+            }
+            if h.origin.seq == o.seq {
+                from = h.from;
+                self.counters.echoed += 1;
+            }
+            self.pending_bytes -= h.msg.len();
+            self.pending.pop_front();
+        }
+        from
+    }
+
+    fn open_sender(&mut self, cx: &mut ModeCx<'_>) -> Result<(), EngineError> {
+        if self.sender_open {
+            return Ok(());
+        }
+        let start = StreamStart {
+            epoch: cx.epoch,
+            seq: self.first_seq,
+        };
+        cx.streams.open_sender(cx.group, cx.remote, start)?;
+        self.sender_open = true;
+        let remote = cx.remote;
+        announce(cx, remote, start);
+        Ok(())
+    }
+
+    /// As the root: `msg` of `o` into the stream and to the local members.
+    fn multicast(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        o: Origin,
+        msg: &[u8],
+        except: Option<ClientId>,
+        out: &mut Out<'_>,
+    ) -> Result<Published, EngineError> {
+        if !cx.remote.is_empty() {
+            self.open_sender(cx)?;
+            encode(TAG_DATA, o, msg, &mut self.scratch);
+            match cx.streams.publish(cx.group, &self.scratch) {
+                Ok(()) => {}
+                Err(PublishError::WouldBlock) => return Ok(Published::WouldBlock),
+                Err(e) => {
+                    return Ok(Published::Dropped(format!(
+                        "a message for group {} was dropped: {e}",
+                        cx.group
+                    )))
+                }
+            }
+        }
+        self.note_seen(o);
+        self.counters.sequenced += 1;
+        self.counters.sequenced_own += u64::from(o.node == self.node);
+        out(data_record(cx.group, o.node, true, true), msg, except);
+        Ok(Published::Sent)
+    }
+
+    /// As the root, with no flush running: the queued messages into the
+    /// stream, in order, while the window takes them.
+    fn drain(&mut self, cx: &mut ModeCx<'_>, out: &mut Out<'_>) -> Result<bool, EngineError> {
+        if !self.is_root() || !cx.settled {
+            return Ok(false);
+        }
+        let mut work = false;
+        while let Some(h) = self.queue.pop_front() {
+            if self.is_duplicate(h.origin) {
+                self.counters.duplicates += 1;
+                self.unqueued(&h);
+                continue;
+            }
+            match self.multicast(cx, h.origin, &h.msg, h.from, out)? {
+                Published::Sent => {}
+                Published::WouldBlock => {
+                    self.queue.push_front(h);
+                    break;
+                }
+                Published::Dropped(_) => {
+                    self.counters.dropped += 1;
+                    self.note_seen(h.origin);
+                }
+            }
+            self.unqueued(&h);
+            work = true;
+        }
+        Ok(work)
+    }
+
+    /// `h` left the queue.
+    fn unqueued(&mut self, h: &Held) {
+        self.queue_bytes -= h.msg.len();
+        if h.origin.node == self.node {
+            self.own_queued -= 1;
+            self.own_queued_bytes -= h.msg.len();
+        }
+    }
+
+    /// This node's messages still on their way, to `root` (a new one).
+    fn resend(&mut self, cx: &mut ModeCx<'_>, root: NodeId) {
+        for h in &self.pending {
+            let mut body = Vec::new();
+            encode(TAG_FORWARD, h.origin, &h.msg, &mut body);
+            cx.outbox.push((
+                root,
+                LinkMessage::Mode {
+                    group: cx.group,
+                    body,
+                },
+            ));
+            self.counters.resent += 1;
+        }
+    }
+}
+
+/// Tells each of `to` where this node's stream starts for it.
+fn announce(cx: &mut ModeCx<'_>, to: &[NodeId], start: StreamStart) {
+    let group = cx.group;
+    cx.outbox
+        .extend(to.iter().map(|&n| (n, LinkMessage::Start { group, start })));
+}
+
+impl GroupMode for Sequenced {
+    fn name(&self) -> &'static str {
+        "sequenced"
+    }
+
+    /// At the root: into the stream at once when nothing waits before it
+    /// and the window has room, else queued behind what does (WouldBlock
+    /// once [`MAX_PENDING`] of its own wait). Elsewhere: to the root, kept
+    /// until it comes back.
+    fn publish(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        from: ClientId,
+        msg: &[u8],
+        out: &mut Out<'_>,
+    ) -> Result<Published, EngineError> {
+        let o = Origin {
+            node: cx.node,
+            epoch: cx.epoch,
+            seq: self.next,
+        };
+        let root = cx.root.unwrap_or(cx.node);
+        if root == cx.node {
+            if cx.settled && self.queue.is_empty() {
+                let r = self.multicast(cx, o, msg, Some(from), out)?;
+                if r != Published::WouldBlock {
+                    self.next += 1;
+                    return Ok(r);
+                }
+            }
+            // Others' messages wait before it, a flush runs, or the window
+            // is full: it takes its turn in the queue, as the members'
+            // messages do (the window a round frees would otherwise go to
+            // the forwards that arrive before the client's ring is read).
+            if self.own_full(self.own_queued, self.own_queued_bytes, msg.len()) {
+                return Ok(Published::WouldBlock);
+            }
+            self.next += 1;
+            self.own_queued += 1;
+            self.own_queued_bytes += msg.len();
+            self.queue_bytes += msg.len();
+            self.queue.push_back(Held {
+                origin: o,
+                from: Some(from),
+                msg: msg.to_vec(),
+            });
+            self.drain(cx, out)?;
+            return Ok(Published::Sent);
+        }
+        if self.own_full(self.pending.len(), self.pending_bytes, msg.len()) {
+            return Ok(Published::WouldBlock);
+        }
+        self.next += 1;
+        let mut body = Vec::new();
+        encode(TAG_FORWARD, o, msg, &mut body);
+        cx.outbox.push((
+            root,
+            LinkMessage::Mode {
+                group: cx.group,
+                body,
+            },
+        ));
+        self.pending.push_back(Held {
+            origin: o,
+            from: Some(from),
+            msg: msg.to_vec(),
+        });
+        self.pending_bytes += msg.len();
+        self.counters.forwarded += 1;
+        Ok(Published::Sent)
+    }
+
+    fn loops_back(&self) -> bool {
+        false
+    }
+
+    fn root_stream_only(&self) -> bool {
+        true
+    }
+
+    /// The root's stream follows the view (as in the FIFO mode). A new root
+    /// is sent this node's messages still on their way; a node that becomes
+    /// the root sequences its own first; one that stops being it takes its
+    /// own back and drops the others' (their origins send them again).
+    fn members_changed(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        added: &[NodeId],
+    ) -> Result<(), EngineError> {
+        if self.sender_open {
+            let start = cx.streams.set_members(cx.group, cx.remote)?;
+            announce(cx, added, start);
+        }
+        let root = cx.root.unwrap_or(cx.node);
+        if self.root != Some(root) {
+            let was_root = self.is_root();
+            self.root = Some(root);
+            if root == cx.node {
+                for h in std::mem::take(&mut self.pending).into_iter().rev() {
+                    self.queue_bytes += h.msg.len();
+                    self.own_queued += 1;
+                    self.own_queued_bytes += h.msg.len();
+                    self.queue.push_front(h);
+                }
+                self.pending_bytes = 0;
+            } else {
+                if was_root {
+                    for h in std::mem::take(&mut self.queue) {
+                        if h.origin.node == cx.node {
+                            self.pending_bytes += h.msg.len();
+                            self.pending.push_back(h);
+                        }
+                    }
+                    (self.queue_bytes, self.own_queued, self.own_queued_bytes) = (0, 0, 0);
+                }
+                self.resend(cx, root);
+            }
+        }
+        // What departed origins sent waits for nobody but a root; what was
+        // delivered here already, for nobody.
+        let remote = cx.remote;
+        let (seen, is_root) = (&self.seen, root == cx.node);
+        let before = self.queue.len();
+        self.queue.retain(|h| {
+            let dup = seen
+                .get(&h.origin.node)
+                .is_some_and(|&(e, next)| e == h.origin.epoch && h.origin.seq < next);
+            !dup && (is_root || remote.contains(&h.origin.node))
+        });
+        if self.queue.len() != before {
+            self.queue_bytes = self.queue.iter().map(|h| h.msg.len()).sum();
+            let own = self.queue.iter().filter(|h| h.origin.node == cx.node);
+            (self.own_queued, self.own_queued_bytes) =
+                own.fold((0, 0), |(n, b), h| (n + 1, b + h.msg.len()));
+        }
+        self.seen
+            .retain(|n, _| *n == cx.node || remote.contains(n) || *n == root);
+        Ok(())
+    }
+
+    fn resume_member(&mut self, cx: &mut ModeCx<'_>, to: NodeId) -> Result<bool, EngineError> {
+        if !self.sender_open || !cx.remote.contains(&to) {
+            return Ok(false);
+        }
+        let start = cx.streams.resume_member(cx.group, to, cx.remote)?;
+        announce(cx, &[to], start);
+        Ok(true)
+    }
+
+    /// A fragment of a root's stream: the first of a message names its
+    /// origin (a message delivered here before is skipped whole); the
+    /// message goes to the local members as the origin's.
+    fn deliver(&mut self, f: &Fragment<'_>, out: &mut Out<'_>) {
+        let current = if f.first {
+            match decode(TAG_DATA, f.data) {
+                None => {
+                    self.counters.malformed += 1;
+                    Current::Skip
+                }
+                Some((o, _)) if self.is_duplicate(o) => {
+                    self.counters.duplicates += 1;
+                    Current::Skip
+                }
+                Some((o, msg)) => {
+                    self.note_seen(o);
+                    let except = if o.node == self.node {
+                        self.echoed(o)
+                    } else {
+                        None
+                    };
+                    out(data_record(f.group, o.node, true, f.last), msg, except);
+                    Current::Deliver {
+                        origin: o.node,
+                        except,
+                    }
+                }
+            }
+        } else {
+            match self.current.get(&f.stream) {
+                Some(&Current::Deliver { origin, except }) => {
+                    out(data_record(f.group, origin, false, f.last), f.data, except);
+                    Current::Deliver { origin, except }
+                }
+                Some(Current::Skip) => Current::Skip,
+                None => {
+                    self.counters.malformed += 1;
+                    Current::Skip
+                }
+            }
+        };
+        if f.last {
+            self.current.remove(&f.stream);
+        } else {
+            self.current.insert(f.stream, current);
+        }
+    }
+
+    /// A member's message for the root: queued, and into the stream if
+    /// this node is the root and its window has room.
+    fn on_link(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        from: NodeId,
+        body: &[u8],
+        out: &mut Out<'_>,
+    ) -> Result<(), String> {
+        let (o, msg) = decode(TAG_FORWARD, body)
+            .ok_or_else(|| format!("a malformed forward from node {from}"))?;
+        if o.node != from {
+            return Err(format!(
+                "node {from} forwarded a message of node {}",
+                o.node
+            ));
+        }
+        if self.is_duplicate(o) {
+            self.counters.duplicates += 1;
+            return Ok(());
+        }
+        self.queue_bytes += msg.len();
+        self.queue.push_back(Held {
+            origin: o,
+            from: None,
+            msg: msg.to_vec(),
+        });
+        self.drain(cx, out).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    fn wants_round(&self) -> bool {
+        self.is_root() && !self.queue.is_empty()
+    }
+
+    fn poll(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        _now_ns: u64,
+        out: &mut Out<'_>,
+    ) -> Result<bool, EngineError> {
+        self.drain(cx, out)
+    }
+
+    fn send_idle(&self, streams: &dyn StreamOps, group: GroupId) -> bool {
+        self.pending.is_empty()
+            && (!self.is_root() || self.queue.is_empty())
+            && streams.send_idle(group)
+    }
+
+    fn retire(&mut self, streams: &dyn StreamOps, group: GroupId) -> Option<Seq> {
+        streams.sender_position(group).map(|at| at.seq)
+    }
+
+    fn stats_json(&self) -> serde_json::Value {
+        let c = &self.counters;
+        json!({
+            "mode": self.name(),
+            "root": self.root,
+            "sender_open": self.sender_open,
+            "pending": self.pending.len(),
+            "pending_bytes": self.pending_bytes,
+            "queued": self.queue.len(),
+            "queued_bytes": self.queue_bytes,
+            "forwarded": c.forwarded,
+            "resent": c.resent,
+            "sequenced": c.sequenced,
+            "sequenced_own": c.sequenced_own,
+            "echoed": c.echoed,
+            "duplicates": c.duplicates,
+            "gaps": c.gaps,
+            "malformed": c.malformed,
+            "dropped": c.dropped,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::mode::fake::Fake;
+    use mcast_ipc::RecordHeader;
+
+    type Got = Vec<(RecordHeader, Vec<u8>, Option<ClientId>)>;
+
+    fn cx<'a>(
+        node: NodeId,
+        remote: &'a [NodeId],
+        streams: &'a mut Fake,
+        outbox: &'a mut Vec<(NodeId, LinkMessage)>,
+    ) -> ModeCx<'a> {
+        ModeCx {
+            group: 3,
+            node,
+            epoch: 7,
+            remote,
+            root: Some(1),
+            settled: true,
+            streams,
+            outbox,
+        }
+    }
+
+    fn frag(stream: NodeId, first: bool, last: bool, data: &[u8]) -> Fragment<'_> {
+        Fragment {
+            group: 3,
+            stream,
+            seq: Seq(0),
+            first,
+            last,
+            data,
+        }
+    }
+
+    fn framed(tag: u8, node: NodeId, seq: u64, msg: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        let o = Origin {
+            node,
+            epoch: 7,
+            seq,
+        };
+        encode(tag, o, msg, &mut v);
+        v
+    }
+
+    #[test]
+    fn the_header_round_trips_and_a_short_or_foreign_buffer_is_refused() {
+        let v = framed(TAG_DATA, 4, 1 << 40, b"hi");
+        assert_eq!(v.len(), HEADER_LEN + 2);
+        let (o, msg) = decode(TAG_DATA, &v).unwrap();
+        assert_eq!((o.node, o.epoch, o.seq, msg), (4, 7, 1 << 40, &b"hi"[..]));
+        assert!(decode(TAG_FORWARD, &v).is_none());
+        assert!(decode(TAG_DATA, &v[..HEADER_LEN - 1]).is_none());
+    }
+
+    #[test]
+    fn a_member_forwards_to_the_root_and_its_publisher_does_not_get_its_message_back() {
+        let mut mode = Sequenced::new(2, Seq(0));
+        let (mut streams, mut outbox, mut got): (Fake, Vec<_>, Got) = Default::default();
+        let remote = [1, 3];
+        let mut c = cx(2, &remote, &mut streams, &mut outbox);
+        mode.members_changed(&mut c, &[]).unwrap();
+        let mut out = |h: RecordHeader, d: &[u8], e: Option<ClientId>| got.push((h, d.to_vec(), e));
+        assert_eq!(
+            mode.publish(&mut c, ClientId(5), b"a", &mut out).unwrap(),
+            Published::Sent
+        );
+        // To the root, framed with this node's origin; nothing delivered yet.
+        match &c.outbox[..] {
+            [(1, LinkMessage::Mode { group: 3, body })] => {
+                assert_eq!(*body, framed(TAG_FORWARD, 2, 0, b"a"))
+            }
+            other => panic!("{other:?}"),
+        }
+        // The root's stream: another's message, then this one back, in two fragments.
+        mode.deliver(
+            &frag(1, true, true, &framed(TAG_DATA, 3, 0, b"x")),
+            &mut out,
+        );
+        let back = framed(TAG_DATA, 2, 0, b"a");
+        mode.deliver(&frag(1, true, false, &back), &mut out);
+        mode.deliver(&frag(1, false, true, b"-tail"), &mut out);
+        // Delivered again (a new root's copy): skipped whole.
+        mode.deliver(&frag(1, true, false, &back), &mut out);
+        mode.deliver(&frag(1, false, true, b"-tail"), &mut out);
+        let got: Vec<_> = got
+            .iter()
+            .map(|(h, d, e)| (h.source, h.flags, d.clone(), *e))
+            .collect();
+        let (first, last) = (mcast_ipc::ring::FIRST, mcast_ipc::ring::LAST);
+        assert_eq!(
+            got,
+            [
+                (3, first | last, b"x".to_vec(), None),
+                (2, first, b"a".to_vec(), Some(ClientId(5))),
+                (2, last, b"-tail".to_vec(), Some(ClientId(5))),
+            ]
+        );
+        let s = mode.stats_json();
+        assert_eq!(
+            (s["pending"].as_u64(), s["duplicates"].as_u64()),
+            (Some(0), Some(1))
+        );
+        assert!(mode.send_idle(&streams, 3));
+    }
+
+    #[test]
+    fn the_root_multicasts_forwards_in_order_and_its_own_wait_behind_them() {
+        let mut mode = Sequenced::new(1, Seq(4));
+        let (mut streams, mut outbox, mut got): (Fake, Vec<_>, Got) = Default::default();
+        let remote = [2, 3];
+        let mut out = |h: RecordHeader, d: &[u8], e: Option<ClientId>| got.push((h, d.to_vec(), e));
+        let mut full = Fake {
+            full: true,
+            ..Fake::default()
+        };
+        {
+            let mut c = cx(1, &remote, &mut streams, &mut outbox);
+            mode.members_changed(&mut c, &[]).unwrap();
+            // Unsettled (a flush runs): forwards wait, and so does its own.
+            c.settled = false;
+            mode.on_link(&mut c, 2, &framed(TAG_FORWARD, 2, 0, b"f0"), &mut out)
+                .unwrap();
+            assert!(mode.wants_round());
+            assert_eq!(
+                mode.publish(&mut c, ClientId(9), b"own", &mut out).unwrap(),
+                Published::Sent
+            );
+            c.settled = true;
+            assert!(mode.poll(&mut c, 0, &mut out).unwrap());
+            // A forward repeated, one claiming another node, and a malformed one.
+            mode.on_link(&mut c, 2, &framed(TAG_FORWARD, 2, 0, b"f0"), &mut out)
+                .unwrap();
+            assert!(mode
+                .on_link(&mut c, 3, &framed(TAG_FORWARD, 2, 1, b"no"), &mut out)
+                .is_err());
+            assert!(mode.on_link(&mut c, 3, b"F", &mut out).is_err());
+            // The window full: its own waits its turn in the queue.
+            c.streams = &mut full;
+            assert_eq!(
+                mode.publish(&mut c, ClientId(9), b"own2", &mut out)
+                    .unwrap(),
+                Published::Sent
+            );
+            assert!(mode.wants_round());
+        }
+        assert_eq!(streams.opened, [(vec![2, 3], at_seq(4))]);
+        assert_eq!(
+            streams.published,
+            [
+                framed(TAG_DATA, 2, 0, b"f0"),
+                framed(TAG_DATA, 1, 0, b"own")
+            ]
+        );
+        let got: Vec<_> = got
+            .iter()
+            .map(|(h, d, e)| (h.source, d.clone(), *e))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (2, b"f0".to_vec(), None),
+                (1, b"own".to_vec(), Some(ClientId(9))),
+            ]
+        );
+        assert_eq!(mode.stats_json()["queued"], 1);
+    }
+
+    #[test]
+    fn a_new_root_is_sent_what_is_still_on_its_way_and_a_full_pending_list_blocks() {
+        let mut mode = Sequenced::new(2, Seq(0));
+        let (mut streams, mut outbox): (Fake, Vec<_>) = Default::default();
+        let remote = [1, 3];
+        let mut c = cx(2, &remote, &mut streams, &mut outbox);
+        mode.members_changed(&mut c, &[]).unwrap();
+        let mut out = |_: RecordHeader, _: &[u8], _: Option<ClientId>| {};
+        for _ in 0..MAX_PENDING {
+            assert_eq!(
+                mode.publish(&mut c, ClientId(5), b"m", &mut out).unwrap(),
+                Published::Sent
+            );
+        }
+        assert_eq!(
+            mode.publish(&mut c, ClientId(5), b"m", &mut out).unwrap(),
+            Published::WouldBlock
+        );
+        c.outbox.clear();
+        // Root 1 departs: node 3 is the root, and gets all of them again.
+        let remote = [3];
+        c.remote = &remote;
+        c.root = Some(3);
+        mode.members_changed(&mut c, &[]).unwrap();
+        assert_eq!(c.outbox.len(), MAX_PENDING);
+        assert!(c.outbox.iter().all(|(to, _)| *to == 3));
+        assert!(!mode.send_idle(c.streams, 3));
+        // Node 2 becomes the root: its own messages wait to be multicast.
+        c.outbox.clear();
+        c.root = Some(2);
+        mode.members_changed(&mut c, &[]).unwrap();
+        assert!(mode.wants_round() && c.outbox.is_empty());
+        assert_eq!(mode.stats_json()["queued"], MAX_PENDING);
+    }
+
+    fn at_seq(seq: u32) -> StreamStart {
+        StreamStart {
+            epoch: 7,
+            seq: Seq(seq),
+        }
+    }
+}

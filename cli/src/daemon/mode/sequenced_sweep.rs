@@ -1,0 +1,534 @@
+//! A seeded simulation of the sequenced mode (`sequenced`, docs/protocol.md
+//! §6.3) over many seeds: nodes of one group, each with a publishing and a
+//! subscribing client; reliable FIFO links between every pair (the
+//! daemons' links); each node's send stream with a window, delivered to
+//! each member at its own pace, and only as the daemon lets it (the root's
+//! stream of the node's own view, once no flush runs there); views that
+//! reach each node at its own time; crashes of any node, the root (the
+//! agent, the lowest node) included, one at a time, each followed by the
+//! flush of the departed node's stream (every survivor ends at the furthest
+//! any survivor got). The order of every event is drawn from the seed.
+//!
+//! Checked once everything is delivered: every survivor's subscriber
+//! received the same messages in the same order; each origin's messages in
+//! its order, none twice, and every message a survivor's mode took is
+//! there; no publisher received its own message; nothing waits for the
+//! root any more. 2,000 seeds a run (`SEQUENCED_SEEDS=N` for more); a
+//! failure prints its seed and how to run it alone
+//! (`SEQUENCED_SEED=S cargo test -p mcast-cli --lib sequenced_sweep`).
+//!
+//! Owns: this simulation. May not touch: the mode's state (it drives
+//! [`Sequenced`] through [`GroupMode`] only).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use mcast_engine::{EngineError, Fragment, PublishError, StreamStart};
+use mcast_ipc::ClientId;
+use mcast_proto::Rng;
+use mcast_wire::{GroupId, NodeId, Seq};
+
+use super::sequenced::Sequenced;
+use super::{GroupMode, ModeCx, Published, StreamOps};
+use crate::links::LinkMessage;
+
+const GROUP: GroupId = 9;
+const PUBLISHER: ClientId = ClientId(1);
+const SUBSCRIBER: ClientId = ClientId(2);
+
+/// One node's send stream: every message it took, and its ACK set.
+#[derive(Debug, Default)]
+struct Stream {
+    log: Vec<Vec<u8>>,
+    members: Vec<NodeId>,
+}
+
+/// A node's send stream as the mode sees it: full when `window` messages
+/// are not yet delivered to every member of its ACK set.
+struct Ops<'a> {
+    stream: &'a mut Stream,
+    /// Delivered to every member of the ACK set.
+    acked: usize,
+    window: usize,
+}
+
+impl StreamOps for Ops<'_> {
+    fn open_sender(&mut self, _: GroupId, m: &[NodeId], _: StreamStart) -> Result<(), EngineError> {
+        self.stream.members = m.to_vec();
+        Ok(())
+    }
+    fn publish(&mut self, _: GroupId, msg: &[u8]) -> Result<(), PublishError> {
+        if self.stream.log.len() - self.acked >= self.window {
+            return Err(PublishError::WouldBlock);
+        }
+        self.stream.log.push(msg.to_vec());
+        Ok(())
+    }
+    fn set_members(&mut self, _: GroupId, m: &[NodeId]) -> Result<StreamStart, EngineError> {
+        self.stream.members = m.to_vec();
+        Ok(self.position())
+    }
+    fn resume_member(
+        &mut self,
+        _: GroupId,
+        _: NodeId,
+        _: &[NodeId],
+    ) -> Result<StreamStart, EngineError> {
+        Ok(self.position())
+    }
+    fn sender_position(&self, _: GroupId) -> Option<StreamStart> {
+        Some(self.position())
+    }
+    fn send_idle(&self, _: GroupId) -> bool {
+        self.stream.log.len() == self.acked
+    }
+}
+
+impl Ops<'_> {
+    fn position(&self) -> StreamStart {
+        StreamStart {
+            epoch: 1,
+            seq: Seq(self.stream.log.len() as u32),
+        }
+    }
+}
+
+/// What a client received: (source, message), in order.
+type Received = Vec<(NodeId, Vec<u8>)>;
+
+struct Node {
+    mode: Sequenced,
+    /// The view this node holds (it lags the truth until updated).
+    view: Vec<NodeId>,
+    /// Per sender: how much of its stream was delivered here.
+    cursor: BTreeMap<NodeId, usize>,
+    /// Departed senders whose flush runs here.
+    flushing: BTreeSet<NodeId>,
+    /// Messages the publisher has yet to publish, and those the mode took.
+    to_publish: u64,
+    taken: u64,
+    /// What each local client received: (source, message).
+    got: BTreeMap<ClientId, Received>,
+}
+
+struct World {
+    rng: Rng,
+    window: usize,
+    nodes: BTreeMap<NodeId, Node>,
+    /// Every node's send stream, kept after a crash for the flush.
+    streams: BTreeMap<NodeId, Stream>,
+    /// FIFO per (from, to).
+    links: BTreeMap<(NodeId, NodeId), VecDeque<LinkMessage>>,
+    /// Views not yet delivered, per node, in order.
+    views: BTreeMap<NodeId, VecDeque<Vec<NodeId>>>,
+    /// Per departed node: how far the survivors' flush of its stream goes.
+    flush_to: BTreeMap<NodeId, usize>,
+    /// Messages each node's mode took (alive or not).
+    taken: BTreeMap<NodeId, u64>,
+    crashes_left: u32,
+    log: Vec<String>,
+}
+
+impl World {
+    fn truth(&self) -> Vec<NodeId> {
+        self.nodes.keys().copied().collect()
+    }
+
+    /// Delivered to every live member of `sender`'s ACK set.
+    fn acked(&self, sender: NodeId) -> usize {
+        let Some(s) = self.streams.get(&sender) else {
+            return 0;
+        };
+        s.members
+            .iter()
+            .filter_map(|m| self.nodes.get(m))
+            .map(|n| n.cursor.get(&sender).copied().unwrap_or(0))
+            .min()
+            .unwrap_or(s.log.len())
+    }
+
+    /// Runs `f` on `node`'s mode with its view, then sends what it queued
+    /// and hands its records to the node's clients.
+    fn step<R>(
+        &mut self,
+        node: NodeId,
+        f: impl FnOnce(&mut Sequenced, &mut ModeCx<'_>, &mut super::Out<'_>) -> R,
+    ) -> Option<R> {
+        let acked = self.acked(node);
+        let window = self.window;
+        let n = self.nodes.get_mut(&node)?;
+        let remote: Vec<NodeId> = n.view.iter().copied().filter(|&v| v != node).collect();
+        let root = n.view.first().copied();
+        let mut outbox = Vec::new();
+        let mut ops = Ops {
+            stream: self.streams.entry(node).or_default(),
+            acked,
+            window,
+        };
+        let mut cx = ModeCx {
+            group: GROUP,
+            node,
+            epoch: 1,
+            remote: &remote,
+            root,
+            settled: n.flushing.is_empty(),
+            streams: &mut ops,
+            outbox: &mut outbox,
+        };
+        let got = &mut n.got;
+        let r = f(&mut n.mode, &mut cx, &mut |hdr, data, except| {
+            for c in [PUBLISHER, SUBSCRIBER] {
+                if except != Some(c) {
+                    got.entry(c).or_default().push((hdr.source, data.to_vec()));
+                }
+            }
+        });
+        for (to, m) in outbox {
+            if let LinkMessage::Mode { .. } = m {
+                self.log.push(format!("{node}->{to} forward"));
+                if self.nodes.contains_key(&to) {
+                    self.links.entry((node, to)).or_default().push_back(m);
+                }
+            }
+        }
+        Some(r)
+    }
+
+    fn deliver(&mut self, node: NodeId, sender: NodeId, index: usize) {
+        let data = self.streams[&sender].log[index].clone();
+        self.step(node, |m, _, out| {
+            let f = Fragment {
+                group: GROUP,
+                stream: sender,
+                seq: Seq(index as u32),
+                first: true,
+                last: true,
+                data: &data,
+            };
+            m.deliver(&f, out)
+        });
+        *self
+            .nodes
+            .get_mut(&node)
+            .expect("alive")
+            .cursor
+            .entry(sender)
+            .or_default() = index + 1;
+    }
+
+    fn crash(&mut self, victim: NodeId) {
+        self.log.push(format!("crash {victim}"));
+        self.nodes.remove(&victim);
+        self.views.remove(&victim);
+        self.links.retain(|&(a, b), _| a != victim && b != victim);
+        // The flush ends at the furthest any survivor got.
+        let furthest = self
+            .nodes
+            .values()
+            .filter_map(|n| n.cursor.get(&victim).copied())
+            .max()
+            .unwrap_or(0);
+        self.flush_to.insert(victim, furthest);
+        let view = self.truth();
+        for q in self.views.values_mut() {
+            q.push_back(view.clone());
+        }
+    }
+
+    /// One random event; false when nothing is left to happen.
+    fn event(&mut self) -> bool {
+        #[derive(Clone, Copy)]
+        enum E {
+            Publish(NodeId),
+            Link(NodeId, NodeId),
+            Stream(NodeId, NodeId),
+            View(NodeId),
+            FlushEnd(NodeId, NodeId),
+            Poll(NodeId),
+            Crash,
+        }
+        let mut choices = Vec::new();
+        for (&id, n) in &self.nodes {
+            if n.to_publish > 0 {
+                choices.push(E::Publish(id));
+            }
+            if let Some(&d) = n.flushing.first() {
+                choices.push(E::FlushEnd(id, d));
+            }
+            if n.mode.wants_round() {
+                choices.push(E::Poll(id));
+            }
+            // The daemon opens only the root's stream, once no flush runs.
+            let root = n.view[0];
+            let behind = self.nodes.contains_key(&root)
+                && root != id
+                && n.flushing.is_empty()
+                && n.cursor.get(&root).copied().unwrap_or(0)
+                    < self.streams.get(&root).map_or(0, |s| s.log.len());
+            if behind {
+                choices.extend([E::Stream(id, root); 3]);
+            }
+        }
+        for (&(a, b), q) in &self.links {
+            if !q.is_empty() {
+                choices.extend([E::Link(a, b); 3]);
+            }
+        }
+        for (&id, q) in &self.views {
+            if !q.is_empty() {
+                choices.push(E::View(id));
+            }
+        }
+        let quiet_views = self.views.values().all(VecDeque::is_empty)
+            && self.nodes.values().all(|n| n.flushing.is_empty());
+        if self.crashes_left > 0 && self.nodes.len() > 1 && quiet_views {
+            choices.push(E::Crash);
+        }
+        if choices.is_empty() {
+            return false;
+        }
+        let pick = |rng: &mut Rng, n: usize| rng.range(0, n as u64 - 1) as usize;
+        match choices[pick(&mut self.rng, choices.len())] {
+            E::Publish(id) => {
+                let k = self.nodes[&id].taken;
+                let msg = format!("{id}:{k}").into_bytes();
+                let r = self.step(id, |m, cx, out| m.publish(cx, PUBLISHER, &msg, out));
+                let sent = matches!(r, Some(Ok(Published::Sent)));
+                self.log.push(format!("publish {id}:{k} sent={sent}"));
+                if sent {
+                    let n = self.nodes.get_mut(&id).expect("alive");
+                    n.taken += 1;
+                    n.to_publish -= 1;
+                    *self.taken.entry(id).or_default() += 1;
+                }
+            }
+            E::Link(from, to) => {
+                let m = self
+                    .links
+                    .get_mut(&(from, to))
+                    .and_then(VecDeque::pop_front)
+                    .expect("non-empty");
+                if let LinkMessage::Mode { body, .. } = m {
+                    self.log.push(format!("{from}->{to} arrives"));
+                    let r = self.step(to, |mode, cx, out| mode.on_link(cx, from, &body, out));
+                    if let Some(Err(e)) = r {
+                        self.log.push(format!("on_link error {e}"));
+                    }
+                }
+            }
+            E::Stream(id, sender) => {
+                let at = self.nodes[&id].cursor.get(&sender).copied().unwrap_or(0);
+                self.log.push(format!("{sender}=>{id} #{at}"));
+                self.deliver(id, sender, at);
+            }
+            E::View(id) => {
+                let view = self
+                    .views
+                    .get_mut(&id)
+                    .and_then(VecDeque::pop_front)
+                    .expect("non-empty");
+                self.log.push(format!("view {id} {view:?}"));
+                let n = self.nodes.get_mut(&id).expect("alive");
+                // A departed sender whose stream was delivered here is flushed.
+                for d in n.view.iter().filter(|d| !view.contains(d)) {
+                    if n.cursor.contains_key(d) {
+                        n.flushing.insert(*d);
+                    }
+                }
+                n.view = view;
+                // The new root's stream opens here (its start is held by
+                // the daemon until then).
+                let root = n.view[0];
+                if root != id {
+                    n.cursor.entry(root).or_insert(0);
+                }
+                self.step(id, |m, cx, _| m.members_changed(cx, &[]));
+            }
+            E::FlushEnd(id, d) => {
+                let (from, to) = (self.nodes[&id].cursor[&d], self.flush_to[&d]);
+                self.log
+                    .push(format!("flush of {d} ends at {id}: {from}..{to}"));
+                for i in from..to {
+                    self.deliver(id, d, i);
+                }
+                self.nodes.get_mut(&id).expect("alive").flushing.remove(&d);
+            }
+            E::Poll(id) => {
+                self.step(id, |m, cx, out| m.poll(cx, 0, out));
+            }
+            E::Crash => {
+                let alive = self.truth();
+                let victim = alive[pick(&mut self.rng, alive.len())];
+                self.crashes_left -= 1;
+                self.crash(victim);
+            }
+        }
+        true
+    }
+
+    /// What is checked once nothing is left to happen.
+    fn check(&self) -> Result<(), String> {
+        let empty = Vec::new();
+        let mut order: Option<(NodeId, &Received)> = None;
+        for (&id, n) in &self.nodes {
+            let got = n.got.get(&SUBSCRIBER).unwrap_or(&empty);
+            match order {
+                None => order = Some((id, got)),
+                Some((first, o)) if o != got => {
+                    let at = o.iter().zip(got).position(|(a, b)| a != b);
+                    let show = |l: &[(NodeId, Vec<u8>)]| -> Vec<String> {
+                        l.iter()
+                            .map(|(_, m)| String::from_utf8_lossy(m).into_owned())
+                            .collect()
+                    };
+                    return Err(format!(
+                        "nodes {first} and {id} delivered different orders ({} and {} messages, first difference at {at:?}): {:?} and {:?}",
+                        o.len(),
+                        got.len(),
+                        show(o),
+                        show(got)
+                    ));
+                }
+                Some(_) => {}
+            }
+            let mut next: BTreeMap<NodeId, u64> = BTreeMap::new();
+            for (source, m) in got {
+                let text = String::from_utf8_lossy(m);
+                let (o, k) = text.split_once(':').ok_or("a message without its origin")?;
+                let (o, k): (NodeId, u64) = (o.parse().unwrap(), k.parse().unwrap());
+                if o != *source {
+                    return Err(format!("{text} delivered as node {source}'s"));
+                }
+                let want = next.entry(o).or_default();
+                if k != *want {
+                    return Err(format!(
+                        "node {id} delivered {text} where {o}:{want} was due (lost, repeated or out of order)"
+                    ));
+                }
+                *want += 1;
+            }
+            for (&o, &taken) in &self.taken {
+                let got = next.get(&o).copied().unwrap_or(0);
+                if self.nodes.contains_key(&o) && got != taken {
+                    return Err(format!(
+                        "node {id} delivered {got} of the {taken} messages node {o} took"
+                    ));
+                }
+            }
+            let publisher = n.got.get(&PUBLISHER).unwrap_or(&empty);
+            let others: Vec<_> = got.iter().filter(|(s, _)| *s != id).cloned().collect();
+            if *publisher != others {
+                let show = |l: &[(NodeId, Vec<u8>)]| -> Vec<String> {
+                    l.iter()
+                        .map(|(_, m)| String::from_utf8_lossy(m).into_owned())
+                        .collect()
+                };
+                return Err(format!(
+                    "node {id}'s publisher did not get exactly the others' messages: {:?}, subscriber {:?}",
+                    show(publisher),
+                    show(got)
+                ));
+            }
+            let stats = n.mode.stats_json();
+            if stats["pending"] != 0 {
+                return Err(format!("node {id} still waits for the root: {stats}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn run(seed: u64) -> Result<(), String> {
+    let mut rng = Rng::new(seed);
+    let n = rng.range(2, 6) as u32;
+    let crashes = rng.range(0, u64::from(n) - 1).min(2) as u32;
+    let window = rng.range(1, 8) as usize;
+    let view: Vec<NodeId> = (1..=n).collect();
+    let mut nodes = BTreeMap::new();
+    for &v in &view {
+        let to_publish = rng.range(0, 12);
+        let mut mode = Sequenced::new(v, Seq(0));
+        let remote: Vec<NodeId> = view.iter().copied().filter(|&x| x != v).collect();
+        let mut stream = Stream::default();
+        let mut ops = Ops {
+            stream: &mut stream,
+            acked: 0,
+            window,
+        };
+        let mut outbox = Vec::new();
+        let mut cx = ModeCx {
+            group: GROUP,
+            node: v,
+            epoch: 1,
+            remote: &remote,
+            root: Some(1),
+            settled: true,
+            streams: &mut ops,
+            outbox: &mut outbox,
+        };
+        mode.members_changed(&mut cx, &[]).expect("the first view");
+        let node = Node {
+            mode,
+            view: view.clone(),
+            // The root's stream is open at the others from the start.
+            cursor: (v != 1).then_some((1, 0)).into_iter().collect(),
+            flushing: BTreeSet::new(),
+            to_publish,
+            taken: 0,
+            got: BTreeMap::new(),
+        };
+        nodes.insert(v, node);
+    }
+    let mut w = World {
+        rng,
+        window,
+        nodes,
+        streams: BTreeMap::new(),
+        links: BTreeMap::new(),
+        views: view.iter().map(|&v| (v, VecDeque::new())).collect(),
+        flush_to: BTreeMap::new(),
+        taken: BTreeMap::new(),
+        crashes_left: crashes,
+        log: Vec::new(),
+    };
+    let fail = |w: &World, e: String| {
+        let tail: Vec<&String> = w.log.iter().rev().take(60).collect();
+        format!("seed {seed} ({n} nodes, window {window}, {crashes} crashes): {e}\nlast events, newest first: {tail:#?}\nreplay: SEQUENCED_SEED={seed} cargo test -p mcast-cli --lib sequenced_sweep")
+    };
+    let mut steps = 0;
+    while w.event() {
+        steps += 1;
+        if steps > 100_000 {
+            return Err(fail(&w, "no end after 100,000 events".into()));
+        }
+    }
+    if let Some((id, n)) = w.nodes.iter().find(|(_, n)| n.to_publish > 0) {
+        return Err(fail(
+            &w,
+            format!(
+                "node {id} could not publish {} messages: {}",
+                n.to_publish,
+                n.mode.stats_json()
+            ),
+        ));
+    }
+    w.check().map_err(|e| fail(&w, e))
+}
+
+#[test]
+fn sequenced_sweep() {
+    if let Ok(seed) = std::env::var("SEQUENCED_SEED") {
+        let seed: u64 = seed.parse().expect("SEQUENCED_SEED is a number");
+        run(seed).unwrap_or_else(|e| panic!("{e}"));
+        return;
+    }
+    // SEQUENCED_SEEDS=N for a longer sweep.
+    let seeds: u64 =
+        std::env::var("SEQUENCED_SEEDS").map_or(2_000, |n| n.parse().expect("a number"));
+    let failures: Vec<String> = (0..seeds).filter_map(|s| run(s).err()).collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {seeds} seeds failed; the first: {}",
+        failures.len(),
+        failures[0]
+    );
+}

@@ -1,0 +1,297 @@
+//! Many-to-many through the root for real (the sequenced mode, docs/mcastd.md
+//! "Group modes", docs/protocol.md §6.3): four daemons in network namespaces
+//! on one bridge, AF_XDP on veth, groups with `mode = "sequenced"`. Root
+//! only (CI runs as root); without privileges the test skips with a
+//! message, and with CI=true a skip is a failure.
+//! One concern: that several senders' messages reach every member in one
+//! order, each sender's complete and in its order, and that the order and
+//! the survivors' messages outlive the root's death.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests wait on wall-clock deadlines"
+)]
+
+#[allow(dead_code)]
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::Duration;
+
+use mcast_ipc::{Client, MessageKind, Request, Response};
+use serde_json::Value;
+
+const CONFIG: &str = "subscriber_buffer = 67108864\nmode = \"sequenced\"";
+
+fn connect(c: &common::Cluster, node: u32, name: &str) -> Client {
+    Client::connect(c.socket(node), name).unwrap_or_else(|e| panic!("connect to node {node}: {e}"))
+}
+
+/// `group`'s mode in a node's stats.
+fn mode(c: &common::Cluster, node: u32, group: u32) -> Value {
+    let Response::Json(v) = connect(c, node, "stat").request(Request::Stats).unwrap() else {
+        panic!("stats of node {node}")
+    };
+    v["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|g| g["group"] == group)
+        .map(|g| g["mode"].clone())
+        .unwrap_or_else(|| panic!("group {group} not in {v:#}"))
+}
+
+/// Message `i` of node `from`: who and which, then filler.
+fn message(from: u32, i: u64) -> Vec<u8> {
+    let mut m = from.to_be_bytes().to_vec();
+    m.extend_from_slice(&i.to_be_bytes());
+    m.resize(200, (i % 251) as u8);
+    m
+}
+
+/// Receives until every node of `senders` has `want` messages here (or
+/// `idle` passes with nothing new): the (node, index) of each, in order.
+/// `progress` is told how many after each batch.
+fn receive(
+    c: &mut Client,
+    node: u32,
+    senders: &[u32],
+    want: u64,
+    idle: Duration,
+    mut progress: impl FnMut(u64),
+) -> Vec<(u32, u64)> {
+    let mut got: Vec<(u32, u64)> = Vec::new();
+    let count = |got: &[(u32, u64)], s: u32| got.iter().filter(|(f, _)| *f == s).count() as u64;
+    while senders.iter().any(|&s| count(&got, s) < want) {
+        let n = c
+            .recv_batch_timeout(256, Some(idle), |m| {
+                if m.kind == MessageKind::Membership {
+                    return;
+                }
+                let from = u32::from_be_bytes(m.data[..4].try_into().unwrap());
+                let i = u64::from_be_bytes(m.data[4..12].try_into().unwrap());
+                assert_eq!(
+                    m.source, from,
+                    "node {node}: message {i} of {from} from {}",
+                    m.source
+                );
+                assert_eq!(
+                    m.data,
+                    message(from, i),
+                    "node {node}: {from}:{i} corrupted"
+                );
+                got.push((from, i));
+            })
+            .unwrap_or_else(|e| panic!("node {node}: {e}"));
+        if n == 0 {
+            break;
+        }
+        progress(got.len() as u64);
+    }
+    got
+}
+
+/// Each sender's messages in `got` are 0, 1, 2... (none lost, repeated or
+/// reordered); how many of each.
+fn per_sender_in_order(node: u32, got: &[(u32, u64)]) -> std::collections::BTreeMap<u32, u64> {
+    let mut next = std::collections::BTreeMap::new();
+    for &(from, i) in got {
+        let n = next.entry(from).or_insert(0);
+        assert_eq!(i, *n, "node {node}: {from}:{i} where {from}:{n} was due");
+        *n += 1;
+    }
+    next
+}
+
+#[test]
+fn three_senders_reach_all_four_nodes_in_one_order() {
+    let Some(cluster) = common::start("seq", CONFIG) else {
+        return;
+    };
+    const N: u64 = 5_000;
+    let senders = [2u32, 3, 4];
+    let ready = Barrier::new(7);
+    let mut orders: Vec<(u32, Vec<(u32, u64)>)> = Vec::new();
+    let mut group = 0;
+    std::thread::scope(|s| {
+        let subs: Vec<_> = (1..=4u32)
+            .map(|node| {
+                let (cluster, ready) = (&cluster, &ready);
+                s.spawn(move || {
+                    let mut c = connect(cluster, node, "subscriber");
+                    let m = c.join("seq").expect("join");
+                    mcast_cli::stream::wait_nodes(
+                        &mut c,
+                        m.group,
+                        &m.view,
+                        4,
+                        Duration::from_secs(20),
+                    )
+                    .unwrap_or_else(|e| panic!("{e}"));
+                    ready.wait();
+                    let got = receive(&mut c, node, &senders, N, Duration::from_secs(30), |_| {});
+                    (node, m.group, got)
+                })
+            })
+            .collect();
+        for &from in &senders {
+            let (cluster, ready) = (&cluster, &ready);
+            s.spawn(move || {
+                let mut p = connect(cluster, from, "publisher");
+                let m = p.join("seq").expect("join");
+                ready.wait();
+                for i in 0..N {
+                    p.publish_blocking(m.group, &message(from, i), Some(Duration::from_secs(20)))
+                        .unwrap_or_else(|e| panic!("node {from} publish {i}: {e}"));
+                }
+            });
+        }
+        for h in subs {
+            let (node, g, got) = h.join().unwrap();
+            group = g;
+            orders.push((node, got));
+        }
+    });
+    for (node, got) in &orders {
+        let counts = per_sender_in_order(*node, got);
+        for &s in &senders {
+            assert_eq!(counts.get(&s), Some(&N), "node {node} from {s}: {counts:?}");
+        }
+    }
+    // One order: the root's.
+    let (first, order) = &orders[0];
+    for (node, got) in &orders[1..] {
+        let at = order.iter().zip(got).position(|(a, b)| a != b);
+        assert_eq!(at, None, "nodes {first} and {node} differ at {at:?}");
+    }
+    // Interleaved: the senders did share the root (not one after another).
+    let switches = order.windows(2).filter(|w| w[0].0 != w[1].0).count();
+    assert!(
+        switches > 2,
+        "the senders' messages did not interleave: {switches}"
+    );
+    let root = mode(&cluster, 1, group)["root"].as_u64().unwrap() as u32;
+    let sequenced = mode(&cluster, root, group)["sequenced"].as_u64().unwrap();
+    assert_eq!(sequenced, N * 3, "the root {root} multicast {sequenced}");
+    for &s in senders.iter().filter(|&&s| s != root) {
+        let m = mode(&cluster, s, group);
+        assert_eq!(m["forwarded"], N, "node {s}: {m:#}");
+        assert_eq!(m["pending"], 0, "node {s}: {m:#}");
+    }
+    eprintln!(
+        "root {root}: {} messages in one order, {switches} switches between senders",
+        order.len()
+    );
+}
+
+#[test]
+fn the_root_killed_mid_stream_costs_the_survivors_nothing_and_keeps_one_order() {
+    let Some(mut cluster) = common::start("seq-kill", CONFIG) else {
+        return;
+    };
+    const N: u64 = 4_000;
+    let nodes = [1u32, 2, 3, 4];
+    // Everyone joined, then the root is known (every node computes the same).
+    let mut subs: Vec<(u32, Client, mcast_ipc::Membership)> = nodes
+        .iter()
+        .map(|&n| {
+            let mut c = connect(&cluster, n, "subscriber");
+            let m = c.join("seq-kill").expect("join");
+            (n, c, m)
+        })
+        .collect();
+    for (_, c, m) in &mut subs {
+        mcast_cli::stream::wait_nodes(c, m.group, &m.view, 4, Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut subs: Vec<(u32, Client)> = subs.into_iter().map(|(n, c, _)| (n, c)).collect();
+    let mut pubs: Vec<(u32, Client, u32)> = nodes
+        .iter()
+        .map(|&n| {
+            let mut p = connect(&cluster, n, "publisher");
+            let m = p.join("seq-kill").expect("join");
+            (n, p, m.group)
+        })
+        .collect();
+    let group = pubs[0].2;
+    let root = mode(&cluster, 1, group)["root"].as_u64().unwrap() as u32;
+    let survivors: Vec<u32> = nodes.iter().copied().filter(|&n| n != root).collect();
+    let watched = survivors[0];
+    subs.retain(|(n, _)| *n != root);
+    let progress = AtomicU64::new(0);
+    let mut orders: Vec<(u32, Vec<(u32, u64)>)> = Vec::new();
+    std::thread::scope(|s| {
+        let receivers: Vec<_> = subs
+            .drain(..)
+            .map(|(node, mut c)| {
+                let (survivors, progress) = (&survivors, &progress);
+                s.spawn(move || {
+                    let got = receive(&mut c, node, survivors, N, Duration::from_secs(30), |n| {
+                        if node == watched {
+                            progress.store(n, Ordering::Relaxed);
+                        }
+                    });
+                    (node, got)
+                })
+            })
+            .collect();
+        for (from, mut p, g) in pubs.drain(..) {
+            s.spawn(move || {
+                for i in 0..N {
+                    let r = p.publish_blocking(g, &message(from, i), Some(Duration::from_secs(30)));
+                    if let (true, Err(e)) = (from == root, &r) {
+                        eprintln!("the root's publisher stopped at {i}: {e}");
+                        return; // its daemon was killed
+                    }
+                    r.unwrap_or_else(|e| panic!("node {from} publish {i}: {e}"));
+                }
+            });
+        }
+        // Killed once a survivor has half of the four senders' messages
+        // (the rest are then on their way through the root).
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while progress.load(Ordering::Relaxed) < 2 * N {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no progress to kill at"
+            );
+            std::thread::yield_now();
+        }
+        eprintln!(
+            "the root before it is killed: {}",
+            mode(&cluster, root, group)
+        );
+        cluster.kill(root);
+        for h in receivers {
+            orders.push(h.join().unwrap());
+        }
+    });
+    for (node, got) in &orders {
+        let counts = per_sender_in_order(*node, got);
+        for &s in &survivors {
+            assert_eq!(counts.get(&s), Some(&N), "node {node} from {s}: {counts:?}");
+        }
+        // The root's own messages took their turn with the others' until it died.
+        assert!(
+            counts.get(&root).is_some_and(|&n| n > 0),
+            "node {node}: {counts:?}"
+        );
+    }
+    // One order among the survivors, the dead root's last messages included.
+    let (first, order) = &orders[0];
+    for (node, got) in &orders[1..] {
+        let at = order.iter().zip(got).position(|(a, b)| a != b);
+        assert_eq!(at, None, "nodes {first} and {node} differ at {at:?}");
+        assert_eq!(order.len(), got.len(), "nodes {first} and {node}");
+    }
+    let new_root = mode(&cluster, survivors[0], group)["root"].clone();
+    let resent: u64 = survivors
+        .iter()
+        .map(|&n| mode(&cluster, n, group)["resent"].as_u64().unwrap())
+        .sum();
+    eprintln!(
+        "root {root} killed: new root {new_root}, {resent} messages sent again to it, {} delivered in one order ({} of the root's own)",
+        order.len(),
+        order.iter().filter(|(f, _)| *f == root).count()
+    );
+}
