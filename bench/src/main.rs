@@ -18,6 +18,7 @@ use mcast_sim::{Algorithm, SimConfig};
 mod auth;
 mod batch;
 mod demo;
+mod order;
 mod paper;
 mod path;
 mod soak;
@@ -43,6 +44,7 @@ mod xdp;
         mcast-bench table --receivers 1,8,64,512 --loss 0,0.01,0.05\n  \
         mcast-bench xdp --json xdp.json          # as root\n  \
         mcast-bench path --receivers 1,4 --loss 0,0.01   # as root, mcastd built beside it\n  \
+        mcast-bench order --receivers 3             # as root: the sequenced mode's cost\n  \
         mcast-bench paper --out target/bench-paper  # as root"
 )]
 struct Cli {
@@ -232,6 +234,35 @@ enum Command {
         #[arg(long, value_name = "LINE")]
         daemon_config: Option<String>,
     },
+    /// Real kernel, needs root: what one order for every member costs through mcastd. Starts
+    /// the same cluster (R subscriber nodes, the first of them the group's root, and a publisher
+    /// on one more node) again and again, alternately with `mode = "fifo"` and `mode =
+    /// "sequenced"` (every message through the root of the group's tree), and measures goodput
+    /// and the one-way latency of paced messages; prints sequenced/fifo ratios. Needs mcastd
+    /// built beside mcast-bench.
+    Order {
+        /// Subscriber nodes (1 to 5); the publisher's node is one more.
+        #[arg(long, default_value_t = 3)]
+        receivers: usize,
+        /// Message size (16 to 8,192 bytes).
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        /// Messages per goodput run.
+        #[arg(long, default_value_t = 300_000)]
+        messages: u64,
+        /// Cluster starts per mode (the modes alternate).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Rate of the paced latency runs, messages/s.
+        #[arg(long, default_value_t = 10_000)]
+        rate: u64,
+        /// Messages per paced latency run.
+        #[arg(long, default_value_t = 10_000)]
+        paced_messages: u64,
+        /// Also write every run to this JSON file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<String>,
+    },
     /// Seed 000 §4's comparison (Figures 8-10): iterative, ACK, NAK and MAK to 1..6 receivers at
     /// 512 and 1,024 B, plus Go-Back-N and the raw blast, over the simulator and AF_XDP (root),
     /// send-and-wait, echo round-trip, offered-rate and saturation modes. Writes a table, JSON,
@@ -341,6 +372,7 @@ fn main() -> ExitCode {
             | Command::Path { .. }
             | Command::Auth { .. }
             | Command::Batch { .. }
+            | Command::Order { .. }
     ) {
         if let Err(e) = clean_up_on_signals() {
             eprintln!("mcast-bench: {e}");
@@ -437,6 +469,25 @@ fn main() -> ExitCode {
                     rate,
                     paced_messages,
                     daemon_config: daemon_config.unwrap_or_default(),
+                },
+                json.as_deref(),
+            ),
+            Command::Order {
+                receivers,
+                size,
+                messages,
+                repeat,
+                rate,
+                paced_messages,
+                json,
+            } => order::run(
+                &order::OrderConfig {
+                    receivers,
+                    size,
+                    messages,
+                    repeat,
+                    rate,
+                    paced_messages,
                 },
                 json.as_deref(),
             ),

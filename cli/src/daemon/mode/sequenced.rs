@@ -524,8 +524,9 @@ impl GroupMode for Sequenced {
         }
     }
 
-    /// A member's message for the root: queued, and into the stream if
-    /// this node is the root and its window has room.
+    /// A member's message for the root: into the stream if this node is
+    /// the root, nothing waits before it and the window has room; else
+    /// queued.
     fn on_link(
         &mut self,
         cx: &mut ModeCx<'_>,
@@ -544,6 +545,19 @@ impl GroupMode for Sequenced {
         if self.is_duplicate(o) {
             self.counters.duplicates += 1;
             return Ok(());
+        }
+        if self.is_root() && cx.settled && self.queue.is_empty() {
+            // Nothing waits before it: straight into the stream, uncopied.
+            match self.multicast(cx, o, msg, None, out) {
+                Ok(Published::WouldBlock) => {}
+                Ok(Published::Sent) => return Ok(()),
+                Ok(Published::Dropped(_)) => {
+                    self.counters.dropped += 1;
+                    self.note_seen(o);
+                    return Ok(());
+                }
+                Err(e) => return Err(e.to_string()),
+            }
         }
         self.queue_bytes += msg.len();
         self.queue.push_back(Held {
