@@ -50,6 +50,20 @@ struct World {
     views: BTreeMap<NodeId, VecDeque<Vec<NodeId>>>,
     crashes_left: u32,
     log: Vec<String>,
+    /// Virtual time, for [`timed`]: None in the sweep.
+    clock: Option<Clock>,
+}
+
+/// Virtual time: every link message takes `delay`.
+#[derive(Default)]
+struct Clock {
+    now: u64,
+    delay: u64,
+    /// Messages in flight, by arrival time (sends happen in time order).
+    in_flight: VecDeque<(u64, NodeId, NodeId)>,
+    /// Per barrier: the last call and the last release.
+    last_call: BTreeMap<u64, u64>,
+    last_release: BTreeMap<u64, u64>,
 }
 
 impl World {
@@ -90,6 +104,9 @@ impl World {
                             .entry((node, to))
                             .or_default()
                             .push_back((what, number, dropped));
+                        if let Some(c) = &mut self.clock {
+                            c.in_flight.push_back((c.now + c.delay, node, to));
+                        }
                     }
                 }
                 Act::Release { clients, .. } => {
@@ -104,6 +121,19 @@ impl World {
         Ok(())
     }
 
+    /// `node`'s member calls its next barrier.
+    fn call(&mut self, node: NodeId) -> Result<(), String> {
+        let n = self.nodes.get_mut(&node).expect("a caller is alive");
+        n.calls += 1;
+        n.waiting = true;
+        let k = n.calls;
+        self.log.push(format!("call {node} #{k}"));
+        if let Some(c) = &mut self.clock {
+            c.last_call.insert(k, c.now);
+        }
+        self.step(node, |b, at| b.wait(ClientId(u64::from(node)), 1, at))
+    }
+
     fn released(&mut self, m: NodeId) -> Result<(), String> {
         let k = {
             let n = self.nodes.get_mut(&m).ok_or("a crashed member released")?;
@@ -114,6 +144,9 @@ impl World {
             n.answered += 1;
             n.answered
         };
+        if let Some(c) = &mut self.clock {
+            c.last_release.insert(k, c.now);
+        }
         // Every member still alive has called barrier k.
         if let Some((x, n)) = self.nodes.iter().find(|(_, n)| n.calls < k) {
             return Err(format!(
@@ -175,11 +208,7 @@ impl World {
         match choices[pick(&mut self.rng, choices.len())] {
             0 => {
                 let node = callers[pick(&mut self.rng, callers.len())];
-                let n = self.nodes.get_mut(&node).expect("a caller is alive");
-                n.calls += 1;
-                n.waiting = true;
-                self.log.push(format!("call {node} #{}", n.calls));
-                self.step(node, |b, at| b.wait(ClientId(u64::from(node)), 1, at))?;
+                self.call(node)?;
             }
             1 => {
                 let (from, to) = links[pick(&mut self.rng, links.len())];
@@ -214,6 +243,107 @@ impl World {
     }
 }
 
+/// `n` nodes of tree fanout `fanout`, every link message taking `delay`,
+/// each member calling its next barrier as soon as it is released, for
+/// `rounds` barriers: per barrier, the time from its last call to its last
+/// release, and the depth of the tree.
+fn timed(n: u32, fanout: u16, rounds: u64, delay: u64) -> Result<(Vec<u64>, u32), String> {
+    let view: Vec<NodeId> = (1..=n).collect();
+    let node = |_| Node {
+        barrier: GroupBarrier::default(),
+        view: view.clone(),
+        calls: 0,
+        answered: 0,
+        waiting: false,
+    };
+    let mut w = World {
+        rng: Rng::new(0),
+        fanout,
+        nodes: view.iter().map(|&v| (v, node(v))).collect(),
+        links: BTreeMap::new(),
+        views: BTreeMap::new(),
+        crashes_left: 0,
+        log: Vec::new(),
+        clock: Some(Clock {
+            delay,
+            ..Clock::default()
+        }),
+    };
+    loop {
+        let idle: Vec<NodeId> = w
+            .nodes
+            .iter()
+            .filter(|(_, n)| !n.waiting && n.calls < rounds)
+            .map(|(&k, _)| k)
+            .collect();
+        for node in idle {
+            w.call(node)?;
+        }
+        let clock = w.clock.as_mut().expect("timed");
+        let Some((at, from, to)) = clock.in_flight.pop_front() else {
+            break;
+        };
+        clock.now = at;
+        let (what, number, dropped) = w
+            .links
+            .get_mut(&(from, to))
+            .and_then(VecDeque::pop_front)
+            .expect("in flight");
+        w.step(to, |b, at| b.message(from, what, number, &dropped, at))?;
+    }
+    if let Some((x, n)) = w.nodes.iter().find(|(_, n)| n.answered < rounds) {
+        return Err(format!(
+            "member {x} passed {} of {rounds} barriers",
+            n.answered
+        ));
+    }
+    let c = w.clock.expect("timed");
+    let latency = (1..=rounds)
+        .map(|k| c.last_release[&k] - c.last_call[&k])
+        .collect();
+    let depth = FeedbackTree::new(1, &view, fanout).levels_below(1, 1);
+    Ok((latency, depth))
+}
+
+/// Barrier latency against the model: with every link message taking d, a
+/// barrier whose number the members know completes 2 × depth × d after its
+/// last call (arrivals up the tree, the release down it; the seed's
+/// version, whose release is one multicast followed by acknowledgments up
+/// the tree, takes 2 × depth × d plus the multicast to complete, and
+/// releases the last member at depth × d plus the multicast). The first
+/// barrier takes depth × d more: the members learn its number from the
+/// root's ASK on the way down.
+#[test]
+fn barrier_latency_matches_the_model() {
+    const D: u64 = 50_000; // ns: 50 µs per link message
+    for (n, fanout) in [
+        (2, 2),
+        (4, 2),
+        (7, 2),
+        (8, 2),
+        (15, 2),
+        (16, 4),
+        (64, 4),
+        (100, 2),
+    ] {
+        let (latency, depth) = timed(n, fanout, 5, D).unwrap_or_else(|e| panic!("{n} nodes: {e}"));
+        let depth = u64::from(depth);
+        assert_eq!(
+            latency[0],
+            3 * depth * D,
+            "{n} nodes, fanout {fanout}: {latency:?}"
+        );
+        for (k, &l) in latency.iter().enumerate().skip(1) {
+            assert_eq!(
+                l,
+                2 * depth * D,
+                "{n} nodes, fanout {fanout}, barrier {}: {latency:?}",
+                k + 1
+            );
+        }
+    }
+}
+
 fn run(seed: u64) -> Result<(), String> {
     let mut rng = Rng::new(seed);
     let n = rng.range(2, 9) as u32;
@@ -242,6 +372,7 @@ fn run(seed: u64) -> Result<(), String> {
         views: view.iter().map(|&v| (v, VecDeque::new())).collect(),
         crashes_left: crashes,
         log: Vec::new(),
+        clock: None,
     };
     let fail = |w: &World, e: String| {
         let tail: Vec<&String> = w.log.iter().rev().take(80).collect();
