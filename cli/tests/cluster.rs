@@ -286,7 +286,10 @@ fn small_and_mixed_messages_share_frames_and_arrive_byte_for_byte() {
 
 #[test]
 fn a_late_joiner_starts_at_its_join_point_and_a_leaver_holds_nobody_back() {
-    let Some(mut cluster) = common::start("latejoin", FLOOD) else {
+    // A window of 1,024 frames, the bound below (the default is 4,096: a
+    // late joiner could then start at any message of these 20,000).
+    let Some(mut cluster) = common::start("latejoin", &format!("{FLOOD}\nwindow_frames = 1024"))
+    else {
         return;
     };
     const LEN: usize = 100;
@@ -317,8 +320,8 @@ fn a_late_joiner_starts_at_its_join_point_and_a_leaver_holds_nobody_back() {
         assert_eq!(receive_numbered(&mut a, ma.group, 20_000, LEN), 0);
         // A late joiner on node 3 starts at the join point of the sender's
         // stream when its daemon installed the new view: the oldest frame
-        // the sender still held, at most a window (1,024 frames by default,
-        // each holding up to 13 of these 100-byte messages, which share
+        // the sender still held, at most a window (1,024 frames here, each
+        // holding up to 14 of these 100-byte messages, which share
         // frames) behind what it had sent, so much of the 20,000 messages
         // already delivered to node 2 is history it never sees; messages
         // the publisher had handed to its daemon but not yet sent may
