@@ -91,6 +91,9 @@ Options:
   --seed N       seed of the fault schedule (default: random, printed)
   --tree-fanout K  the MAK groups' ACKs climb a feedback tree of fanout K
                  (mcastd's tree_fanout, docs/protocol.md §3.4; default 0: none)
+  --mode M       the MAK groups' mode: fifo (default) or sequenced (every
+                 member's messages through the group's root, one order;
+                 docs/protocol.md §6.3)
   --sabotage     prove the checker: publisher pub-a-1 breaks the rules on
                  purpose every 500 messages (alternately skips a counter
                  and repeats one); the run must then FAIL with violations
@@ -119,6 +122,7 @@ MINUTES=""
 KILL_NODES="2,3,4"
 SABOTAGE=()
 TREE_FANOUT=0
+MODE=fifo
 while [ $# -gt 0 ]; do
     case "$1" in
         -h | --help) usage; exit 0 ;;
@@ -127,6 +131,7 @@ while [ $# -gt 0 ]; do
         --calm) CALM="$2"; shift 2 ;;
         --seed) SEED="$2"; shift 2 ;;
         --tree-fanout) TREE_FANOUT="$2"; shift 2 ;;
+        --mode) MODE="$2"; shift 2 ;;
         --kill-nodes) KILL_NODES="$2"; shift 2 ;;
         --sabotage) SABOTAGE=(--sabotage 500); shift ;;
         --keep) KEEP=1; shift ;;
@@ -143,6 +148,7 @@ TOTAL=$(awk -v m="$MINUTES" 'BEGIN { if (m + 0 > 0) printf "%d", m * 60; else pr
 [[ "$RATE" =~ ^[0-9]+$ ]] && [ "$RATE" -gt 0 ] || { echo "soak: --rate must be a positive integer" >&2; exit 2; }
 [[ "$CALM" =~ ^[0-9]+$ ]] && [ "$CALM" -ge 5 ] && [ "$CALM" -lt "$TOTAL" ] \
     || { echo "soak: --calm must be an integer from 5 to less than the run" >&2; exit 2; }
+case "$MODE" in fifo | sequenced) ;; *) echo "soak: --mode is fifo or sequenced" >&2; exit 2 ;; esac
 IFS=, read -r -a LOSS <<< "$LOSSES"
 for l in "${LOSS[@]}"; do
     awk -v l="$l" 'BEGIN { exit !(l ~ /^[0-9.]+$/ && l + 0 >= 0 && l + 0 < 1) }' \
@@ -263,8 +269,8 @@ EOF
 for i in 1 2 3 4; do
     {
         node_config "$WORK" "$i"
-        printf '[[group]]\nname = "soak-a"\ntree_fanout = %d\n' "$TREE_FANOUT"
-        printf '[[group]]\nname = "soak-b"\nslow_subscriber = "hold"\ntree_fanout = %d\n' "$TREE_FANOUT"
+        printf '[[group]]\nname = "soak-a"\ntree_fanout = %d\nmode = "%s"\n' "$TREE_FANOUT" "$MODE"
+        printf '[[group]]\nname = "soak-b"\nslow_subscriber = "hold"\ntree_fanout = %d\nmode = "%s"\n' "$TREE_FANOUT" "$MODE"
         printf '[[group]]\nname = "soak-c"\nalgorithm = "ack"\n'
     } > "$WORK/n$i.toml"
 done

@@ -48,10 +48,6 @@ pub(super) struct FlushGlue {
     /// Starts of a stream whose flush runs here, applied when it ends (the
     /// flush and the reopened stream would deliver the same frames).
     pub(super) deferred_starts: HashMap<FlushKey, StreamStart>,
-    /// Starts a group's mode holds (the sequenced mode: a stream that is not
-    /// the root's, or the new root's while the departed root's last messages
-    /// are recovered), tried again at each view change and flush end.
-    pub(super) held_starts: HashMap<GroupId, Vec<(NodeId, StreamStart)>>,
 }
 
 impl<T: Transport> Daemon<T> {
@@ -241,7 +237,6 @@ impl<T: Transport> Daemon<T> {
             if self.flush.flushes.pending_in(key.group) {
                 continue;
             }
-            self.release_held_starts(key.group)?;
             let Some(lg) = self.local.get_mut(&key.group) else {
                 continue;
             };

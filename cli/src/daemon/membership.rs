@@ -250,6 +250,7 @@ impl<T: Transport> Daemon<T> {
                 mode: mode::for_group(
                     s.mode,
                     self.node,
+                    self.incarnation,
                     self.streams.send_resume.get(&group).copied(),
                 ),
                 paused: false,
@@ -280,6 +281,7 @@ impl<T: Transport> Daemon<T> {
                 ("group", &view.name),
                 ("number", &group),
                 ("epoch", &view.epoch),
+                ("agent", &view.agent),
                 ("nodes", &format!("{nodes:?}")),
             ],
         );

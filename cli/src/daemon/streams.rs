@@ -150,17 +150,6 @@ impl<T: Transport> Daemon<T> {
             self.counters.starts_deferred += 1;
             return Ok(());
         }
-        if self.mode_holds_start(group, from) {
-            // The sequenced mode delivers only its root's stream, and only
-            // once a departed root's last messages are in: the stream opens
-            // when this node's view makes `from` the root and no flush runs
-            // (what it sent meanwhile is repaired from its start).
-            let held = self.flush.held_starts.entry(group).or_default();
-            held.retain(|(n, _)| *n != from);
-            held.push((from, start));
-            self.counters.starts_deferred += 1;
-            return Ok(());
-        }
         let kept = self
             .flush
             .kept

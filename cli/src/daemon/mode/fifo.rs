@@ -152,6 +152,7 @@ mod tests {
             remote: &remote,
             root: Some(1),
             settled: true,
+            view_epoch: 1,
             streams: &mut streams,
             outbox: &mut outbox,
         };
@@ -201,6 +202,7 @@ mod tests {
             remote: &[],
             root: Some(1),
             settled: true,
+            view_epoch: 1,
             streams: &mut streams,
             outbox: &mut outbox,
         };

@@ -97,13 +97,6 @@ pub trait GroupMode: fmt::Debug {
         true
     }
 
-    /// True when the group delivers only the stream of its tree's root,
-    /// after any departed root's last messages: the start of another
-    /// sender's stream, or of the root's while a flush runs here, waits.
-    fn root_stream_only(&self) -> bool {
-        false
-    }
-
     /// The group's remote members changed (a new view, or a member that
     /// restarted left it): [`ModeCx::remote`] is the new set, `added` the
     /// nodes new in it.
@@ -190,6 +183,8 @@ pub struct ModeCx<'a> {
     /// No flush runs in the group here: every departed sender's last
     /// messages have been delivered.
     pub settled: bool,
+    /// The epoch of the group's view here (0 before the first).
+    pub view_epoch: u64,
     pub streams: &'a mut dyn StreamOps,
     /// Link messages for peers, sent by the daemon after the call.
     pub outbox: &'a mut Vec<(NodeId, LinkMessage)>,
@@ -204,6 +199,7 @@ impl fmt::Debug for ModeCx<'_> {
             .field("remote", &self.remote)
             .field("root", &self.root)
             .field("settled", &self.settled)
+            .field("view_epoch", &self.view_epoch)
             .field("outbox", &self.outbox)
             .finish_non_exhaustive()
     }
@@ -268,14 +264,19 @@ impl<T: Transport> StreamOps for Engine<T> {
     }
 }
 
-/// The mode of a group this node (`node`) starts carrying. `resume`: where
-/// this node's send stream in the group stopped the last time it carried
-/// it in this incarnation.
-pub fn for_group(kind: config::GroupMode, node: NodeId, resume: Option<Seq>) -> Box<dyn GroupMode> {
+/// The mode of a group this node (`node`, incarnation `epoch`) starts
+/// carrying. `resume`: where this node's send stream in the group stopped
+/// the last time it carried it in this incarnation.
+pub fn for_group(
+    kind: config::GroupMode,
+    node: NodeId,
+    epoch: u32,
+    resume: Option<Seq>,
+) -> Box<dyn GroupMode> {
     let first_seq = resume.unwrap_or(Seq(0));
     match kind {
         config::GroupMode::Fifo => Box::new(fifo::PerSenderFifo::new(first_seq)),
-        config::GroupMode::Sequenced => Box::new(sequenced::Sequenced::new(node, first_seq)),
+        config::GroupMode::Sequenced => Box::new(sequenced::Sequenced::new(node, epoch, first_seq)),
     }
 }
 
@@ -308,6 +309,7 @@ impl<T: Transport> Daemon<T> {
         let settled = !self.flush.flushes.pending_in(group);
         let lg = self.local.get_mut(&group)?;
         let root = tree::root_of(lg.view.as_ref());
+        let view_epoch = lg.view.as_ref().map_or(0, |v| v.epoch);
         let mut outbox = Vec::new();
         let mut recs = std::mem::take(&mut self.mode_records);
         let r = {
@@ -319,6 +321,7 @@ impl<T: Transport> Daemon<T> {
                 remote,
                 root,
                 settled,
+                view_epoch,
                 streams: &mut self.engine,
                 outbox: &mut outbox,
             };
@@ -368,25 +371,6 @@ impl<T: Transport> Daemon<T> {
         self.local.get(&group).is_none_or(|lg| lg.mode.loops_back())
     }
 
-    /// True when the start of `from`'s stream in `group` must wait (see
-    /// [`GroupMode::root_stream_only`]).
-    pub(super) fn mode_holds_start(&self, group: GroupId, from: NodeId) -> bool {
-        let Some(lg) = self.local.get(&group) else {
-            return false;
-        };
-        lg.mode.root_stream_only()
-            && (self.flush.flushes.pending_in(group)
-                || tree::root_of(lg.view.as_ref()) != Some(from))
-    }
-
-    /// Opens the streams whose starts waited, those that may open now.
-    pub(super) fn release_held_starts(&mut self, group: GroupId) -> Result<(), EngineError> {
-        for (from, start) in self.flush.held_starts.remove(&group).unwrap_or_default() {
-            self.stream_start(from, group, start)?;
-        }
-        Ok(())
-    }
-
     /// `group`'s remote members changed; `added` are new.
     pub(super) fn members_changed(
         &mut self,
@@ -397,8 +381,7 @@ impl<T: Transport> Daemon<T> {
         self.install_tree(group)?;
         self.barrier_view_changed(group)?;
         self.with_mode(group, |m, cx, _| m.members_changed(cx, added))
-            .unwrap_or(Ok(()))?;
-        self.release_held_starts(group)
+            .unwrap_or(Ok(()))
     }
 
     /// Tells `to` again where this node's stream in `group` goes on for

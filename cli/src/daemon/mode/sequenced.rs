@@ -8,10 +8,12 @@
 //! Owns: this node's messages not yet seen back from the root (`pending`,
 //! resent to a new root), the forwarded messages waiting for the root's
 //! window (`queue`), how far each origin's messages were delivered here
-//! (`seen`, which drops what a new root would deliver twice), and the
-//! root's send stream. Does not touch: the flush (the daemon's: it delivers
-//! a departed root's last messages through [`GroupMode::deliver`] and holds
-//! the new root's stream until then), views, the tree's ACKs.
+//! (`seen`, which drops what a new root would deliver twice), what a root
+//! waits for before it multicasts (every member's READY, every former
+//! root's HANDOFF), and the root's send stream. Does not touch: the flush
+//! (the daemon's: it delivers a departed root's last messages through
+//! [`GroupMode::deliver`]; `ModeCx::settled` says when it is over), views,
+//! the tree's ACKs.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -30,6 +32,12 @@ pub const HEADER_LEN: usize = 1 + 4 + 4 + 8;
 const TAG_DATA: u8 = b'S';
 /// A member's message on its way to the root (a link message's body).
 const TAG_FORWARD: u8 = b'F';
+/// A former root to the members: every member holds its stream to its end
+/// (the view epoch at which it stopped being the root follows, u64).
+const TAG_HANDOFF: u8 = b'H';
+/// A member to its root: this node's view makes you the root (its epoch
+/// follows, u64) and no flush runs here.
+const TAG_READY: u8 = b'R';
 
 /// Most of this node's messages on their way through the root at once; a
 /// publication beyond waits in the client's ring (WouldBlock).
@@ -72,14 +80,42 @@ pub fn decode(tag: u8, buf: &[u8]) -> Option<(Origin, &[u8])> {
     Some((origin, &buf[HEADER_LEN..]))
 }
 
+/// A FORWARD's bytes: the header with tag `F`, then `base` (u64), then
+/// the message.
+pub fn encode_forward(origin: Origin, base: u64, msg: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(HEADER_LEN + 8 + msg.len());
+    encode(TAG_FORWARD, origin, &[], &mut v);
+    v.extend_from_slice(&base.to_be_bytes());
+    v.extend_from_slice(msg);
+    v
+}
+
+/// The origin, base and message of a FORWARD.
+pub fn decode_forward(buf: &[u8]) -> Option<(Origin, u64, &[u8])> {
+    let (o, rest) = decode(TAG_FORWARD, buf)?;
+    let base = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
+    (base <= o.seq).then_some((o, base, &rest[8..]))
+}
+
 /// A message held here: this node's own on its way through the root, or a
 /// member's waiting for this root's window.
 #[derive(Debug, Clone)]
 struct Held {
     origin: Origin,
+    /// The origin's oldest message on its way when it sent this one: those
+    /// before came back to it through a root. (Its own, here: itself.)
+    base: u64,
     /// The local client that published it (it does not get it back).
     from: Option<ClientId>,
     msg: Vec<u8>,
+}
+
+/// Whether a queued message may go into the root's stream now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Readiness {
+    Ready,
+    Duplicate,
+    Wait,
 }
 
 /// What the later fragments of the message a stream is delivering go to.
@@ -110,14 +146,22 @@ struct Counters {
     gaps: u64,
     /// Fragments of the root's stream without a valid header, dropped.
     malformed: u64,
+    /// This node's own messages of an incarnation before its rejoin, not
+    /// delivered here (its clients had the eviction event).
+    stale_own: u64,
     /// Forwarded messages the root's stream refused, dropped.
     dropped: u64,
+    /// HANDOFFs sent as a former root.
+    handoffs: u64,
 }
 
 /// A group in the root's order.
 #[derive(Debug)]
 pub struct Sequenced {
     node: NodeId,
+    /// This node's incarnation when it started carrying the group (a
+    /// rejoin after an eviction carries it anew).
+    epoch: u32,
     /// Where this node's send stream opens (used when it is the root).
     first_seq: Seq,
     sender_open: bool,
@@ -135,15 +179,39 @@ pub struct Sequenced {
     /// Per origin: its incarnation and the number of its next message.
     seen: HashMap<NodeId, (u32, u64)>,
     current: HashMap<NodeId, Current>,
+    /// Former roots still in the view whose HANDOFF this node waits for,
+    /// each with the view epoch at which it stopped being the root here:
+    /// the root multicasts only once there are none.
+    former_roots: Vec<(NodeId, u64)>,
+    /// HANDOFFs that came before the view that makes their sender a former
+    /// root here: (node, the epoch it names). One from an earlier term
+    /// names an older epoch and does not count.
+    handed_off: Vec<(NodeId, u64)>,
+    /// This node was the root and is no longer (since the view epoch
+    /// given): it tells the members once they all hold its stream to its
+    /// end.
+    handing_off: Option<u64>,
+    /// As the root: the view epoch at which it became the root here, and
+    /// the members whose READY for this term it waits for.
+    term_epoch: u64,
+    awaiting_ready: Vec<NodeId>,
+    /// The last READY from each node: (node, the sender's view epoch); one
+    /// may come before this node installs the view it is for.
+    early_ready: Vec<(NodeId, u64)>,
+    /// A new view here: READY is owed to the root once no flush runs.
+    ready_owed: bool,
+    /// The view's other nodes at the last view change.
+    last_remote: Vec<NodeId>,
     /// The buffer a message is framed in for the root's stream.
     scratch: Vec<u8>,
     counters: Counters,
 }
 
 impl Sequenced {
-    pub fn new(node: NodeId, first_seq: Seq) -> Sequenced {
+    pub fn new(node: NodeId, epoch: u32, first_seq: Seq) -> Sequenced {
         Sequenced {
             node,
+            epoch,
             first_seq,
             sender_open: false,
             root: None,
@@ -156,6 +224,14 @@ impl Sequenced {
             own_queued_bytes: 0,
             seen: HashMap::new(),
             current: HashMap::new(),
+            former_roots: Vec::new(),
+            handed_off: Vec::new(),
+            handing_off: None,
+            term_epoch: 0,
+            awaiting_ready: Vec::new(),
+            early_ready: Vec::new(),
+            ready_owed: false,
+            last_remote: Vec::new(),
             scratch: Vec::new(),
             counters: Counters::default(),
         }
@@ -165,6 +241,63 @@ impl Sequenced {
     /// way, leave no room for one of `len` more.
     fn own_full(&self, count: usize, bytes: usize, len: usize) -> bool {
         count >= MAX_PENDING || count > 0 && bytes + len > MAX_PENDING_BYTES
+    }
+
+    /// As the root: no flush runs and no former root's stream is still on
+    /// its way, so what this node has delivered is final (and its
+    /// duplicate checks exact).
+    fn may_sequence(&self, cx: &ModeCx<'_>) -> bool {
+        self.is_root()
+            && cx.settled
+            && self.former_roots.is_empty()
+            && self.awaiting_ready.is_empty()
+    }
+
+    /// As a member whose root changed: READY to the root once no flush runs
+    /// here (so no message of the root's reaches this node before the
+    /// departed roots' last ones).
+    fn send_ready(&mut self, cx: &mut ModeCx<'_>) -> bool {
+        let root = cx.root.unwrap_or(cx.node);
+        if !self.ready_owed || !cx.settled || root == cx.node {
+            return false;
+        }
+        self.ready_owed = false;
+        let mut body = vec![TAG_READY];
+        body.extend_from_slice(&cx.view_epoch.to_be_bytes());
+        cx.outbox.push((
+            root,
+            LinkMessage::Mode {
+                group: cx.group,
+                body,
+            },
+        ));
+        true
+    }
+
+    /// As a former root: once every member holds this node's stream to its
+    /// end, tells them.
+    fn hand_off(&mut self, cx: &mut ModeCx<'_>) -> bool {
+        let Some(since) = self.handing_off else {
+            return false;
+        };
+        if self.sender_open && !cx.streams.send_idle(cx.group) {
+            return false;
+        }
+        self.handing_off = None;
+        self.counters.handoffs += 1;
+        let group = cx.group;
+        let mut body = vec![TAG_HANDOFF];
+        body.extend_from_slice(&since.to_be_bytes());
+        cx.outbox.extend(cx.remote.iter().map(|&n| {
+            (
+                n,
+                LinkMessage::Mode {
+                    group,
+                    body: body.clone(),
+                },
+            )
+        }));
+        true
     }
 
     fn is_root(&self) -> bool {
@@ -264,23 +397,61 @@ impl Sequenced {
         Ok(Published::Sent)
     }
 
-    /// As the root, with no flush running: the queued messages into the
-    /// stream, in order, while the window takes them.
+    /// Whether `o` may go into the root's stream now: its origin's next
+    /// message, or the origin's oldest on its way when it sent `o` (`base`:
+    /// those before it came back to the origin through a root), a
+    /// duplicate, or one that must wait for those before it (a forward that
+    /// came to this node in an earlier root's term, before its origin sent
+    /// its earlier messages here again). A departed origin's messages wait
+    /// for nothing: what is missing before them is lost with it.
+    fn readiness(&self, o: Origin, base: u64, remote: &[NodeId]) -> Readiness {
+        let departed = o.node != self.node && !remote.contains(&o.node);
+        match self.seen.get(&o.node) {
+            Some(&(epoch, next)) if epoch == o.epoch => {
+                if o.seq < next {
+                    Readiness::Duplicate
+                } else if o.seq == next || o.seq == base || departed {
+                    Readiness::Ready
+                } else {
+                    Readiness::Wait
+                }
+            }
+            Some(&(epoch, _)) if epoch > o.epoch => Readiness::Ready,
+            _ if o.seq == base || departed => Readiness::Ready,
+            _ => Readiness::Wait,
+        }
+    }
+
+    /// As the root, with no flush running and no former root awaited: the
+    /// queued messages into the stream, in order (each origin's in its
+    /// order: one that must wait lets the others pass), while the window
+    /// takes them.
     fn drain(&mut self, cx: &mut ModeCx<'_>, out: &mut Out<'_>) -> Result<bool, EngineError> {
-        if !self.is_root() || !cx.settled {
+        if !self.may_sequence(cx) {
             return Ok(false);
         }
         let mut work = false;
-        while let Some(h) = self.queue.pop_front() {
-            if self.is_duplicate(h.origin) {
-                self.counters.duplicates += 1;
-                self.unqueued(&h);
-                continue;
+        let mut i = 0;
+        while i < self.queue.len() {
+            let h = &self.queue[i];
+            match self.readiness(h.origin, h.base, cx.remote) {
+                Readiness::Wait => {
+                    i += 1;
+                    continue;
+                }
+                Readiness::Duplicate => {
+                    let h = self.queue.remove(i).expect("in the queue");
+                    self.counters.duplicates += 1;
+                    self.unqueued(&h);
+                    continue;
+                }
+                Readiness::Ready => {}
             }
+            let h = self.queue.remove(i).expect("in the queue");
             match self.multicast(cx, h.origin, &h.msg, h.from, out)? {
                 Published::Sent => {}
                 Published::WouldBlock => {
-                    self.queue.push_front(h);
+                    self.queue.insert(i, h);
                     break;
                 }
                 Published::Dropped(_) => {
@@ -290,6 +461,8 @@ impl Sequenced {
             }
             self.unqueued(&h);
             work = true;
+            // One that waited for this one may be ready now.
+            i = 0;
         }
         Ok(work)
     }
@@ -304,10 +477,20 @@ impl Sequenced {
     }
 
     /// This node's messages still on their way, to `root` (a new one).
+    /// Those delivered here already came back through an earlier root (one
+    /// may have waited in this node's queue while it was the root): they
+    /// are through.
     fn resend(&mut self, cx: &mut ModeCx<'_>, root: NodeId) {
+        let seen = &self.seen;
+        self.pending.retain(|h| {
+            !seen
+                .get(&h.origin.node)
+                .is_some_and(|&(e, next)| e == h.origin.epoch && h.origin.seq < next)
+        });
+        self.pending_bytes = self.pending.iter().map(|h| h.msg.len()).sum();
+        let base = self.pending.front().map(|h| h.origin.seq);
         for h in &self.pending {
-            let mut body = Vec::new();
-            encode(TAG_FORWARD, h.origin, &h.msg, &mut body);
+            let body = encode_forward(h.origin, base.unwrap_or(h.origin.seq), &h.msg);
             cx.outbox.push((
                 root,
                 LinkMessage::Mode {
@@ -350,7 +533,7 @@ impl GroupMode for Sequenced {
         };
         let root = cx.root.unwrap_or(cx.node);
         if root == cx.node {
-            if cx.settled && self.queue.is_empty() {
+            if self.may_sequence(cx) && self.queue.is_empty() {
                 let r = self.multicast(cx, o, msg, Some(from), out)?;
                 if r != Published::WouldBlock {
                     self.next += 1;
@@ -370,6 +553,7 @@ impl GroupMode for Sequenced {
             self.queue_bytes += msg.len();
             self.queue.push_back(Held {
                 origin: o,
+                base: o.seq,
                 from: Some(from),
                 msg: msg.to_vec(),
             });
@@ -380,17 +564,17 @@ impl GroupMode for Sequenced {
             return Ok(Published::WouldBlock);
         }
         self.next += 1;
-        let mut body = Vec::new();
-        encode(TAG_FORWARD, o, msg, &mut body);
+        let base = self.pending.front().map_or(o.seq, |h| h.origin.seq);
         cx.outbox.push((
             root,
             LinkMessage::Mode {
                 group: cx.group,
-                body,
+                body: encode_forward(o, base, msg),
             },
         ));
         self.pending.push_back(Held {
             origin: o,
+            base,
             from: Some(from),
             msg: msg.to_vec(),
         });
@@ -401,10 +585,6 @@ impl GroupMode for Sequenced {
 
     fn loops_back(&self) -> bool {
         false
-    }
-
-    fn root_stream_only(&self) -> bool {
-        true
     }
 
     /// The root's stream follows the view (as in the FIFO mode). A new root
@@ -421,11 +601,38 @@ impl GroupMode for Sequenced {
             announce(cx, added, start);
         }
         let root = cx.root.unwrap_or(cx.node);
-        if self.root != Some(root) {
+        let changed = self.root != Some(root);
+        if changed {
             let was_root = self.is_root();
+            // A former root still in the view goes on delivering its stream:
+            // the new root's comes after its end (its HANDOFF says when).
+            let since = cx.view_epoch;
+            if let Some(old) = self
+                .root
+                .filter(|&r| r != cx.node && cx.remote.contains(&r))
+            {
+                let handed = self.handed_off.iter().any(|&(n, e)| n == old && e >= since);
+                if !handed && !self.former_roots.iter().any(|&(n, _)| n == old) {
+                    self.former_roots.push((old, since));
+                }
+            }
+            self.former_roots.retain(|&(n, _)| n != root);
+            self.handed_off.retain(|&(n, _)| n != root);
+            // (One that never multicast says so at once: the members wait
+            // for its word all the same. A handoff still owed survives
+            // later moves of the root, naming the epoch of the first.)
+            self.handing_off = if root == cx.node {
+                None
+            } else if was_root {
+                self.handing_off.or(Some(since))
+            } else {
+                self.handing_off
+            };
             self.root = Some(root);
             if root == cx.node {
-                for h in std::mem::take(&mut self.pending).into_iter().rev() {
+                for mut h in std::mem::take(&mut self.pending).into_iter().rev() {
+                    // Its own go in its order: each is ready in its turn.
+                    h.base = h.origin.seq;
                     self.queue_bytes += h.msg.len();
                     self.own_queued += 1;
                     self.own_queued_bytes += h.msg.len();
@@ -445,9 +652,37 @@ impl GroupMode for Sequenced {
                 self.resend(cx, root);
             }
         }
+        // The root multicasts once every member is READY for this view: its
+        // flushes over, so no message of the root's reaches a member before
+        // a departed root's last ones. Asked again at a new root and at
+        // every departure (a former or stale root's stream may be flushed);
+        // READYs that came early count if sent from this view on.
+        let departed = self.last_remote.iter().any(|n| !cx.remote.contains(n));
+        if root == cx.node && (changed || departed) {
+            self.term_epoch = cx.view_epoch;
+            let (early, epoch) = (&self.early_ready, self.term_epoch);
+            self.awaiting_ready = cx
+                .remote
+                .iter()
+                .copied()
+                .filter(|n| !early.iter().any(|&(m, e)| m == *n && e >= epoch))
+                .collect();
+        }
+        if root != cx.node {
+            self.awaiting_ready.clear();
+        }
+        self.ready_owed = root != cx.node;
+        self.last_remote = cx.remote.to_vec();
+        // A former root that left: its flush ends its stream instead.
+        let remote = cx.remote;
+        self.former_roots.retain(|(n, _)| remote.contains(n));
+        self.handed_off.retain(|(n, _)| remote.contains(n));
+        self.awaiting_ready.retain(|n| remote.contains(n));
+        self.early_ready.retain(|(n, _)| remote.contains(n));
+        self.hand_off(cx);
+        self.send_ready(cx);
         // What departed origins sent waits for nobody but a root; what was
         // delivered here already, for nobody.
-        let remote = cx.remote;
         let (seen, is_root) = (&self.seen, root == cx.node);
         let before = self.queue.len();
         self.queue.retain(|h| {
@@ -488,6 +723,14 @@ impl GroupMode for Sequenced {
                 }
                 Some((o, _)) if self.is_duplicate(o) => {
                     self.counters.duplicates += 1;
+                    Current::Skip
+                }
+                Some((o, _)) if o.node == self.node && o.epoch != self.epoch => {
+                    // Sent before this node was declared failed and the root
+                    // multicast it since: the members have it, but this
+                    // node's clients had the eviction event, which broke
+                    // the stream before it.
+                    self.counters.stale_own += 1;
                     Current::Skip
                 }
                 Some((o, msg)) => {
@@ -534,19 +777,41 @@ impl GroupMode for Sequenced {
         body: &[u8],
         out: &mut Out<'_>,
     ) -> Result<(), String> {
-        let (o, msg) = decode(TAG_FORWARD, body)
-            .ok_or_else(|| format!("a malformed forward from node {from}"))?;
+        if body.len() == 9 && body[0] == TAG_READY {
+            let epoch = u64::from_be_bytes(body[1..].try_into().expect("8 bytes"));
+            if self.is_root() && epoch >= self.term_epoch {
+                self.awaiting_ready.retain(|&n| n != from);
+            }
+            // Kept too: it may be for a view this node has not installed.
+            self.early_ready.retain(|&(n, _)| n != from);
+            self.early_ready.push((from, epoch));
+            return self.drain(cx, out).map(|_| ()).map_err(|e| e.to_string());
+        }
+        if body.len() == 9 && body[0] == TAG_HANDOFF {
+            let epoch = u64::from_be_bytes(body[1..].try_into().expect("8 bytes"));
+            let before = self.former_roots.len();
+            self.former_roots
+                .retain(|&(n, since)| n != from || epoch < since);
+            if self.former_roots.len() == before {
+                self.handed_off.retain(|&(n, _)| n != from);
+                self.handed_off.push((from, epoch));
+            }
+            return self.drain(cx, out).map(|_| ()).map_err(|e| e.to_string());
+        }
+        let (o, base, msg) =
+            decode_forward(body).ok_or_else(|| format!("a malformed forward from node {from}"))?;
         if o.node != from {
             return Err(format!(
                 "node {from} forwarded a message of node {}",
                 o.node
             ));
         }
-        if self.is_duplicate(o) {
+        let ready = self.readiness(o, base, cx.remote);
+        if ready == Readiness::Duplicate {
             self.counters.duplicates += 1;
             return Ok(());
         }
-        if self.is_root() && cx.settled && self.queue.is_empty() {
+        if self.may_sequence(cx) && self.queue.is_empty() && ready == Readiness::Ready {
             // Nothing waits before it: straight into the stream, uncopied.
             match self.multicast(cx, o, msg, None, out) {
                 Ok(Published::WouldBlock) => {}
@@ -562,6 +827,7 @@ impl GroupMode for Sequenced {
         self.queue_bytes += msg.len();
         self.queue.push_back(Held {
             origin: o,
+            base,
             from: None,
             msg: msg.to_vec(),
         });
@@ -569,7 +835,7 @@ impl GroupMode for Sequenced {
     }
 
     fn wants_round(&self) -> bool {
-        self.is_root() && !self.queue.is_empty()
+        self.is_root() && !self.queue.is_empty() || self.handing_off.is_some() || self.ready_owed
     }
 
     fn poll(
@@ -578,7 +844,9 @@ impl GroupMode for Sequenced {
         _now_ns: u64,
         out: &mut Out<'_>,
     ) -> Result<bool, EngineError> {
-        self.drain(cx, out)
+        let handed = self.hand_off(cx);
+        let ready = self.send_ready(cx);
+        Ok(self.drain(cx, out)? || handed || ready)
     }
 
     fn send_idle(&self, streams: &dyn StreamOps, group: GroupId) -> bool {
@@ -609,7 +877,11 @@ impl GroupMode for Sequenced {
             "duplicates": c.duplicates,
             "gaps": c.gaps,
             "malformed": c.malformed,
+            "stale_own": c.stale_own,
             "dropped": c.dropped,
+            "handoffs": c.handoffs,
+            "awaiting": self.former_roots.iter().map(|&(n, _)| n).collect::<Vec<_>>(),
+            "awaiting_ready": self.awaiting_ready,
         })
     }
 }
@@ -635,6 +907,7 @@ mod tests {
             remote,
             root: Some(1),
             settled: true,
+            view_epoch: 1,
             streams,
             outbox,
         }
@@ -662,6 +935,34 @@ mod tests {
         v
     }
 
+    /// A FORWARD of node `node`'s message `seq`, its oldest on the way.
+    fn forward(node: NodeId, seq: u64, msg: &[u8]) -> Vec<u8> {
+        let o = Origin {
+            node,
+            epoch: 7,
+            seq,
+        };
+        encode_forward(o, seq, msg)
+    }
+
+    /// A READY or HANDOFF for view epoch `epoch`.
+    fn word(tag: u8, epoch: u64) -> Vec<u8> {
+        let mut v = vec![tag];
+        v.extend_from_slice(&epoch.to_be_bytes());
+        v
+    }
+
+    /// The link messages in `outbox`: (to, tag).
+    fn tags(outbox: &[(NodeId, LinkMessage)]) -> Vec<(NodeId, u8)> {
+        outbox
+            .iter()
+            .map(|(n, m)| match m {
+                LinkMessage::Mode { body, .. } => (*n, body[0]),
+                other => (*n, format!("{other:?}").as_bytes()[0]),
+            })
+            .collect()
+    }
+
     #[test]
     fn the_header_round_trips_and_a_short_or_foreign_buffer_is_refused() {
         let v = framed(TAG_DATA, 4, 1 << 40, b"hi");
@@ -670,11 +971,21 @@ mod tests {
         assert_eq!((o.node, o.epoch, o.seq, msg), (4, 7, 1 << 40, &b"hi"[..]));
         assert!(decode(TAG_FORWARD, &v).is_none());
         assert!(decode(TAG_DATA, &v[..HEADER_LEN - 1]).is_none());
+        // A FORWARD carries its base, never past its own number.
+        let o = Origin {
+            node: 4,
+            epoch: 7,
+            seq: 9,
+        };
+        let f = encode_forward(o, 5, b"m");
+        assert_eq!(decode_forward(&f), Some((o, 5, &b"m"[..])));
+        assert!(decode_forward(&encode_forward(o, 10, b"m")).is_none());
+        assert!(decode_forward(&f[..HEADER_LEN + 7]).is_none());
     }
 
     #[test]
     fn a_member_forwards_to_the_root_and_its_publisher_does_not_get_its_message_back() {
-        let mut mode = Sequenced::new(2, Seq(0));
+        let mut mode = Sequenced::new(2, 7, Seq(0));
         let (mut streams, mut outbox, mut got): (Fake, Vec<_>, Got) = Default::default();
         let remote = [1, 3];
         let mut c = cx(2, &remote, &mut streams, &mut outbox);
@@ -684,10 +995,18 @@ mod tests {
             mode.publish(&mut c, ClientId(5), b"a", &mut out).unwrap(),
             Published::Sent
         );
-        // To the root, framed with this node's origin; nothing delivered yet.
+        // READY to the root for the first view, then the message, framed
+        // with this node's origin; nothing delivered yet.
         match &c.outbox[..] {
-            [(1, LinkMessage::Mode { group: 3, body })] => {
-                assert_eq!(*body, framed(TAG_FORWARD, 2, 0, b"a"))
+            [(
+                1,
+                LinkMessage::Mode {
+                    group: 3,
+                    body: ready,
+                },
+            ), (1, LinkMessage::Mode { group: 3, body })] => {
+                assert_eq!(*ready, word(TAG_READY, 1));
+                assert_eq!(*body, forward(2, 0, b"a"));
             }
             other => panic!("{other:?}"),
         }
@@ -725,7 +1044,7 @@ mod tests {
 
     #[test]
     fn the_root_multicasts_forwards_in_order_and_its_own_wait_behind_them() {
-        let mut mode = Sequenced::new(1, Seq(4));
+        let mut mode = Sequenced::new(1, 7, Seq(4));
         let (mut streams, mut outbox, mut got): (Fake, Vec<_>, Got) = Default::default();
         let remote = [2, 3];
         let mut out = |h: RecordHeader, d: &[u8], e: Option<ClientId>| got.push((h, d.to_vec(), e));
@@ -736,9 +1055,12 @@ mod tests {
         {
             let mut c = cx(1, &remote, &mut streams, &mut outbox);
             mode.members_changed(&mut c, &[]).unwrap();
-            // Unsettled (a flush runs): forwards wait, and so does its own.
+            // Until both members are READY, and while a flush runs here,
+            // forwards wait, and so does its own.
+            mode.on_link(&mut c, 2, &word(TAG_READY, 1), &mut out)
+                .unwrap();
             c.settled = false;
-            mode.on_link(&mut c, 2, &framed(TAG_FORWARD, 2, 0, b"f0"), &mut out)
+            mode.on_link(&mut c, 2, &forward(2, 0, b"f0"), &mut out)
                 .unwrap();
             assert!(mode.wants_round());
             assert_eq!(
@@ -746,12 +1068,21 @@ mod tests {
                 Published::Sent
             );
             c.settled = true;
-            assert!(mode.poll(&mut c, 0, &mut out).unwrap());
+            assert!(
+                !mode.poll(&mut c, 0, &mut out).unwrap(),
+                "node 3 is not READY"
+            );
+            // A READY of an older view does not count; this view's does.
+            mode.on_link(&mut c, 3, &word(TAG_READY, 0), &mut out)
+                .unwrap();
+            assert!(!mode.poll(&mut c, 0, &mut out).unwrap());
+            mode.on_link(&mut c, 3, &word(TAG_READY, 1), &mut out)
+                .unwrap();
             // A forward repeated, one claiming another node, and a malformed one.
-            mode.on_link(&mut c, 2, &framed(TAG_FORWARD, 2, 0, b"f0"), &mut out)
+            mode.on_link(&mut c, 2, &forward(2, 0, b"f0"), &mut out)
                 .unwrap();
             assert!(mode
-                .on_link(&mut c, 3, &framed(TAG_FORWARD, 2, 1, b"no"), &mut out)
+                .on_link(&mut c, 3, &forward(2, 1, b"no"), &mut out)
                 .is_err());
             assert!(mode.on_link(&mut c, 3, b"F", &mut out).is_err());
             // The window full: its own waits its turn in the queue.
@@ -787,7 +1118,7 @@ mod tests {
 
     #[test]
     fn a_new_root_is_sent_what_is_still_on_its_way_and_a_full_pending_list_blocks() {
-        let mut mode = Sequenced::new(2, Seq(0));
+        let mut mode = Sequenced::new(2, 7, Seq(0));
         let (mut streams, mut outbox): (Fake, Vec<_>) = Default::default();
         let remote = [1, 3];
         let mut c = cx(2, &remote, &mut streams, &mut outbox);
@@ -804,20 +1135,69 @@ mod tests {
             Published::WouldBlock
         );
         c.outbox.clear();
-        // Root 1 departs: node 3 is the root, and gets all of them again.
+        // Root 1 departs: node 3 is the root, and gets all of them again,
+        // then READY for this view.
         let remote = [3];
         c.remote = &remote;
         c.root = Some(3);
+        c.view_epoch = 2;
         mode.members_changed(&mut c, &[]).unwrap();
-        assert_eq!(c.outbox.len(), MAX_PENDING);
+        assert_eq!(c.outbox.len(), MAX_PENDING + 1);
         assert!(c.outbox.iter().all(|(to, _)| *to == 3));
+        assert_eq!(tags(c.outbox).last(), Some(&(3, TAG_READY)));
         assert!(!mode.send_idle(c.streams, 3));
-        // Node 2 becomes the root: its own messages wait to be multicast.
+        // Node 2 becomes the root while node 3 stays: its own messages wait
+        // to be multicast until node 3 has handed off (all of node 3's
+        // stream delivered everywhere) and is READY.
         c.outbox.clear();
         c.root = Some(2);
+        c.view_epoch = 3;
         mode.members_changed(&mut c, &[]).unwrap();
         assert!(mode.wants_round() && c.outbox.is_empty());
-        assert_eq!(mode.stats_json()["queued"], MAX_PENDING);
+        let s = mode.stats_json();
+        assert_eq!(
+            (s["queued"].as_u64(), &s["awaiting"]),
+            (Some(1024), &json!([3]))
+        );
+        // A HANDOFF of an earlier term does not count.
+        mode.on_link(&mut c, 3, &word(TAG_HANDOFF, 2), &mut out)
+            .unwrap();
+        mode.on_link(&mut c, 3, &word(TAG_READY, 3), &mut out)
+            .unwrap();
+        assert_eq!(mode.stats_json()["awaiting"], json!([3]));
+        mode.on_link(&mut c, 3, &word(TAG_HANDOFF, 3), &mut out)
+            .unwrap();
+        assert_eq!(mode.stats_json()["queued"], 0, "all multicast");
+        // It stops being the root: it hands off once its stream is idle.
+        c.outbox.clear();
+        c.root = Some(3);
+        c.view_epoch = 4;
+        mode.members_changed(&mut c, &[]).unwrap();
+        assert_eq!(tags(c.outbox), [(3, TAG_HANDOFF), (3, TAG_READY)]);
+    }
+
+    #[test]
+    fn its_own_messages_from_before_a_rejoin_are_not_delivered_here() {
+        // Node 2 in incarnation 7; the root multicasts one of node 2's
+        // messages from incarnation 6 (before node 2 was declared failed).
+        let mut mode = Sequenced::new(2, 7, Seq(0));
+        let mut got: Got = Vec::new();
+        let mut out = |h: RecordHeader, d: &[u8], e: Option<ClientId>| got.push((h, d.to_vec(), e));
+        let old = Origin {
+            node: 2,
+            epoch: 6,
+            seq: 40,
+        };
+        let mut v = Vec::new();
+        encode(TAG_DATA, old, b"before", &mut v);
+        mode.deliver(&frag(1, true, false, &v), &mut out);
+        mode.deliver(&frag(1, false, true, b"-rest"), &mut out);
+        // Another node's message of an older incarnation is delivered.
+        encode(TAG_DATA, Origin { node: 3, ..old }, b"theirs", &mut v);
+        mode.deliver(&frag(1, true, true, &v), &mut out);
+        let got: Vec<_> = got.iter().map(|(h, d, _)| (h.source, d.clone())).collect();
+        assert_eq!(got, [(3, b"theirs".to_vec())]);
+        assert_eq!(mode.stats_json()["stale_own"], 1);
     }
 
     fn at_seq(seq: u32) -> StreamStart {

@@ -97,8 +97,10 @@ type Received = Vec<(NodeId, Vec<u8>)>;
 
 struct Node {
     mode: Sequenced,
-    /// The view this node holds (it lags the truth until updated).
+    /// The view this node holds (it lags the truth until updated): its
+    /// root (the agent) first; and its epoch.
     view: Vec<NodeId>,
+    view_epoch: u64,
     /// Per sender: how much of its stream was delivered here.
     cursor: BTreeMap<NodeId, usize>,
     /// Departed senders whose flush runs here.
@@ -118,19 +120,36 @@ struct World {
     streams: BTreeMap<NodeId, Stream>,
     /// FIFO per (from, to).
     links: BTreeMap<(NodeId, NodeId), VecDeque<LinkMessage>>,
-    /// Views not yet delivered, per node, in order.
-    views: BTreeMap<NodeId, VecDeque<Vec<NodeId>>>,
+    /// Views not yet delivered, per node, in order, with their epochs.
+    views: BTreeMap<NodeId, VecDeque<(u64, Vec<NodeId>)>>,
+    /// The epoch of the latest view.
+    view_epoch: u64,
     /// Per departed node: how far the survivors' flush of its stream goes.
     flush_to: BTreeMap<NodeId, usize>,
     /// Messages each node's mode took (alive or not).
     taken: BTreeMap<NodeId, u64>,
+    /// The agent, the root of the true view.
+    root: NodeId,
     crashes_left: u32,
+    /// Moves of the agent role to another live node, the old root staying.
+    moves_left: u32,
     log: Vec<String>,
 }
 
 impl World {
+    /// The true view: the root first.
     fn truth(&self) -> Vec<NodeId> {
-        self.nodes.keys().copied().collect()
+        let others = self.nodes.keys().copied().filter(|&n| n != self.root);
+        std::iter::once(self.root).chain(others).collect()
+    }
+
+    /// Every node's view becomes (eventually) the truth.
+    fn new_view(&mut self) {
+        self.view_epoch += 1;
+        let view = (self.view_epoch, self.truth());
+        for q in self.views.values_mut() {
+            q.push_back(view.clone());
+        }
     }
 
     /// Delivered to every live member of `sender`'s ACK set.
@@ -171,6 +190,7 @@ impl World {
             remote: &remote,
             root,
             settled: n.flushing.is_empty(),
+            view_epoch: n.view_epoch,
             streams: &mut ops,
             outbox: &mut outbox,
         };
@@ -228,9 +248,28 @@ impl World {
             .max()
             .unwrap_or(0);
         self.flush_to.insert(victim, furthest);
-        let view = self.truth();
-        for q in self.views.values_mut() {
-            q.push_back(view.clone());
+        if victim == self.root {
+            self.root = *self.nodes.keys().next().expect("a survivor");
+        }
+        self.new_view();
+    }
+
+    /// What the daemon does without being asked: it opens the stream of
+    /// every node that opened one (the start it sent), once no flush of it
+    /// runs here, from the stream's beginning.
+    fn open_streams(&mut self) {
+        let alive: Vec<NodeId> = self.nodes.keys().copied().collect();
+        for (&id, n) in self.nodes.iter_mut() {
+            if !n.flushing.is_empty() {
+                continue;
+            }
+            for (&s, st) in &self.streams {
+                let may = alive.contains(&s);
+                if s != id && may && !st.members.is_empty() && !n.cursor.contains_key(&s) {
+                    self.log.push(format!("{id} opens {s}'s stream"));
+                    n.cursor.insert(s, 0);
+                }
+            }
         }
     }
 
@@ -245,7 +284,9 @@ impl World {
             FlushEnd(NodeId, NodeId),
             Poll(NodeId),
             Crash,
+            Move,
         }
+        self.open_streams();
         let mut choices = Vec::new();
         for (&id, n) in &self.nodes {
             if n.to_publish > 0 {
@@ -257,15 +298,12 @@ impl World {
             if n.mode.wants_round() {
                 choices.push(E::Poll(id));
             }
-            // The daemon opens only the root's stream, once no flush runs.
-            let root = n.view[0];
-            let behind = self.nodes.contains_key(&root)
-                && root != id
-                && n.flushing.is_empty()
-                && n.cursor.get(&root).copied().unwrap_or(0)
-                    < self.streams.get(&root).map_or(0, |s| s.log.len());
-            if behind {
-                choices.extend([E::Stream(id, root); 3]);
+            // An open stream of a live sender delivers what it sent.
+            for (&s, &at) in &n.cursor {
+                let sent = self.streams.get(&s).map_or(0, |st| st.log.len());
+                if s != id && self.nodes.contains_key(&s) && at < sent {
+                    choices.extend([E::Stream(id, s); 3]);
+                }
             }
         }
         for (&(a, b), q) in &self.links {
@@ -282,6 +320,9 @@ impl World {
             && self.nodes.values().all(|n| n.flushing.is_empty());
         if self.crashes_left > 0 && self.nodes.len() > 1 && quiet_views {
             choices.push(E::Crash);
+        }
+        if self.moves_left > 0 && self.nodes.len() > 1 && quiet_views {
+            choices.push(E::Move);
         }
         if choices.is_empty() {
             return false;
@@ -321,7 +362,7 @@ impl World {
                 self.deliver(id, sender, at);
             }
             E::View(id) => {
-                let view = self
+                let (epoch, view) = self
                     .views
                     .get_mut(&id)
                     .and_then(VecDeque::pop_front)
@@ -335,12 +376,7 @@ impl World {
                     }
                 }
                 n.view = view;
-                // The new root's stream opens here (its start is held by
-                // the daemon until then).
-                let root = n.view[0];
-                if root != id {
-                    n.cursor.entry(root).or_insert(0);
-                }
+                n.view_epoch = epoch;
                 self.step(id, |m, cx, _| m.members_changed(cx, &[]));
             }
             E::FlushEnd(id, d) => {
@@ -354,6 +390,18 @@ impl World {
             }
             E::Poll(id) => {
                 self.step(id, |m, cx, out| m.poll(cx, 0, out));
+            }
+            E::Move => {
+                let others: Vec<NodeId> = self
+                    .nodes
+                    .keys()
+                    .copied()
+                    .filter(|&n| n != self.root)
+                    .collect();
+                self.root = others[pick(&mut self.rng, others.len())];
+                self.moves_left -= 1;
+                self.log.push(format!("the root moves to {}", self.root));
+                self.new_view();
             }
             E::Crash => {
                 let alive = self.truth();
@@ -399,12 +447,15 @@ impl World {
                     return Err(format!("{text} delivered as node {source}'s"));
                 }
                 let want = next.entry(o).or_default();
-                if k != *want {
+                // A crashed origin's messages that no survivor received are
+                // lost with it: its later ones may follow a gap.
+                let crashed = !self.nodes.contains_key(&o);
+                if k != *want && !(crashed && k > *want) {
                     return Err(format!(
                         "node {id} delivered {text} where {o}:{want} was due (lost, repeated or out of order)"
                     ));
                 }
-                *want += 1;
+                *want = k + 1;
             }
             for (&o, &taken) in &self.taken {
                 let got = next.get(&o).copied().unwrap_or(0);
@@ -442,35 +493,16 @@ fn run(seed: u64) -> Result<(), String> {
     let n = rng.range(2, 6) as u32;
     let crashes = rng.range(0, u64::from(n) - 1).min(2) as u32;
     let window = rng.range(1, 8) as usize;
+    let moves = rng.range(0, 2) as u32;
     let view: Vec<NodeId> = (1..=n).collect();
     let mut nodes = BTreeMap::new();
     for &v in &view {
         let to_publish = rng.range(0, 12);
-        let mut mode = Sequenced::new(v, Seq(0));
-        let remote: Vec<NodeId> = view.iter().copied().filter(|&x| x != v).collect();
-        let mut stream = Stream::default();
-        let mut ops = Ops {
-            stream: &mut stream,
-            acked: 0,
-            window,
-        };
-        let mut outbox = Vec::new();
-        let mut cx = ModeCx {
-            group: GROUP,
-            node: v,
-            epoch: 1,
-            remote: &remote,
-            root: Some(1),
-            settled: true,
-            streams: &mut ops,
-            outbox: &mut outbox,
-        };
-        mode.members_changed(&mut cx, &[]).expect("the first view");
         let node = Node {
-            mode,
+            mode: Sequenced::new(v, 1, Seq(0)),
             view: view.clone(),
-            // The root's stream is open at the others from the start.
-            cursor: (v != 1).then_some((1, 0)).into_iter().collect(),
+            view_epoch: 1,
+            cursor: BTreeMap::new(),
             flushing: BTreeSet::new(),
             to_publish,
             taken: 0,
@@ -487,18 +519,32 @@ fn run(seed: u64) -> Result<(), String> {
         views: view.iter().map(|&v| (v, VecDeque::new())).collect(),
         flush_to: BTreeMap::new(),
         taken: BTreeMap::new(),
+        view_epoch: 1,
+        root: 1,
         crashes_left: crashes,
+        moves_left: moves,
         log: Vec::new(),
     };
+    // The first view, at every node.
+    for &v in &view {
+        w.step(v, |m, cx, _| m.members_changed(cx, &[]))
+            .expect("alive")
+            .expect("the first view");
+    }
     let fail = |w: &World, e: String| {
-        let tail: Vec<&String> = w.log.iter().rev().take(60).collect();
-        format!("seed {seed} ({n} nodes, window {window}, {crashes} crashes): {e}\nlast events, newest first: {tail:#?}\nreplay: SEQUENCED_SEED={seed} cargo test -p mcast-cli --lib sequenced_sweep")
+        let tail: Vec<&String> = w.log.iter().rev().take(600).collect();
+        format!("seed {seed} ({n} nodes, window {window}, {crashes} crashes, {moves} moves of the root): {e}\nlast events, newest first: {tail:#?}\nreplay: SEQUENCED_SEED={seed} cargo test -p mcast-cli --lib sequenced_sweep")
     };
     let mut steps = 0;
     while w.event() {
         steps += 1;
         if steps > 100_000 {
-            return Err(fail(&w, "no end after 100,000 events".into()));
+            let modes: Vec<String> = w
+                .nodes
+                .iter()
+                .map(|(id, n)| format!("{id}: {}", n.mode.stats_json()))
+                .collect();
+            return Err(fail(&w, format!("no end after 100,000 events: {modes:#?}")));
         }
     }
     if let Some((id, n)) = w.nodes.iter().find(|(_, n)| n.to_publish > 0) {
