@@ -405,18 +405,6 @@ fn run(seed: u64) -> Result<(), String> {
 
 #[test]
 fn barrier_sweep() {
-    if let Ok(seed) = std::env::var("BARRIER_SEED") {
-        let seed: u64 = seed.parse().expect("BARRIER_SEED is a number");
-        run(seed).unwrap_or_else(|e| panic!("{e}"));
-        return;
-    }
-    // BARRIER_SEEDS=N for a longer sweep.
-    let seeds: u64 = std::env::var("BARRIER_SEEDS").map_or(2_000, |n| n.parse().expect("a number"));
-    let failures: Vec<String> = (0..seeds).filter_map(|s| run(s).err()).collect();
-    assert!(
-        failures.is_empty(),
-        "{} of {seeds} seeds failed; the first: {}",
-        failures.len(),
-        failures[0]
-    );
+    // BARRIER_SEEDS=N for a longer sweep, BARRIER_SEED=S to replay one.
+    crate::daemon::seeds::sweep("BARRIER", 2_000, run);
 }

@@ -49,6 +49,8 @@ mod membership;
 pub mod mode;
 mod peers;
 mod rekey;
+#[cfg(test)]
+mod seeds;
 mod stats;
 mod streams;
 mod tree;

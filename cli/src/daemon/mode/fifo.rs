@@ -16,7 +16,6 @@ use serde_json::json;
 
 use super::{GroupMode, ModeCx, Out, Published, StreamOps};
 use crate::daemon::deliver::data_record;
-use crate::links::LinkMessage;
 
 /// A group in per-sender FIFO order.
 #[derive(Debug)]
@@ -33,13 +32,6 @@ impl PerSenderFifo {
             first_seq,
             sender_open: false,
         }
-    }
-
-    /// Tells each of `to` where this node's stream starts for it.
-    fn announce(cx: &mut ModeCx<'_>, to: &[NodeId], start: StreamStart) {
-        let group = cx.group;
-        cx.outbox
-            .extend(to.iter().map(|&n| (n, LinkMessage::Start { group, start })));
     }
 }
 
@@ -68,7 +60,7 @@ impl GroupMode for PerSenderFifo {
             let remote = cx.remote;
             cx.streams.open_sender(cx.group, remote, start)?;
             self.sender_open = true;
-            Self::announce(cx, remote, start);
+            cx.announce(remote, start);
         }
         match cx.streams.publish(cx.group, msg) {
             Ok(()) => Ok(Published::Sent),
@@ -89,7 +81,7 @@ impl GroupMode for PerSenderFifo {
     ) -> Result<(), EngineError> {
         if self.sender_open {
             let start = cx.streams.set_members(cx.group, cx.remote)?;
-            Self::announce(cx, added, start);
+            cx.announce(added, start);
         }
         Ok(())
     }
@@ -99,7 +91,7 @@ impl GroupMode for PerSenderFifo {
             return Ok(false); // the view that adds it sends the start
         }
         let start = cx.streams.resume_member(cx.group, to, cx.remote)?;
-        Self::announce(cx, &[to], start);
+        cx.announce(&[to], start);
         Ok(true)
     }
 
@@ -128,6 +120,7 @@ impl GroupMode for PerSenderFifo {
 mod tests {
     use super::*;
     use crate::daemon::mode::fake::{at, Fake};
+    use crate::links::LinkMessage;
 
     fn starts(outbox: &[(NodeId, LinkMessage)]) -> Vec<(NodeId, u32)> {
         outbox

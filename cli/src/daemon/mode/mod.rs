@@ -190,6 +190,15 @@ pub struct ModeCx<'a> {
     pub outbox: &'a mut Vec<(NodeId, LinkMessage)>,
 }
 
+impl ModeCx<'_> {
+    /// Tells each of `to` where this node's send stream starts for it.
+    pub fn announce(&mut self, to: &[NodeId], start: StreamStart) {
+        let group = self.group;
+        self.outbox
+            .extend(to.iter().map(|&n| (n, LinkMessage::Start { group, start })));
+    }
+}
+
 impl fmt::Debug for ModeCx<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ModeCx")

@@ -363,7 +363,7 @@ impl Sequenced {
         cx.streams.open_sender(cx.group, cx.remote, start)?;
         self.sender_open = true;
         let remote = cx.remote;
-        announce(cx, remote, start);
+        cx.announce(remote, start);
         Ok(())
     }
 
@@ -503,13 +503,6 @@ impl Sequenced {
     }
 }
 
-/// Tells each of `to` where this node's stream starts for it.
-fn announce(cx: &mut ModeCx<'_>, to: &[NodeId], start: StreamStart) {
-    let group = cx.group;
-    cx.outbox
-        .extend(to.iter().map(|&n| (n, LinkMessage::Start { group, start })));
-}
-
 impl GroupMode for Sequenced {
     fn name(&self) -> &'static str {
         "sequenced"
@@ -598,7 +591,7 @@ impl GroupMode for Sequenced {
     ) -> Result<(), EngineError> {
         if self.sender_open {
             let start = cx.streams.set_members(cx.group, cx.remote)?;
-            announce(cx, added, start);
+            cx.announce(added, start);
         }
         let root = cx.root.unwrap_or(cx.node);
         let changed = self.root != Some(root);
@@ -707,7 +700,7 @@ impl GroupMode for Sequenced {
             return Ok(false);
         }
         let start = cx.streams.resume_member(cx.group, to, cx.remote)?;
-        announce(cx, &[to], start);
+        cx.announce(&[to], start);
         Ok(true)
     }
 

@@ -562,19 +562,6 @@ fn run(seed: u64) -> Result<(), String> {
 
 #[test]
 fn sequenced_sweep() {
-    if let Ok(seed) = std::env::var("SEQUENCED_SEED") {
-        let seed: u64 = seed.parse().expect("SEQUENCED_SEED is a number");
-        run(seed).unwrap_or_else(|e| panic!("{e}"));
-        return;
-    }
-    // SEQUENCED_SEEDS=N for a longer sweep.
-    let seeds: u64 =
-        std::env::var("SEQUENCED_SEEDS").map_or(2_000, |n| n.parse().expect("a number"));
-    let failures: Vec<String> = (0..seeds).filter_map(|s| run(s).err()).collect();
-    assert!(
-        failures.is_empty(),
-        "{} of {seeds} seeds failed; the first: {}",
-        failures.len(),
-        failures[0]
-    );
+    // SEQUENCED_SEEDS=N for a longer sweep, SEQUENCED_SEED=S to replay one.
+    crate::daemon::seeds::sweep("SEQUENCED", 2_000, run);
 }
