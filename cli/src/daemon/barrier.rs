@@ -147,6 +147,13 @@ impl GroupBarrier {
                     acts.push(Act::Send(from, BarrierMsg::Ask, self.current, Vec::new()));
                 }
             }
+            BarrierMsg::Arrived
+                if number == 0 && self.current != 0 && at.children.contains(&from) =>
+            {
+                // A child that does not know the number (this node's ask
+                // reached it before it carried the group): ask it again.
+                acts.push(Act::Send(from, BarrierMsg::Ask, self.current, Vec::new()));
+            }
             BarrierMsg::Ask if number != 0 && self.current != 0 && number < self.current => {
                 // The asker is behind: barrier `current − 1` was released
                 // (its release was lost with a failed node). Tell it, and
@@ -203,8 +210,17 @@ impl GroupBarrier {
             match at.parent {
                 // The root numbers the barriers.
                 None => self.current = 1,
-                // Not told the number yet: the parent's ask will say it.
-                Some(_) => return acts,
+                // Not told the number yet: the parent's ask will say it. Its
+                // ask may have come before this node carried the group (and
+                // was lost with it): ARRIVED 0 asks for the number, once per
+                // parent.
+                Some(p) => {
+                    if self.told.as_ref().map(|t| t.0) != Some(p) {
+                        acts.push(Act::Send(p, BarrierMsg::Arrived, 0, Vec::new()));
+                        self.told = Some((p, 0, Vec::new()));
+                    }
+                    return acts;
+                }
             }
         }
         for &c in at.children {
@@ -506,14 +522,20 @@ mod tests {
     #[test]
     fn an_ask_that_comes_before_the_view_that_makes_its_sender_the_parent_is_not_lost() {
         let mut net = Net::new(4);
-        // 1 → 2, 3; 2 → 4. Nodes 1, 3 and 4 wait; 2 never does and fails.
-        for n in [1, 3, 4] {
+        // 1 → 2, 3; 2 → 4. Nodes 1, 3 and 4 wait; 2 never does and fails
+        // before it answers node 4's request for the number (ARRIVED 0).
+        for n in [1, 3] {
             net.wait(n);
         }
         net.deliver_all();
+        net.nodes.remove(&2);
+        net.wait(4);
+        assert_eq!(
+            net.links.pop_front(),
+            Some((4, 2, BarrierMsg::Arrived, 0, vec![]))
+        );
         // Node 1 learns of the failure first and asks its new child 4,
         // whose view still shows 2 as its parent.
-        net.nodes.remove(&2);
         let old_view = net.view.clone();
         net.view.retain(|&n| n != 2);
         net.tree = FeedbackTree::new(1, &net.view, 2);
@@ -542,6 +564,30 @@ mod tests {
         let mut got = net.released.clone();
         got.sort_unstable();
         assert_eq!(got, vec![(1, vec![2]), (3, vec![2]), (4, vec![2])]);
+    }
+
+    #[test]
+    fn a_node_whose_ask_was_lost_asks_for_the_number_and_is_asked_again() {
+        // 1 → 2, 3. Node 1's ask reaches node 3 before node 3 carries the
+        // group: the daemon drops it. Node 3's member then arrives: it asks
+        // its parent for the number (ARRIVED 0), node 1 asks again, and the
+        // barrier completes.
+        let mut net = Net::new(3);
+        net.wait(1);
+        net.wait(2);
+        net.links
+            .retain(|&(_, to, what, _, _)| !(to == 3 && what == BarrierMsg::Ask));
+        net.deliver_all();
+        assert!(net.released.is_empty());
+        net.wait(3);
+        assert_eq!(
+            net.links.front(),
+            Some(&(3, 1, BarrierMsg::Arrived, 0, vec![]))
+        );
+        net.deliver_all();
+        let mut got: Vec<NodeId> = net.released.iter().map(|r| r.0).collect();
+        got.sort_unstable();
+        assert_eq!(got, [1, 2, 3]);
     }
 
     #[test]

@@ -34,6 +34,10 @@ struct Node {
     barrier: GroupBarrier,
     /// The view this node holds (it lags the truth until updated).
     view: Vec<NodeId>,
+    /// The node carries the group: false until its first view arrives (a
+    /// joining node), and barrier messages to it are lost meanwhile, as
+    /// the daemon drops those of a group it does not carry.
+    carried: bool,
     /// Calls made, and calls answered.
     calls: u64,
     answered: u64,
@@ -80,6 +84,11 @@ impl World {
         let Some(n) = self.nodes.get_mut(&node) else {
             return Ok(());
         };
+        if !n.carried {
+            self.log
+                .push(format!("{node} does not carry the group: dropped"));
+            return Ok(());
+        }
         // The agent is the lowest node of the view (the root moves with it).
         let root = n.view[0];
         let tree = FeedbackTree::new(root, &n.view, self.fanout);
@@ -174,7 +183,7 @@ impl World {
         let callers: Vec<NodeId> = self
             .nodes
             .iter()
-            .filter(|(_, n)| !n.waiting && n.calls < ROUNDS)
+            .filter(|(_, n)| n.carried && !n.waiting && n.calls < ROUNDS)
             .map(|(&k, _)| k)
             .collect();
         let links: Vec<(NodeId, NodeId)> = self
@@ -229,6 +238,7 @@ impl World {
                 self.log.push(format!("view {node} {view:?}"));
                 if let Some(n) = self.nodes.get_mut(&node) {
                     n.view = view;
+                    n.carried = true;
                 }
                 self.step(node, |b, at| b.view_changed(at))?;
             }
@@ -252,6 +262,7 @@ fn timed(n: u32, fanout: u16, rounds: u64, delay: u64) -> Result<(Vec<u64>, u32)
     let node = |_| Node {
         barrier: GroupBarrier::default(),
         view: view.clone(),
+        carried: true,
         calls: 0,
         answered: 0,
         waiting: false,
@@ -350,6 +361,9 @@ fn run(seed: u64) -> Result<(), String> {
     let fanout = rng.range(2, 3) as u16;
     let crashes = rng.range(0, u64::from(n.min(3)) - 1) as u32;
     let view: Vec<NodeId> = (1..=n).collect();
+    // Some nodes have just joined: the others' views hold them, their own
+    // first view is still on its way.
+    let late: Vec<NodeId> = view.iter().copied().filter(|_| rng.chance(0.3)).collect();
     let mut w = World {
         rng,
         fanout,
@@ -361,6 +375,7 @@ fn run(seed: u64) -> Result<(), String> {
                     Node {
                         barrier: GroupBarrier::default(),
                         view: view.clone(),
+                        carried: !late.contains(&v),
                         calls: 0,
                         answered: 0,
                         waiting: false,
@@ -369,7 +384,13 @@ fn run(seed: u64) -> Result<(), String> {
             })
             .collect(),
         links: BTreeMap::new(),
-        views: view.iter().map(|&v| (v, VecDeque::new())).collect(),
+        views: view
+            .iter()
+            .map(|&v| {
+                let first = late.contains(&v).then(|| view.clone());
+                (v, first.into_iter().collect())
+            })
+            .collect(),
         crashes_left: crashes,
         log: Vec::new(),
         clock: None,
