@@ -43,12 +43,12 @@ pub(super) fn feedback_tree(
 /// has members in the view, else the view's lowest node (None: no view, or
 /// an empty one). The feedback tree and the sequenced mode share it.
 pub(super) fn root_of(view: Option<&View>) -> Option<NodeId> {
+    // Per publication (the modes' context): no allocation.
     let view = view?;
-    let nodes = view.nodes();
-    if nodes.contains(&view.agent) {
+    if view.has_node(view.agent) {
         Some(view.agent)
     } else {
-        nodes.first().copied()
+        view.members.iter().map(|m| m.node).min()
     }
 }
 

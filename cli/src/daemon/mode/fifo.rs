@@ -9,28 +9,25 @@
 //! starts senders announce), nor what a departed sender's survivors agree
 //! on (the flush).
 
-use mcast_engine::{EngineError, Fragment, PublishError, StreamStart};
+use mcast_engine::{EngineError, Fragment, PublishError};
 use mcast_ipc::ClientId;
 use mcast_wire::{GroupId, NodeId, Seq};
 use serde_json::json;
 
+use super::send_stream::SendStream;
 use super::{GroupMode, ModeCx, Out, Published, StreamOps};
 use crate::daemon::deliver::data_record;
 
 /// A group in per-sender FIFO order.
 #[derive(Debug)]
 pub struct PerSenderFifo {
-    /// Where this node's send stream opens (the last position of an earlier
-    /// stream of this incarnation, else 0).
-    first_seq: Seq,
-    sender_open: bool,
+    stream: SendStream,
 }
 
 impl PerSenderFifo {
     pub fn new(first_seq: Seq) -> PerSenderFifo {
         PerSenderFifo {
-            first_seq,
-            sender_open: false,
+            stream: SendStream::new(first_seq),
         }
     }
 }
@@ -52,16 +49,7 @@ impl GroupMode for PerSenderFifo {
         if cx.remote.is_empty() {
             return Ok(Published::Sent); // nobody else in the group: local delivery only
         }
-        if !self.sender_open {
-            let start = StreamStart {
-                epoch: cx.epoch,
-                seq: self.first_seq,
-            };
-            let remote = cx.remote;
-            cx.streams.open_sender(cx.group, remote, start)?;
-            self.sender_open = true;
-            cx.announce(remote, start);
-        }
+        self.stream.ensure_open(cx)?;
         match cx.streams.publish(cx.group, msg) {
             Ok(()) => Ok(Published::Sent),
             Err(PublishError::WouldBlock) => Ok(Published::WouldBlock),
@@ -79,20 +67,11 @@ impl GroupMode for PerSenderFifo {
         cx: &mut ModeCx<'_>,
         added: &[NodeId],
     ) -> Result<(), EngineError> {
-        if self.sender_open {
-            let start = cx.streams.set_members(cx.group, cx.remote)?;
-            cx.announce(added, start);
-        }
-        Ok(())
+        self.stream.members_changed(cx, added)
     }
 
     fn resume_member(&mut self, cx: &mut ModeCx<'_>, to: NodeId) -> Result<bool, EngineError> {
-        if !self.sender_open || !cx.remote.contains(&to) {
-            return Ok(false); // the view that adds it sends the start
-        }
-        let start = cx.streams.resume_member(cx.group, to, cx.remote)?;
-        cx.announce(&[to], start);
-        Ok(true)
+        self.stream.resume_member(cx, to)
     }
 
     fn deliver(&mut self, f: &Fragment<'_>, out: &mut Out<'_>) {
@@ -112,7 +91,7 @@ impl GroupMode for PerSenderFifo {
     }
 
     fn stats_json(&self) -> serde_json::Value {
-        json!({"mode": self.name(), "sender_open": self.sender_open})
+        json!({"mode": self.name(), "sender_open": self.stream.is_open()})
     }
 }
 

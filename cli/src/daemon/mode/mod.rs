@@ -20,6 +20,9 @@
 //!   root's [`GroupMode::on_link`] multicasts it in its own stream, and
 //!   every member delivers every sender's messages in the root's order.
 //!
+//! Both drive this node's send stream through [`send_stream::SendStream`]
+//! (opened on first use, following the view, resuming a member).
+//!
 //! The tree's ACK aggregation is built below the modes (the engine's
 //! machines report over the tree the daemon's `tree` module installs,
 //! docs/protocol.md §3.4), and the barrier is the daemon's own (`barrier`):
@@ -38,6 +41,7 @@
 #[cfg(test)]
 mod fake;
 pub mod fifo;
+pub mod send_stream;
 pub mod sequenced;
 #[cfg(test)]
 mod sequenced_sweep;
