@@ -302,6 +302,12 @@ pub struct Config {
     /// (docs/protocol.md §1.10); false sends one message per frame.
     #[serde(default = "d_true")]
     pub batch: bool,
+    /// Time every message at every hop (docs/mcastd.md "Where the time
+    /// goes"): clients stamp what they publish, the engine stamps frames,
+    /// `mcast stat` shows each hop's quantiles. Off by default; on, it
+    /// costs a clock read per frame and per receive or publish call.
+    #[serde(default)]
+    pub trace: bool,
     /// Default feedback tree fanout of MAK groups (docs/protocol.md §3.4):
     /// receivers' ACKs are merged on the way up a tree rooted at the group
     /// agent, widened to at most 4 levels; 0 (the default) sends every

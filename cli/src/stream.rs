@@ -537,6 +537,38 @@ pub fn render_members(v: &Value) -> String {
 }
 
 /// `mcast stat` output; with the previous sample and the seconds since, rates.
+/// The daemon's per-hop timing (`trace = true`), one line per hop; nothing
+/// when it does not trace.
+fn render_trace(t: &Value) -> String {
+    if !t.is_object() {
+        return String::new();
+    }
+    let us = |h: &Value, k: &str| h[k].as_u64().unwrap_or(0) as f64 / 1e3;
+    let mut s = format!(
+        "trace   {:<18} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+        "HOP (µs)", "COUNT", "P50", "P90", "P99", "MAX", "BACKWARDS"
+    );
+    for (key, name) in [
+        ("publish_to_taken", "publish → taken"),
+        ("taken_to_sent", "taken → sent"),
+        ("sent_to_received", "sent → received"),
+        ("received_to_ring", "received → ring"),
+    ] {
+        let h = &t[key];
+        s += &format!(
+            "        {:<18} {:>10} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9}\n",
+            name,
+            h["count"].as_u64().unwrap_or(0),
+            us(h, "p50_ns"),
+            us(h, "p90_ns"),
+            us(h, "p99_ns"),
+            us(h, "max_ns"),
+            h["backwards"].as_u64().unwrap_or(0),
+        );
+    }
+    s
+}
+
 pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
     let t = &v["transport"];
     let mut s = format!(
@@ -567,6 +599,7 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
             a["rx_replayed"]
         );
     }
+    s += &render_trace(&v["trace"]);
     let rate = |path: &[&str]| -> String {
         let Some((p, secs)) = prev else {
             return String::new();
@@ -761,6 +794,28 @@ mod tests {
         let fifo =
             serde_json::json!({"groups": [{"name": "g", "group": 1, "mode": {"mode": "fifo"}}]});
         assert!(!render_stats(&fifo, None).contains("sequenced:"));
+    }
+
+    #[test]
+    fn stat_shows_each_traced_hop_in_microseconds_and_nothing_untraced() {
+        let hop = |p50| serde_json::json!({"count": 7, "p50_ns": p50, "p90_ns": 0, "p99_ns": 12_500, "max_ns": 0, "backwards": 2});
+        let v = serde_json::json!({"trace": {
+            "publish_to_taken": hop(1_500), "taken_to_sent": hop(2_000),
+            "sent_to_received": hop(30_000), "received_to_ring": hop(400),
+        }});
+        let text = render_stats(&v, None);
+        assert!(text.contains("publish → taken"), "{text}");
+        let wire = text
+            .lines()
+            .find(|l| l.contains("sent → received"))
+            .expect(&text);
+        let cols: Vec<&str> = wire.split_whitespace().collect();
+        assert_eq!(
+            cols[3..],
+            ["7", "30.0", "0.0", "12.5", "0.0", "2"],
+            "{wire}"
+        );
+        assert!(!render_stats(&serde_json::json!({"trace": null}), None).contains("trace"));
     }
 
     #[test]

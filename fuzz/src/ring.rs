@@ -151,6 +151,7 @@ impl Rig {
             group: self.pushed,
             source: len as u32,
             flags: ring::FIRST | ring::LAST,
+            stamp: 0,
         };
         let payload: Vec<u8> = (0..len).map(|i| (i as u32 ^ self.pushed) as u8).collect();
         let fits = self.honest_fit(len);

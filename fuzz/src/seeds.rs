@@ -416,6 +416,7 @@ fn replies() -> Vec<Vec<u8>> {
             max_message: 1 << 20,
             pub_ring_bytes: 1 << 20,
             sub_ring_bytes: 1 << 22,
+            trace: true,
         },
         Response::Joined {
             group: 7,

@@ -264,6 +264,7 @@ fn serve<T: Transport>(
         Polling::Sleep => ec.spin = Duration::ZERO,
     }
     ec.max_sleep = Duration::from_millis(10);
+    ec.trace = cfg.trace;
     match &keys {
         Some(_) => log.info(&mcast_cli::keys::describe(keys.as_ref()), &[]),
         None => log.warn(&mcast_cli::keys::describe(None), &[]),
@@ -288,13 +289,14 @@ fn serve<T: Transport>(
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create the socket directory {}: {e}", dir.display()))?;
     }
-    let server =
+    let mut server =
         Server::bind(&cfg.socket, access, sizes, cfg.max_clients as usize).map_err(|e| {
             format!(
             "cannot listen on {}: {e} (is another mcastd running? remove the stale socket if not)",
             cfg.socket.display()
         )
         })?;
+    server.set_trace(cfg.trace);
     let metrics = cfg.metrics_addr().map(Exporter::start).transpose()?;
     let mut daemon =
         Daemon::new(cfg, engine, server, incarnation, log, shutdown).map_err(|e| e.to_string())?;

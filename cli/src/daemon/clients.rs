@@ -323,7 +323,7 @@ impl<T: Transport> Daemon<T> {
                         break;
                     }
                 };
-                let group = rec.header.group;
+                let (group, stamp) = (rec.header.group, rec.header.stamp);
                 if self.local.get(&group).is_some_and(|lg| lg.paused) {
                     // Held back: a publisher on the slow subscriber's node
                     // waits like the remote ones, instead of filling that
@@ -361,7 +361,13 @@ impl<T: Transport> Daemon<T> {
                     continue;
                 }
                 match self.publish_in_mode(group, c)? {
-                    Published::Sent => {}
+                    // Timed once it is taken: a record left for a full
+                    // window is taken again later.
+                    Published::Sent => {
+                        if let Some(t) = self.trace.as_deref_mut() {
+                            t.taken(stamp);
+                        }
+                    }
                     Published::WouldBlock => break, // window full: try again next round
                     Published::Dropped(message) => {
                         self.counters.publish_errors += 1;
@@ -401,6 +407,7 @@ impl<T: Transport> Daemon<T> {
             group,
             source: self.node,
             flags: FLAG_FIRST | FLAG_LAST,
+            stamp: 0,
         };
         for &c in &lg.members {
             if c == from {

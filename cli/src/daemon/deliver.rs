@@ -19,6 +19,7 @@ use super::clients::{ClientState, Clients};
 use super::flush::Kept;
 use super::membership::LocalGroup;
 use super::peers::Links;
+use super::trace::Trace;
 use super::DaemonCounters;
 use super::FastMap;
 use crate::links::is_link;
@@ -36,10 +37,15 @@ pub(super) struct Sink<'a> {
     pub(super) links: &'a mut Links,
     pub(super) counters: &'a mut DaemonCounters,
     pub(super) max_message: usize,
+    /// With `trace = true`: times each frame and stamps its records.
+    pub(super) trace: Option<&'a mut Trace>,
 }
 
 impl Deliver for Sink<'_> {
     fn frame(&mut self, f: RawFrame<'_>) {
+        if let Some(t) = self.trace.as_deref_mut() {
+            t.frame(&f);
+        }
         // What the flush of this sender's departure may need: the frame as
         // it came, batched or not.
         if let Some(k) = self.kept.get_mut(&(f.group, f.stream)) {
@@ -65,7 +71,9 @@ impl Deliver for Sink<'_> {
         };
         let (clients, counters) = (&mut *self.clients, &mut *self.counters);
         let (mode, members) = lg.mode_and_members();
+        let stamp = self.trace.as_ref().map_or(0, |t| t.ring_stamp());
         mode.deliver(&f, &mut |hdr, data, except| {
+            let hdr = RecordHeader { stamp, ..hdr };
             for &c in members {
                 if Some(c) == except {
                     continue;
@@ -85,6 +93,7 @@ pub(super) fn event_record(group: GroupId) -> RecordHeader {
         group,
         source: 0,
         flags: FLAG_FIRST | FLAG_LAST | mcast_ipc::ring::EVENT,
+        stamp: 0,
     }
 }
 
@@ -101,6 +110,7 @@ pub(super) fn data_record(group: GroupId, source: NodeId, first: bool, last: boo
         group,
         source,
         flags,
+        stamp: 0,
     }
 }
 

@@ -53,6 +53,7 @@ mod rekey;
 mod seeds;
 mod stats;
 mod streams;
+mod trace;
 mod tree;
 
 use std::os::fd::RawFd;
@@ -112,6 +113,8 @@ pub struct Daemon<T: Transport> {
     fds: Vec<RawFd>,
     /// The records a group's mode hands over in one call (reused).
     mode_records: mode::ModeRecords,
+    /// Per-hop timing, with `trace = true`.
+    trace: Option<Box<trace::Trace>>,
 }
 
 impl<T: Transport> Daemon<T> {
@@ -146,6 +149,7 @@ impl<T: Transport> Daemon<T> {
             shutdown,
             fds: Vec::new(),
             mode_records: Default::default(),
+            trace: cfg.trace.then(Box::default),
             cfg,
         })
     }
@@ -186,17 +190,9 @@ impl<T: Transport> Daemon<T> {
         self.fds.clear();
         self.clients.server.poll_fds(&mut self.fds);
         let modes_due = self.modes_due();
-        let mut sink = Sink {
-            clients: &mut self.clients,
-            local: &mut self.local,
-            kept: &mut self.flush.kept,
-            links: &mut self.links,
-            counters: &mut self.counters,
-            max_message: self.cfg.max_message as usize + mode::MODE_HEADROOM,
-        };
         // Sleep only if no client has published meanwhile (the marks make
         // the next publish ring the doorbell, one of `fds`).
-        let may_sleep = !work && sink.clients.server.prepare_sleep();
+        let may_sleep = !work && self.clients.server.prepare_sleep();
         let max_sleep = match (may_sleep, modes_due) {
             (false, _) => Some(Duration::ZERO),
             (true, None) => None,
@@ -205,11 +201,8 @@ impl<T: Transport> Daemon<T> {
             )),
         };
         // What the publications' loopback wrote is seen before any sleep.
-        commit_subscriptions(sink.clients);
-        work |= self
-            .engine
-            .run_once_deliver(&mut sink, &self.fds, max_sleep)?;
         commit_subscriptions(&mut self.clients);
+        work |= self.engine_turn(Some(max_sleep))?;
         if may_sleep {
             self.clients.server.finish_sleep();
         }
@@ -224,6 +217,34 @@ impl<T: Transport> Daemon<T> {
         // Flushed frames and membership events of the phases above.
         commit_subscriptions(&mut self.clients);
         self.refresh_metrics();
+        Ok(work)
+    }
+
+    /// The engine's turn, delivering into the subscribers' rings (and
+    /// publishing what it wrote): with `wait`, one `run_once_deliver` that
+    /// may sleep up to the given time (`None`: the engine's own bound) or
+    /// until a frame or one of the clients' descriptors wakes it; without,
+    /// one poll.
+    fn engine_turn(&mut self, wait: Option<Option<Duration>>) -> Result<bool, EngineError> {
+        let mut sink = Sink {
+            clients: &mut self.clients,
+            local: &mut self.local,
+            kept: &mut self.flush.kept,
+            links: &mut self.links,
+            counters: &mut self.counters,
+            max_message: self.cfg.max_message as usize + mode::MODE_HEADROOM,
+            trace: self.trace.as_deref_mut(),
+        };
+        let work = match wait {
+            Some(max_sleep) => self
+                .engine
+                .run_once_deliver(&mut sink, &self.fds, max_sleep)?,
+            None => self.engine.poll_deliver(&mut sink)?,
+        };
+        commit_subscriptions(&mut self.clients);
+        if let Some(t) = self.trace.as_deref_mut() {
+            t.drain(&mut self.engine);
+        }
         Ok(work)
     }
 

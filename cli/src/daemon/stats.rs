@@ -263,6 +263,8 @@ impl<T: Transport> Daemon<T> {
                 "publish_would_block": e.publish_would_block, "polls": e.polls, "sleeps": e.sleeps,
             },
             "daemon": daemon,
+            // Per-hop timing (`trace = true`), nanoseconds; null when off.
+            "trace": self.trace.as_ref().map(|t| t.json()),
             "peers": self.live.tracker.detector().peers().map(|(n, st, last)| json!({
                 "node": n,
                 "state": match st {

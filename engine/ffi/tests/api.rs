@@ -400,6 +400,7 @@ impl Scripted {
                                 group: GROUP,
                                 source,
                                 flags,
+                                stamp: 0,
                             };
                             sub.try_push(hdr, &[bytes.as_bytes()]).unwrap();
                         }

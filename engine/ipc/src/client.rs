@@ -33,6 +33,7 @@ use crate::proto::{
 use crate::ring::{self, Consumer, Producer, PushError, Record, RecordHeader, EVENT, FIRST, LAST};
 use crate::shm::Mapping;
 use crate::sys::{self, EventFd};
+use crate::trace::{monotonic_ns, Hop, HopSummary};
 
 /// How long a control request waits for its response.
 pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -218,6 +219,9 @@ pub struct Client {
     /// The shared memory both rings live in, and where each is in it.
     map: Arc<Mapping>,
     layout: RingLayout,
+    /// With the daemon tracing: the last hop, from the daemon writing a
+    /// message into the subscription ring to this client reading it.
+    read_hop: Option<Box<Hop>>,
 }
 
 /// What a received [`Message`] is.
@@ -326,12 +330,13 @@ impl Client {
                 Err(e) => return Err(io_err(e)),
             }
         };
-        let (client_id, max_message, layout) = match msg {
+        let (client_id, max_message, layout, trace) = match msg {
             Response::Welcome {
                 client_id,
                 max_message,
                 pub_ring_bytes,
                 sub_ring_bytes,
+                trace,
             } => (
                 client_id,
                 max_message as usize,
@@ -339,6 +344,7 @@ impl Client {
                     publication: pub_ring_bytes as usize,
                     subscription: sub_ring_bytes as usize,
                 },
+                trace,
             ),
             Response::Error {
                 code: ErrorCode::PermissionDenied,
@@ -374,7 +380,9 @@ impl Client {
         )
         .map_err(bad)?;
         sub.set_notify(doorbell.clone());
-        let max_message = max_message.min(publ.max_record());
+        // A stamped record spends 8 bytes of the ring on its stamp.
+        let stamp = if trace { ring::STAMP_BYTES } else { 0 };
+        let max_message = max_message.min(publ.max_record() - stamp);
         Ok(Client {
             sock,
             client_id,
@@ -390,7 +398,17 @@ impl Client {
             buf,
             map,
             layout,
+            read_hop: trace.then(Box::default),
         })
+    }
+
+    /// With the daemon tracing (`trace = true` in mcastd.toml): the last hop
+    /// of every message this client read, from the daemon writing it into
+    /// the subscription ring to the receive call that took it
+    /// (docs/mcastd.md "Where the time goes"). `None` when the daemon does
+    /// not trace.
+    pub fn read_hop(&self) -> Option<HopSummary> {
+        self.read_hop.as_ref().map(|h| h.summary())
     }
 
     /// The shared memory this client's rings live in (the same pages the
@@ -538,6 +556,12 @@ impl Client {
             group,
             source: 0,
             flags: FIRST | LAST,
+            // One clock read per call: the batch is published at once.
+            stamp: if self.read_hop.is_some() {
+                monotonic_ns()
+            } else {
+                0
+            },
         };
         let mut taken = 0;
         let mut failure = None;
@@ -674,6 +698,8 @@ impl Client {
     ) -> Result<usize, Error> {
         let mut delivered = 0;
         let mut failure = None;
+        // Read once per call, at the first stamped record.
+        let mut read_at = 0;
         while delivered < max {
             let rec = match self.sub.peek() {
                 Ok(Some(rec)) => rec,
@@ -683,10 +709,17 @@ impl Client {
                     break;
                 }
             };
+            if let (Some(hop), stamp @ 1..) = (self.read_hop.as_deref_mut(), rec.header.stamp) {
+                if read_at == 0 {
+                    read_at = monotonic_ns();
+                }
+                hop.record(stamp, read_at);
+            }
             let RecordHeader {
                 group,
                 source,
                 flags,
+                ..
             } = rec.header;
             if let Some(done) = reassemble(&mut self.partial, rec) {
                 let data = done.bytes();
@@ -944,6 +977,7 @@ fn reassemble<'a>(
         group,
         source,
         flags,
+        ..
     } = rec.header;
     let key = (group, source);
     if flags & (FIRST | LAST) == FIRST | LAST {

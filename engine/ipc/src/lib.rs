@@ -10,6 +10,7 @@
 //!   by the daemon's poll loop.
 //! - [`client`]: what applications link: connect, join, publish, receive,
 //!   one message or a batch per call.
+//! - [`trace`]: per-hop latencies, with tracing on.
 //! - [`shm`] and [`sys`]: memfd/mmap and the syscalls. The only modules with
 //!   unsafe code; everything else denies it.
 #![deny(unsafe_code)]
@@ -20,6 +21,7 @@ pub mod ring;
 pub mod server;
 pub mod shm;
 pub mod sys;
+pub mod trace;
 
 pub use client::{Client, Error, Membership, Message, MessageKind, MessageRef};
 pub use proto::{ErrorCode, Member, Notice, Request, Response, View};

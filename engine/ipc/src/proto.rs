@@ -129,6 +129,10 @@ pub enum Response {
         pub_ring_bytes: u64,
         /// Data capacity of the subscription ring (daemon → client).
         sub_ring_bytes: u64,
+        /// The daemon traces (docs/mcastd.md "Where the time goes"): the
+        /// client stamps what it publishes and times what it reads.
+        #[serde(default)]
+        trace: bool,
     },
     /// Answer to Join.
     Joined {

@@ -29,6 +29,12 @@
 //! always be pushed into an empty ring is `capacity / 2 - 16`
 //! ([`Producer::max_record`]).
 //!
+//! A record whose `flags` has [`STAMPED`] carries a `u64` after the fixed
+//! header and before the payload: a CLOCK_MONOTONIC time in nanoseconds
+//! ([`RecordHeader::stamp`]; per-hop timing, docs/mcastd.md "Where the time
+//! goes"). A producer writes it only for a record whose stamp is not 0, so
+//! a ring without tracing holds exactly the records it held before.
+//!
 //! # Ordering and trust
 //!
 //! The producer writes the record, then publishes `head` with Release; the
@@ -106,6 +112,12 @@ pub const FIRST: u32 = 1;
 pub const LAST: u32 = 2;
 /// A membership event (a view change, JSON), in order with the data.
 pub const EVENT: u32 = 4;
+/// The record carries a time stamp (8 bytes between header and payload).
+/// Set and cleared by the ring from [`RecordHeader::stamp`]; callers never
+/// see it in `flags`.
+pub const STAMPED: u32 = 8;
+/// Bytes of a record's time stamp.
+pub const STAMP_BYTES: usize = 8;
 
 /// The fixed header the caller attaches to every record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -116,6 +128,10 @@ pub struct RecordHeader {
     pub source: u32,
     /// [`FIRST`] / [`LAST`].
     pub flags: u32,
+    /// A CLOCK_MONOTONIC time in nanoseconds the record carries (0: none,
+    /// and no bytes spent): when the client published it, or when the
+    /// daemon wrote it, with tracing on.
+    pub stamp: u64,
 }
 
 /// One record, borrowed from the ring (zero-copy) until [`Consumer::pop`]
@@ -415,6 +431,7 @@ impl Producer {
     }
 
     /// Bytes of ring a record of payload `len` needs if pushed now.
+    /// (`len` counts a stamp's bytes.)
     fn need(&self, len: usize) -> (usize, usize) {
         let size = align8(RECORD_HEADER_BYTES + len);
         let to_end = self.ring.capacity - (self.head as usize & (self.ring.capacity - 1));
@@ -454,14 +471,15 @@ impl Producer {
         parts: &[&[u8]],
     ) -> Result<(), PushError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        if len > self.max_record() {
+        let extra = if hdr.stamp != 0 { STAMP_BYTES } else { 0 };
+        if len + extra > self.max_record() {
             return Err(PushError::TooLarge {
                 len,
-                max: self.max_record(),
+                max: self.max_record() - extra,
             });
         }
         let used = self.check().map_err(PushError::Corrupt)?;
-        let (need, wrap) = self.need(len);
+        let (need, wrap) = self.need(len + extra);
         if need > self.ring.capacity - used {
             return Err(PushError::Full);
         }
@@ -475,14 +493,20 @@ impl Producer {
         r.set_word(off, len as u32);
         r.set_word(off + 4, hdr.group);
         r.set_word(off + 8, hdr.source);
-        r.set_word(off + 12, hdr.flags);
         let mut at = off + RECORD_HEADER_BYTES;
+        if extra > 0 {
+            r.set_word(off + 12, hdr.flags | STAMPED);
+            r.map.write(at, &hdr.stamp.to_le_bytes());
+            at += STAMP_BYTES;
+        } else {
+            r.set_word(off + 12, hdr.flags & !STAMPED);
+        }
         for p in parts {
             // In bounds: the record fits before the end of the data area.
             r.map.write(at, p);
             at += p.len();
         }
-        self.head = pos.wrapping_add(align8(RECORD_HEADER_BYTES + len) as u64);
+        self.head = pos.wrapping_add(align8(RECORD_HEADER_BYTES + extra + len) as u64);
         Ok(())
     }
 
@@ -627,32 +651,36 @@ impl Consumer {
                 continue;
             }
             let len = len as usize;
-            let size = align8(RECORD_HEADER_BYTES + len);
-            if len > max_payload(cap) || size > to_end || size > used {
+            let flags = self.ring.word(off + 12);
+            let extra = if flags & STAMPED != 0 { STAMP_BYTES } else { 0 };
+            let size = align8(RECORD_HEADER_BYTES + extra + len);
+            if len + extra > max_payload(cap) || size > to_end || size > used {
                 return Err(self.fail(Corrupt(format!(
                     "record of {len} bytes at {pos} exceeds the ring ({used} bytes published, {to_end} before the end)"
                 ))));
             }
+            let stamp = if extra > 0 {
+                self.ring
+                    .map
+                    .slice(off + RECORD_HEADER_BYTES, STAMP_BYTES)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u64::from_le_bytes)
+            } else {
+                0
+            };
             let header = RecordHeader {
                 group: self.ring.word(off + 4),
                 source: self.ring.word(off + 8),
-                flags: self.ring.word(off + 12),
+                flags: flags & !STAMPED,
+                stamp,
             };
-            if self
-                .ring
-                .map
-                .slice(off + RECORD_HEADER_BYTES, len)
-                .is_none()
-            {
+            let at = off + RECORD_HEADER_BYTES + extra;
+            if self.ring.map.slice(at, len).is_none() {
                 return Err(self.fail(Corrupt("record outside the mapping".into())));
             }
             self.peeked = size;
             self.skipped = skipped;
-            let payload = self
-                .ring
-                .map
-                .slice(off + RECORD_HEADER_BYTES, len)
-                .unwrap_or_default();
+            let payload = self.ring.map.slice(at, len).unwrap_or_default();
             return Ok(Some(Record { header, payload }));
         }
     }

@@ -247,9 +247,18 @@ pub struct Server {
     doomed: Vec<(ClientId, String, Fate)>,
     buf: Vec<u8>,
     pollfds: Vec<libc::pollfd>,
+    /// Told to clients in Welcome: stamp and time messages.
+    trace: bool,
 }
 
 impl Server {
+    /// Tells every client connecting from now on that the daemon traces
+    /// (their Welcome's `trace`): they stamp what they publish and time
+    /// what they read.
+    pub fn set_trace(&mut self, on: bool) {
+        self.trace = on;
+    }
+
     /// Listens on `path` (mode `access.socket_mode`). A stale socket file
     /// nobody listens on is replaced; a live one is an `AddrInUse` error; any
     /// other file there is left alone and is an error.
@@ -287,6 +296,7 @@ impl Server {
             doomed: Vec::new(),
             buf: vec![0; MAX_CONTROL_MESSAGE + 1],
             pollfds: Vec::new(),
+            trace: false,
         })
     }
 
@@ -699,6 +709,7 @@ impl Server {
                 max_message: self.sizes.max_message as u64,
                 pub_ring_bytes: layout.publication as u64,
                 sub_ring_bytes: layout.subscription as u64,
+                trace: self.trace,
             },
         });
         let c = self.conns.get_mut(&id).expect("caller checked");

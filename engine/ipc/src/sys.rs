@@ -387,3 +387,17 @@ pub fn recv_msg(fd: RawFd, buf: &mut [u8], nonblocking: bool) -> io::Result<Opti
         fds,
     }))
 }
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of every trace stamp (the
+/// engine's frames carry the same clock, `mcast_engine::sys::monotonic_ns`).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec and CLOCK_MONOTONIC exists
+    // on every Linux kernel, so the call cannot fail.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    debug_assert_eq!(rc, 0);
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}

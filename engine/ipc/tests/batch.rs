@@ -74,6 +74,7 @@ fn deliver(server: &mut Server, id: ClientId, script: &[(u32, u32, u32, &[u8])])
             group,
             source,
             flags,
+            stamp: 0,
         };
         sub.try_push(hdr, &[bytes]).unwrap();
     }
@@ -119,7 +120,8 @@ fn publish_batch_takes_what_fits_in_order_whole_then_would_block() {
             RecordHeader {
                 group: 7,
                 source: 0,
-                flags: FIRST | LAST
+                flags: FIRST | LAST,
+                stamp: 0,
             }
         );
         assert_eq!(*bytes, numbered(i), "message {i} in order and whole");

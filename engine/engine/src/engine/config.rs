@@ -84,6 +84,10 @@ pub struct EngineConfig {
     /// EtherType is taken. The keys here are those the engine starts with;
     /// [`Engine::keys`] says which are in use after a rotation.
     pub auth: Option<AuthConfig>,
+    /// Stamp data frames for per-hop timing (`trace`: queued, sent,
+    /// received). Off by default: then no clock is read for it and no
+    /// memory kept.
+    pub trace: bool,
 }
 
 impl EngineConfig {
@@ -113,6 +117,7 @@ impl EngineConfig {
             max_groups: 256,
             batch_messages: true,
             auth: None,
+            trace: false,
         }
     }
 

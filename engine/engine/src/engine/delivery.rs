@@ -52,6 +52,13 @@ pub struct RawFrame<'a> {
     /// The payload: a fragment, or with `Flags::BATCH` the records of
     /// several messages (`mcast_wire::batch::records`).
     pub payload: &'a [u8],
+    /// With tracing ([`EngineConfig::trace`](super::EngineConfig::trace)):
+    /// when this node read the frame off its RX ring (CLOCK_MONOTONIC ns);
+    /// 0 without.
+    pub rx_ns: u64,
+    /// With tracing: the sender's `tstamp_us` (its clock in µs, wrapping,
+    /// when the poll that sent this copy of the frame started); 0 without.
+    pub sent_us: u32,
 }
 
 /// Takes received fragments as the engine delivers them (see [`Engine::poll_deliver`]).
@@ -166,6 +173,8 @@ impl<T: Transport> Engine<T> {
                                 data,
                             };
                             let batched = flags.contains(Flags::BATCH);
+                            let (rx_ns, sent_us) =
+                                self.trace.as_ref().map_or((0, 0), |t| t.of_received(f));
                             match sink.as_deref_mut() {
                                 // The one copy of a received payload is the sink's.
                                 Some(sink) => {
@@ -175,6 +184,8 @@ impl<T: Transport> Engine<T> {
                                         seq,
                                         flags: Flags(flags.0 & Flags::PAYLOAD.0),
                                         payload,
+                                        rx_ns,
+                                        sent_us,
                                     });
                                     if batched {
                                         // Validated on receipt (`rx`).

@@ -88,6 +88,7 @@ mod publish;
 mod rx;
 mod stats;
 mod streams;
+mod trace;
 mod tx;
 
 pub use auth::{AuthConfig, MAX_SENDERS};
@@ -96,6 +97,7 @@ pub use config::{EngineConfig, GroupOptions, StreamStart};
 pub use delivery::{Deliver, Fragment, Message, RawFrame};
 pub use frames::{FrameLedger, ShutdownReport};
 pub use stats::{EngineCounters, EngineStats, GroupStats, SendTally};
+pub use trace::MAX_SENT_STAMPS;
 
 use frames::FrameTable;
 use streams::GroupState;
@@ -128,6 +130,8 @@ pub struct Engine<T: Transport> {
     beats: VecDeque<(NodeId, Vec<u8>)>,
     /// Frame authentication, when the configuration has keys.
     auth: Option<auth::Auth>,
+    /// Per-hop stamps, when the configuration traces.
+    trace: Option<Box<trace::Tracer>>,
 }
 
 /// A map keyed by node number, hashed with [`NodeHasher`].
@@ -189,6 +193,7 @@ impl<T: Transport> Engine<T> {
             mac: transport.mac(),
             max_payload,
             frames: FrameTable::new(n, config.auth.is_some()),
+            trace: config.trace.then(|| Box::new(trace::Tracer::new(n))),
             groups: Vec::new(),
             peers: config.peers.iter().copied().collect(),
             deferred: VecDeque::new(),

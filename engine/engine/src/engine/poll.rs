@@ -66,6 +66,9 @@ impl<T: Transport> Engine<T> {
         let mut rx = std::mem::take(&mut self.rx_batch);
         rx.clear();
         let got = self.transport.recv(&mut rx);
+        if let (Some(t), false) = (self.trace.as_deref_mut(), rx.is_empty()) {
+            t.rx_batch();
+        }
         for d in &rx {
             self.handle_rx(now, *d)?;
         }

@@ -75,6 +75,9 @@ impl<T: Transport> Engine<T> {
                 .expect("MTU checked against the frame size");
             area.copy_from_slice(&msg[offset..offset + len]);
             self.frames.place[f as usize] = Place::Queued;
+            if let Some(t) = self.trace.as_deref_mut() {
+                t.queued(f);
+            }
             s.queue.push_back(OutFrame {
                 buf: BufId(f),
                 len: len as u16,

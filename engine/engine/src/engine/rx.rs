@@ -143,6 +143,9 @@ impl<T: Transport> Engine<T> {
             // once as Deliver or Release.
             self.frames.place[f as usize] = Place::Machine;
             self.frames.rx_offset[f as usize] = d.offset;
+            if let Some(t) = self.trace.as_deref_mut() {
+                t.received(f, header.tstamp_us);
+            }
             machine.handle_frame(now, &header, RxBody::Data(BufId(f)));
         } else {
             match &nak {

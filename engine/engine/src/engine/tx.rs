@@ -131,6 +131,7 @@ impl<T: Transport> Engine<T> {
                         };
                         self.tx_keep.push(TxDesc { frame: b, len });
                         self.tally_wire(gi, len);
+                        self.trace_sent(b, &t.header);
                     }
                     (_, Place::Staged { back: true, .. } | Place::InTx { back: true }) => {
                         // Still on its way out: rewriting it now would corrupt
@@ -162,6 +163,7 @@ impl<T: Transport> Engine<T> {
                         };
                         self.tx_copy.push(TxDesc { frame: f, len });
                         self.tally_wire(gi, len);
+                        self.trace_sent(b, &t.header);
                     }
                     (_, other) => {
                         return Err(EngineError::Accounting(format!(

@@ -9,6 +9,7 @@ fn hdr(group: u32, flags: u32) -> RecordHeader {
         group,
         source: 7,
         flags,
+        stamp: 0,
     }
 }
 
@@ -48,6 +49,50 @@ fn push_peek_pop_in_order_with_gather() {
     // 16 + 11 -> 32 bytes, 16 + 0 -> 16 bytes.
     assert_eq!(c.position(), 48);
     assert_eq!(p.free_space().unwrap(), CAP);
+}
+
+#[test]
+fn a_stamped_record_carries_its_stamp_in_eight_more_bytes_and_wraps_whole() {
+    let (_m, mut p, mut c) = ring();
+    let stamped = RecordHeader {
+        stamp: 0x0102_0304_0506_0708,
+        ..hdr(3, FIRST | LAST)
+    };
+    p.try_push(stamped, &[b"abc"]).unwrap();
+    p.try_push(hdr(4, FIRST | LAST), &[b"de"]).unwrap();
+    let r = c.peek().unwrap().unwrap();
+    // The flag is the ring's own: callers see the stamp, not STAMPED.
+    assert_eq!(r.header, stamped);
+    assert_eq!(r.payload, b"abc");
+    assert!(c.pop().unwrap());
+    // 16 + 8 + 3 -> 32 bytes; the unstamped one is as before (16 + 2 -> 24).
+    assert_eq!(c.position(), 32);
+    assert_eq!(
+        pop_vec(&mut c),
+        Some((hdr(4, FIRST | LAST), b"de".to_vec()))
+    );
+    assert_eq!(c.position(), 56);
+    // Across the end of the data area: the stamp and the payload move to
+    // the start together, after a wrap marker.
+    // Two records take the position to 16 bytes before the end.
+    for fill in [vec![7u8; 2000], vec![8u8; CAP - 16 - 56 - 2016 - 16]] {
+        p.try_push(hdr(5, 3), &[&fill]).unwrap();
+        assert_eq!(pop_vec(&mut c).unwrap().1, fill);
+    }
+    assert_eq!(c.position() as usize, CAP - 16);
+    p.try_push(stamped, &[b"wrapped"]).unwrap();
+    let r = c.peek().unwrap().unwrap();
+    assert_eq!((r.header, r.payload), (stamped, &b"wrapped"[..]));
+    assert!(c.pop().unwrap());
+    assert_eq!(c.position() as usize, CAP + 32);
+    // The largest stamped payload is 8 bytes below the largest plain one.
+    let max = p.max_record();
+    assert!(matches!(
+        p.try_push(stamped, &[&vec![0; max - 7]]),
+        Err(PushError::TooLarge { max: m, .. }) if m == max - 8
+    ));
+    p.try_push(stamped, &[&vec![1; max - 8]]).unwrap();
+    assert_eq!(pop_vec(&mut c).unwrap().1.len(), max - 8);
 }
 
 #[test]
