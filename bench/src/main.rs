@@ -18,6 +18,7 @@ use mcast_sim::{Algorithm, SimConfig};
 mod auth;
 mod batch;
 mod demo;
+mod hops;
 mod order;
 mod paper;
 mod path;
@@ -263,6 +264,44 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         json: Option<String>,
     },
+    /// Real kernel, needs root: where a message's microseconds go through mcastd (docs/mcastd.md
+    /// "Where the time goes"). Starts the same cluster (a publisher on node 1, a subscriber on
+    /// each other node) again and again, alternately with `trace = false` and `trace = true`;
+    /// each start paces messages and measures their one-way latency, the traced ones also each
+    /// hop (publish → taken → sent → received → ring → read: p50 and p99 from every daemon's
+    /// `mcast stat` and every subscriber), then goodput. Prints the breakdown, and what tracing
+    /// costs as traced/plain ratios. Needs mcastd built beside mcast-bench.
+    Hops {
+        /// Subscriber node counts to run (1 to 5 each).
+        #[arg(long, value_delimiter = ',', default_value = "1,4")]
+        receivers: Vec<usize>,
+        /// Loss fractions injected on the segment after the group forms (every frame kind,
+        /// both directions), e.g. 0,0.01.
+        #[arg(long, value_delimiter = ',', default_value = "0")]
+        loss: Vec<f64>,
+        /// Message size (16 to 8,192 bytes).
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        /// Rate of the paced runs, messages/s.
+        #[arg(long, default_value_t = 10_000)]
+        rate: u64,
+        /// Messages per paced run.
+        #[arg(long, default_value_t = 10_000)]
+        paced_messages: u64,
+        /// Messages per goodput run (after the paced one).
+        #[arg(long, default_value_t = 100_000)]
+        messages: u64,
+        /// Cluster starts per setting (trace off and on alternate).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Also write every start to this JSON file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<String>,
+        /// A line added to every daemon's configuration (repeatable), e.g. 'spin_us = 0' to
+        /// see what a setting does to each hop.
+        #[arg(long, value_name = "LINE")]
+        daemon_config: Vec<String>,
+    },
     /// Seed 000 §4's comparison (Figures 8-10): iterative, ACK, NAK and MAK to 1..6 receivers at
     /// 512 and 1,024 B, plus Go-Back-N and the raw blast, over the simulator and AF_XDP (root),
     /// send-and-wait, echo round-trip, offered-rate and saturation modes. Writes a table, JSON,
@@ -373,6 +412,7 @@ fn main() -> ExitCode {
             | Command::Auth { .. }
             | Command::Batch { .. }
             | Command::Order { .. }
+            | Command::Hops { .. }
     ) {
         if let Err(e) = clean_up_on_signals() {
             eprintln!("mcast-bench: {e}");
@@ -488,6 +528,29 @@ fn main() -> ExitCode {
                     repeat,
                     rate,
                     paced_messages,
+                },
+                json.as_deref(),
+            ),
+            Command::Hops {
+                receivers,
+                loss,
+                size,
+                rate,
+                paced_messages,
+                messages,
+                repeat,
+                json,
+                daemon_config,
+            } => hops::run(
+                &hops::HopsConfig {
+                    receivers,
+                    loss,
+                    size,
+                    rate,
+                    paced_messages,
+                    messages,
+                    repeat,
+                    daemon_config,
                 },
                 json.as_deref(),
             ),
