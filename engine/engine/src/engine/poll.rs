@@ -119,6 +119,10 @@ impl<T: Transport> Engine<T> {
 
     /// [`Engine::run_once`] delivering to `sink`, whose sleep also ends when
     /// one of `fds` becomes readable (or `max_sleep`, if given, passes).
+    /// After a sleep it polls again at once, so a frame that woke it is
+    /// delivered in this call, not after the rest of the caller's round
+    /// (mcastd's round does a dozen other things and a `poll()` of its
+    /// clients first: docs/benchmarks.md "Where the time goes").
     pub fn run_once_deliver(
         &mut self,
         sink: &mut dyn Deliver,
@@ -129,7 +133,10 @@ impl<T: Transport> Engine<T> {
             self.idle_since = None;
             return Ok(true);
         }
-        self.idle(fds, max_sleep)?;
+        if self.idle(fds, max_sleep)? && self.poll_deliver(sink)? {
+            self.idle_since = None;
+            return Ok(true);
+        }
         Ok(false)
     }
 
@@ -142,8 +149,9 @@ impl<T: Transport> Engine<T> {
         }
     }
 
-    /// After a poll without work: spin a while, then sleep.
-    fn idle(&mut self, fds: &[RawFd], max_sleep: Option<Duration>) -> Result<(), EngineError> {
+    /// After a poll without work: spin a while, then sleep. True when it
+    /// slept (and so may have been woken by something to do).
+    fn idle(&mut self, fds: &[RawFd], max_sleep: Option<Duration>) -> Result<bool, EngineError> {
         // The poll that just found no work read the clock a moment ago: one
         // clock read per busy-poll round instead of two.
         let now = self.polled_at;
@@ -155,7 +163,7 @@ impl<T: Transport> Engine<T> {
             } else {
                 self.spin_round();
             }
-            return Ok(());
+            return Ok(false);
         }
         let mut timeout = max_sleep
             .unwrap_or(self.cfg.max_sleep)
@@ -175,11 +183,11 @@ impl<T: Transport> Engine<T> {
         if timeout.is_zero() {
             // Spinning to a deadline `deadline_spin` away.
             self.spin_round();
-            return Ok(());
+            return Ok(false);
         }
         precise_sleeps();
         self.counters.sleeps += 1;
-        match (fds.is_empty(), self.transport.wait_fd()) {
+        let slept = match (fds.is_empty(), self.transport.wait_fd()) {
             (true, _) => self.transport.wait(timeout),
             (false, Some(fd)) => {
                 let mut all = Vec::with_capacity(fds.len() + 1);
@@ -200,7 +208,8 @@ impl<T: Transport> Engine<T> {
                     operation: "poll on the caller's descriptors",
                     source: e,
                 }),
-        }
+        };
+        slept.map(|()| true)
     }
 
     /// The earliest protocol deadline.
