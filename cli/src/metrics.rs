@@ -221,11 +221,48 @@ impl Families {
                 num(&flush[key]),
             );
         }
+        f.trace(&s["trace"]);
         f.peers(&s["peers"]);
         f.groups(&s["groups"]);
         f.links(&s["links"]);
         f.clients(&s["clients"]);
         f
+    }
+
+    /// With `trace = true`: each hop's quantiles (seconds; `quantile="1"`
+    /// is the largest) and its sample counts. Nothing without tracing.
+    fn trace(&mut self, trace: &Value) {
+        let Some(hops) = trace.as_object() else {
+            return;
+        };
+        for (hop, h) in hops {
+            for (q, key) in [
+                ("0.5", "p50_ns"),
+                ("0.9", "p90_ns"),
+                ("0.99", "p99_ns"),
+                ("1", "max_ns"),
+            ] {
+                self.gauge(
+                    "mcastd_trace_hop_seconds",
+                    "Per-hop latency since the daemon started (trace = true; mcast stat: trace)",
+                    vec![("hop", hop.clone()), ("quantile", q.to_owned())],
+                    num(&h[key]) / 1e9,
+                );
+            }
+            let labels = vec![("hop", hop.clone())];
+            self.counter(
+                "mcastd_trace_hop_samples",
+                "Messages or frames timed at this hop",
+                labels.clone(),
+                num(&h["count"]),
+            );
+            self.counter(
+                "mcastd_trace_hop_backwards",
+                "Samples not timed: their end was stamped before their start (clocks that disagree)",
+                labels,
+                num(&h["backwards"]),
+            );
+        }
     }
 
     fn peers(&mut self, peers: &Value) {
@@ -548,6 +585,23 @@ mod tests {
                 ("3".to_owned(), prometheus_parse::Value::Gauge(0.0))
             ]
         );
+    }
+
+    #[test]
+    fn a_traced_daemon_exports_each_hop_and_an_untraced_one_nothing() {
+        let mut s = stats();
+        s["trace"] = json!({"sent_to_received": {"count": 40, "p50_ns": 12_000, "p90_ns": 20_000,
+            "p99_ns": 31_000, "max_ns": 90_000, "backwards": 1}});
+        let text = render(&s);
+        for line in [
+            r#"mcastd_trace_hop_seconds{hop="sent_to_received",quantile="0.5"} 0.000012"#,
+            r#"mcastd_trace_hop_seconds{hop="sent_to_received",quantile="1"} 0.00009"#,
+            r#"mcastd_trace_hop_samples_total{hop="sent_to_received"} 40"#,
+            r#"mcastd_trace_hop_backwards_total{hop="sent_to_received"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        assert!(!render(&stats()).contains("mcastd_trace"));
     }
 
     #[test]
