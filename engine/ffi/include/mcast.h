@@ -358,6 +358,25 @@ int mcast_next_notice(mcast_client *c, mcast_notice *out, char *buf, size_t cap,
 /* The largest message mcast_publish accepts, in bytes; 0 for NULL. */
 size_t mcast_max_message(const mcast_client *c);
 
+/* The last hop of the messages a client read, in nanoseconds: from mcastd
+ * writing each into the subscription ring to the receive call that took it
+ * (docs/mcastd.md "Where the time goes"). Quantiles within 1 %. */
+typedef struct mcast_hop {
+    uint64_t count;     /* messages timed */
+    uint64_t p50_ns;
+    uint64_t p90_ns;
+    uint64_t p99_ns;
+    uint64_t max_ns;
+    uint64_t backwards; /* stamps ahead of this client's clock */
+} mcast_hop;
+
+/*
+ * With the daemon tracing (trace = true in mcastd.toml): fills *out and
+ * returns 1. Returns 0, leaving *out alone, when it does not trace;
+ * MCAST_EINVAL when c or out is NULL.
+ */
+int mcast_read_hop(const mcast_client *c, mcast_hop *out);
+
 /*
  * The detailed message of the last call on c that failed, e.g. "daemon not
  * running at /run/mcastd/mcastd.sock (No such file or directory ...): is

@@ -19,8 +19,8 @@ use mcast_ipc::Client;
 
 use crate::{
     msg_kind, notice_info, panic_message, parse_event, set_thread_error, strerror, thread_error,
-    Fail, McastClient, McastEvent, McastMessageView, McastMsg, McastNotice, McastRecvCallback,
-    MCAST_EINVAL, MCAST_EIO, MCAST_ETOOSMALL, MCAST_OK,
+    Fail, McastClient, McastEvent, McastHop, McastMessageView, McastMsg, McastNotice,
+    McastRecvCallback, MCAST_EINVAL, MCAST_EIO, MCAST_ETOOSMALL, MCAST_OK,
 };
 
 /// Runs `f`; a panic becomes `MCAST_EIO`, its message this thread's error.
@@ -772,6 +772,43 @@ pub unsafe extern "C" fn mcast_max_message(c: *const McastClient) -> usize {
         Some(cl) => cl.client.max_message(),
         None => 0,
     }
+}
+
+/// The last hop of every message `c` read, when its daemon traces
+/// (`trace = true`): fills `*out` and returns 1; 0 (and `*out` untouched)
+/// when the daemon does not trace; `MCAST_EINVAL` for a NULL pointer.
+///
+/// # Safety
+/// `c` is NULL or a client from `mcast_connect`, not yet closed; `out` is
+/// NULL or valid for a write of one `mcast_hop`.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_read_hop(c: *const McastClient, out: *mut McastHop) -> c_int {
+    guard(|| {
+        // SAFETY: by the contract, NULL (None) or a live client.
+        let Some(cl) = (unsafe { c.as_ref() }) else {
+            set_thread_error("the client is NULL".into());
+            return MCAST_EINVAL;
+        };
+        if out.is_null() {
+            return MCAST_EINVAL;
+        }
+        match cl.client.read_hop() {
+            Some(h) => {
+                let hop = McastHop {
+                    count: h.count,
+                    p50_ns: h.p50_ns,
+                    p90_ns: h.p90_ns,
+                    p99_ns: h.p99_ns,
+                    max_ns: h.max_ns,
+                    backwards: h.backwards,
+                };
+                // SAFETY: not NULL (checked), valid for one write by contract.
+                unsafe { out.write(hop) };
+                1
+            }
+            None => 0,
+        }
+    })
 }
 
 /// Copies the last error's message (NUL-terminated, truncated to `cap`) and

@@ -1089,3 +1089,47 @@ fn a_barrier_returns_the_nodes_dropped_as_far_as_there_is_room() {
     assert_eq!(rc, MCAST_EINVAL);
     unsafe { mcast_close(c) };
 }
+
+#[test]
+fn read_hop_times_what_a_client_read_when_the_daemon_traces() {
+    let mut hop = McastHop::default();
+    unsafe {
+        assert_eq!(mcast_read_hop(ptr::null(), &mut hop), MCAST_EINVAL);
+    }
+    let lb = Loopback::traced("ffi-hop");
+    let (a, b) = (connect(&lb.path, "a"), connect(&lb.path, "b"));
+    let g = join(a);
+    join(b);
+    unsafe {
+        assert_eq!(mcast_read_hop(b, ptr::null_mut()), MCAST_EINVAL);
+        for i in 0..5u8 {
+            assert_eq!(mcast_publish(a, g, [i; 40].as_ptr().cast(), 40), MCAST_OK);
+        }
+    }
+    let mut buf = [0u8; 64];
+    for i in 0..5u8 {
+        let (rc, len, _, _) = recv(b, &mut buf, 5000);
+        assert_eq!((rc, &buf[..len]), (MCAST_OK, &[i; 40][..]));
+    }
+    unsafe {
+        assert_eq!(mcast_read_hop(b, &mut hop), 1);
+    }
+    assert_eq!(hop.count, 5);
+    assert!(hop.p50_ns > 0 && hop.p50_ns <= hop.max_ns, "{hop:?}");
+    unsafe {
+        mcast_close(a);
+        mcast_close(b);
+    }
+    // A daemon that does not trace: 0, and *out is left alone.
+    let plain = Loopback::default("ffi-nohop");
+    let c = connect(&plain.path, "c");
+    let mut untouched = McastHop {
+        count: 77,
+        ..McastHop::default()
+    };
+    unsafe {
+        assert_eq!(mcast_read_hop(c, &mut untouched), 0);
+        mcast_close(c);
+    }
+    assert_eq!(untouched.count, 77);
+}

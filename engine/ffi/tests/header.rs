@@ -91,6 +91,7 @@ fn header_functions_are_exactly_the_exported_ones() {
         "mcast_event_nodes",
         "mcast_next_notice",
         "mcast_max_message",
+        "mcast_read_hop",
         "mcast_last_error",
         "mcast_strerror",
     ] {

@@ -382,3 +382,32 @@ fn max_clients_is_enforced_and_ids_are_not_reused() {
     }
     assert!(third > first);
 }
+
+#[test]
+fn a_tracing_daemons_clients_stamp_what_they_publish_and_time_what_they_read() {
+    let lb = Loopback::traced("traced");
+    let (mut a, mut b) = pair(&lb);
+    assert_eq!(b.read_hop().unwrap().count, 0);
+    let before = mcast_ipc::trace::monotonic_ns();
+    for i in 0..10u8 {
+        a.publish(GROUP, &[i; 100]).unwrap();
+    }
+    for i in 0..10u8 {
+        assert_eq!(b.recv().unwrap().data, [i; 100], "the stamp is not payload");
+    }
+    let hop = b.read_hop().unwrap();
+    assert_eq!(hop.count, 10, "{hop:?}");
+    let waited = mcast_ipc::trace::monotonic_ns() - before;
+    // The loopback relays the publisher's stamps: each read is timed from
+    // its publish, so no longer than the whole exchange.
+    assert!(
+        hop.max_ns > 0 && hop.max_ns <= waited + waited / 50,
+        "{hop:?} {waited}"
+    );
+    // Without tracing there is nothing to read.
+    let plain = Loopback::default("untraced");
+    let (mut c, mut d) = pair(&plain);
+    c.publish(GROUP, b"x").unwrap();
+    assert_eq!(d.recv().unwrap().data, b"x");
+    assert!(d.read_hop().is_none());
+}

@@ -86,9 +86,20 @@ pub struct Loopback {
 
 impl Loopback {
     pub fn start(tag: &str, access: Access, sizes: RingSizes) -> Loopback {
+        Loopback::start_with(tag, access, sizes, false)
+    }
+
+    /// A loopback daemon that tells its clients it traces (they stamp what
+    /// they publish and time what they read; it relays the stamps).
+    pub fn traced(tag: &str) -> Loopback {
+        Loopback::start_with(tag, Access::own_uid("test config"), small_sizes(), true)
+    }
+
+    fn start_with(tag: &str, access: Access, sizes: RingSizes, trace: bool) -> Loopback {
         let dir = TempDir::new(tag);
         let path = dir.socket();
-        let server = Server::bind(&path, access, sizes, 16).unwrap();
+        let mut server = Server::bind(&path, access, sizes, 16).unwrap();
+        server.set_trace(trace);
         let shared = Arc::new(Shared::default());
         let (tx, events) = mpsc::channel();
         let s = shared.clone();
