@@ -147,14 +147,22 @@ impl Rig {
 
     fn push(&mut self, len: usize) {
         self.pushed = self.pushed.wrapping_add(1);
+        // Every third record carries a time stamp (8 bytes more).
+        let stamp = if self.pushed % 3 == 0 {
+            u64::from(self.pushed) << 20 | 1
+        } else {
+            0
+        };
+        let extra = if stamp != 0 { ring::STAMP_BYTES } else { 0 };
+        let len = len.min(max_payload(CAP) - extra);
         let hdr = RecordHeader {
             group: self.pushed,
             source: len as u32,
             flags: ring::FIRST | ring::LAST,
-            stamp: 0,
+            stamp,
         };
         let payload: Vec<u8> = (0..len).map(|i| (i as u32 ^ self.pushed) as u8).collect();
-        let fits = self.honest_fit(len);
+        let fits = self.honest_fit(len + extra);
         let (a, b) = payload.split_at(len / 2);
         match self.producer.try_push(hdr, &[a, b]) {
             Ok(()) => {
@@ -174,7 +182,7 @@ impl Rig {
         }
     }
 
-    /// Whether a record of `len` fits now, from both ends' own positions
+    /// Whether a record of `len` (a stamp's bytes counted) fits now, from both ends' own positions
     /// (the ring's documented rule: a record does not straddle the end, a
     /// wrap marker fills the rest); `None` once the ring was scribbled on.
     fn honest_fit(&self, len: usize) -> Option<bool> {
@@ -318,10 +326,15 @@ fn check_in_data(map: &Mapping, position: u64, payload: &[u8]) {
         payload.len()
     );
     assert!(payload.len() <= max_payload(CAP));
-    let record = at - RECORD_HEADER_BYTES;
+    // Right after the header, or after a stamp (whose flag a scribbler may
+    // have set on any record).
+    let reader = position as usize & (CAP - 1);
+    let starts = [
+        at - RECORD_HEADER_BYTES,
+        at.saturating_sub(RECORD_HEADER_BYTES + ring::STAMP_BYTES),
+    ];
     assert!(
-        record == position as usize & (CAP - 1) || record == 0,
-        "record at {record}, reader at {}",
-        position as usize & (CAP - 1)
+        starts.iter().any(|&r| r == reader || r == 0),
+        "record at {starts:?}, reader at {reader}"
     );
 }
