@@ -20,7 +20,7 @@ use mcast_wire::ETHERTYPE_DEFAULT;
 use serde_json::{json, Value};
 
 use crate::auth::paced;
-use crate::path::{self, median, spread};
+use crate::path::{self, median, micros, spread};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -194,15 +194,7 @@ fn one_start(
 /// [`Start::per_message`], read after the paced run (the fresh cluster's
 /// start adds a handful).
 fn per_message(cluster: &Cluster, n: u64) -> Result<[f64; 5], String> {
-    let stats = |node: u32| -> Result<Value, String> {
-        let mut c = Client::connect(cluster.socket(node), "bench-stat")
-            .map_err(|e| format!("connect to node {node}: {e}"))?;
-        match c.request(Request::Stats).map_err(|e| e.to_string())? {
-            Response::Json(v) => Ok(v),
-            _ => Err(format!("node {node}'s mcastd answered Stats without JSON")),
-        }
-    };
-    let (one, two) = (stats(1)?, stats(2)?);
+    let (one, two) = (stats(cluster, 1)?, stats(cluster, 2)?);
     let sender = one["groups"]
         .as_array()
         .and_then(|gs| gs.iter().find(|g| g["name"] == "bench"))
@@ -218,13 +210,22 @@ fn per_message(cluster: &Cluster, n: u64) -> Result<[f64; 5], String> {
     ])
 }
 
+/// What `mcast stat --json` shows of `node`.
+fn stats(cluster: &Cluster, node: u32) -> Result<Value, String> {
+    let mut c = Client::connect(cluster.socket(node), "bench-stat")
+        .map_err(|e| format!("connect to node {node}: {e}"))?;
+    match c.request(Request::Stats).map_err(|e| e.to_string())? {
+        Response::Json(v) => Ok(v),
+        _ => Err(format!("node {node}'s mcastd answered Stats without JSON")),
+    }
+}
+
 /// Each hop's (p50, p99) in µs after the paced run.
 fn hops(cluster: &Cluster, r: usize, subscribers: &[Client]) -> Result<Vec<(f64, f64)>, String> {
     let trace_of = |node: u32| -> Result<Value, String> {
-        let mut c = Client::connect(cluster.socket(node), "bench-stat")
-            .map_err(|e| format!("connect to node {node}: {e}"))?;
-        match c.request(Request::Stats).map_err(|e| e.to_string())? {
-            Response::Json(v) if v["trace"].is_object() => Ok(v["trace"].clone()),
+        let v = stats(cluster, node)?;
+        match &v["trace"] {
+            t if t.is_object() => Ok(t.clone()),
             _ => Err(format!("node {node}'s mcastd reports no trace")),
         }
     };
@@ -271,20 +272,25 @@ fn print_cell(cfg: &HopsConfig, c: &Cell) {
         let p50: Vec<f64> = c.traced.iter().map(|s| s.hops[k].0).collect();
         let p99: Vec<f64> = c.traced.iter().map(|s| s.hops[k].1).collect();
         sum += median(&p50).unwrap_or(0.0);
-        println!("{:<18} {:>22} {:>22}", name, micros(&p50), micros(&p99));
+        println!(
+            "{:<18} {:>22} {:>22}",
+            name,
+            micros(&p50, 1),
+            micros(&p99, 1)
+        );
     }
     let e2e = |v: &[Start], f: fn(&Start) -> f64| v.iter().map(f).collect::<Vec<f64>>();
     println!(
         "{:<18} {:>22} {:>22}   (sum of the hops' p50: {sum:.1})",
         "end to end, traced",
-        micros(&e2e(&c.traced, |s| s.p50)),
-        micros(&e2e(&c.traced, |s| s.p99))
+        micros(&e2e(&c.traced, |s| s.p50), 1),
+        micros(&e2e(&c.traced, |s| s.p99), 1)
     );
     println!(
         "{:<18} {:>22} {:>22}",
         "end to end, plain",
-        micros(&e2e(&c.plain, |s| s.p50)),
-        micros(&e2e(&c.plain, |s| s.p99))
+        micros(&e2e(&c.plain, |s| s.p50), 1),
+        micros(&e2e(&c.plain, |s| s.p99), 1)
     );
     let all: Vec<&Start> = c.plain.iter().chain(&c.traced).collect();
     let per: Vec<String> = PER_MESSAGE
@@ -311,16 +317,6 @@ fn print_cell(cfg: &HopsConfig, c: &Cell) {
             median(&e2e(&c.plain, |s| s.p99))
         ),
     );
-}
-
-/// "median [min-max]" of microseconds, one decimal.
-fn micros(v: &[f64]) -> String {
-    let Some(m) = median(v) else {
-        return "-".into();
-    };
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(0.0, f64::max);
-    format!("{m:.1} [{lo:.1}-{hi:.1}]")
 }
 
 fn to_json(cfg: &HopsConfig, cells: &[Cell]) -> Value {

@@ -18,7 +18,7 @@ use mcast_ipc::Client;
 use serde_json::{json, Value};
 
 use crate::auth::paced;
-use crate::path::{self, median, spread};
+use crate::path::{self, median, micros, spread};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -152,8 +152,8 @@ fn print(cfg: &OrderConfig, figs: &[Figures; 2]) {
             "{:<10} {:>22} {:>22} {:>22}",
             mode,
             spread(&f.goodput),
-            micros(&f.p50),
-            micros(&f.p99)
+            micros(&f.p50, 0),
+            micros(&f.p99, 0)
         );
     }
     let [fifo, seq] = figs;
@@ -163,16 +163,6 @@ fn print(cfg: &OrderConfig, figs: &[Figures; 2]) {
         path::ratio(median(&seq.p50), median(&fifo.p50)),
         path::ratio(median(&seq.p99), median(&fifo.p99)),
     );
-}
-
-/// Median [min-max] of microseconds.
-fn micros(v: &[f64]) -> String {
-    let Some(m) = median(v) else {
-        return "-".into();
-    };
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(0.0, f64::max);
-    format!("{m:.0} [{lo:.0}-{hi:.0}]")
 }
 
 fn to_json(cfg: &OrderConfig, figs: &[Figures; 2]) -> Value {

@@ -441,14 +441,27 @@ pub(crate) fn median(v: &[f64]) -> Option<f64> {
     })
 }
 
-/// "median [min-max]" of rates, in thousands per second.
-pub(crate) fn spread(v: &[f64]) -> String {
-    let Some(m) = median(v) else {
-        return "-".into();
-    };
+/// The median, the least and the largest of `v`; `None` when it is empty.
+fn median_range(v: &[f64]) -> Option<(f64, f64, f64)> {
     let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = v.iter().copied().fold(0.0, f64::max);
-    format!("{:.0}k [{:.0}-{:.0}]", m / 1e3, lo / 1e3, hi / 1e3)
+    median(v).map(|m| (m, lo, hi))
+}
+
+/// "median [min-max]" of rates, in thousands per second.
+pub(crate) fn spread(v: &[f64]) -> String {
+    match median_range(v) {
+        Some((m, lo, hi)) => format!("{:.0}k [{:.0}-{:.0}]", m / 1e3, lo / 1e3, hi / 1e3),
+        None => "-".into(),
+    }
+}
+
+/// "median [min-max]" of microseconds, with `digits` decimals.
+pub(crate) fn micros(v: &[f64], digits: usize) -> String {
+    match median_range(v) {
+        Some((m, lo, hi)) => format!("{m:.digits$} [{lo:.digits$}-{hi:.digits$}]"),
+        None => "-".into(),
+    }
 }
 
 pub(crate) fn ratio(a: Option<f64>, b: Option<f64>) -> String {
