@@ -84,23 +84,15 @@ impl NakTimer {
         match *self {
             NakTimer::Fixed { max, .. } => max,
             NakTimer::Adaptive {
-                factor, min, max, ..
-            } => grtt
-                .mul_f64(factor * self.scale(group_size))
-                .clamp(min, max.max(min)),
-        }
-    }
-
-    /// How much of the suppression a group of `group_size` receivers needs,
-    /// from 0 (one receiver: nobody to suppress) to 1 (`full_group` and
-    /// more): `min(1, ln N / ln full_group)`. 1 for the fixed timer.
-    pub fn scale(&self, group_size: u16) -> f64 {
-        match *self {
-            NakTimer::Fixed { .. } => 1.0,
-            NakTimer::Adaptive { full_group, .. } => {
+                factor,
+                min,
+                max,
+                full_group,
+            } => {
                 let n = f64::from(group_size.max(1));
                 let full = f64::from(full_group.max(2));
-                (n.ln() / full.ln()).min(1.0)
+                let scale = (n.ln() / full.ln()).min(1.0);
+                grtt.mul_f64(factor * scale).clamp(min, max.max(min))
             }
         }
     }
@@ -167,11 +159,7 @@ pub struct MakConfig {
     pub grtt_min: Duration,
     pub grtt_max: Duration,
     /// After NAKing (or hearing a NAK for) a frame, a receiver waits this many
-    /// GRTTs for the repair before it NAKs the frame again, in a group of
-    /// the NAK timer's `full_group` and more. A smaller group waits one GRTT
-    /// less, less the suppression it does not need:
-    /// `(repair_wait_grtts − 1 + NakTimer::scale(N)) × GRTT`, at least one
-    /// GRTT (docs/protocol.md §3.2).
+    /// GRTTs for the repair before it NAKs the frame again.
     pub repair_wait_grtts: u32,
     /// The sender answers NAKs for a frame it repaired less than this many
     /// GRTTs ago with that repair (one repair per NAK round).

@@ -149,14 +149,8 @@ impl MakReceiver {
         }
     }
 
-    /// How long a requested frame's repair is awaited before it is asked for
-    /// again (`MakConfig::repair_wait_grtts`): the repair's round trip and
-    /// slack, plus the part of a GRTT that other receivers' NAKs for the
-    /// same frame may still take to come, which a small group does not need.
-    pub(super) fn repair_wait(&self) -> Duration {
-        let k = f64::from(self.cfg.repair_wait_grtts.max(1));
-        let grtts = (k - 1.0 + self.cfg.nak_timer.scale(self.group_size)).max(1.0);
-        self.grtt.mul_f64(grtts)
+    fn repair_wait(&self) -> Duration {
+        self.grtt * self.cfg.repair_wait_grtts.max(1)
     }
 
     fn arm_nak_timer(&mut self, now: Instant) {

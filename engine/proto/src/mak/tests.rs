@@ -763,28 +763,6 @@ fn adaptive_backoff_scales_with_grtt_and_skews_with_group_size() {
 }
 
 #[test]
-fn a_small_group_awaits_a_repair_for_less_than_a_large_one() {
-    let wait = |group: u16| {
-        let mut r = MakReceiver::new(stream(2), paper());
-        r.grtt = Duration::from_millis(1);
-        r.group_size = group;
-        r.repair_wait().as_micros()
-    };
-    // (3 - 1 + min(1, ln N / ln 64)) GRTTs: the suppression part shrinks
-    // with the group as the NAK window does.
-    assert_eq!(wait(1), 2_000, "one receiver: the round trip and slack");
-    assert_eq!(wait(4), 2_333);
-    assert_eq!(wait(8), 2_500);
-    assert_eq!(wait(64), 3_000, "a full group: three GRTTs, as before");
-    assert_eq!(wait(512), 3_000);
-    // The fixed timer (the paper's) keeps three GRTTs at every size.
-    let mut r = MakReceiver::new(stream(2), fixed(10));
-    r.grtt = Duration::from_millis(1);
-    r.group_size = 4;
-    assert_eq!(r.repair_wait().as_micros(), 3_000);
-}
-
-#[test]
 fn a_departed_member_no_longer_holds_the_buffer() {
     let mut s = MakSender::new(stream(SENDER), paper(), &[2, 3]);
     s.send(us(0), out(0, true)).unwrap();
