@@ -236,6 +236,9 @@ impl Families {
             return;
         };
         for (hop, h) in hops {
+            if !h.is_object() {
+                continue;
+            }
             for (q, key) in [
                 ("0.5", "p50_ns"),
                 ("0.9", "p90_ns"),
@@ -263,6 +266,12 @@ impl Families {
                 num(&h["backwards"]),
             );
         }
+        self.counter(
+            "mcastd_trace_sent_samples_dropped",
+            "Frames sent whose taken -> sent time the engine could not keep for the daemon's round",
+            Vec::new(),
+            num(&trace["sent_samples_dropped"]),
+        );
     }
 
     fn peers(&mut self, peers: &Value) {
@@ -591,16 +600,18 @@ mod tests {
     fn a_traced_daemon_exports_each_hop_and_an_untraced_one_nothing() {
         let mut s = stats();
         s["trace"] = json!({"sent_to_received": {"count": 40, "p50_ns": 12_000, "p90_ns": 20_000,
-            "p99_ns": 31_000, "max_ns": 90_000, "backwards": 1}});
+            "p99_ns": 31_000, "max_ns": 90_000, "backwards": 1}, "sent_samples_dropped": 3});
         let text = render(&s);
         for line in [
             r#"mcastd_trace_hop_seconds{hop="sent_to_received",quantile="0.5"} 0.000012"#,
             r#"mcastd_trace_hop_seconds{hop="sent_to_received",quantile="1"} 0.00009"#,
             r#"mcastd_trace_hop_samples_total{hop="sent_to_received"} 40"#,
             r#"mcastd_trace_hop_backwards_total{hop="sent_to_received"} 1"#,
+            "mcastd_trace_sent_samples_dropped_total 3",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }
+        assert!(!text.contains(r#"hop="sent_samples_dropped""#), "{text}");
         assert!(!render(&stats()).contains("mcastd_trace"));
     }
 

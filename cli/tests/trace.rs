@@ -92,8 +92,9 @@ fn with_tracing_every_hop_of_every_message_is_timed_once() {
     // The subscriber's daemon: every frame it delivered, once.
     assert_eq!(t2["sent_to_received"]["count"], frames, "{t2:#}");
     assert_eq!(t2["received_to_ring"]["count"], frames, "{t2:#}");
-    // One host, one clock.
+    // One host, one clock; every send sample kept for the daemon's round.
     assert_eq!(t2["sent_to_received"]["backwards"], 0, "{t2:#}");
+    assert_eq!(t1["sent_samples_dropped"], 0, "{t1:#}");
     for (t, hop) in [
         (t1, "publish_to_taken"),
         (t1, "taken_to_sent"),

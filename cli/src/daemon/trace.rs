@@ -34,6 +34,9 @@ pub(super) struct Trace {
     taken_to_sent: Hop,
     sent_to_received: Hop,
     received_to_ring: Hop,
+    /// Send samples the engine could not keep between two rounds (its
+    /// list is bounded): not timed.
+    sent_dropped: u64,
     /// The stamp of the records of the frame being delivered (0: none).
     ring_at: u64,
 }
@@ -51,7 +54,7 @@ impl Trace {
     /// daemons' own links are not timed).
     pub(super) fn drain<T: Transport>(&mut self, engine: &mut Engine<T>) {
         let hop = &mut self.taken_to_sent;
-        engine.drain_sent_stamps(|group, queued, sent| {
+        self.sent_dropped += engine.drain_sent_stamps(|group, queued, sent| {
             if !is_link(group) {
                 hop.record(queued, sent);
             }
@@ -83,13 +86,15 @@ impl Trace {
         self.ring_at
     }
 
-    /// `mcast stat`'s `trace` (nanoseconds).
+    /// `mcast stat`'s `trace`: one object per hop (nanoseconds), and the
+    /// send samples not timed.
     pub(super) fn json(&self) -> serde_json::Value {
         json!({
             "publish_to_taken": self.publish_to_taken.summary(),
             "taken_to_sent": self.taken_to_sent.summary(),
             "sent_to_received": self.sent_to_received.summary(),
             "received_to_ring": self.received_to_ring.summary(),
+            "sent_samples_dropped": self.sent_dropped,
         })
     }
 }

@@ -35,8 +35,8 @@ pub(super) struct Tracer {
     sent_us: Vec<u32>,
     /// (group, queued, sent) of frames sent for the first time, oldest first.
     sent: Vec<(GroupId, u64, u64)>,
-    /// Samples dropped because `sent` was full.
-    pub(super) sent_dropped: u64,
+    /// Samples dropped because `sent` was full, since the last drain.
+    sent_dropped: u64,
     /// When the poll read its current RX batch.
     rx_at: u64,
 }
@@ -106,18 +106,38 @@ impl<T: Transport> Engine<T> {
     /// time since the last call, and forgets them: the hop from a publish
     /// reaching the engine to the poll that sent its frame (per frame, from
     /// the frame's first message). At most [`MAX_SENT_STAMPS`] wait between
-    /// two calls.
-    pub fn drain_sent_stamps(&mut self, mut f: impl FnMut(GroupId, u64, u64)) {
-        if let Some(t) = self.trace.as_deref_mut() {
-            for &(group, queued, sent) in &t.sent {
-                f(group, queued, sent);
-            }
-            t.sent.clear();
+    /// two calls; returns how many more were sent since the last call and
+    /// not kept.
+    pub fn drain_sent_stamps(&mut self, mut f: impl FnMut(GroupId, u64, u64)) -> u64 {
+        let Some(t) = self.trace.as_deref_mut() else {
+            return 0;
+        };
+        for &(group, queued, sent) in &t.sent {
+            f(group, queued, sent);
         }
+        t.sent.clear();
+        std::mem::take(&mut t.sent_dropped)
     }
 
     /// Whether the engine stamps frames ([`EngineConfig::trace`](super::EngineConfig::trace)).
     pub fn traces(&self) -> bool {
         self.trace.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn send_samples_are_bounded_and_the_ones_not_kept_counted() {
+        let mut t = Tracer::new(2);
+        t.queued(1);
+        for i in 0..MAX_SENT_STAMPS as u64 + 5 {
+            t.first_sent(7, 1, i);
+        }
+        assert_eq!(t.sent.len(), MAX_SENT_STAMPS);
+        assert_eq!(t.sent_dropped, 5);
+        assert!(t.sent.iter().all(|&(g, q, _)| g == 7 && q == t.stamp[1]));
     }
 }
