@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use crate::proto::{
     ClientMessage, ErrorCode, Notice, Request, Response, RingLayout, ServerMessage, View,
-    MAX_CONTROL_MESSAGE, PROTOCOL_VERSION,
+    MAX_CONTROL_MESSAGE, MAX_REPLY, PROTOCOL_VERSION,
 };
 use crate::ring::{self, Consumer, Producer, PushError, Record, RecordHeader, EVENT, FIRST, LAST};
 use crate::shm::Mapping;
@@ -286,7 +286,7 @@ impl Client {
         // A refused peer may find the socket closed already; its answer is
         // still queued for us, so a failed send is not the end.
         let sent = sys::send_msg(sock.as_raw_fd(), &bytes, &[], false);
-        let mut buf = vec![0; MAX_CONTROL_MESSAGE + 1];
+        let mut buf = vec![0; MAX_REPLY + 1];
         let deadline = now() + CONTROL_TIMEOUT;
         let mut resets = 0;
         let (msg, fds) = loop {
@@ -890,7 +890,7 @@ impl Client {
                 }
                 Ok(Some(r)) if r.truncated => {
                     return Err(Error::Protocol(format!(
-                        "{}-byte control message exceeds the {MAX_CONTROL_MESSAGE}-byte limit",
+                        "{}-byte control message exceeds the {MAX_REPLY}-byte limit",
                         r.full_len
                     )))
                 }

@@ -12,8 +12,13 @@ use serde::{Deserialize, Serialize};
 
 /// Version sent in Hello; the server refuses any other.
 pub const PROTOCOL_VERSION: u32 = 1;
-/// Largest control message either side accepts.
+/// Largest request the daemon accepts (and largest message it sends but
+/// for answers, [`MAX_REPLY`]).
 pub const MAX_CONTROL_MESSAGE: usize = 64 * 1024;
+/// Largest answer the daemon sends and a client accepts: `mcast stat` of a
+/// node with hundreds of streams is larger than a request ever is. A longer
+/// answer is replaced by an error that says so.
+pub const MAX_REPLY: usize = 1 << 20;
 /// Malformed requests tolerated on one connection before it is closed.
 pub const MAX_MALFORMED: u32 = 16;
 /// Longest description of a malformed request: the parser's message quotes

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use crate::proto::{
     decode_request, ErrorCode, Notice, Request, Response, RingLayout, ServerMessage,
-    MAX_CONTROL_MESSAGE, MAX_MALFORMED, PROTOCOL_VERSION,
+    MAX_CONTROL_MESSAGE, MAX_MALFORMED, MAX_REPLY, PROTOCOL_VERSION,
 };
 use crate::ring::{self, Consumer, Producer};
 use crate::shm::Mapping;
@@ -424,9 +424,37 @@ impl Server {
         let Some(c) = self.conns.get_mut(&client) else {
             return;
         };
-        let bytes = encode(msg);
-        if let Err(doom) = push_out(c, bytes) {
-            self.doomed.push((client, doom.0, doom.1));
+        let mut bytes = encode(msg);
+        let mut replaced = false;
+        loop {
+            match push_out(c, bytes) {
+                Ok(Sent::Yes) => return,
+                // Too long for the limit or for the socket: an answer
+                // becomes an error that says so, once; a notice is dropped.
+                Ok(Sent::TooLong(len)) => {
+                    let ServerMessage::Response { id, .. } = msg else {
+                        return;
+                    };
+                    if replaced {
+                        return;
+                    }
+                    replaced = true;
+                    bytes = encode(&ServerMessage::Response {
+                        id: *id,
+                        body: Response::error(
+                            ErrorCode::Unavailable,
+                            format!(
+                                "the answer is {len} bytes, more than the control socket carries \
+                                 (at most {MAX_REPLY}; the kernel's net.core.wmem_max may allow less)"
+                            ),
+                        ),
+                    });
+                }
+                Err(doom) => {
+                    self.doomed.push((client, doom.0, doom.1));
+                    return;
+                }
+            }
         }
     }
 
@@ -531,6 +559,12 @@ impl Server {
                     c.outbox.pop_front();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                // A queued answer longer than the socket takes (a kernel
+                // whose wmem_max is below MAX_REPLY): dropped, the client's
+                // request times out; the connection goes on.
+                Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                    c.outbox.pop_front();
+                }
                 Err(e) => {
                     self.doomed
                         .push((id, format!("control socket: {e}"), Fate::Gone));
@@ -565,6 +599,9 @@ impl Server {
                 refuse(&sock, &mut self.buf, ErrorCode::TooManyClients, &message);
                 continue;
             }
+            // Room for the largest answer in one message (best effort: the
+            // kernel caps it; a larger answer becomes an error, `send`).
+            let _ = sys::set_send_buffer(sock.as_raw_fd(), 2 * MAX_REPLY);
             let id = ClientId(self.next_id);
             self.next_id += 1;
             self.conns.insert(
@@ -752,12 +789,27 @@ fn encode(msg: &ServerMessage) -> Vec<u8> {
     serde_json::to_vec(msg).expect("server messages always serialize")
 }
 
+/// What [`push_out`] did with a message.
+enum Sent {
+    /// Sent or queued.
+    Yes,
+    /// Not sent: longer (this many bytes) than [`MAX_REPLY`] or than the
+    /// socket takes in one message.
+    TooLong(usize),
+}
+
 /// Sends or queues `bytes`; `Err` when the client must be dropped.
-fn push_out(c: &mut Conn, bytes: Vec<u8>) -> Result<(), (String, Fate)> {
+fn push_out(c: &mut Conn, bytes: Vec<u8>) -> Result<Sent, (String, Fate)> {
+    if bytes.len() > MAX_REPLY {
+        return Ok(Sent::TooLong(bytes.len()));
+    }
     if c.outbox.is_empty() {
         match sys::send_msg(c.sock.as_raw_fd(), &bytes, &[], true) {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(Sent::Yes),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                return Ok(Sent::TooLong(bytes.len()))
+            }
             Err(e) => return Err((format!("control socket: {e}"), Fate::Gone)),
         }
     }
@@ -768,7 +820,7 @@ fn push_out(c: &mut Conn, bytes: Vec<u8>) -> Result<(), (String, Fate)> {
         ));
     }
     c.outbox.push_back(bytes);
-    Ok(())
+    Ok(Sent::Yes)
 }
 
 /// Answers a refused connection and closes it. Reads what the peer already

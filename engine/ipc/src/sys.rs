@@ -388,6 +388,24 @@ pub fn recv_msg(fd: RawFd, buf: &mut [u8], nonblocking: bool) -> io::Result<Opti
     }))
 }
 
+/// Asks for a send buffer of `bytes` on a socket (`SO_SNDBUF`; the kernel
+/// caps it at `net.core.wmem_max`): a `SOCK_SEQPACKET` message must fit it
+/// whole.
+pub fn set_send_buffer(fd: RawFd, bytes: usize) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `v` is a live c_int and its size is passed with it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    cvt(rc).map(|_| ())
+}
+
 /// CLOCK_MONOTONIC in nanoseconds: the clock of every trace stamp (the
 /// engine's frames carry the same clock, `mcast_engine::sys::monotonic_ns`).
 pub fn monotonic_ns() -> u64 {

@@ -411,3 +411,39 @@ fn a_tracing_daemons_clients_stamp_what_they_publish_and_time_what_they_read() {
     assert_eq!(d.recv().unwrap().data, b"x");
     assert!(d.read_hop().is_none());
 }
+
+#[test]
+fn answers_up_to_the_reply_limit_arrive_and_longer_ones_become_an_error() {
+    let lb = Loopback::default("big-replies");
+    let mut c = Client::connect(&lb.path, "stat").unwrap();
+    let query = |n: usize| Request::Query {
+        group: format!("big-reply:{n}"),
+    };
+    // Ten times a request's limit: `mcast stat` of a node with many streams.
+    match c.request(query(640_000)).unwrap() {
+        Response::Json(v) => assert_eq!(v["pad"].as_str().map(str::len), Some(640_000)),
+        other => panic!("{other:?}"),
+    }
+    // Over the reply limit: an error that says why, and the connection
+    // goes on.
+    let over = mcast_ipc::proto::MAX_REPLY + 1;
+    let why = match c.request(query(over)) {
+        Err(Error::Daemon { code, message }) => {
+            assert_eq!(code, ErrorCode::Unavailable);
+            message
+        }
+        Ok(Response::Error { code, message }) => {
+            assert_eq!(code, ErrorCode::Unavailable);
+            message
+        }
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        why.contains("more than the control socket carries"),
+        "{why}"
+    );
+    match c.request(query(10)).unwrap() {
+        Response::Json(v) => assert_eq!(v["pad"], "xxxxxxxxxx"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -216,6 +216,16 @@ fn run(mut server: Server, s: Arc<Shared>, tx: mpsc::Sender<ServerEvent>) {
                             dropped: vec![7, 9],
                         },
                     ),
+                    // An answer of N bytes of padding: for the reply limit.
+                    Request::Query { group } if group.starts_with("big-reply:") => {
+                        let n: usize = group["big-reply:".len()..].parse().unwrap_or(0);
+                        let pad = "x".repeat(n);
+                        server.reply(
+                            *client,
+                            *req,
+                            Response::Json(serde_json::json!({ "pad": pad })),
+                        );
+                    }
                     Request::Query { group } if group == "cut-me-off" => {
                         joined.remove(client);
                         server.disconnect(*client, "test asked to be cut off");
