@@ -793,15 +793,7 @@ pub unsafe extern "C" fn mcast_read_hop(c: *const McastClient, out: *mut McastHo
             return MCAST_EINVAL;
         }
         match cl.client.read_hop() {
-            Some(h) => {
-                let hop = McastHop {
-                    count: h.count,
-                    p50_ns: h.p50_ns,
-                    p90_ns: h.p90_ns,
-                    p99_ns: h.p99_ns,
-                    max_ns: h.max_ns,
-                    backwards: h.backwards,
-                };
+            Some(hop) => {
                 // SAFETY: not NULL (checked), valid for one write by contract.
                 unsafe { out.write(hop) };
                 1

@@ -157,21 +157,9 @@ pub struct McastMsg {
 }
 
 /// The last hop of the messages a client read, with the daemon tracing
-/// (`struct mcast_hop`; [`mcast_ipc::trace::HopSummary`]): from the daemon
-/// writing a message into the subscription ring to the client reading it,
-/// in nanoseconds.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct McastHop {
-    /// Records timed.
-    pub count: u64,
-    pub p50_ns: u64,
-    pub p90_ns: u64,
-    pub p99_ns: u64,
-    pub max_ns: u64,
-    /// Records whose stamp lay ahead of the client's clock.
-    pub backwards: u64,
-}
+/// (`struct mcast_hop`): the client library's own summary, whose layout is
+/// C's (six `u64`, in the header's order).
+pub type McastHop = mcast_ipc::trace::HopSummary;
 
 /// A message lent to an `mcast_recv_batch` callback
 /// (`mcast_message_view`): `data` is valid only during the call.

@@ -424,22 +424,14 @@ impl Server {
         let Some(c) = self.conns.get_mut(&client) else {
             return;
         };
-        let mut bytes = encode(msg);
-        let mut replaced = false;
-        loop {
-            match push_out(c, bytes) {
-                Ok(Sent::Yes) => return,
-                // Too long for the limit or for the socket: an answer
-                // becomes an error that says so, once; a notice is dropped.
-                Ok(Sent::TooLong(len)) => {
-                    let ServerMessage::Response { id, .. } = msg else {
-                        return;
-                    };
-                    if replaced {
-                        return;
-                    }
-                    replaced = true;
-                    bytes = encode(&ServerMessage::Response {
+        let sent = match push_out(c, encode(msg)) {
+            // Too long for the limit or for the socket: an answer becomes an
+            // error that says so (a few hundred bytes: it fits), a notice is
+            // dropped.
+            Ok(Sent::TooLong(len)) => match msg {
+                ServerMessage::Response { id, .. } => push_out(
+                    c,
+                    encode(&ServerMessage::Response {
                         id: *id,
                         body: Response::error(
                             ErrorCode::Unavailable,
@@ -448,13 +440,14 @@ impl Server {
                                  (at most {MAX_REPLY}; the kernel's net.core.wmem_max may allow less)"
                             ),
                         ),
-                    });
-                }
-                Err(doom) => {
-                    self.doomed.push((client, doom.0, doom.1));
-                    return;
-                }
-            }
+                    }),
+                ),
+                ServerMessage::Notice(_) => return,
+            },
+            other => other,
+        };
+        if let Err(doom) = sent {
+            self.doomed.push((client, doom.0, doom.1));
         }
     }
 

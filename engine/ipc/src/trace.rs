@@ -79,7 +79,10 @@ impl Hop {
 }
 
 /// What `mcast stat` and [`Client::read_hop`](crate::Client::read_hop) say
-/// of one hop. Quantiles are within 1 % (two significant digits).
+/// of one hop. Quantiles are within 1 % (two significant digits). Laid out
+/// as C's `struct mcast_hop` (libmcast hands it over as it is): its fields
+/// and their order are that header's.
+#[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HopSummary {
     pub count: u64,
