@@ -239,11 +239,11 @@ fn print(cfg: &AuthConfig, keyed: &Mode, insecure: &Mode, alone: &[Alone], prims
             p(insecure, |l| l.1),
         );
     }
-    println!("the hashes alone, per call (ns): SHA-256 payload digest / BLAKE3 of the payload / seal (digest + tag)");
+    println!("the tag alone, per call (ns): seal / open with the sender's kept session key / derive a session key / keyed BLAKE3 of the frame (nonce-free candidate)");
     for p in prims {
         println!(
-            "{:>5}B  {:.0} / {:.0} / {:.0}",
-            p.size, p.sha256_ns, p.blake3_ns, p.seal_ns
+            "{:>5}B  {:.0} / {:.0} / {:.0} / {:.0}",
+            p.size, p.seal_ns, p.open_ns, p.derive_ns, p.blake3_ns
         );
     }
     println!(
@@ -260,23 +260,25 @@ fn print(cfg: &AuthConfig, keyed: &Mode, insecure: &Mode, alone: &[Alone], prims
     }
 }
 
-/// The hashes alone, per call, on payloads of the sizes a frame carries:
-/// what protocol.md §1.9's choice of SHA-256 for the payload digest rests on.
+/// The tag alone, per call, on frames of the sizes they carry: what
+/// protocol.md §1.9's choice of AES-256-GCM rests on.
 #[derive(Debug, Clone)]
 struct Primitive {
     size: usize,
-    /// `mcast_auth::payload_digest` (SHA-256, with the CPU's SHA extensions
-    /// when present).
-    sha256_ns: f64,
-    /// BLAKE3 over the same bytes (the other candidate).
-    blake3_ns: f64,
-    /// `mcast_auth::seal` of a frame with that payload: the digest and the
-    /// keyed-BLAKE3 tag.
+    /// `SessionKey::seal` with the sender's kept session key (the engine's
+    /// send path).
     seal_ns: f64,
+    /// `Trailer::read` and `SessionKey::verify` with the sender's kept key
+    /// (the engine's receive path).
+    open_ns: f64,
+    /// `SessionKey::derive`: once per sender and run at a receiver.
+    derive_ns: f64,
+    /// Keyed BLAKE3 over the same frame (the nonce-free candidate).
+    blake3_ns: f64,
 }
 
 fn primitives() -> Vec<Primitive> {
-    use mcast_engine::auth::{payload_digest, seal, ClusterKey};
+    use mcast_engine::auth::{ClusterKey, SessionKey, Trailer};
     const CALLS: u32 = 100_000;
     let key = ClusterKey::from_bytes(&[1; 32]);
     let per_call = |f: &mut dyn FnMut(u32)| {
@@ -291,25 +293,40 @@ fn primitives() -> Vec<Primitive> {
         .map(|size| {
             let mut frame = vec![7u8; mcast_wire::FRAME_OVERHEAD + size + 64];
             frame[mcast_wire::field::PAYLOAD_LEN].copy_from_slice(&(size as u16).to_be_bytes());
+            let src = mcast_engine::auth::header_src(&frame);
             let end = mcast_wire::FRAME_OVERHEAD + size;
+            let sk = SessionKey::derive(&key, src, 1);
+            let mut scratch = Vec::new();
             let mut sink = 0u8;
-            let sha256_ns = per_call(&mut |i| {
-                frame[mcast_wire::FRAME_OVERHEAD] = i as u8;
-                sink ^= payload_digest(&frame[mcast_wire::FRAME_OVERHEAD..end])[0];
+            let seal_ns = per_call(&mut |i| {
+                sk.seal(&mut frame, end, u64::from(i) + 1, &mut scratch)
+                    .expect("room");
+            });
+            let sealed = frame[..end + mcast_engine::auth::TRAILER_LEN].to_vec();
+            let open_ns = per_call(&mut |_| {
+                let t = Trailer::read(&sealed).expect("a trailer");
+                sink ^= u8::from(sk.verify(&sealed, &t, &mut scratch));
+            });
+            assert!(mcast_engine::auth::open(
+                &sealed,
+                &mcast_engine::auth::Keys::new(key.clone(), None)
+            )
+            .is_ok());
+            let derive_ns = per_call(&mut |i| {
+                let k = SessionKey::derive(&key, src, u64::from(i));
+                sink ^= u8::from(k.is_for(0, 0, 0));
             });
             let blake3_ns = per_call(&mut |i| {
                 frame[mcast_wire::FRAME_OVERHEAD] = i as u8;
-                sink ^= blake3::hash(&frame[mcast_wire::FRAME_OVERHEAD..end]).as_bytes()[0];
-            });
-            let seal_ns = per_call(&mut |i| {
-                seal(&mut frame, end, &key, 1, u64::from(i)).expect("room");
+                sink ^= blake3::keyed_hash(&[1; 32], &frame[..end]).as_bytes()[0];
             });
             std::hint::black_box(sink);
             Primitive {
                 size,
-                sha256_ns,
-                blake3_ns,
                 seal_ns,
+                open_ns,
+                derive_ns,
+                blake3_ns,
             }
         })
         .collect()
@@ -413,7 +430,7 @@ fn to_json(
         "keyed": mode(keyed),
         "insecure": mode(insecure),
         "primitives_ns_per_call": prims.iter().map(|p| json!({
-            "size": p.size, "sha256_digest": p.sha256_ns, "blake3": p.blake3_ns, "seal": p.seal_ns,
+            "size": p.size, "seal": p.seal_ns, "open": p.open_ns, "derive": p.derive_ns, "blake3_keyed": p.blake3_ns,
         })).collect::<Vec<_>>(),
         "engine_alone_us_per_msg": alone.iter().map(|a| json!({
             "size": a.size, "keyed": a.keyed_us, "insecure": a.insecure_us,

@@ -1,33 +1,30 @@
-//! The authentication trailer: where it sits, sealing a frame with it and
-//! opening (checking) a received one.
+//! The authentication trailer: its layout, reading it from a received frame,
+//! and sealing or opening a frame without a kept session key.
 //!
 //! | offset from the payload's end | size | field |
 //! |---|---|---|
 //! | 0 | 4 | key id ([`ClusterKey::id`]) |
 //! | 4 | 8 | session: the sender's, fixed for a run, larger for a later run |
 //! | 12 | 8 | counter: the sender's transmit counter in that session, from 1 |
-//! | 20 | 16 | tag: keyed BLAKE3 over the frame's first 58 bytes, the payload's [`Digest`] and the trailer's first 20 bytes, truncated |
+//! | 20 | 16 | tag: AES-256-GCM's with the sender's [`SessionKey`] and the counter as nonce, over the frame's first 58 bytes, the trailer's first 20 and the payload |
 //!
-//! The payload enters the tag through its digest (SHA-256 of the payload), so
-//! that a sender hashes a payload once, when it writes it and it is in
-//! cache, however many times the frame is sent again with a new header
-//! ([`seal_with_digest`]); each transmission then hashes 110 bytes.
-//!
-//! Owns: the trailer's layout and the tag. May not touch: the frame's other
-//! fields, which are read only to find the trailer (`payload_len`).
+//! Owns: the trailer's layout. May not touch: the frame's other fields,
+//! which are read only to find the trailer (`payload_len`) and to know
+//! whose session key seals it (`src`).
 
 use std::fmt;
 
 use mcast_wire::{field, FRAME_OVERHEAD};
 
 use crate::key::{ClusterKey, Keys};
+use crate::session::SessionKey;
 
 /// Bytes of the trailer.
 pub const TRAILER_LEN: usize = 36;
 /// Bytes of the tag (128 bits).
 pub const TAG_LEN: usize = 16;
 /// Bytes the tag covers beyond the frame: key id, session, counter.
-const COVERED: usize = TRAILER_LEN - TAG_LEN;
+pub(crate) const COVERED: usize = TRAILER_LEN - TAG_LEN;
 
 /// Why a received frame was refused before anything else was read of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,34 +61,78 @@ pub struct Opened {
     pub counter: u64,
 }
 
-/// What the tag covers of a payload: its SHA-256 hash.
-pub type Digest = [u8; 32];
-
-/// The digest of a payload (no key: the tag is keyed). SHA-256 rather than
-/// BLAKE3 because it is the one pass over every payload byte, on the
-/// daemon's only thread at both ends, and CPUs with the SHA extensions
-/// (`sha2` uses them when present) hash a kilobyte in about 0.6 of
-/// BLAKE3's time there (docs/protocol.md §1.9).
-pub fn payload_digest(payload: &[u8]) -> Digest {
-    use sha2::Digest as _;
-    sha2::Sha256::digest(payload).into()
+/// A frame's trailer as read, before its tag is checked: nothing in it can
+/// be trusted yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trailer {
+    /// Where the trailer starts: the frame's length without it.
+    pub len: usize,
+    pub key_id: u32,
+    pub session: u64,
+    pub counter: u64,
 }
 
-/// The tag of a frame whose first 58 bytes are `head`, whose payload has
-/// `digest`, with the trailer's first 20 bytes `fields`.
-fn tag(key: &ClusterKey, head: &[u8], digest: &Digest, fields: &[u8]) -> [u8; TAG_LEN] {
-    let mut h = blake3::Hasher::new_keyed(key.mac_key());
-    h.update(head);
-    h.update(digest);
-    h.update(fields);
-    let mut t = [0u8; TAG_LEN];
-    t.copy_from_slice(&h.finalize().as_bytes()[..TAG_LEN]);
-    t
+impl Trailer {
+    /// Reads the trailer of a received frame, found from its header's
+    /// payload length (the only field read).
+    pub fn read(bytes: &[u8]) -> Result<Trailer, AuthError> {
+        let got = bytes.len();
+        let Some(len_field) = bytes.get(field::PAYLOAD_LEN) else {
+            return Err(AuthError::NoTrailer {
+                needed: FRAME_OVERHEAD + TRAILER_LEN,
+                got,
+            });
+        };
+        let len = FRAME_OVERHEAD + usize::from(u16::from_be_bytes([len_field[0], len_field[1]]));
+        let needed = len + TRAILER_LEN;
+        if got < needed {
+            return Err(AuthError::NoTrailer { needed, got });
+        }
+        let tr = &bytes[len..needed];
+        let be64 = |r: std::ops::Range<usize>| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&tr[r]);
+            u64::from_be_bytes(a)
+        };
+        Ok(Trailer {
+            len,
+            key_id: u32::from_be_bytes([tr[0], tr[1], tr[2], tr[3]]),
+            session: be64(4..12),
+            counter: be64(12..20),
+        })
+    }
+
+    /// Writes the covered fields (not the tag) after the frame in `b`.
+    pub(crate) fn write(&self, b: &mut [u8]) {
+        let len = self.len;
+        b[len..len + 4].copy_from_slice(&self.key_id.to_be_bytes());
+        b[len + 4..len + 12].copy_from_slice(&self.session.to_be_bytes());
+        b[len + 12..len + 20].copy_from_slice(&self.counter.to_be_bytes());
+    }
+
+    /// What an opened frame reports.
+    pub fn opened(&self) -> Opened {
+        Opened {
+            len: self.len,
+            session: self.session,
+            counter: self.counter,
+        }
+    }
+}
+
+/// The sender node a frame's header names (not yet authentic before its tag
+/// is checked). The frame holds at least the 58 header bytes.
+pub fn header_src(frame: &[u8]) -> u32 {
+    let s = &frame[field::SRC];
+    u32::from_be_bytes([s[0], s[1], s[2], s[3]])
 }
 
 /// Appends the trailer to the frame of `len` bytes at the start of `buf`
 /// (`len` is `58 + payload_len`, as [`mcast_wire::Frame::emit`] returns it)
-/// and returns the sealed length. `None` when `buf` has no room for it.
+/// and returns the sealed length; the session key is derived for the node
+/// the header names. `None` when `buf` has no room for it. A sender that
+/// seals many frames keeps its [`SessionKey`] and calls
+/// [`SessionKey::seal`] instead.
 pub fn seal(
     buf: &mut [u8],
     len: usize,
@@ -99,73 +140,29 @@ pub fn seal(
     session: u64,
     counter: u64,
 ) -> Option<usize> {
-    let digest = payload_digest(buf.get(FRAME_OVERHEAD..len)?);
-    seal_with_digest(buf, len, key, session, counter, &digest)
-}
-
-/// [`seal`] with the payload's digest already computed by whoever wrote the
-/// payload ([`payload_digest`]); it must be the digest of `buf[58..len]`
-/// (checked in debug builds).
-pub fn seal_with_digest(
-    buf: &mut [u8],
-    len: usize,
-    key: &ClusterKey,
-    session: u64,
-    counter: u64,
-    digest: &Digest,
-) -> Option<usize> {
-    let end = len.checked_add(TRAILER_LEN)?;
     if len < FRAME_OVERHEAD {
         return None;
     }
-    let b = buf.get_mut(..end)?;
-    debug_assert_eq!(
-        *digest,
-        payload_digest(&b[FRAME_OVERHEAD..len]),
-        "seal_with_digest given the digest of another payload"
-    );
-    b[len..len + 4].copy_from_slice(&key.id().to_be_bytes());
-    b[len + 4..len + 12].copy_from_slice(&session.to_be_bytes());
-    b[len + 12..len + 20].copy_from_slice(&counter.to_be_bytes());
-    let t = tag(key, &b[..FRAME_OVERHEAD], digest, &b[len..len + COVERED]);
-    b[len + COVERED..end].copy_from_slice(&t);
-    Some(end)
+    let src = header_src(buf.get(..FRAME_OVERHEAD)?);
+    SessionKey::derive(key, src, session).seal(buf, len, counter, &mut Vec::new())
 }
 
-/// Checks a received frame's trailer with the accepted `keys`. Reads only
-/// the payload length before the tag is verified.
+/// Checks a received frame's trailer with the accepted `keys`, deriving the
+/// sender's session key. Reads only the payload length and the sender's id
+/// before the tag is verified. A receiver of many frames keeps each
+/// sender's [`SessionKey`] and calls [`Trailer::read`] and
+/// [`SessionKey::verify`] instead.
 pub fn open(bytes: &[u8], keys: &Keys) -> Result<Opened, AuthError> {
-    let got = bytes.len();
-    let Some(len_field) = bytes.get(field::PAYLOAD_LEN) else {
-        return Err(AuthError::NoTrailer {
-            needed: FRAME_OVERHEAD + TRAILER_LEN,
-            got,
-        });
-    };
-    let len = FRAME_OVERHEAD + usize::from(u16::from_be_bytes([len_field[0], len_field[1]]));
-    let needed = len + TRAILER_LEN;
-    if got < needed {
-        return Err(AuthError::NoTrailer { needed, got });
+    let t = Trailer::read(bytes)?;
+    let key = keys
+        .find(t.key_id)
+        .ok_or(AuthError::UnknownKey { id: t.key_id })?;
+    let sk = SessionKey::derive(key, header_src(bytes), t.session);
+    if sk.verify(bytes, &t, &mut Vec::new()) {
+        Ok(t.opened())
+    } else {
+        Err(AuthError::BadTag)
     }
-    let tr = &bytes[len..needed];
-    let be64 = |r: std::ops::Range<usize>| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(&tr[r]);
-        u64::from_be_bytes(a)
-    };
-    let id = u32::from_be_bytes([tr[0], tr[1], tr[2], tr[3]]);
-    let key = keys.find(id).ok_or(AuthError::UnknownKey { id })?;
-    let digest = payload_digest(&bytes[FRAME_OVERHEAD..len]);
-    let want = tag(key, &bytes[..FRAME_OVERHEAD], &digest, &tr[..COVERED]);
-    let got_tag: &[u8; TAG_LEN] = tr[COVERED..].try_into().expect("16 bytes");
-    if !constant_time_eq::constant_time_eq_16(&want, got_tag) {
-        return Err(AuthError::BadTag);
-    }
-    Ok(Opened {
-        len,
-        session: be64(4..12),
-        counter: be64(12..20),
-    })
 }
 
 #[cfg(test)]
@@ -272,17 +269,6 @@ mod tests {
         let sealed = seal(&mut buf, len, keys(9).send(), 1, 1).unwrap();
         buf[len..len + 4].copy_from_slice(&k.send().id().to_be_bytes());
         assert_eq!(open(&buf[..sealed], &k), Err(AuthError::BadTag));
-    }
-
-    #[test]
-    fn sealing_with_a_kept_digest_is_sealing() {
-        let (mut a, len) = frame(b"the same payload");
-        let mut b = a.clone();
-        let k = keys(1);
-        let n = seal(&mut a, len, k.send(), 3, 4).unwrap();
-        let d = payload_digest(&b[FRAME_OVERHEAD..len]);
-        assert_eq!(seal_with_digest(&mut b, len, k.send(), 3, 4, &d), Some(n));
-        assert_eq!(a[..n], b[..n]);
     }
 
     #[test]

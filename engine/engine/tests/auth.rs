@@ -240,6 +240,31 @@ fn forged_altered_and_replayed_frames_are_refused_and_counted() {
         (2, 1, 3),
         "{c:?}"
     );
+
+    // Checked with the session key the receiver keeps for node 1 now: an
+    // altered frame of that session fails, and so does a frame of that
+    // session in another node's name (its key is not node 1's).
+    raw.data(2, b"three", &|b, len| {
+        let n = seal(b, len, &key(1), 10, 3).unwrap();
+        b[len - 1] ^= 1;
+        n
+    });
+    raw.data(2, b"three", &|b, len| {
+        b[mcast_wire::field::SRC].copy_from_slice(&RECEIVER.to_be_bytes());
+        let n = seal(b, len, &key(1), 10, 4).unwrap();
+        b[mcast_wire::field::SRC].copy_from_slice(&SENDER.to_be_bytes());
+        n
+    });
+    assert!(settle(&mut rx).is_empty());
+    assert_eq!(rx.stats().engine.rx_auth_failed, 4);
+    // Node 1 restarts (a later session, a new key): heard, and from then on
+    // its previous run's frames are replays.
+    raw.data(2, b"three", &good(11, 1));
+    raw.data(3, b"late", &good(10, 5));
+    raw.data(3, b"four", &good(11, 2));
+    assert_eq!(settle(&mut rx), vec![b"three".to_vec(), b"four".to_vec()]);
+    let c = rx.stats().engine;
+    assert_eq!((c.rx_auth_failed, c.rx_replayed), (4, 4), "{c:?}");
 }
 
 #[test]

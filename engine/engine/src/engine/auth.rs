@@ -1,17 +1,17 @@
 //! Frame authentication in the engine: every frame it writes is sealed
-//! (`mcast_auth::seal`) just before it joins a TX batch, and every frame it
-//! receives is opened (tag, then the sender's replay window) before the
-//! receive path parses anything (docs/protocol.md §1.9).
+//! with this run's session key just before it joins a TX batch, and every
+//! frame it receives is opened (tag, then the sender's replay window) before
+//! the receive path parses anything (docs/protocol.md §1.9).
 //!
-//! Owns: this run's session and transmit counter, the replay windows of the
-//! senders heard, the refusal counters, and replacing the keys while the
-//! engine runs ([`Engine::set_keys`], for a key rotation). May not touch: anything in the
-//! frame but its trailer; the TX and RX paths call [`Auth::seal`] and
-//! [`Auth::open`] where they write and read frames.
+//! Owns: this run's session, session key and transmit counter, each heard
+//! sender's session key and replay window, the refusal counters, and
+//! replacing the keys while the engine runs ([`Engine::set_keys`], for a key
+//! rotation). May not touch: anything in the frame but its trailer; the TX
+//! and RX paths call [`Auth::seal`] and [`Auth::open`] where they write and
+//! read frames.
 
-use mcast_auth::{AuthError, Keys, Replay, ReplayWindow};
+use mcast_auth::{header_src, Keys, Replay, ReplayWindow, SessionKey, Trailer};
 use mcast_proto::NodeId;
-use mcast_wire::field;
 
 use super::{Engine, EngineCounters, NodeMap};
 use crate::transport::Transport;
@@ -24,14 +24,26 @@ pub struct AuthConfig {
     pub keys: Keys,
     /// This run's session: larger than every earlier run's of this node
     /// (mcastd uses its start time in microseconds), so that receivers can
-    /// refuse frames replayed from an earlier run.
+    /// refuse frames replayed from an earlier run. It names this run's
+    /// session key too: two runs of a node with one session would seal
+    /// different frames with the same key and counter.
     pub session: u64,
 }
 
-/// Senders whose replay windows are kept at most. Only frames with a valid
-/// tag create one, so only key holders can add entries; past this many the
-/// frame of a new sender is refused and counted as a replay.
+/// Senders whose replay windows and session keys are kept at most. Only
+/// frames with a valid tag create one, so only key holders can add entries;
+/// past this many the frame of a new sender is refused and counted as a
+/// replay.
 pub const MAX_SENDERS: usize = 65_536;
+
+/// What the engine keeps of a sender it has heard.
+#[derive(Debug)]
+struct Sender {
+    window: ReplayWindow,
+    /// The key of the sender's session last accepted: its frames open
+    /// without a derivation.
+    key: SessionKey,
+}
 
 /// The engine's authentication state.
 #[derive(Debug)]
@@ -41,8 +53,12 @@ pub(super) struct Auth {
     keys: Keys,
     session: u64,
     counter: u64,
+    /// This run's key under `keys.send()`.
+    sealing: SessionKey,
     /// Keyed by the sender's node: looked up for every frame received.
-    windows: NodeMap<ReplayWindow>,
+    senders: NodeMap<Sender>,
+    /// Takes the payload's ciphertext while a tag is computed.
+    scratch: Vec<u8>,
 }
 
 impl Auth {
@@ -52,70 +68,65 @@ impl Auth {
             keys: cfg.keys.clone(),
             session: cfg.session,
             counter: 0,
-            windows: NodeMap::default(),
+            sealing: SessionKey::derive(cfg.keys.send(), node, cfg.session),
+            senders: NodeMap::default(),
+            scratch: Vec::with_capacity(4096), // a UMEM frame: no frame is longer
         }
     }
 
     /// Appends the trailer to the frame of `len` bytes at the start of
-    /// `buf`; returns the length to send.
+    /// `buf`; returns the length to send. Every call takes a new counter:
+    /// each transmission of a frame has its own nonce.
     #[inline]
     pub(super) fn seal(&mut self, buf: &mut [u8], len: u32) -> Result<u32, EngineError> {
         self.counter += 1;
-        mcast_auth::seal(
-            buf,
-            len as usize,
-            self.keys.send(),
-            self.session,
-            self.counter,
-        )
-        .map(|n| n as u32)
-        .ok_or_else(|| {
-            EngineError::Accounting(format!("no room for the trailer after {len} bytes"))
-        })
-    }
-
-    /// [`Auth::seal`] of a frame whose payload's digest was kept when it was
-    /// written (the frame table's `digest`).
-    #[inline]
-    pub(super) fn seal_with_digest(
-        &mut self,
-        buf: &mut [u8],
-        len: u32,
-        digest: &mcast_auth::Digest,
-    ) -> Result<u32, EngineError> {
-        self.counter += 1;
-        mcast_auth::seal_with_digest(
-            buf,
-            len as usize,
-            self.keys.send(),
-            self.session,
-            self.counter,
-            digest,
-        )
-        .map(|n| n as u32)
-        .ok_or_else(|| {
-            EngineError::Accounting(format!("no room for the trailer after {len} bytes"))
-        })
+        self.sealing
+            .seal(buf, len as usize, self.counter, &mut self.scratch)
+            .map(|n| n as u32)
+            .ok_or_else(|| {
+                EngineError::Accounting(format!("no room for the trailer after {len} bytes"))
+            })
     }
 
     /// Checks a received frame: the length of the frame without its
     /// trailer, or `None` when it is refused (and counted).
     #[inline]
     pub(super) fn open(&mut self, bytes: &[u8], counters: &mut EngineCounters) -> Option<usize> {
-        let opened = match mcast_auth::open(bytes, &self.keys) {
-            Ok(o) => o,
-            Err(AuthError::UnknownKey { .. }) => {
-                counters.rx_auth_unknown_key += 1;
-                return None;
-            }
-            Err(AuthError::BadTag | AuthError::NoTrailer { .. }) => {
+        let t = match Trailer::read(bytes) {
+            Ok(t) => t,
+            Err(_) => {
                 counters.rx_auth_failed += 1;
                 return None;
             }
         };
+        let Some(key) = self.keys.find(t.key_id) else {
+            counters.rx_auth_unknown_key += 1;
+            return None;
+        };
+        // Not authentic yet: only picks the key the tag is checked with.
+        let src = header_src(bytes);
+        let kept = self
+            .senders
+            .get(&src)
+            .filter(|s| s.key.is_for(t.key_id, src, t.session));
+        let derived = match kept {
+            Some(s) => {
+                if !s.key.verify(bytes, &t, &mut self.scratch) {
+                    counters.rx_auth_failed += 1;
+                    return None;
+                }
+                None
+            }
+            None => {
+                let k = SessionKey::derive(key, src, t.session);
+                if !k.verify(bytes, &t, &mut self.scratch) {
+                    counters.rx_auth_failed += 1;
+                    return None;
+                }
+                Some(k)
+            }
+        };
         // Authentic from here on: the sender's id can be trusted.
-        let s = &bytes[field::SRC];
-        let src = u32::from_be_bytes([s[0], s[1], s[2], s[3]]);
         if src == self.node {
             // A node never receives a frame it sent itself (a bridge never
             // sends a frame back out of the port it came in by; the packet
@@ -126,18 +137,32 @@ impl Auth {
             counters.rx_replayed += 1;
             return None;
         }
-        let full = self.windows.len() >= MAX_SENDERS;
-        let verdict = match self.windows.get_mut(&src) {
-            Some(w) => w.accept(opened.session, opened.counter),
+        let full = self.senders.len() >= MAX_SENDERS;
+        let verdict = match self.senders.get_mut(&src) {
+            Some(s) => {
+                let v = s.window.accept(t.session, t.counter);
+                // A new session, or the sender's next key in a rotation:
+                // keep its key from now on.
+                if let (Ok(()), Some(k)) = (v, derived) {
+                    s.key = k;
+                }
+                v
+            }
             None if full => Err(Replay::TooOld),
             None => {
-                self.windows
-                    .insert(src, ReplayWindow::new(opened.session, opened.counter));
+                let key = derived.expect("a sender not kept had its key derived");
+                self.senders.insert(
+                    src,
+                    Sender {
+                        window: ReplayWindow::new(t.session, t.counter),
+                        key,
+                    },
+                );
                 Ok(())
             }
         };
         match verdict {
-            Ok(()) => Some(opened.len),
+            Ok(()) => Some(t.len),
             Err(_) => {
                 counters.rx_replayed += 1;
                 None
@@ -154,6 +179,7 @@ impl<T: Transport> Engine<T> {
     pub fn set_keys(&mut self, keys: Keys) -> Result<(), EngineError> {
         match self.auth.as_mut() {
             Some(a) => {
+                a.sealing = SessionKey::derive(keys.send(), a.node, a.session);
                 a.keys = keys;
                 Ok(())
             }

@@ -73,20 +73,15 @@ pub(super) struct FrameTable {
     /// while the payload was in cache; a transmission adds only the header's
     /// (`Frame::emit_with_payload_crc`).
     pub(super) payload_crc: Vec<u32>,
-    /// With authentication: the payload's digest, kept the same way (every
-    /// transmission's tag covers it; `mcast_auth::seal_with_digest`). Empty
-    /// without authentication.
-    pub(super) digest: Vec<mcast_auth::Digest>,
 }
 
 impl FrameTable {
-    /// `n` frames, all the transport's; digests kept when `auth`.
-    pub(super) fn new(n: usize, auth: bool) -> FrameTable {
+    /// `n` frames, all the transport's.
+    pub(super) fn new(n: usize) -> FrameTable {
         FrameTable {
             place: vec![Place::Transport; n],
             rx_offset: vec![0; n],
             payload_crc: vec![0; n],
-            digest: if auth { vec![[0; 32]; n] } else { Vec::new() },
         }
     }
 }

@@ -192,7 +192,7 @@ impl<T: Transport> Engine<T> {
         let mut engine = Engine {
             mac: transport.mac(),
             max_payload,
-            frames: FrameTable::new(n, config.auth.is_some()),
+            frames: FrameTable::new(n),
             trace: config.trace.then(|| Box::new(trace::Tracer::new(n))),
             groups: Vec::new(),
             peers: config.peers.iter().copied().collect(),

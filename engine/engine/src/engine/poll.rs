@@ -16,7 +16,7 @@ use mcast_proto::{Endpoint, Instant, SendError, Sender};
 
 use super::delivery::Deliver;
 use super::frames::Place;
-use super::publish::seal_payload;
+use super::publish::keep_payload_crc;
 use super::{nanos, Engine};
 use crate::sys;
 use crate::transport::Transport;
@@ -239,8 +239,11 @@ impl<T: Transport> Engine<T> {
                     break;
                 }
                 of.last = s.queue.is_empty();
-                // Final now: nothing joins a frame that left the queue.
-                seal_payload(&self.transport, &mut self.frames, self.auth.is_some(), &of);
+                // Final now: nothing joins a frame that left the queue. A
+                // sealed frame has no CRC (its tag covers the payload).
+                if self.auth.is_none() {
+                    keep_payload_crc(&self.transport, &mut self.frames, &of);
+                }
                 match s.machine.send(now, of) {
                     Ok(seq) => {
                         self.frames.place[of.buf.0 as usize] = Place::Machine;

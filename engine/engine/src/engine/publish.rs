@@ -6,7 +6,7 @@
 //! ([`Engine::send_idle`], [`Engine::flush`]).
 //!
 //! Owns: the writing of published payloads, the packing of messages into
-//! queued frames, a queued frame's checksum or digest (taken as it leaves
+//! queued frames, an unsealed queued frame's checksum (taken as it leaves
 //! the queue, once its payload is final), and the send queues' admission.
 //! May not touch: the send machines (the poll loop feeds them) or frames
 //! once they left the queue.
@@ -183,23 +183,18 @@ impl<T: Transport> Engine<T> {
     }
 }
 
-/// The checksum a queued frame's transmissions will cover, taken as the
-/// frame leaves the queue for the send machine, once no message can join it:
-/// the payload's digest when frames are sealed (the CRC field is then 0),
-/// else its CRC32C. The payload was written moments ago and is still in
-/// cache.
-pub(super) fn seal_payload<T: Transport>(
+/// The payload's CRC32C, which a queued frame's transmissions will cover,
+/// taken as the frame leaves the queue for the send machine, once no
+/// message can join it. The payload was written moments ago and is still in
+/// cache. Unsealed frames only: a sealed frame's tag covers its payload at
+/// each transmission, and its CRC field is 0.
+pub(super) fn keep_payload_crc<T: Transport>(
     transport: &T,
     frames: &mut FrameTable,
-    sealed: bool,
     of: &OutFrame,
 ) {
     let f = of.buf.0;
     let start = mcast_wire::FRAME_OVERHEAD;
     let payload = &transport.frame(f)[start..start + usize::from(of.len)];
-    if sealed {
-        frames.digest[f as usize] = mcast_auth::payload_digest(payload);
-    } else {
-        frames.payload_crc[f as usize] = mcast_wire::payload_crc(payload);
-    }
+    frames.payload_crc[f as usize] = mcast_wire::payload_crc(payload);
 }

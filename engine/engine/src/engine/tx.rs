@@ -123,7 +123,7 @@ impl<T: Transport> Engine<T> {
                         let buf = self.transport.frame_mut(b);
                         let mut len = emit(buf, addr, &t.header, crc)?;
                         if let Some(a) = self.auth.as_mut() {
-                            len = a.seal_with_digest(buf, len, &self.frames.digest[b as usize])?;
+                            len = a.seal(buf, len)?;
                         }
                         self.frames.place[b as usize] = Place::Staged {
                             keep: true,
@@ -153,8 +153,7 @@ impl<T: Transport> Engine<T> {
                         let buf = self.transport.frame_mut(f);
                         let mut len = emit(buf, addr, &t.header, crc)?;
                         if let Some(a) = self.auth.as_mut() {
-                            // The copy carries the same payload, so the same digest.
-                            len = a.seal_with_digest(buf, len, &self.frames.digest[b as usize])?;
+                            len = a.seal(buf, len)?;
                         }
                         self.counters.tx_payload_copies += 1;
                         self.frames.place[f as usize] = Place::Staged {
