@@ -7,10 +7,10 @@
 //! trailer's transmit counter is the GCM nonce. A counter is never used
 //! twice in a run, and a run's (node, session) is never used again (a later
 //! run's session is larger), so no key ever sees a nonce twice, which is
-//! what GCM's security rests on. The tag is GCM's over the frame's first 58
-//! bytes and the trailer's first 20 (the additional data) and the payload
-//! (the plaintext); the ciphertext is thrown away, the payload goes on the
-//! wire as it is (docs/protocol.md §1.9 says why this construction).
+//! what GCM's security rests on. The tag is AES-GMAC's: GCM with no
+//! plaintext, over the frame from its first byte to the trailer's tag as
+//! additional data (headers, payload, key id, session, counter: contiguous,
+//! so nothing is copied). docs/protocol.md §1.9 says why this construction.
 //!
 //! Owns: the derivation of session keys and the tag. May not touch: the
 //! trailer's layout ([`crate::trailer`] reads and writes it) or which
@@ -18,7 +18,7 @@
 
 use std::fmt;
 
-use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 
 use crate::key::ClusterKey;
 use crate::trailer::{Trailer, COVERED, TAG_LEN};
@@ -26,10 +26,6 @@ use mcast_wire::FRAME_OVERHEAD;
 
 /// Context of a session key's derivation (BLAKE3 `derive_key`).
 const SESSION_CONTEXT: &str = "mcast 2026-11-27 frame session key v2";
-
-/// Bytes of the additional data: the frame's first 58 and the trailer's
-/// first 20.
-const AAD_LEN: usize = FRAME_OVERHEAD + COVERED;
 
 /// The key one sender's run seals with.
 pub struct SessionKey {
@@ -76,27 +72,15 @@ impl SessionKey {
 
     /// The tag of `frame`, whose payload ends at `len` and whose trailer's
     /// first 20 bytes follow it, sealed with transmit counter `counter`.
-    /// `scratch` takes the payload's ciphertext, which is not kept.
-    pub(crate) fn tag(
-        &self,
-        frame: &[u8],
-        len: usize,
-        counter: u64,
-        scratch: &mut Vec<u8>,
-    ) -> [u8; TAG_LEN] {
-        let mut aad = [0u8; AAD_LEN];
-        aad[..FRAME_OVERHEAD].copy_from_slice(&frame[..FRAME_OVERHEAD]);
-        aad[FRAME_OVERHEAD..].copy_from_slice(&frame[len..len + COVERED]);
+    fn tag(&self, frame: &[u8], len: usize, counter: u64) -> [u8; TAG_LEN] {
         let mut nonce = [0u8; 12];
         nonce[4..].copy_from_slice(&counter.to_be_bytes());
-        scratch.clear();
-        scratch.extend_from_slice(&frame[FRAME_OVERHEAD..len]);
         let tag = self
             .aead
             .seal_in_place_separate_tag(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(&aad),
-                scratch,
+                Aad::from(&frame[..len + COVERED]),
+                &mut [],
             )
             .expect("a frame is far below GCM's length limit");
         let mut t = [0u8; TAG_LEN];
@@ -110,13 +94,7 @@ impl SessionKey {
     /// frame's header must name this key's node as its sender (checked in
     /// debug builds), and `counter` must never have sealed another frame
     /// with this key.
-    pub fn seal(
-        &self,
-        buf: &mut [u8],
-        len: usize,
-        counter: u64,
-        scratch: &mut Vec<u8>,
-    ) -> Option<usize> {
+    pub fn seal(&self, buf: &mut [u8], len: usize, counter: u64) -> Option<usize> {
         if len < FRAME_OVERHEAD {
             return None;
         }
@@ -134,16 +112,16 @@ impl SessionKey {
             counter,
         }
         .write(b);
-        let t = self.tag(b, len, counter, scratch);
+        let t = self.tag(b, len, counter);
         b[len + COVERED..end].copy_from_slice(&t);
         Some(end)
     }
 
     /// Checks the tag of a received frame whose trailer `t` was read
     /// ([`Trailer::read`]) and names this key.
-    pub fn verify(&self, bytes: &[u8], t: &Trailer, scratch: &mut Vec<u8>) -> bool {
+    pub fn verify(&self, bytes: &[u8], t: &Trailer) -> bool {
         debug_assert!(self.key_id == t.key_id && self.session == t.session);
-        let want = self.tag(bytes, t.len, t.counter, scratch);
+        let want = self.tag(bytes, t.len, t.counter);
         let got: &[u8; TAG_LEN] = bytes[t.len + COVERED..t.len + crate::TRAILER_LEN]
             .try_into()
             .expect("16 bytes");
@@ -184,12 +162,11 @@ mod tests {
         let sk = SessionKey::derive(&key, 5, 77);
         let (mut a, len) = frame(5, b"the same frame");
         let mut b = a.clone();
-        let mut scratch = Vec::new();
-        let n = sk.seal(&mut a, len, 9, &mut scratch).unwrap();
+        let n = sk.seal(&mut a, len, 9).unwrap();
         assert_eq!(seal(&mut b, len, &key, 77, 9), Some(n));
         assert_eq!(a[..n], b[..n]);
         let t = Trailer::read(&a[..n]).unwrap();
-        assert!(sk.verify(&a[..n], &t, &mut scratch));
+        assert!(sk.verify(&a[..n], &t));
         assert!(sk.is_for(key.id(), 5, 77) && !sk.is_for(key.id(), 5, 78));
     }
 
@@ -201,7 +178,7 @@ mod tests {
         let tag_of = |src: u32, session: u64, counter: u64| {
             let (mut b, len) = frame(src, b"payload");
             let n = SessionKey::derive(&key, src, session)
-                .seal(&mut b, len, counter, &mut Vec::new())
+                .seal(&mut b, len, counter)
                 .unwrap();
             b[n - TAG_LEN..n].to_vec()
         };

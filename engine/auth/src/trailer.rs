@@ -6,7 +6,7 @@
 //! | 0 | 4 | key id ([`ClusterKey::id`]) |
 //! | 4 | 8 | session: the sender's, fixed for a run, larger for a later run |
 //! | 12 | 8 | counter: the sender's transmit counter in that session, from 1 |
-//! | 20 | 16 | tag: AES-256-GCM's with the sender's [`SessionKey`] and the counter as nonce, over the frame's first 58 bytes, the trailer's first 20 and the payload |
+//! | 20 | 16 | tag: AES-256-GMAC with the sender's [`SessionKey`] and the counter as nonce, over every byte before it |
 //!
 //! Owns: the trailer's layout. May not touch: the frame's other fields,
 //! which are read only to find the trailer (`payload_len`) and to know
@@ -144,7 +144,7 @@ pub fn seal(
         return None;
     }
     let src = header_src(buf.get(..FRAME_OVERHEAD)?);
-    SessionKey::derive(key, src, session).seal(buf, len, counter, &mut Vec::new())
+    SessionKey::derive(key, src, session).seal(buf, len, counter)
 }
 
 /// Checks a received frame's trailer with the accepted `keys`, deriving the
@@ -158,7 +158,7 @@ pub fn open(bytes: &[u8], keys: &Keys) -> Result<Opened, AuthError> {
         .find(t.key_id)
         .ok_or(AuthError::UnknownKey { id: t.key_id })?;
     let sk = SessionKey::derive(key, header_src(bytes), t.session);
-    if sk.verify(bytes, &t, &mut Vec::new()) {
+    if sk.verify(bytes, &t) {
         Ok(t.opened())
     } else {
         Err(AuthError::BadTag)

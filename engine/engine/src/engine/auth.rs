@@ -57,8 +57,6 @@ pub(super) struct Auth {
     sealing: SessionKey,
     /// Keyed by the sender's node: looked up for every frame received.
     senders: NodeMap<Sender>,
-    /// Takes the payload's ciphertext while a tag is computed.
-    scratch: Vec<u8>,
 }
 
 impl Auth {
@@ -70,7 +68,6 @@ impl Auth {
             counter: 0,
             sealing: SessionKey::derive(cfg.keys.send(), node, cfg.session),
             senders: NodeMap::default(),
-            scratch: Vec::with_capacity(4096), // a UMEM frame: no frame is longer
         }
     }
 
@@ -81,7 +78,7 @@ impl Auth {
     pub(super) fn seal(&mut self, buf: &mut [u8], len: u32) -> Result<u32, EngineError> {
         self.counter += 1;
         self.sealing
-            .seal(buf, len as usize, self.counter, &mut self.scratch)
+            .seal(buf, len as usize, self.counter)
             .map(|n| n as u32)
             .ok_or_else(|| {
                 EngineError::Accounting(format!("no room for the trailer after {len} bytes"))
@@ -111,7 +108,7 @@ impl Auth {
             .filter(|s| s.key.is_for(t.key_id, src, t.session));
         let derived = match kept {
             Some(s) => {
-                if !s.key.verify(bytes, &t, &mut self.scratch) {
+                if !s.key.verify(bytes, &t) {
                     counters.rx_auth_failed += 1;
                     return None;
                 }
@@ -119,7 +116,7 @@ impl Auth {
             }
             None => {
                 let k = SessionKey::derive(key, src, t.session);
-                if !k.verify(bytes, &t, &mut self.scratch) {
+                if !k.verify(bytes, &t) {
                     counters.rx_auth_failed += 1;
                     return None;
                 }
