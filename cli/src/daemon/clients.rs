@@ -27,6 +27,19 @@ use crate::config::SlowSubscriber;
 /// Publication records taken from one client per round (fairness).
 const PUBLISH_BURST: usize = 256;
 
+/// What a client may do with a publication for one group (see
+/// `take_publications`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    /// Leave it in the ring for a later round.
+    Wait,
+    /// Drop it and tell the client: it has not joined the group.
+    NotJoined,
+    /// Publish it; give it to the other local members too when the group's
+    /// mode has the daemon loop publications back.
+    Open { loops_back: bool },
+}
+
 /// How long a leave waits for the group's send stream to deliver what was
 /// published before it (then it goes ahead anyway).
 const LINGER_NS: u64 = 5_000_000_000;
@@ -310,6 +323,11 @@ impl<T: Transport> Daemon<T> {
         let ids: Vec<ClientId> = self.clients.by_id.keys().copied().collect();
         for c in ids {
             let mut taken = 0;
+            // What the client's last record's group allowed: nothing it
+            // depends on changes while the burst is taken (a group pauses
+            // in `flush_overflow`, joins and evictions are other phases),
+            // so a run of records to one group looks it up once.
+            let mut gate: Option<(GroupId, Gate)> = None;
             while taken < PUBLISH_BURST {
                 let Some(cons) = self.clients.server.publications(c) else {
                     break;
@@ -324,27 +342,24 @@ impl<T: Transport> Daemon<T> {
                     }
                 };
                 let (group, stamp) = (rec.header.group, rec.header.stamp);
-                if self.local.get(&group).is_some_and(|lg| lg.paused) {
-                    // Held back: a publisher on the slow subscriber's node
-                    // waits like the remote ones, instead of filling that
-                    // subscriber's overflow queue without bound.
-                    break;
-                }
-                let joined = self
-                    .clients
-                    .by_id
-                    .get(&c)
-                    .is_some_and(|s| s.groups.contains(&group));
-                if joined && !self.local.contains_key(&group) {
-                    // Joined, but the group is not carried here at this
-                    // moment (this node is between an eviction and its
-                    // rejoin): the record waits in the ring for the rejoin,
-                    // as it would for a full window.
-                    break;
-                }
                 self.clients.scratch.clear();
                 self.clients.scratch.extend_from_slice(rec.payload);
-                if !joined {
+                let g = match gate {
+                    Some((last, g)) if last == group => g,
+                    _ => {
+                        let g = self.gate(c, group);
+                        gate = Some((group, g));
+                        g
+                    }
+                };
+                let loops_back = match g {
+                    // Held back, or not carried here at this moment: the
+                    // record waits in the ring.
+                    Gate::Wait => break,
+                    Gate::NotJoined => false,
+                    Gate::Open { loops_back } => loops_back,
+                };
+                if g == Gate::NotJoined {
                     self.clients
                         .server
                         .publications(c)
@@ -374,20 +389,20 @@ impl<T: Transport> Daemon<T> {
                         self.clients.server.notify(c, Notice::Error { message });
                     }
                 }
-                if self.mode_loops_back(group) {
+                if loops_back {
                     self.loopback(group, c);
                 }
                 self.clients
                     .server
                     .publications(c)
                     .map(|p| p.pop_deferred());
-                if let Some(s) = self.clients.by_id.get_mut(&c) {
-                    s.published += 1;
-                }
-                self.counters.messages_published += 1;
                 taken += 1;
                 work = true;
             }
+            if let Some(s) = self.clients.by_id.get_mut(&c) {
+                s.published += taken as u64;
+            }
+            self.counters.messages_published += taken as u64;
             // The burst's space goes back to the client at once: one tail
             // store, and a wake-up only if it waits for room.
             if let Some(p) = self.clients.server.publications(c) {
@@ -399,6 +414,32 @@ impl<T: Transport> Daemon<T> {
     }
 
     /// Gives the record being taken, published by `from`, to the group's other local clients.
+    /// What client `c` may do with a record for `group` now.
+    fn gate(&self, c: ClientId, group: GroupId) -> Gate {
+        let lg = self.local.get(&group);
+        if lg.is_some_and(|lg| lg.paused) {
+            // Held back: a publisher on the slow subscriber's node waits
+            // like the remote ones, instead of filling that subscriber's
+            // overflow queue without bound.
+            return Gate::Wait;
+        }
+        let joined = self
+            .clients
+            .by_id
+            .get(&c)
+            .is_some_and(|s| s.groups.contains(&group));
+        match lg {
+            _ if !joined => Gate::NotJoined,
+            // Joined, but the group is not carried here at this moment
+            // (this node is between an eviction and its rejoin): the record
+            // waits for the rejoin, as it would for a full window.
+            None => Gate::Wait,
+            Some(lg) => Gate::Open {
+                loops_back: lg.mode.loops_back(),
+            },
+        }
+    }
+
     pub(super) fn loopback(&mut self, group: GroupId, from: ClientId) {
         let Some(lg) = self.local.get(&group) else {
             return;

@@ -34,6 +34,9 @@ pub(super) struct LocalGroup {
     pub(super) view: Option<View>,
     /// The view's nodes but this one.
     remote: Vec<NodeId>,
+    /// The root of the view's tree (`tree::root_of`), looked up for
+    /// every publication.
+    root: Option<NodeId>,
     /// Local clients joined, in join order.
     pub(super) members: Vec<ClientId>,
     /// How the group sends, acknowledges and delivers.
@@ -57,6 +60,7 @@ impl LocalGroup {
     /// Installs `view` (which holds `node`, this one).
     fn set_view(&mut self, view: View, node: NodeId) {
         self.remote = view.nodes().into_iter().filter(|&n| n != node).collect();
+        self.root = super::tree::root_of(Some(&view));
         self.view = Some(view);
     }
 
@@ -71,6 +75,11 @@ impl LocalGroup {
     /// The view's nodes but this one.
     pub(super) fn remote(&self) -> &[NodeId] {
         &self.remote
+    }
+
+    /// The root of the view's tree (None before the first view).
+    pub(super) fn root(&self) -> Option<NodeId> {
+        self.root
     }
 
     /// The mode, and the view's nodes but this one, borrowed together.
@@ -246,6 +255,7 @@ impl<T: Transport> Daemon<T> {
                 name: name.to_owned(),
                 view: None,
                 remote: Vec::new(),
+                root: None,
                 members: Vec::new(),
                 mode: mode::for_group(
                     s.mode,

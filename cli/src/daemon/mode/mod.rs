@@ -53,7 +53,7 @@ use mcast_ipc::{ClientId, RecordHeader};
 use mcast_wire::{GroupId, NodeId, Seq};
 
 use super::membership::LocalGroup;
-use super::{tree, Daemon};
+use super::Daemon;
 use crate::config;
 use crate::links::LinkMessage;
 
@@ -321,7 +321,7 @@ impl<T: Transport> Daemon<T> {
     ) -> Option<R> {
         let settled = !self.flush.flushes.pending_in(group);
         let lg = self.local.get_mut(&group)?;
-        let root = tree::root_of(lg.view.as_ref());
+        let root = lg.root();
         let view_epoch = lg.view.as_ref().map_or(0, |v| v.epoch);
         let mut outbox = Vec::new();
         let mut recs = std::mem::take(&mut self.mode_records);
@@ -376,12 +376,6 @@ impl<T: Transport> Daemon<T> {
     /// through its group's mode to the local members.
     pub(super) fn deliver_in_mode(&mut self, f: &Fragment<'_>) {
         self.with_mode(f.group, |m, _, out| m.deliver(f, out));
-    }
-
-    /// True when the daemon gives `group`'s local publications to its other
-    /// local members itself.
-    pub(super) fn mode_loops_back(&self, group: GroupId) -> bool {
-        self.local.get(&group).is_none_or(|lg| lg.mode.loops_back())
     }
 
     /// `group`'s remote members changed; `added` are new.
