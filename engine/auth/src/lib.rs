@@ -24,3 +24,31 @@ pub use key::{ClusterKey, KeyError, Keys};
 pub use replay::{Replay, ReplayWindow, REPLAY_WINDOW};
 pub use session::SessionKey;
 pub use trailer::{header_src, open, seal, AuthError, Opened, Trailer, TAG_LEN, TRAILER_LEN};
+
+/// Frames for the unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use mcast_wire::{Frame, Header, Kind, MacAddr};
+
+    /// A DATA frame of group 7 from node `src` with `payload`, unsealed, at
+    /// the start of a buffer with room for more; and its length.
+    pub(crate) fn frame(src: u32, payload: &[u8]) -> (Vec<u8>, usize) {
+        let mut buf = vec![0u8; 2048];
+        Frame::<&mut [u8]>::payload_area_mut(&mut buf, payload.len())
+            .unwrap()
+            .copy_from_slice(payload);
+        let mut h = Header::new(Kind::Data);
+        h.group = 7;
+        h.src = src;
+        h.payload_len = payload.len() as u16;
+        let (_, len) = Frame::emit(
+            &mut buf[..],
+            MacAddr([3, 0, 0, 0, 0, 7]),
+            MacAddr([2, 0, 0, 0, 0, 1]),
+            0x88b5,
+            &h,
+        )
+        .unwrap();
+        (buf, len)
+    }
+}

@@ -132,29 +132,10 @@ impl SessionKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::frame;
     use crate::trailer::{open, seal};
     use crate::Keys;
-    use mcast_wire::{field, Frame, Header, Kind, MacAddr};
-
-    /// A DATA frame of node `src` with `payload`, in a buffer with room.
-    fn frame(src: u32, payload: &[u8]) -> (Vec<u8>, usize) {
-        let mut buf = vec![0u8; 2048];
-        Frame::<&mut [u8]>::payload_area_mut(&mut buf, payload.len())
-            .unwrap()
-            .copy_from_slice(payload);
-        let mut h = Header::new(Kind::Data);
-        h.src = src;
-        h.payload_len = payload.len() as u16;
-        let (_, len) = Frame::emit(
-            &mut buf[..],
-            MacAddr([3, 0, 0, 0, 0, 7]),
-            MacAddr([2, 0, 0, 0, 0, 1]),
-            0x88b5,
-            &h,
-        )
-        .unwrap();
-        (buf, len)
-    }
+    use mcast_wire::field;
 
     #[test]
     fn a_kept_key_seals_what_the_stateless_seal_does() {

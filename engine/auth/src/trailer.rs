@@ -168,27 +168,7 @@ pub fn open(bytes: &[u8], keys: &Keys) -> Result<Opened, AuthError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mcast_wire::{Frame, Header, Kind, MacAddr};
-
-    fn frame(payload: &[u8]) -> (Vec<u8>, usize) {
-        let mut buf = vec![0u8; 2048];
-        Frame::<&mut [u8]>::payload_area_mut(&mut buf, payload.len())
-            .unwrap()
-            .copy_from_slice(payload);
-        let mut h = Header::new(Kind::Data);
-        h.group = 7;
-        h.src = 1;
-        h.payload_len = payload.len() as u16;
-        let (_, len) = Frame::emit(
-            &mut buf[..],
-            MacAddr([3, 0, 0, 0, 0, 7]),
-            MacAddr([2, 0, 0, 0, 0, 1]),
-            0x88b5,
-            &h,
-        )
-        .unwrap();
-        (buf, len)
-    }
+    use crate::testing::frame;
 
     fn keys(b: u8) -> Keys {
         Keys::new(ClusterKey::from_bytes(&[b; 32]), None)
@@ -196,7 +176,7 @@ mod tests {
 
     #[test]
     fn a_sealed_frame_opens_with_its_session_and_counter() {
-        let (mut buf, len) = frame(b"hello");
+        let (mut buf, len) = frame(1, b"hello");
         let k = keys(1);
         let sealed = seal(&mut buf, len, k.send(), 0xabcdef, 42).unwrap();
         assert_eq!(sealed, len + TRAILER_LEN);
@@ -215,7 +195,7 @@ mod tests {
 
     #[test]
     fn every_covered_byte_is_covered() {
-        let (mut buf, len) = frame(b"payload bytes");
+        let (mut buf, len) = frame(1, b"payload bytes");
         let k = keys(1);
         let sealed = seal(&mut buf, len, k.send(), 5, 6).unwrap();
         for i in 0..sealed {
@@ -238,7 +218,7 @@ mod tests {
 
     #[test]
     fn another_key_or_a_missing_trailer_is_refused() {
-        let (mut buf, len) = frame(b"x");
+        let (mut buf, len) = frame(1, b"x");
         assert_eq!(
             open(&buf[..len], &keys(1)),
             Err(AuthError::NoTrailer {
@@ -264,7 +244,7 @@ mod tests {
     #[test]
     fn a_frame_sealed_under_another_key_with_the_same_id_fails_its_tag() {
         // An attacker can copy an id; the tag still needs the key.
-        let (mut buf, len) = frame(b"forged");
+        let (mut buf, len) = frame(1, b"forged");
         let k = keys(1);
         let sealed = seal(&mut buf, len, keys(9).send(), 1, 1).unwrap();
         buf[len..len + 4].copy_from_slice(&k.send().id().to_be_bytes());
@@ -273,7 +253,7 @@ mod tests {
 
     #[test]
     fn seal_needs_room_for_the_trailer() {
-        let (mut buf, len) = frame(b"abc");
+        let (mut buf, len) = frame(1, b"abc");
         assert!(seal(&mut buf[..len + TRAILER_LEN - 1], len, keys(1).send(), 1, 1).is_none());
         assert!(seal(&mut buf[..len + TRAILER_LEN], len, keys(1).send(), 1, 1).is_some());
     }
