@@ -413,7 +413,6 @@ impl<T: Transport> Daemon<T> {
         Ok(work)
     }
 
-    /// Gives the record being taken, published by `from`, to the group's other local clients.
     /// What client `c` may do with a record for `group` now.
     fn gate(&self, c: ClientId, group: GroupId) -> Gate {
         let lg = self.local.get(&group);
@@ -440,6 +439,7 @@ impl<T: Transport> Daemon<T> {
         }
     }
 
+    /// Gives the record being taken, published by `from`, to the group's other local clients.
     pub(super) fn loopback(&mut self, group: GroupId, from: ClientId) {
         let Some(lg) = self.local.get(&group) else {
             return;
