@@ -632,3 +632,42 @@ fn two_threads_move_a_million_records_through_a_small_ring() {
     assert!(c.peek().unwrap().is_none());
     eprintln!("producer waited {waits} times, consumer slept {sleeps} times");
 }
+
+/// A producer reads the consumer's tail once per commit, not per push: a
+/// tail broken between two commits is found by the first push after the
+/// next commit (or by a push that does not fit, which reads it again), and
+/// space the consumer hands back mid-batch is still used.
+#[test]
+fn the_consumer_s_tail_is_read_once_per_commit_and_again_when_a_push_does_not_fit() {
+    let rec = [5u8; 240]; // 256 bytes of ring with its header
+    let (m, mut p, mut c) = ring();
+    p.try_push(hdr(0, 3), &[&rec]).unwrap();
+    p.try_push_deferred(hdr(0, 3), &[&rec]).unwrap(); // reads tail 0
+    // The consumer takes the first record and hands its space back.
+    assert!(c.pop().unwrap());
+    assert_eq!(shared_indices(&m).1, 256);
+    // Without a commit, the producer fills the ring: 15 records fit in
+    // what it saw, the 16th only in the space handed back.
+    for i in 0..CAP / 256 - 1 {
+        p.try_push_deferred(hdr(0, 3), &[&rec])
+            .unwrap_or_else(|e| panic!("push {i}: {e:?}"));
+    }
+    assert!(matches!(
+        p.try_push_deferred(hdr(0, 3), &[&rec]),
+        Err(PushError::Full)
+    ));
+    p.commit();
+
+    // A tail moved ahead of head between commits: pushes within what the
+    // producer saw go on, the first push after the commit finds it.
+    let (m, mut p, _c) = ring();
+    p.try_push(hdr(0, 3), &[b"abc"]).unwrap();
+    p.try_push_deferred(hdr(0, 3), &[b"abc"]).unwrap();
+    m.atomic_u64(OFF_TAIL).store(1 << 20, Ordering::Release);
+    p.try_push_deferred(hdr(0, 3), &[b"abc"]).unwrap();
+    p.commit();
+    assert!(matches!(
+        p.try_push_deferred(hdr(0, 3), &[b"abc"]),
+        Err(PushError::Corrupt(_))
+    ));
+}
