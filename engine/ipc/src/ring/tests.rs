@@ -642,7 +642,8 @@ fn the_consumer_s_tail_is_read_once_per_commit_and_again_when_a_push_does_not_fi
     let rec = [5u8; 240]; // 256 bytes of ring with its header
     let (m, mut p, mut c) = ring();
     p.try_push(hdr(0, 3), &[&rec]).unwrap();
-    p.try_push_deferred(hdr(0, 3), &[&rec]).unwrap(); // reads tail 0
+    // Deferred: the producer reads the tail (0) and keeps it until a commit.
+    p.try_push_deferred(hdr(0, 3), &[&rec]).unwrap();
     // The consumer takes the first record and hands its space back.
     assert!(c.pop().unwrap());
     assert_eq!(shared_indices(&m).1, 256);
