@@ -15,8 +15,16 @@ fn script() -> Command {
     let bin = Path::new(env!("CARGO_BIN_EXE_mcast-bench"))
         .parent()
         .unwrap();
-    let mut c = Command::new("bash");
-    c.arg(root.join("scripts/soak.sh")).arg("--bin").arg(bin);
+    // With SIGINT's default action restored: a test runner started as a
+    // background job of a shell without job control inherits SIGINT
+    // ignored, and a shell cannot trap a signal ignored at its start, so
+    // the interrupted run below would not be interrupted. `env` execs bash
+    // in its place (same pid, which names the run's namespaces).
+    let mut c = Command::new("env");
+    c.args(["--default-signal=INT", "bash"])
+        .arg(root.join("scripts/soak.sh"))
+        .arg("--bin")
+        .arg(bin);
     c
 }
 
