@@ -488,14 +488,14 @@ impl Producer {
             });
         }
         let (need, wrap) = self.need(len + extra);
-        let used = match (&self.corrupt, self.tail_seen) {
-            // Checked since the last commit, and every push since stayed
-            // within the space it left: the tail can only have moved on.
-            (None, Some(tail))
-                if need <= self.ring.capacity - self.head.wrapping_sub(tail) as usize =>
-            {
-                self.head.wrapping_sub(tail) as usize
-            }
+        // Checked since the last commit, and every push since stayed within
+        // the space it left: the tail can only have moved on.
+        let seen = match (&self.corrupt, self.tail_seen) {
+            (None, Some(tail)) => Some(self.head.wrapping_sub(tail) as usize),
+            _ => None,
+        };
+        let used = match seen {
+            Some(u) if need <= self.ring.capacity - u => u,
             _ => self.check().map_err(PushError::Corrupt)?,
         };
         if need > self.ring.capacity - used {
