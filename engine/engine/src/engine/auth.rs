@@ -102,27 +102,19 @@ impl Auth {
         };
         // Not authentic yet: only picks the key the tag is checked with.
         let src = header_src(bytes);
-        let kept = self
-            .senders
-            .get(&src)
-            .filter(|s| s.key.is_for(t.key_id, src, t.session));
-        let derived = match kept {
-            Some(s) => {
-                if !s.key.verify(bytes, &t) {
-                    counters.rx_auth_failed += 1;
-                    return None;
-                }
-                None
-            }
-            None => {
-                let k = SessionKey::derive(key, src, t.session);
-                if !k.verify(bytes, &t) {
-                    counters.rx_auth_failed += 1;
-                    return None;
-                }
-                Some(k)
-            }
+        let full = self.senders.len() >= MAX_SENDERS;
+        let sender = self.senders.get_mut(&src);
+        // The sender's kept key when it is the frame's, else one derived
+        // for it (kept below only if the frame passes the window too).
+        let derived = match &sender {
+            Some(s) if s.key.is_for(t.key_id, src, t.session) => None,
+            _ => Some(SessionKey::derive(key, src, t.session)),
         };
+        let with = derived.as_ref().or(sender.as_deref().map(|s| &s.key));
+        if !with.is_some_and(|k| k.verify(bytes, &t)) {
+            counters.rx_auth_failed += 1;
+            return None;
+        }
         // Authentic from here on: the sender's id can be trusted.
         if src == self.node {
             // A node never receives a frame it sent itself (a bridge never
@@ -134,8 +126,7 @@ impl Auth {
             counters.rx_replayed += 1;
             return None;
         }
-        let full = self.senders.len() >= MAX_SENDERS;
-        let verdict = match self.senders.get_mut(&src) {
+        let verdict = match sender {
             Some(s) => {
                 let v = s.window.accept(t.session, t.counter);
                 // A new session, or the sender's next key in a rotation:
