@@ -460,7 +460,7 @@ impl<T: Transport> Daemon<T> {
                     c,
                     state,
                     hdr,
-                    &self.clients.scratch,
+                    [&self.clients.scratch[..]],
                     &mut self.counters,
                 );
                 self.counters.local_loopback += 1;
@@ -610,7 +610,7 @@ impl<T: Transport> Daemon<T> {
                     c,
                     state,
                     hdr,
-                    event,
+                    [event],
                     &mut self.counters,
                 );
             }

@@ -2,7 +2,9 @@
 //! its UMEM frame goes either to the links (a daemon's message, reassembled
 //! in [`peers`](super::peers)) or, for group data, through the group's mode
 //! into each local member's subscription ring, overflowing into the
-//! client's queue when the ring is full.
+//! client's queue when the ring is full. A batched frame of a mode that
+//! delivers verbatim (FIFO) goes into each member's ring in one pass, with
+//! the group, the member and its ring looked up once per frame.
 //!
 //! Owns: the [`Sink`] the engine delivers into, the ring record headers,
 //! [`deliver_to`] (ring or overflow) and the commit that publishes what it
@@ -10,7 +12,7 @@
 //! Does not touch: what the records mean to clients, the slow-subscriber
 //! policy ([`clients`](super::clients) applies it), views.
 
-use mcast_engine::{Deliver, Fragment, RawFrame};
+use mcast_engine::{Batch, Deliver, Fragment, RawFrame};
 use mcast_ipc::ring::{FIRST as FLAG_FIRST, LAST as FLAG_LAST};
 use mcast_ipc::{ClientId, PushError, RecordHeader, Server};
 use mcast_wire::{Flags, GroupId, NodeId};
@@ -79,10 +81,42 @@ impl Deliver for Sink<'_> {
                     continue;
                 }
                 if let Some(state) = clients.by_id.get_mut(&c) {
-                    deliver_to(&mut clients.server, c, state, hdr, data, counters);
+                    deliver_to(&mut clients.server, c, state, hdr, [data], counters);
                 }
             }
         });
+    }
+
+    fn batch(&mut self, b: Batch<'_>) {
+        let members = match self.local.get(&b.group) {
+            Some(lg) if !is_link(b.group) => lg.verbatim_members(),
+            _ => None,
+        };
+        let Some(members) = members else {
+            // Links and modes that look at each message: one by one.
+            for f in b.fragments() {
+                self.deliver(f);
+            }
+            return;
+        };
+        let stamp = self.trace.as_ref().map_or(0, |t| t.ring_stamp());
+        let hdr = RecordHeader {
+            stamp,
+            ..data_record(b.group, b.stream, true, true)
+        };
+        let clients = &mut *self.clients;
+        for &c in members {
+            if let Some(state) = clients.by_id.get_mut(&c) {
+                deliver_to(
+                    &mut clients.server,
+                    c,
+                    state,
+                    hdr,
+                    b.messages(),
+                    self.counters,
+                );
+            }
+        }
     }
 }
 
@@ -114,33 +148,35 @@ pub(super) fn data_record(group: GroupId, source: NodeId, first: bool, last: boo
     }
 }
 
-/// Into the client's ring if it has room and nothing older waits, else
-/// into its overflow queue (bounded by the slow-subscriber policy). A ring
-/// the client has made corrupt takes nothing more: the client is marked
-/// for [`Clients`]' next round to cut off, and nothing is queued for it.
+/// Each of `messages`, in order, into the client's ring while it has room
+/// and nothing older waits, else into its overflow queue (bounded by the
+/// slow-subscriber policy). A ring the client has made corrupt takes
+/// nothing more: the client is marked for [`Clients`]' next round to cut
+/// off, and nothing is queued for it.
 ///
-/// The record is written but not yet published: the client sees it at the
-/// next [`commit_subscriptions`] (the daemon's round calls it after each
-/// phase that delivers), so a frame's messages, or a poll's frames, cost
-/// one head store and one wake-up check in all.
-pub(super) fn deliver_to(
+/// The records are written but not yet published: the client sees them at
+/// the next [`commit_subscriptions`] (the daemon's round calls it after
+/// each phase that delivers), so a frame's messages, or a poll's frames,
+/// cost one head store and one wake-up check in all.
+pub(super) fn deliver_to<'d>(
     server: &mut Server,
     c: ClientId,
     state: &mut ClientState,
     hdr: RecordHeader,
-    data: &[u8],
+    messages: impl IntoIterator<Item = &'d [u8]>,
     counters: &mut DaemonCounters,
 ) {
     if state.ring_corrupt.is_some() {
         return;
     }
-    counters.fragments_delivered += 1;
-    if state.overflow.is_empty() {
-        if let Some(p) = server.subscription(c) {
+    let mut ring = server.subscription(c);
+    for data in messages {
+        counters.fragments_delivered += 1;
+        if let (true, Some(p)) = (state.overflow.is_empty(), ring.as_deref_mut()) {
             match p.try_push_deferred(hdr, &[data]) {
                 Ok(()) => {
                     state.delivered += 1;
-                    return;
+                    continue;
                 }
                 Err(PushError::Corrupt(e)) => {
                     // Queueing for a ring that never takes a record again
@@ -151,10 +187,10 @@ pub(super) fn deliver_to(
                 Err(PushError::Full | PushError::TooLarge { .. }) => {}
             }
         }
+        counters.fragments_overflowed += 1;
+        state.overflow_bytes += data.len() + RECORD_COST;
+        state.overflow.push_back((hdr, data.to_vec()));
     }
-    counters.fragments_overflowed += 1;
-    state.overflow_bytes += data.len() + RECORD_COST;
-    state.overflow.push_back((hdr, data.to_vec()));
 }
 
 /// Publishes every record [`deliver_to`] wrote since the last call, one

@@ -91,6 +91,12 @@ impl LocalGroup {
     pub(super) fn mode_and_members(&mut self) -> (&mut dyn GroupMode, &[ClientId]) {
         (self.mode.as_mut(), &self.members)
     }
+
+    /// Whether the group's mode delivers each fragment unchanged to every
+    /// local member ([`GroupMode::delivers_verbatim`]), and those members.
+    pub(super) fn verbatim_members(&self) -> Option<&[ClientId]> {
+        self.mode.delivers_verbatim().then_some(&self.members)
+    }
 }
 
 /// A group service for this node, knowing the cluster, with no group yet.

@@ -33,9 +33,9 @@ pub mod sys;
 pub mod transport;
 
 pub use engine::{
-    AuthConfig, Deliver, Engine, EngineConfig, EngineCounters, EngineStats, Fragment, FrameLedger,
-    GroupOptions, GroupStats, Message, RawFrame, SendTally, ShutdownReport, StreamStart,
-    MAX_SENDERS,
+    AuthConfig, Batch, Deliver, Engine, EngineConfig, EngineCounters, EngineStats, Fragment,
+    FrameLedger, GroupOptions, GroupStats, Message, RawFrame, SendTally, ShutdownReport,
+    StreamStart, MAX_SENDERS,
 };
 pub use error::{EngineError, PublishError};
 pub use mcast_auth as auth;

@@ -82,6 +82,10 @@ impl GroupMode for PerSenderFifo {
         );
     }
 
+    fn delivers_verbatim(&self) -> bool {
+        true
+    }
+
     fn send_idle(&self, streams: &dyn StreamOps, group: GroupId) -> bool {
         streams.send_idle(group)
     }

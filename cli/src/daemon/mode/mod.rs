@@ -117,6 +117,15 @@ pub trait GroupMode: fmt::Debug {
     /// ring records for the local members.
     fn deliver(&mut self, f: &Fragment<'_>, out: &mut Out<'_>);
 
+    /// Whether [`GroupMode::deliver`] hands every fragment, unchanged, to
+    /// every local member as a record from its stream's node, and keeps no
+    /// state doing it (the FIFO mode). The daemon then writes a batched
+    /// frame's messages straight into each member's ring, with one lookup
+    /// of the member per frame instead of a call per message.
+    fn delivers_verbatim(&self) -> bool {
+        false
+    }
+
     /// A [`LinkMessage::Mode`] for this group from peer `from`. Err: the
     /// message is malformed or not one this mode takes (counted as a link
     /// error).

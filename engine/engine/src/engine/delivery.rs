@@ -3,9 +3,10 @@
 //! for [`Engine::recv_message`]. The one copy of a received payload is made
 //! here (the sink's, or into the message).
 //!
-//! A batched frame's messages are delivered one by one (docs/protocol.md
-//! §1.10), after the frame itself to sinks that keep frames
-//! ([`Deliver::frame`]).
+//! A batched frame's messages go to the sink together ([`Deliver::batch`],
+//! docs/protocol.md §1.10), after the frame itself to sinks that keep frames
+//! ([`Deliver::frame`]); a sink that does not take batches gets them one by
+//! one.
 //!
 //! Owns: the delivery types and the drain of the machines' events (a
 //! delivery frees its frame, a release goes to the frame accounting). May
@@ -61,11 +62,51 @@ pub struct RawFrame<'a> {
     pub sent_us: u32,
 }
 
+/// The messages of one batched frame, in place, in order: each whole, all
+/// with the frame's `seq`.
+#[derive(Debug, Clone, Copy)]
+pub struct Batch<'a> {
+    pub group: GroupId,
+    /// The sending node.
+    pub stream: NodeId,
+    pub seq: Seq,
+    /// The records (`mcast_wire::batch`), validated on receipt.
+    pub payload: &'a [u8],
+}
+
+impl<'a> Batch<'a> {
+    /// Each message's bytes, in order.
+    pub fn messages(&self) -> batch::Records<'a> {
+        batch::records(self.payload)
+    }
+
+    /// Each message as a whole [`Fragment`], in order.
+    pub fn fragments(&self) -> impl Iterator<Item = Fragment<'a>> + 'a {
+        let (group, stream, seq) = (self.group, self.stream, self.seq);
+        self.messages().map(move |data| Fragment {
+            group,
+            stream,
+            seq,
+            first: true,
+            last: true,
+            data,
+        })
+    }
+}
+
 /// Takes received fragments as the engine delivers them (see [`Engine::poll_deliver`]).
 pub trait Deliver {
-    /// Each message or fragment, in stream order; the messages of a batched
-    /// frame one by one, each whole, all with the frame's `seq`.
+    /// Each message or fragment, in stream order.
     fn deliver(&mut self, fragment: Fragment<'_>);
+
+    /// The messages of a batched frame, in its place in stream order. By
+    /// default one by one to [`Deliver::deliver`]; a sink that looks
+    /// something up per message can do it once per frame instead.
+    fn batch(&mut self, batch: Batch<'_>) {
+        for f in batch.fragments() {
+            self.deliver(f);
+        }
+    }
 
     /// Each frame, just before its messages go to [`Deliver::deliver`].
     /// Does nothing unless the sink wants frames.
@@ -189,10 +230,15 @@ impl<T: Transport> Engine<T> {
                                     });
                                     if batched {
                                         // Validated on receipt (`rx`).
-                                        for m in batch::records(payload) {
-                                            sink.deliver(one(m));
-                                            self.counters.messages_delivered += 1;
-                                        }
+                                        let b = Batch {
+                                            group: g.id,
+                                            stream,
+                                            seq,
+                                            payload,
+                                        };
+                                        self.counters.messages_delivered +=
+                                            b.messages().count() as u64;
+                                        sink.batch(b);
                                     } else {
                                         sink.deliver(one(payload));
                                         if flags.contains(Flags::FRAG_LAST) {

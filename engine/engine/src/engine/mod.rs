@@ -94,7 +94,7 @@ mod tx;
 pub use auth::{AuthConfig, MAX_SENDERS};
 pub use beats::MAX_BEAT;
 pub use config::{EngineConfig, GroupOptions, StreamStart};
-pub use delivery::{Deliver, Fragment, Message, RawFrame};
+pub use delivery::{Batch, Deliver, Fragment, Message, RawFrame};
 pub use frames::{FrameLedger, ShutdownReport};
 pub use stats::{EngineCounters, EngineStats, GroupStats, SendTally};
 pub use trace::MAX_SENT_STAMPS;
