@@ -308,14 +308,19 @@ fn filler(i: u64, k: usize) -> u8 {
     (i as usize).wrapping_mul(31).wrapping_add(k) as u8
 }
 
-/// Whether `data` is message `i` of `len` bytes (checked in place).
+/// Whether `data` is message `i` of `len` bytes (checked in place, every
+/// byte). The filler's bytes are checked without an early exit, so the
+/// compiler vectorizes it: on two shared vCPUs a byte-at-a-time check of
+/// four subscribers' messages took a tenth of the host at 64 B, CPU the
+/// path under test needs.
 fn is_message(data: &[u8], i: u64, len: usize) -> bool {
     data.len() == len
         && data[..8] == i.to_be_bytes()
         && data[8..]
             .iter()
             .enumerate()
-            .all(|(k, &b)| b == filler(i, k))
+            .fold(0u8, |diff, (k, &b)| diff | (b ^ filler(i, k)))
+            == 0
 }
 
 /// Messages handed to the client library per call, as an application that
@@ -564,6 +569,21 @@ mod tests {
         assert_eq!(spread(&[100_000.0, 120_000.0, 90_000.0]), "100k [90-120]");
         assert_eq!(ratio(Some(1.0), Some(4.0)), "0.25");
         assert_eq!(ratio(None, Some(4.0)), "-");
+    }
+
+    #[test]
+    fn the_check_takes_a_message_whole_and_refuses_any_wrong_byte() {
+        for len in [16, 64, 1024] {
+            let m = message(300, len);
+            assert!(is_message(&m, 300, len));
+            assert!(!is_message(&m, 301, len));
+            assert!(!is_message(&m[..len - 1], 300, len));
+            for at in 0..len {
+                let mut bad = m.clone();
+                bad[at] ^= 0x10;
+                assert!(!is_message(&bad, 300, len), "byte {at} of {len} changed");
+            }
+        }
     }
 
     #[test]
