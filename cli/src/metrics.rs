@@ -318,6 +318,11 @@ impl Families {
                     let help = format!("mcast stat: groups[].{key}");
                     self.gauge(name, &help, labels.clone(), num(&g[key]));
                 }
+                if let Some(us) = g["grtt_us"].as_f64() {
+                    let help = "The send stream's group round trip (MAK's GRTT), \
+                        which its receivers' NAK backoff and repair wait derive from";
+                    self.gauge("mcastd_group_grtt_seconds", help, labels.clone(), us / 1e6);
+                }
                 let paused = f64::from(u8::from(g["paused"] == Value::Bool(true)));
                 let help = "1 while the group is held back for a slow subscriber";
                 self.gauge("mcastd_group_paused", help, labels.clone(), paused);
@@ -494,7 +499,7 @@ mod tests {
             "groups": [
                 {"group": 1, "name": "prices", "active": true, "algorithm": "mak",
                  "mode": {"mode": "fifo"}, "local_members": 2, "view_epoch": 4, "paused": false,
-                 "queued_frames": 0, "sender": counters(7),
+                 "queued_frames": 0, "grtt_us": 150.0, "sender": counters(7),
                  "receivers": [{"from": 1, "counters": counters(1)},
                                {"from": 1, "closed": true, "counters": counters(10)}]},
                 {"group": 1, "name": "prices", "active": false, "algorithm": "mak",
@@ -520,6 +525,7 @@ mod tests {
             "mcastd_peer_up{peer=\"3\"} 0",
             "mcastd_peer_suspect{peer=\"3\"} 1",
             "mcastd_peer_last_heard_seconds{peer=\"3\"} 0.15",
+            "mcastd_group_grtt_seconds{group=\"1\",name=\"prices\"} 0.00015",
             // The active group's sender and the retired one's, added up.
             "mcastd_group_send_data_sent_total{group=\"1\",name=\"prices\"} 107",
             // The open and the closed stream from node 1, added up.

@@ -611,7 +611,7 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
         )
     };
     s += &format!(
-        "{:<16} {:>6} {:<9} {:>12} {:>6} {:>6} {:>10} {:>8} {:>8} {:>9} {:>7} {:>6}\n",
+        "{:<16} {:>6} {:<9} {:>12} {:>6} {:>6} {:>10} {:>8} {:>8} {:>9} {:>7} {:>8} {:>6}\n",
         "GROUP",
         "NUMBER",
         "ALGO",
@@ -623,6 +623,7 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
         "ACKWAIT",
         "DELIVERED",
         "STALLS",
+        "GRTT",
         "PAUSED"
     );
     for (gi, g) in v["groups"].as_array().into_iter().flatten().enumerate() {
@@ -646,9 +647,9 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
             _ => "-".into(),
         };
         s += &format!(
-            "{:<16} {:>6} {:<9} {:>12} {:>6} {:>6} {:>10} {:>8} {:>8} {:>9} {:>7} {:>6}{}\n",
+            "{:<16} {:>6} {:<9} {:>12} {:>6} {:>6} {:>10} {:>8} {:>8} {:>9} {:>7} {:>8} {:>6}{}\n",
             g["name"].as_str().unwrap_or("?"),
-            g["group"],
+            g["group"].as_u64().unwrap_or(0),
             g["algorithm"].as_str().unwrap_or("?"),
             snd["data_sent"].as_u64().unwrap_or(0),
             ratio("messages_per_frame", 1),
@@ -658,6 +659,9 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
             snd["ack_reqs_sent"].as_u64().unwrap_or(0),
             delivered,
             snd["stalls"].as_u64().unwrap_or(0),
+            g["grtt_us"]
+                .as_f64()
+                .map_or("-".to_string(), |us| format!("{us:.0}µs")),
             if g["active"] == false {
                 "left".to_string()
             } else {
@@ -777,6 +781,32 @@ mod tests {
             "{text}"
         );
         assert!(!render_stats(&group(Value::Null), None).contains("tree:"));
+    }
+
+    #[test]
+    fn stat_shows_each_groups_grtt_when_it_sends() {
+        let v = serde_json::json!({"groups": [
+            {"name": "sends", "group": 1, "algorithm": "mak", "grtt_us": 412.6, "sender": {"stalls": 3}},
+            {"name": "listens", "group": 2, "algorithm": "mak", "grtt_us": null},
+        ]});
+        let text = render_stats(&v, None);
+        let row = |first: &str| -> Vec<&str> {
+            let line = text.lines().find(|l| l.starts_with(first)).unwrap();
+            line.split_whitespace().collect()
+        };
+        let at = row("GROUP").iter().position(|&c| c == "GRTT").unwrap();
+        assert_eq!(row("GROUP")[at - 1], "STALLS");
+        assert_eq!(&row("sends")[at - 1..=at], ["3", "413µs"], "{text}");
+        assert_eq!(row("listens")[at], "-", "{text}");
+        // Each value ends under its header's last character.
+        let end = |first: &str, cell: &str| {
+            let line = text.lines().find(|l| l.starts_with(first)).unwrap();
+            line[..line.rfind(cell).unwrap() + cell.len()]
+                .chars()
+                .count()
+        };
+        assert_eq!(end("sends", "413µs"), end("GROUP", "GRTT"), "{text}");
+        assert_eq!(end("sends", "1 mak"), end("GROUP", "NUMBER") + 4, "{text}");
     }
 
     #[test]

@@ -136,6 +136,8 @@ impl<T: Transport> Daemon<T> {
             "paused": g.paused,
             "queued_frames": g.queued,
             "sender": g.sender.map(|c| counters_json(&c)),
+            // What this node's receivers wait on for NAKs and repairs.
+            "grtt_us": g.grtt_ns.map(|ns| ns as f64 / 1_000.0),
             "batching": g.tally.map(|t| json!({
                 "messages": t.messages,
                 "batched": t.batched,

@@ -136,7 +136,16 @@ fn small_messages_waiting_for_the_window_share_frames_and_arrive_in_order() {
     assert!(t.wire_per_payload_byte() < 1.2, "{t:?}");
     for r in &e[1..] {
         assert_eq!(r.stats().engine.messages_delivered, 20_000);
+        assert_eq!(r.stats().groups[0].grtt_ns, None, "no send stream here");
     }
+    // The sender's group round trip, measured from the ACKs (wall time
+    // between these polls), within grtt_min and grtt_max, and no longer
+    // the initial 100 µs it starts from.
+    let grtt = e[0].stats().groups[0]
+        .grtt_ns
+        .expect("MAK's sender has one");
+    assert!((5_000..=100_000_000).contains(&grtt), "{grtt} ns");
+    assert_ne!(grtt, 100_000, "never measured");
     for x in e {
         x.check_conservation().unwrap();
     }

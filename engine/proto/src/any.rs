@@ -158,6 +158,9 @@ macro_rules! endpoint_by_delegation {
             fn held_buffers(&self) -> usize {
                 delegate!(self, e => e.held_buffers())
             }
+            fn group_rtt(&self) -> Option<crate::Duration> {
+                delegate!(self, e => e.group_rtt())
+            }
             fn release_all(&mut self) {
                 delegate!(self, e => e.release_all())
             }

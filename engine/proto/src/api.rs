@@ -250,6 +250,13 @@ pub trait Endpoint {
     fn poll_timeout(&self) -> Option<Instant>;
     /// The counters.
     fn counters(&self) -> &Counters;
+    /// A sender's group round-trip estimate (GRTT: the slowest member's
+    /// smoothed round trip), which its receivers' NAK backoff and repair
+    /// wait, and its own ACK wait and repair hold-off, derive from. `None`
+    /// for machines without one.
+    fn group_rtt(&self) -> Option<crate::Duration> {
+        None
+    }
     /// Buffers this machine holds now (for the driver's conservation checks).
     fn held_buffers(&self) -> usize;
     /// Shutdown: hands back every buffer the machine still holds, as

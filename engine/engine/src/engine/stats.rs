@@ -112,6 +112,9 @@ pub struct GroupStats {
     pub sender: Option<Counters>,
     /// What this node's send stream carried.
     pub tally: Option<SendTally>,
+    /// This node's send machine's group round trip (MAK's GRTT), in
+    /// nanoseconds.
+    pub grtt_ns: Option<u64>,
     /// Each receive machine, by sending node.
     pub receivers: Vec<(NodeId, Counters)>,
     /// Fragments queued ahead of the send window.
@@ -148,6 +151,11 @@ impl<T: Transport> Engine<T> {
                 algorithm: g.opts.algorithm,
                 sender: g.sender.as_ref().map(|s| *s.machine.counters()),
                 tally: g.sender.as_ref().map(|s| s.tally),
+                grtt_ns: g
+                    .sender
+                    .as_ref()
+                    .and_then(|s| s.machine.group_rtt())
+                    .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
                 receivers: g
                     .receivers
                     .iter()

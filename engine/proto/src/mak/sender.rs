@@ -815,6 +815,10 @@ impl Endpoint for MakSender {
         &self.counters
     }
 
+    fn group_rtt(&self) -> Option<Duration> {
+        Some(self.grtt)
+    }
+
     fn held_buffers(&self) -> usize {
         self.buffer.len()
     }
