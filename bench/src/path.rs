@@ -54,6 +54,9 @@ struct DaemonRun {
     timeouts: u64,
     /// Frames the bridge dropped in the run.
     dropped: u64,
+    /// The sender's GRTT at the end of the run, µs (what every NAK and
+    /// repair wait derived from).
+    grtt_us: f64,
 }
 
 /// Every figure of one (receivers, loss) cell.
@@ -213,7 +216,9 @@ fn through_daemons(
             )?;
             next += cfg.messages;
             let after = send_counters(&mut publisher)?;
-            let c = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
+            let c = |k: &str| {
+                after["sender"][k].as_u64().unwrap_or(0) - before["sender"][k].as_u64().unwrap_or(0)
+            };
             let run = DaemonRun {
                 slowest,
                 fastest,
@@ -224,10 +229,12 @@ fn through_daemons(
                 ack_waits: c("ack_reqs_sent"),
                 timeouts: c("timeouts"),
                 dropped: cluster.topology().loss_dropped() - dropped,
+                grtt_us: after["grtt_us"].as_f64().unwrap_or(0.0),
             };
             eprintln!(
                 "  {r} receiver(s), {}% loss, run {}: through mcastd {:.0} msg/s at the slowest subscriber \
-                 ({} retransmitted, {} NAKs, {} stalls, {} ACK requests, {} ACK-wait timeouts, {} frames dropped on the segment)",
+                 ({} retransmitted, {} NAKs, {} stalls, {} ACK requests, {} ACK-wait timeouts, {} frames dropped on the segment, \
+                 GRTT {:.0} µs at the end)",
                 cell.loss * 100.0,
                 i + 1,
                 run.slowest,
@@ -236,7 +243,8 @@ fn through_daemons(
                 run.stalls,
                 run.ack_waits,
                 run.timeouts,
-                run.dropped
+                run.dropped,
+                run.grtt_us
             );
             cell.daemon.push(run);
         }
@@ -275,6 +283,8 @@ pub(crate) fn bench_group(
 }
 
 /// Node 1's send-stream counters in the bench group, from its mcastd.
+/// The group "bench" as node 1's `mcast stat` shows it: `sender` (its send
+/// stream's counters) and `grtt_us`.
 fn send_counters(c: &mut Client) -> Result<Value, String> {
     let Response::Json(stats) = c.request(Request::Stats).map_err(|e| e.to_string())? else {
         return Err("mcastd answered Stats without JSON".into());
@@ -285,7 +295,7 @@ fn send_counters(c: &mut Client) -> Result<Value, String> {
             gs.iter()
                 .find(|g| g["name"] == "bench" && g["active"] == true)
         })
-        .map(|g| g["sender"].clone())
+        .cloned()
         .unwrap_or(Value::Null))
 }
 
@@ -548,6 +558,7 @@ fn to_json(cfg: &PathConfig, cells: &[Cell]) -> Value {
                 "stalls": d.stalls,
                 "ack_requests": d.ack_waits,
                 "ack_wait_timeouts": d.timeouts,
+                "grtt_us_at_end": d.grtt_us,
                 "segment_drops": d.dropped,
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
