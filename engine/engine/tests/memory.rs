@@ -379,3 +379,43 @@ fn send_raw(
     let mut kept = Vec::new();
     raw.reap(&mut kept).unwrap();
 }
+
+#[test]
+fn a_poll_sends_at_most_tx_per_poll_frames_before_it_reads_again() {
+    let seg = MemorySegment::new();
+    let engine = |node: NodeId, peer: NodeId| {
+        let mut cfg = EngineConfig::new(node, GROUP, Algorithm::Mak);
+        cfg.window_frames = 1024;
+        cfg.max_queued_frames = 1024;
+        cfg.batch_messages = false;
+        cfg.tx_per_poll = 100;
+        cfg.peers = vec![(peer, node_mac(peer))];
+        Engine::new(port(&seg, node), cfg).expect("engine")
+    };
+    let (mut s, mut r) = (engine(SENDER, 11), engine(11, SENDER));
+    s.open_sender(&[11]).unwrap();
+    r.open_receiver(SENDER).unwrap();
+    for i in 0..450u32 {
+        s.publish(&i.to_be_bytes()).unwrap();
+    }
+    // The window takes all 450 at once; each poll sends 100 of them.
+    let mut sent = Vec::new();
+    for _ in 0..5 {
+        let before = s.stats().engine.tx_frames;
+        assert!(s.poll().unwrap(), "frames were left to send");
+        sent.push(s.stats().engine.tx_frames - before);
+    }
+    assert_eq!(sent, [100, 100, 100, 100, 50]);
+    let mut got = Vec::new();
+    for _ in 0..1_000 {
+        s.poll().unwrap();
+        r.poll().unwrap();
+        while let Some(m) = r.recv_message() {
+            got.push(u32::from_be_bytes(m.data[..].try_into().unwrap()));
+        }
+        if got.len() == 450 && s.send_idle() {
+            break;
+        }
+    }
+    assert_eq!(got, (0..450).collect::<Vec<_>>());
+}
