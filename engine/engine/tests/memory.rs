@@ -381,31 +381,45 @@ fn send_raw(
 }
 
 #[test]
-fn a_poll_sends_at_most_tx_per_poll_frames_before_it_reads_again() {
+fn a_poll_stops_sending_to_read_frames_that_wait() {
     let seg = MemorySegment::new();
     let engine = |node: NodeId, peer: NodeId| {
         let mut cfg = EngineConfig::new(node, GROUP, Algorithm::Mak);
         cfg.window_frames = 1024;
         cfg.max_queued_frames = 1024;
         cfg.batch_messages = false;
-        cfg.tx_per_poll = 100;
         cfg.peers = vec![(peer, node_mac(peer))];
         Engine::new(port(&seg, node), cfg).expect("engine")
     };
     let (mut s, mut r) = (engine(SENDER, 11), engine(11, SENDER));
     s.open_sender(&[11]).unwrap();
     r.open_receiver(SENDER).unwrap();
-    for i in 0..450u32 {
-        s.publish(&i.to_be_bytes()).unwrap();
-    }
-    // The window takes all 450 at once; each poll sends 100 of them.
-    let mut sent = Vec::new();
-    for _ in 0..5 {
+    let batch = EngineConfig::new(SENDER, GROUP, Algorithm::Mak).batch as u64;
+    let polled = |s: &mut Engine<MemoryTransport>| {
         let before = s.stats().engine.tx_frames;
-        assert!(s.poll().unwrap(), "frames were left to send");
-        sent.push(s.stats().engine.tx_frames - before);
+        assert!(s.poll().unwrap(), "work was done");
+        s.stats().engine.tx_frames - before
+    };
+    let publish = |s: &mut Engine<MemoryTransport>, from: u32| {
+        for i in from..from + 300 {
+            s.publish(&i.to_be_bytes()).unwrap();
+        }
+    };
+    // Nothing to read: the window's 300 frames leave in one poll.
+    publish(&mut s, 0);
+    assert_eq!(polled(&mut s), 300);
+    // More frames wait than one receive batch takes (frames of another
+    // group, dropped): a poll sends one TX batch and stops to read them.
+    let mut raw = seg.port(node_mac(12), 256, 2048, 64);
+    let mut h = Header::new(Kind::Data);
+    (h.flags, h.group, h.src, h.epoch) = (Flags::WHOLE, GROUP + 1, 12, 1);
+    for _ in 0..batch + 10 {
+        send_raw(&mut raw, node_mac(SENDER), &h, b"x", &|_| {});
     }
-    assert_eq!(sent, [100, 100, 100, 100, 50]);
+    publish(&mut s, 300);
+    assert_eq!(polled(&mut s), batch);
+    assert_eq!(polled(&mut s), 300 - batch, "the rest once all is read");
+    assert_eq!(s.stats().engine.rx_other_group, batch + 10);
     let mut got = Vec::new();
     for _ in 0..1_000 {
         s.poll().unwrap();
@@ -413,9 +427,9 @@ fn a_poll_sends_at_most_tx_per_poll_frames_before_it_reads_again() {
         while let Some(m) = r.recv_message() {
             got.push(u32::from_be_bytes(m.data[..].try_into().unwrap()));
         }
-        if got.len() == 450 && s.send_idle() {
+        if got.len() == 600 && s.send_idle() {
             break;
         }
     }
-    assert_eq!(got, (0..450).collect::<Vec<_>>());
+    assert_eq!(got, (0..600).collect::<Vec<_>>());
 }

@@ -440,6 +440,12 @@ impl XskSocket {
         self.zero_copy_refused.as_deref()
     }
 
+    /// Whether received frames wait in the RX ring (an advisory, relaxed
+    /// read of the kernel's producer index: [`XskSocket::recv`] reads them).
+    pub fn rx_waiting(&self) -> bool {
+        self.rx.available() > 0
+    }
+
     /// The interface queue this socket is bound to.
     pub fn queue(&self) -> u32 {
         self.queue

@@ -39,13 +39,6 @@ pub struct EngineConfig {
     pub peers: Vec<(NodeId, MacAddr)>,
     /// TX batch size (frames per transmit call, >= 32).
     pub batch: usize,
-    /// The most frames one poll sends before it reads the RX ring again
-    /// (at least `batch`). Without a bound a sender whose window opened
-    /// sent it whole in one poll (a 4,096-frame window of 1 KiB frames to
-    /// four receivers in copy mode is about 16 ms of system calls), and the
-    /// ACKs and NAKs waiting meanwhile made its GRTT, and with it every NAK
-    /// and repair wait, that long (docs/datapath.md, "The loop").
-    pub tx_per_poll: usize,
     /// Busy-poll this long without work before sleeping.
     pub spin: Duration,
     /// Never sleep longer than this (wakes to re-check the send queue).
@@ -113,7 +106,6 @@ impl EngineConfig {
             seed: 1,
             peers: Vec::new(),
             batch: 64,
-            tx_per_poll: 256,
             spin: Duration::from_micros(20),
             max_sleep: Duration::from_millis(1),
             deadline_spin: Duration::from_micros(50),

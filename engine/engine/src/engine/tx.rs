@@ -29,19 +29,21 @@ impl<T: Transport> Engine<T> {
         if n > 0 {
             self.turn = (self.turn + 1) % n;
         }
-        // Feedback waits in the RX ring while frames go out: come back to it
-        // after `tx_per_poll` (the next poll starts with the next group).
-        let mut budget = self.cfg.tx_per_poll.max(self.cfg.batch);
         'groups: for k in 0..n {
             let gi = (self.turn + k) % n;
             loop {
-                if budget == 0 {
-                    break 'groups;
-                }
                 if self.tx_keep.len() + self.tx_copy.len() >= self.cfg.batch {
                     self.flush_batches()?;
                     if self.tx_keep.len() + self.tx_copy.len() >= self.cfg.batch {
                         break 'groups; // the TX ring is full: come back later
+                    }
+                    // Feedback came while this batch went out: read it before
+                    // the next (the next poll starts with the next group). A
+                    // window sent whole in one poll kept ACKs and NAKs waiting
+                    // for milliseconds, which the GRTT and every repair wait
+                    // grew by (docs/datapath.md, "The loop").
+                    if self.transport.rx_waiting() {
+                        break 'groups;
                     }
                 }
                 let g = &mut self.groups[gi];
@@ -57,7 +59,6 @@ impl<T: Transport> Engine<T> {
                     },
                 };
                 work = true;
-                budget -= 1;
                 self.stage(t)?;
             }
         }

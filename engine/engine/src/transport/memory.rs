@@ -164,6 +164,10 @@ impl Transport for MemoryTransport {
         Ok(())
     }
 
+    fn rx_waiting(&self) -> bool {
+        !self.port.inner.lock().expect("port lock").frames.is_empty()
+    }
+
     fn recv(&mut self, out: &mut Vec<RxDesc>) -> Result<usize, EngineError> {
         let mut n = 0;
         let mut q = self.port.inner.lock().expect("port lock");

@@ -90,6 +90,11 @@ pub trait Transport {
     fn unsubscribe(&mut self, mac: MacAddr) -> Result<(), EngineError>;
     /// Appends up to one batch of received frames to `out`; they become held.
     fn recv(&mut self, out: &mut Vec<RxDesc>) -> Result<usize, EngineError>;
+    /// Whether frames wait to be received (advisory: the engine stops
+    /// sending to read them). A transport that cannot tell says false.
+    fn rx_waiting(&self) -> bool {
+        false
+    }
     /// A free frame for the engine to fill, if any.
     fn alloc(&mut self) -> Option<u32>;
     /// Gives a held frame back to the pool (and the fill ring).

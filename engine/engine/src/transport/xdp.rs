@@ -159,6 +159,10 @@ impl Transport for XdpTransport {
         Ok(n)
     }
 
+    fn rx_waiting(&self) -> bool {
+        self.xsk.rx_waiting()
+    }
+
     fn alloc(&mut self) -> Option<u32> {
         self.xsk.alloc()
     }
