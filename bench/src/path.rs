@@ -282,7 +282,6 @@ pub(crate) fn bench_group(
     Ok((publisher, subscribers, group))
 }
 
-/// Node 1's send-stream counters in the bench group, from its mcastd.
 /// The group "bench" as node 1's `mcast stat` shows it: `sender` (its send
 /// stream's counters) and `grtt_us`.
 fn send_counters(c: &mut Client) -> Result<Value, String> {

@@ -108,7 +108,8 @@ pub trait Deliver {
         }
     }
 
-    /// Each frame, just before its messages go to [`Deliver::deliver`].
+    /// Each frame, just before its messages go to [`Deliver::deliver`] or
+    /// [`Deliver::batch`].
     /// Does nothing unless the sink wants frames.
     fn frame(&mut self, _frame: RawFrame<'_>) {}
 }
