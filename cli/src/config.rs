@@ -133,6 +133,10 @@ pub enum GroupMode {
     /// tree (its agent), which multicasts them: every member delivers all
     /// senders' messages in one order, the root's.
     Sequenced,
+    /// Every member stamps its messages with a hybrid logical clock and
+    /// multicasts them itself; every member delivers all senders' messages
+    /// in the order of their stamps (seed 002, TOC), no sequencer.
+    Total,
 }
 
 /// What happens when a client subscription's ring is full.
@@ -180,7 +184,7 @@ from_str_by_name!(Datapath, "datapath", ["xdp" => Datapath::Xdp, "packet" => Dat
 from_str_by_name!(XdpMode, "xdp_mode", ["auto" => XdpMode::Auto, "native" => XdpMode::Native, "skb" => XdpMode::Skb]);
 from_str_by_name!(Polling, "polling", ["adaptive" => Polling::Adaptive, "busy" => Polling::Busy, "sleep" => Polling::Sleep]);
 from_str_by_name!(SlowSubscriber, "slow_subscriber", ["cutoff" => SlowSubscriber::Cutoff, "hold" => SlowSubscriber::Hold]);
-from_str_by_name!(GroupMode, "mode", ["fifo" => GroupMode::Fifo, "sequenced" => GroupMode::Sequenced]);
+from_str_by_name!(GroupMode, "mode", ["fifo" => GroupMode::Fifo, "sequenced" => GroupMode::Sequenced, "total" => GroupMode::Total]);
 from_str_by_name!(LogLevel, "log", ["error" => LogLevel::Error, "warn" => LogLevel::Warn, "info" => LogLevel::Info, "debug" => LogLevel::Debug]);
 
 /// Another node on the segment.
@@ -314,10 +318,15 @@ pub struct Config {
     /// receiver's ACK to the sender.
     #[serde(default)]
     pub tree_fanout: u16,
-    /// Default group mode: "fifo" (each sender's order) or "sequenced"
-    /// (every sender through the tree's root, one order for all).
+    /// Default group mode: "fifo" (each sender's order), "sequenced"
+    /// (every sender through the tree's root, one order for all) or "total"
+    /// (one order for all from the senders' timestamps, no sequencer).
     #[serde(default)]
     pub mode: GroupMode,
+    /// Total-order groups: at most one beacon per this many microseconds
+    /// from a node, sent only while others' messages wait for its stamp.
+    #[serde(default = "d_beacon_us")]
+    pub beacon_us: u64,
     /// Bytes per client subscription ring.
     #[serde(default = "d_buffer")]
     pub subscriber_buffer: u64,
@@ -397,6 +406,9 @@ fn d_true() -> bool {
 
 fn d_spin_us() -> u64 {
     20
+}
+fn d_beacon_us() -> u64 {
+    100
 }
 fn d_algorithm() -> Algorithm {
     Algorithm::Mak
@@ -682,6 +694,15 @@ impl Config {
                 format!(
                     "node = {} is out of range: node ids are 1..={MAX_NODE} (0 is reserved); give every node a distinct id",
                     self.node
+                ),
+            );
+        }
+        if !(1..=1_000_000).contains(&self.beacon_us) {
+            return bad(
+                "beacon_us",
+                format!(
+                    "beacon_us = {} is out of range: 1..=1000000 (a total-order group's messages wait up to one interval for an idle node's stamp; 100 is the default)",
+                    self.beacon_us
                 ),
             );
         }

@@ -327,6 +327,30 @@ impl Families {
                 let help = "1 while the group is held back for a slow subscriber";
                 self.gauge("mcastd_group_paused", help, labels.clone(), paused);
             }
+            // The group mode's own numbers: levels as gauges, the rest counters.
+            let mode = &g["mode"];
+            let levels = [
+                "held",
+                "held_bytes",
+                "own_held_bytes",
+                "held_max",
+                "pending",
+                "pending_bytes",
+                "queued",
+                "queued_bytes",
+            ];
+            for key in levels {
+                if let Some(v) = mode[key].as_f64() {
+                    let help = format!("mcast stat: groups[].mode.{key}");
+                    self.gauge(
+                        &format!("mcastd_group_mode_{key}"),
+                        &help,
+                        labels.clone(),
+                        v,
+                    );
+                }
+            }
+            self.counters("mcastd_group_mode", "groups[].mode", mode, &levels, &labels);
             let sender = &g["sender"];
             self.counters("mcastd_group_send", "groups[].sender", sender, &[], &labels);
             // The ratios are the counters' quotients: PromQL divides them.
@@ -503,7 +527,11 @@ mod tests {
                  "receivers": [{"from": 1, "counters": counters(1)},
                                {"from": 1, "closed": true, "counters": counters(10)}]},
                 {"group": 1, "name": "prices", "active": false, "algorithm": "mak",
-                 "sender": counters(100), "receivers": []}
+                 "sender": counters(100), "receivers": []},
+                {"group": 2, "name": "log", "active": true, "algorithm": "mak",
+                 "mode": {"mode": "total", "held": 4, "delivered": 90, "barrier_lag_us": {"1": 20}},
+                 "local_members": 1, "view_epoch": 2, "paused": false, "queued_frames": 0,
+                 "sender": null, "receivers": []}
             ],
             "links": [{"inbox_of": 1, "sender": counters(4), "receivers": []},
                       {"inbox_of": 2, "sender": null, "receivers": [{"from": 3, "counters": counters(6)}]}],
@@ -531,6 +559,10 @@ mod tests {
             // The open and the closed stream from node 1, added up.
             "mcastd_group_receive_naks_received_total{group=\"1\",name=\"prices\",sender=\"1\"} 22",
             "mcastd_group_local_members{group=\"1\",name=\"prices\"} 2",
+            // A group mode's levels are gauges, its counts counters.
+            "mcastd_group_mode_held{group=\"2\",name=\"log\"} 4",
+            "mcastd_group_mode_delivered_total{group=\"2\",name=\"log\"} 90",
+            "# TYPE mcastd_group_mode_held gauge",
             "mcastd_link_send_data_sent_total{peer=\"1\"} 4",
             "mcastd_link_receive_data_sent_total{peer=\"3\"} 6",
             "mcastd_client_delivered_records_total{client=\"9\",name=\"recv\"} 12",

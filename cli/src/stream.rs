@@ -708,6 +708,28 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
                 m["duplicates"],
             );
         }
+        if m["mode"] == "total" {
+            // Total order: what waits for the barrier, and who holds it back.
+            let lag: Vec<String> = m["barrier_lag_us"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(n, l)| match l.as_u64() {
+                    Some(us) => format!("{n}:{us}µs"),
+                    None => format!("{n}:none yet"),
+                })
+                .collect();
+            s += &format!(
+                "  total: held {} ({} B)  delivered {}  published {}  beacons sent {} received {}  barrier lag {}\n",
+                m["held"],
+                m["held_bytes"],
+                m["delivered"],
+                m["published"],
+                m["beacons_sent"],
+                m["beacons_received"],
+                if lag.is_empty() { "-".to_owned() } else { lag.join(" ") },
+            );
+        }
         for r in g["receivers"].as_array().into_iter().flatten() {
             let c = &r["counters"];
             s += &format!(
@@ -824,6 +846,21 @@ mod tests {
         let fifo =
             serde_json::json!({"groups": [{"name": "g", "group": 1, "mode": {"mode": "fifo"}}]});
         assert!(!render_stats(&fifo, None).contains("sequenced:"));
+    }
+
+    #[test]
+    fn stat_shows_a_total_order_groups_held_messages_and_barrier_lag_per_node() {
+        let v = serde_json::json!({"groups": [{
+            "name": "g", "group": 1, "algorithm": "mak", "tree": null, "receivers": [],
+            "mode": {"mode": "total", "held": 3, "held_bytes": 600, "delivered": 40,
+                     "published": 12, "beacons_sent": 5, "beacons_received": 9,
+                     "barrier_lag_us": {"2": 35, "3": null}},
+        }]});
+        let text = render_stats(&v, None);
+        assert!(
+            text.contains("total: held 3 (600 B)  delivered 40  published 12  beacons sent 5 received 9  barrier lag 2:35µs 3:none yet"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -131,6 +131,17 @@ fn defaults() {
     ));
     assert_eq!(cfg.group_settings("own").mode, GroupMode::Fifo);
     assert_eq!(cfg.group_settings("other").mode, GroupMode::Sequenced);
+    let cfg = parse(&with("", "[[group]]\nname = \"log\"\nmode = \"total\"\n"));
+    assert_eq!(cfg.group_settings("log").mode, GroupMode::Total);
+    assert_eq!(cfg.beacon_us, 100);
+}
+
+#[test]
+fn beacon_interval_in_range() {
+    invalid(&with("beacon_us = 0", ""), "beacon_us = 0");
+    let msg = invalid(&with("beacon_us = 1000001", ""), "beacon_us = 1000001");
+    assert!(msg.contains("100 is the default"), "{msg}");
+    assert_eq!(parse(&with("beacon_us = 250", "")).beacon_us, 250);
 }
 
 #[test]

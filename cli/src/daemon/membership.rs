@@ -268,6 +268,7 @@ impl<T: Transport> Daemon<T> {
                     self.node,
                     self.incarnation,
                     self.streams.send_resume.get(&group).copied(),
+                    self.cfg.beacon_us,
                 ),
                 paused: false,
                 slow: s.slow_subscriber,

@@ -1,6 +1,6 @@
 //! Running a seeded simulation of the daemon's machines over many seeds, or
 //! one seed again: the sweeps of the barrier (`barrier_sweep`) and of the
-//! sequenced mode (`mode::sequenced_sweep`) share it.
+//! sequenced and total-order modes (`mode::sweep`) share it.
 //!
 //! Owns: reading `<NAME>_SEED` (one seed, to replay a failure) and
 //! `<NAME>_SEEDS` (how many seeds, for a longer sweep), and the verdict

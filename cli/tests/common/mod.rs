@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+pub mod ordered;
+
 pub use mcast_cli::testbed::*;
 
 fn mcastd() -> &'static Path {

@@ -20,7 +20,13 @@
 //!   root's [`GroupMode::on_link`] multicasts it in its own stream, and
 //!   every member delivers every sender's messages in the root's order.
 //!
-//! Both drive this node's send stream through [`send_stream::SendStream`]
+//! - [`total::TotalOrder`] (`mode = "total"`): every member stamps its
+//!   messages with a hybrid logical clock and multicasts them in its own
+//!   stream; every member delivers all senders' messages in stamp order
+//!   once a barrier (the least stamp heard from each node) passes them,
+//!   idle nodes sending beacons (seed 002, TOC).
+//!
+//! All drive this node's send stream through [`send_stream::SendStream`]
 //! (opened on first use, following the view, resuming a member).
 //!
 //! The tree's ACK aggregation is built below the modes (the engine's
@@ -29,10 +35,8 @@
 //! both work the same in every mode.
 //!
 //! How the coming modes fit (docs/mcastd.md, "Architecture"):
-//! - **total order** (seed 002): [`GroupMode::publish`] stamps each message;
-//!   [`GroupMode::deliver`] holds fragments until the barrier passes them
-//!   and [`GroupMode::poll`] releases them (and sends beacons); commit
-//!   barriers travel as [`LinkMessage::Mode`].
+//! - **total order's commit barriers and scattering** (seed 002 §2):
+//!   commit barriers and recalls travel as [`LinkMessage::Mode`].
 //! - **broadcast over unicast links** (seed 003): [`GroupMode::publish`]
 //!   sends to the first children of the spanning tree over
 //!   [`ModeCx::outbox`]; [`GroupMode::on_link`] delivers (through `out`)
@@ -41,10 +45,12 @@
 #[cfg(test)]
 mod fake;
 pub mod fifo;
+pub mod hlc;
 pub mod send_stream;
 pub mod sequenced;
 #[cfg(test)]
-mod sequenced_sweep;
+mod sweep;
+pub mod total;
 
 use std::fmt;
 
@@ -288,17 +294,25 @@ impl<T: Transport> StreamOps for Engine<T> {
 
 /// The mode of a group this node (`node`, incarnation `epoch`) starts
 /// carrying. `resume`: where this node's send stream in the group stopped
-/// the last time it carried it in this incarnation.
+/// the last time it carried it in this incarnation; `beacon_us`: a
+/// total-order group's beacon interval.
 pub fn for_group(
     kind: config::GroupMode,
     node: NodeId,
     epoch: u32,
     resume: Option<Seq>,
+    beacon_us: u64,
 ) -> Box<dyn GroupMode> {
     let first_seq = resume.unwrap_or(Seq(0));
     match kind {
         config::GroupMode::Fifo => Box::new(fifo::PerSenderFifo::new(first_seq)),
         config::GroupMode::Sequenced => Box::new(sequenced::Sequenced::new(node, epoch, first_seq)),
+        config::GroupMode::Total => Box::new(total::TotalOrder::new(
+            node,
+            first_seq,
+            Box::new(hlc::system_wall_ns),
+            beacon_us.saturating_mul(1_000),
+        )),
     }
 }
 

@@ -1,5 +1,6 @@
-//! A seeded simulation of the sequenced mode (`sequenced`, docs/protocol.md
-//! §6.3) over many seeds: nodes of one group, each with a publishing and a
+//! A seeded simulation of the modes that give one order for all (the
+//! sequenced mode, docs/protocol.md §6.3, and the total-order mode, §6.4)
+//! over many seeds: nodes of one group, each with a publishing and a
 //! subscribing client; reliable FIFO links between every pair (the
 //! daemons' links); each node's send stream with a window, delivered to
 //! each member at its own pace, and only as the daemon lets it (the root's
@@ -7,20 +8,24 @@
 //! reach each node at its own time; crashes of any node, the root (the
 //! agent, the lowest node) included, one at a time, each followed by the
 //! flush of the departed node's stream (every survivor ends at the furthest
-//! any survivor got). The order of every event is drawn from the seed.
+//! any survivor got); time that passes between events, and (total order)
+//! wall clocks that disagree by up to a second. The order of every event
+//! is drawn from the seed.
 //!
 //! Checked once everything is delivered: every survivor's subscriber
 //! received the same messages in the same order; each origin's messages in
 //! its order, none twice, and every message a survivor's mode took is
-//! there; no publisher received its own message; nothing waits for the
-//! root any more. 2,000 seeds a run (`SEQUENCED_SEEDS=N` for more); a
-//! failure prints its seed and how to run it alone
-//! (`SEQUENCED_SEED=S cargo test -p mcast-cli --lib sequenced_sweep`).
+//! there; no publisher received its own message; nothing is held any more.
+//! 2,000 seeds a run per mode (`SEQUENCED_SEEDS=N`, `TOTAL_SEEDS=N` for
+//! more); a failure prints its seed and how to run it alone (e.g.
+//! `TOTAL_SEED=S cargo test -p mcast-cli --lib total_sweep`).
 //!
-//! Owns: this simulation. May not touch: the mode's state (it drives
-//! [`Sequenced`] through [`GroupMode`] only).
+//! Owns: this simulation. May not touch: the modes' state (it drives them
+//! through [`GroupMode`] only).
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::rc::Rc;
 
 use mcast_engine::{EngineError, Fragment, PublishError, StreamStart};
 use mcast_ipc::ClientId;
@@ -28,6 +33,7 @@ use mcast_proto::Rng;
 use mcast_wire::{GroupId, NodeId, Seq};
 
 use super::sequenced::Sequenced;
+use super::total::TotalOrder;
 use super::{GroupMode, ModeCx, Published, StreamOps};
 use crate::links::LinkMessage;
 
@@ -96,7 +102,7 @@ impl Ops<'_> {
 type Received = Vec<(NodeId, Vec<u8>)>;
 
 struct Node {
-    mode: Sequenced,
+    mode: Box<dyn GroupMode>,
     /// The view this node holds (it lags the truth until updated): its
     /// root (the agent) first; and its epoch.
     view: Vec<NodeId>,
@@ -134,6 +140,18 @@ struct World {
     /// Moves of the agent role to another live node, the old root staying.
     moves_left: u32,
     log: Vec<String>,
+    /// Virtual time (ns): every mode's monotonic clock, and with each
+    /// node's skew its wall clock.
+    now: Rc<Cell<u64>>,
+    /// Nodes that join later (total order): how many, and the next id.
+    joins_left: u32,
+    next_id: NodeId,
+    /// The nodes there from the start (their streams start at 0).
+    founders: u32,
+    /// Where a sender's stream starts for a node that joined later (the
+    /// sender's position when it installed the view that adds the node).
+    starts: BTreeMap<(NodeId, NodeId), usize>,
+    kind: Kind,
 }
 
 impl World {
@@ -159,8 +177,11 @@ impl World {
         };
         s.members
             .iter()
-            .filter_map(|m| self.nodes.get(m))
-            .map(|n| n.cursor.get(&sender).copied().unwrap_or(0))
+            .filter_map(|m| Some((*m, self.nodes.get(m)?)))
+            .map(|(m, n)| {
+                let start = self.start(sender, m).unwrap_or(0);
+                n.cursor.get(&sender).copied().unwrap_or(start)
+            })
             .min()
             .unwrap_or(s.log.len())
     }
@@ -170,7 +191,7 @@ impl World {
     fn step<R>(
         &mut self,
         node: NodeId,
-        f: impl FnOnce(&mut Sequenced, &mut ModeCx<'_>, &mut super::Out<'_>) -> R,
+        f: impl FnOnce(&mut dyn GroupMode, &mut ModeCx<'_>, &mut super::Out<'_>) -> R,
     ) -> Option<R> {
         let acked = self.acked(node);
         let window = self.window;
@@ -195,7 +216,7 @@ impl World {
             outbox: &mut outbox,
         };
         let got = &mut n.got;
-        let r = f(&mut n.mode, &mut cx, &mut |hdr, data, except| {
+        let r = f(n.mode.as_mut(), &mut cx, &mut |hdr, data, except| {
             for c in [PUBLISHER, SUBSCRIBER] {
                 if except != Some(c) {
                     got.entry(c).or_default().push((hdr.source, data.to_vec()));
@@ -259,17 +280,32 @@ impl World {
     /// runs here, from the stream's beginning.
     fn open_streams(&mut self) {
         let alive: Vec<NodeId> = self.nodes.keys().copied().collect();
-        for (&id, n) in self.nodes.iter_mut() {
-            if !n.flushing.is_empty() {
+        let mut opens = Vec::new();
+        for (&id, n) in &self.nodes {
+            if !n.flushing.is_empty() || n.view_epoch == 0 {
                 continue;
             }
             for (&s, st) in &self.streams {
                 let may = alive.contains(&s);
                 if s != id && may && !st.members.is_empty() && !n.cursor.contains_key(&s) {
-                    self.log.push(format!("{id} opens {s}'s stream"));
-                    n.cursor.insert(s, 0);
+                    if let Some(at) = self.start(s, id) {
+                        opens.push((id, s, at));
+                    }
                 }
             }
+        }
+        for (id, s, at) in opens {
+            self.log.push(format!("{id} opens {s}'s stream at {at}"));
+            self.nodes.get_mut(&id).expect("alive").cursor.insert(s, at);
+        }
+    }
+
+    /// Where `sender`'s stream starts for `node` (None: not yet known).
+    fn start(&self, sender: NodeId, node: NodeId) -> Option<usize> {
+        if node <= self.founders {
+            Some(0)
+        } else {
+            self.starts.get(&(sender, node)).copied()
         }
     }
 
@@ -285,17 +321,19 @@ impl World {
             Poll(NodeId),
             Crash,
             Move,
+            Join,
         }
         self.open_streams();
         let mut choices = Vec::new();
         for (&id, n) in &self.nodes {
-            if n.to_publish > 0 {
+            if n.to_publish > 0 && n.view_epoch > 0 {
                 choices.push(E::Publish(id));
             }
             if let Some(&d) = n.flushing.first() {
                 choices.push(E::FlushEnd(id, d));
             }
-            if n.mode.wants_round() {
+            let now = self.now.get();
+            if n.mode.wants_round() || n.mode.poll_at().is_some_and(|t| t <= now) {
                 choices.push(E::Poll(id));
             }
             // An open stream of a live sender delivers what it sent.
@@ -324,10 +362,23 @@ impl World {
         if self.moves_left > 0 && self.nodes.len() > 1 && quiet_views {
             choices.push(E::Move);
         }
+        if self.joins_left > 0 && quiet_views {
+            choices.push(E::Join);
+        }
         if choices.is_empty() {
-            return false;
+            // Nothing to do but wait for a mode's timer.
+            let next = self.nodes.values().filter_map(|n| n.mode.poll_at()).min();
+            return match next {
+                Some(t) if t > self.now.get() => {
+                    self.now.set(t);
+                    true
+                }
+                _ => false,
+            };
         }
         let pick = |rng: &mut Rng, n: usize| rng.range(0, n as u64 - 1) as usize;
+        // Time passes between events (up to a beacon interval and a half).
+        self.now.set(self.now.get() + self.rng.range(0, 150));
         match choices[pick(&mut self.rng, choices.len())] {
             E::Publish(id) => {
                 let k = self.nodes[&id].taken;
@@ -375,9 +426,19 @@ impl World {
                         n.flushing.insert(*d);
                     }
                 }
+                let added: Vec<NodeId> = view
+                    .iter()
+                    .copied()
+                    .filter(|v| *v != id && !n.view.contains(v))
+                    .collect();
                 n.view = view;
                 n.view_epoch = epoch;
-                self.step(id, |m, cx, _| m.members_changed(cx, &[]));
+                // The added nodes start where this node's stream is now.
+                let at = self.streams.get(&id).map_or(0, |st| st.log.len());
+                for &a in &added {
+                    self.starts.entry((id, a)).or_insert(at);
+                }
+                self.step(id, |m, cx, _| m.members_changed(cx, &added));
             }
             E::FlushEnd(id, d) => {
                 let (from, to) = (self.nodes[&id].cursor[&d], self.flush_to[&d]);
@@ -389,7 +450,8 @@ impl World {
                 self.nodes.get_mut(&id).expect("alive").flushing.remove(&d);
             }
             E::Poll(id) => {
-                self.step(id, |m, cx, out| m.poll(cx, 0, out));
+                let now = self.now.get();
+                self.step(id, |m, cx, out| m.poll(cx, now, out));
             }
             E::Move => {
                 let others: Vec<NodeId> = self
@@ -401,6 +463,27 @@ impl World {
                 self.root = others[pick(&mut self.rng, others.len())];
                 self.moves_left -= 1;
                 self.log.push(format!("the root moves to {}", self.root));
+                self.new_view();
+            }
+            E::Join => {
+                let id = self.next_id;
+                self.next_id += 1;
+                self.joins_left -= 1;
+                let to_publish = self.rng.range(0, 12);
+                let skew = self.rng.range(0, 1_000_000_000);
+                let node = Node {
+                    mode: self.kind.mode(id, &self.now, skew),
+                    view: Vec::new(),
+                    view_epoch: 0,
+                    cursor: BTreeMap::new(),
+                    flushing: BTreeSet::new(),
+                    to_publish,
+                    taken: 0,
+                    got: BTreeMap::new(),
+                };
+                self.log.push(format!("{id} joins"));
+                self.nodes.insert(id, node);
+                self.views.insert(id, VecDeque::new());
                 self.new_view();
             }
             E::Crash => {
@@ -416,18 +499,22 @@ impl World {
     /// What is checked once nothing is left to happen.
     fn check(&self) -> Result<(), String> {
         let empty = Vec::new();
+        let show = |l: &[(NodeId, Vec<u8>)]| -> Vec<String> {
+            l.iter()
+                .map(|(_, m)| String::from_utf8_lossy(m).into_owned())
+                .collect()
+        };
         let mut order: Option<(NodeId, &Received)> = None;
         for (&id, n) in &self.nodes {
             let got = n.got.get(&SUBSCRIBER).unwrap_or(&empty);
+            // The nodes there from the start deliver one sequence; a node
+            // that joined later, its part from where it joined: any two
+            // deliver the messages they both deliver in the same order.
             match order {
+                _ if id > self.founders => {}
                 None => order = Some((id, got)),
                 Some((first, o)) if o != got => {
                     let at = o.iter().zip(got).position(|(a, b)| a != b);
-                    let show = |l: &[(NodeId, Vec<u8>)]| -> Vec<String> {
-                        l.iter()
-                            .map(|(_, m)| String::from_utf8_lossy(m).into_owned())
-                            .collect()
-                    };
                     return Err(format!(
                         "nodes {first} and {id} delivered different orders ({} and {} messages, first difference at {at:?}): {:?} and {:?}",
                         o.len(),
@@ -438,6 +525,17 @@ impl World {
                 }
                 Some(_) => {}
             }
+            for (&other, m) in self.nodes.range(..id) {
+                let theirs = m.got.get(&SUBSCRIBER).unwrap_or(&empty);
+                let (a, b) = (common(got, theirs), common(theirs, got));
+                if a != b {
+                    return Err(format!(
+                        "nodes {id} and {other} delivered their common messages in different orders: {:?} and {:?}",
+                        show(&a),
+                        show(&b)
+                    ));
+                }
+            }
             let mut next: BTreeMap<NodeId, u64> = BTreeMap::new();
             for (source, m) in got {
                 let text = String::from_utf8_lossy(m);
@@ -446,7 +544,10 @@ impl World {
                 if o != *source {
                     return Err(format!("{text} delivered as node {source}'s"));
                 }
-                let want = next.entry(o).or_default();
+                // (A node that joined later starts where it joined.)
+                let want = next
+                    .entry(o)
+                    .or_insert(if id <= self.founders { 0 } else { k });
                 // A crashed origin's messages that no survivor received are
                 // lost with it: its later ones may follow a gap.
                 let crashed = !self.nodes.contains_key(&o);
@@ -459,7 +560,8 @@ impl World {
             }
             for (&o, &taken) in &self.taken {
                 let got = next.get(&o).copied().unwrap_or(0);
-                if self.nodes.contains_key(&o) && got != taken {
+                let counted = id <= self.founders || next.contains_key(&o);
+                if self.nodes.contains_key(&o) && counted && got != taken {
                     return Err(format!(
                         "node {id} delivered {got} of the {taken} messages node {o} took"
                     ));
@@ -480,26 +582,79 @@ impl World {
                 ));
             }
             let stats = n.mode.stats_json();
-            if stats["pending"] != 0 {
+            if stats["pending"].as_u64().unwrap_or(0) != 0 {
                 return Err(format!("node {id} still waits for the root: {stats}"));
+            }
+            if stats["held"].as_u64().unwrap_or(0) != 0 {
+                return Err(format!("node {id} still holds messages: {stats}"));
             }
         }
         Ok(())
     }
 }
 
-fn run(seed: u64) -> Result<(), String> {
+/// The messages of `a` that `b` holds too, in `a`'s order.
+fn common(a: &Received, b: &Received) -> Received {
+    let in_b: BTreeSet<&[u8]> = b.iter().map(|(_, m)| m.as_slice()).collect();
+    a.iter()
+        .filter(|(_, m)| in_b.contains(m.as_slice()))
+        .cloned()
+        .collect()
+}
+
+/// The mode a sweep runs.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Sequenced,
+    Total,
+}
+
+impl Kind {
+    /// Node `v`'s mode; (total order) its wall clock is the simulation's
+    /// time plus `skew`, a beacon every 100 ns of it.
+    fn mode(self, v: NodeId, now: &Rc<Cell<u64>>, skew: u64) -> Box<dyn GroupMode> {
+        match self {
+            Kind::Sequenced => Box::new(Sequenced::new(v, 1, Seq(0))),
+            Kind::Total => {
+                let now = Rc::clone(now);
+                Box::new(TotalOrder::new(
+                    v,
+                    Seq(0),
+                    Box::new(move || now.get() + skew),
+                    100,
+                ))
+            }
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Sequenced => "SEQUENCED",
+            Kind::Total => "TOTAL",
+        }
+    }
+}
+
+fn run(kind: Kind, seed: u64) -> Result<(), String> {
     let mut rng = Rng::new(seed);
+    let now = Rc::new(Cell::new(0u64));
     let n = rng.range(2, 6) as u32;
     let crashes = rng.range(0, u64::from(n) - 1).min(2) as u32;
     let window = rng.range(1, 8) as usize;
     let moves = rng.range(0, 2) as u32;
+    // (The sequenced mode's joins are proven in namespaces only.)
+    let joins = match kind {
+        Kind::Sequenced => 0,
+        Kind::Total => rng.range(0, 2) as u32,
+    };
     let view: Vec<NodeId> = (1..=n).collect();
     let mut nodes = BTreeMap::new();
     for &v in &view {
         let to_publish = rng.range(0, 12);
+        // Wall clocks up to a second apart.
+        let skew = rng.range(0, 1_000_000_000);
         let node = Node {
-            mode: Sequenced::new(v, 1, Seq(0)),
+            mode: kind.mode(v, &now, skew),
             view: view.clone(),
             view_epoch: 1,
             cursor: BTreeMap::new(),
@@ -524,16 +679,23 @@ fn run(seed: u64) -> Result<(), String> {
         crashes_left: crashes,
         moves_left: moves,
         log: Vec::new(),
+        now,
+        joins_left: joins,
+        next_id: n + 1,
+        founders: n,
+        starts: BTreeMap::new(),
+        kind,
     };
     // The first view, at every node.
     for &v in &view {
-        w.step(v, |m, cx, _| m.members_changed(cx, &[]))
+        let added: Vec<NodeId> = view.iter().copied().filter(|&o| o != v).collect();
+        w.step(v, |m, cx, _| m.members_changed(cx, &added))
             .expect("alive")
             .expect("the first view");
     }
     let fail = |w: &World, e: String| {
         let tail: Vec<&String> = w.log.iter().rev().take(600).collect();
-        format!("seed {seed} ({n} nodes, window {window}, {crashes} crashes, {moves} moves of the root): {e}\nlast events, newest first: {tail:#?}\nreplay: SEQUENCED_SEED={seed} cargo test -p mcast-cli --lib sequenced_sweep")
+        format!("seed {seed} ({n} nodes, window {window}, {crashes} crashes, {moves} moves of the root, {joins} joins): {e}\nlast events, newest first: {tail:#?}\nreplay: {name}_SEED={seed} cargo test -p mcast-cli --lib {test}", name = kind.name(), test = kind.name().to_lowercase() + "_sweep")
     };
     let mut steps = 0;
     while w.event() {
@@ -563,5 +725,11 @@ fn run(seed: u64) -> Result<(), String> {
 #[test]
 fn sequenced_sweep() {
     // SEQUENCED_SEEDS=N for a longer sweep, SEQUENCED_SEED=S to replay one.
-    crate::daemon::seeds::sweep("SEQUENCED", 2_000, run);
+    crate::daemon::seeds::sweep("SEQUENCED", 2_000, |s| run(Kind::Sequenced, s));
+}
+
+#[test]
+fn total_sweep() {
+    // TOTAL_SEEDS=N for a longer sweep, TOTAL_SEED=S to replay one.
+    crate::daemon::seeds::sweep("TOTAL", 2_000, |s| run(Kind::Total, s));
 }

@@ -1,0 +1,530 @@
+//! The total-order mode (seed 002, TOC; docs/protocol.md §6.4): every
+//! member delivers every sender's messages in one order, the order of
+//! their timestamps, without a sequencer. Each node stamps its messages
+//! with its hybrid logical clock ([`hlc`](super::hlc)) and multicasts them
+//! in its own MAK stream, which repairs losses and keeps each sender's
+//! order. A node holds what it receives; its *barrier* is the smallest,
+//! over the view's other nodes, of the largest stamp it has from each
+//! (stamps only grow in a stream), and its own clock; what is stamped at
+//! or below the barrier can no longer be overtaken, so it is delivered, in
+//! (stamp, node) order. A node that has sent nothing for a beacon interval
+//! while others' messages wait on it sends a *beacon* (a stamp without a
+//! message) in its stream, so an idle node holds nobody back.
+//!
+//! Views: a departed node stays in the barrier until no flush runs here
+//! (the flush brings its last messages, the same at every survivor), then
+//! leaves it. A node joining the group sends a beacon at once but no
+//! message until every other node has sent it a stamp from a view that
+//! holds it: each sends one when it installs that view, after everything
+//! it delivered without the new node, so the new node's first message is
+//! stamped after all of it.
+//!
+//! Owns: the clock, the largest stamp per node, the held messages, the
+//! beacons, and the wait of a joining node. Does not touch: the flush (the
+//! daemon's: it delivers a departed node's last messages through
+//! [`GroupMode::deliver`]; `ModeCx::settled` says when it is over), views,
+//! the streams' repairs and ACKs.
+
+use std::collections::{BTreeMap, HashMap};
+
+use mcast_engine::{EngineError, Fragment, PublishError};
+use mcast_ipc::ClientId;
+use mcast_wire::{GroupId, NodeId, Seq};
+use serde_json::json;
+
+use super::hlc::{Hlc, Wall};
+use super::send_stream::SendStream;
+use super::{GroupMode, ModeCx, Out, Published, StreamOps};
+use crate::daemon::deliver::data_record;
+
+/// Bytes before a message: tag, stamp (u64), the sender's view epoch (u64).
+pub const HEADER_LEN: usize = 1 + 8 + 8;
+/// A message and its stamp.
+const TAG_DATA: u8 = b'T';
+/// A stamp alone.
+const TAG_BEACON: u8 = b'B';
+/// The default beacon interval: at most one beacon per interval from a
+/// node, and only while others' messages wait for it.
+pub const DEFAULT_BEACON_NS: u64 = 100_000;
+/// Bytes of this node's own messages held before they are delivered here:
+/// a publication beyond waits in the client's ring (WouldBlock).
+pub const MAX_OWN_HELD_BYTES: usize = 4 << 20;
+
+/// What a fragment that opens a message says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opening<'a> {
+    Data { ts: u64, epoch: u64, msg: &'a [u8] },
+    Beacon { ts: u64, epoch: u64 },
+}
+
+/// `msg` with its header, into `out` (cleared).
+fn encode(tag: u8, ts: u64, epoch: u64, msg: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(HEADER_LEN + msg.len());
+    out.push(tag);
+    out.extend_from_slice(&ts.to_be_bytes());
+    out.extend_from_slice(&epoch.to_be_bytes());
+    out.extend_from_slice(msg);
+}
+
+fn decode(buf: &[u8]) -> Option<Opening<'_>> {
+    if buf.len() < HEADER_LEN {
+        return None;
+    }
+    let ts = u64::from_be_bytes(buf[1..9].try_into().expect("8 bytes"));
+    let epoch = u64::from_be_bytes(buf[9..17].try_into().expect("8 bytes"));
+    match buf[0] {
+        TAG_DATA => Some(Opening::Data {
+            ts,
+            epoch,
+            msg: &buf[HEADER_LEN..],
+        }),
+        TAG_BEACON if buf.len() == HEADER_LEN => Some(Opening::Beacon { ts, epoch }),
+        _ => None,
+    }
+}
+
+/// A message waiting for the barrier.
+#[derive(Debug)]
+struct Held {
+    msg: Vec<u8>,
+    /// This node's own: the local client that published it (it does not
+    /// get it back).
+    from: Option<ClientId>,
+}
+
+/// A message of a remote stream whose later fragments are still coming.
+#[derive(Debug)]
+struct Partial {
+    ts: u64,
+    epoch: u64,
+    msg: Vec<u8>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    /// Own messages stamped and sent.
+    published: u64,
+    /// Messages delivered here in the total order (own included).
+    delivered: u64,
+    beacons_sent: u64,
+    beacons_received: u64,
+    /// Publications refused for a while: the node was joining, or held too
+    /// much of its own.
+    blocked: u64,
+    /// Fragments without a valid header, or stamps that did not grow.
+    malformed: u64,
+    /// Messages of a node that is no longer in the barrier, dropped.
+    stale: u64,
+    /// Beacons the stream refused for another reason than a full window.
+    beacon_errors: u64,
+    /// Most messages held at once.
+    held_max: u64,
+}
+
+/// A group in total order.
+pub struct TotalOrder {
+    node: NodeId,
+    group: GroupId,
+    clock: Hlc,
+    stream: SendStream,
+    beacon_ns: u64,
+    /// The nodes the barrier waits on (the view's others, and those gone
+    /// whose flush may still run), each with its largest stamp (None: none
+    /// yet in this view).
+    senders: BTreeMap<NodeId, Option<u64>>,
+    /// Nodes gone from the view, still in the barrier until no flush runs.
+    departing: Vec<NodeId>,
+    /// Stamps from nodes not yet in the view here (their beacon overtook
+    /// the view), with the view epoch they were sent in: theirs when the
+    /// view adds them.
+    early: BTreeMap<NodeId, (u64, u64)>,
+    /// The view epoch at which this node started carrying the group, and
+    /// the nodes whose stamp from a view at least that new it waits for
+    /// before its first message.
+    joined_epoch: Option<u64>,
+    awaiting: Vec<NodeId>,
+    held: BTreeMap<(u64, NodeId), Held>,
+    held_bytes: usize,
+    own_held_bytes: usize,
+    partial: HashMap<NodeId, Partial>,
+    /// The largest stamp this node sent.
+    advertised: u64,
+    /// The largest stamp of a message from another node seen here: when it
+    /// exceeds `advertised`, the others hold messages that wait on this
+    /// node's next stamp.
+    demand: u64,
+    /// A new view here: a joining node waits for a stamp of it.
+    beacon_owed: bool,
+    /// When the last beacon went (monotonic ns).
+    last_beacon_ns: Option<u64>,
+    scratch: Vec<u8>,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for TotalOrder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TotalOrder")
+            .field("node", &self.node)
+            .field("senders", &self.senders)
+            .field("held", &self.held.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TotalOrder {
+    /// The mode of `node`, stamping from `wall`, a beacon at most every
+    /// `beacon_ns`.
+    pub fn new(node: NodeId, first_seq: Seq, wall: Wall, beacon_ns: u64) -> TotalOrder {
+        TotalOrder {
+            node,
+            group: 0,
+            clock: Hlc::new(wall),
+            stream: SendStream::new(first_seq),
+            beacon_ns,
+            senders: BTreeMap::new(),
+            departing: Vec::new(),
+            early: BTreeMap::new(),
+            joined_epoch: None,
+            awaiting: Vec::new(),
+            held: BTreeMap::new(),
+            held_bytes: 0,
+            own_held_bytes: 0,
+            partial: HashMap::new(),
+            advertised: 0,
+            demand: 0,
+            beacon_owed: false,
+            last_beacon_ns: None,
+            scratch: Vec::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Below or at this, nothing can arrive any more: None while a node of
+    /// the view has sent no stamp yet.
+    fn barrier(&mut self) -> Option<u64> {
+        let mut b = self.clock.floor();
+        for m in self.senders.values() {
+            b = b.min((*m)?);
+        }
+        Some(b)
+    }
+
+    /// Delivers what the barrier passed, in (stamp, node) order.
+    fn release(&mut self, out: &mut Out<'_>) {
+        let Some(barrier) = self.barrier() else {
+            return;
+        };
+        while let Some(entry) = self.held.first_entry() {
+            if entry.key().0 > barrier {
+                break;
+            }
+            let ((_, node), h) = entry.remove_entry();
+            self.held_bytes -= h.msg.len();
+            if node == self.node {
+                self.own_held_bytes -= h.msg.len();
+            }
+            self.counters.delivered += 1;
+            out(data_record(self.group, node, true, true), &h.msg, h.from);
+        }
+    }
+
+    fn hold(&mut self, ts: u64, node: NodeId, msg: Vec<u8>, from: Option<ClientId>) {
+        self.held_bytes += msg.len();
+        if node == self.node {
+            self.own_held_bytes += msg.len();
+        }
+        self.held.insert((ts, node), Held { msg, from });
+        self.counters.held_max = self.counters.held_max.max(self.held.len() as u64);
+    }
+
+    /// A stamp from `node` (a message's when `data`): false when it must be
+    /// dropped (a stamp that did not grow, or a node no longer waited on).
+    fn stamp_seen(&mut self, node: NodeId, ts: u64, epoch: u64, data: bool) -> bool {
+        let Some(largest) = self.senders.get_mut(&node) else {
+            if data {
+                self.counters.stale += 1;
+                return false;
+            }
+            let e = self.early.entry(node).or_insert((ts, epoch));
+            *e = (*e).max((ts, epoch));
+            return false;
+        };
+        if largest.is_some_and(|m| ts <= m) {
+            self.counters.malformed += 1;
+            return false;
+        }
+        *largest = Some(ts);
+        self.clock.witness(ts);
+        if data {
+            self.demand = self.demand.max(ts);
+        }
+        if self.joined_epoch.is_some_and(|j| epoch >= j) {
+            self.awaiting.retain(|&n| n != node);
+        }
+        true
+    }
+
+    /// Sends a beacon now. False when the window is full.
+    fn beacon(&mut self, cx: &mut ModeCx<'_>, now_ns: u64) -> Result<bool, EngineError> {
+        self.stream.ensure_open(cx)?;
+        let ts = self.clock.stamp();
+        encode(TAG_BEACON, ts, cx.view_epoch, &[], &mut self.scratch);
+        let sent = match cx.streams.publish(cx.group, &self.scratch) {
+            Ok(()) => true,
+            Err(PublishError::WouldBlock) => return Ok(false),
+            // Cannot happen to a stream open to the view (a beacon is
+            // small): counted, and tried again at the next interval.
+            Err(_) => false,
+        };
+        self.beacon_owed = false;
+        self.last_beacon_ns = Some(now_ns);
+        if sent {
+            self.advertised = ts;
+            self.counters.beacons_sent += 1;
+        } else {
+            self.counters.beacon_errors += 1;
+        }
+        Ok(sent)
+    }
+
+    /// True when others wait on this node's next stamp and the beacon
+    /// interval since the last has passed (or the view owes one).
+    fn beacon_due(&self, now_ns: u64) -> bool {
+        self.beacon_owed
+            || self.demand > self.advertised
+                && self
+                    .last_beacon_ns
+                    .is_none_or(|t| now_ns >= t + self.beacon_ns)
+    }
+}
+
+impl GroupMode for TotalOrder {
+    fn name(&self) -> &'static str {
+        "total"
+    }
+
+    /// Stamped, into the stream, and held here until the barrier passes it
+    /// (WouldBlock while this node joins, or holds too much of its own).
+    fn publish(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        from: ClientId,
+        msg: &[u8],
+        out: &mut Out<'_>,
+    ) -> Result<Published, EngineError> {
+        self.group = cx.group;
+        let full = self.own_held_bytes > 0 && self.own_held_bytes + msg.len() > MAX_OWN_HELD_BYTES;
+        if !self.awaiting.is_empty() || full {
+            self.counters.blocked += 1;
+            return Ok(Published::WouldBlock);
+        }
+        let ts = self.clock.stamp();
+        if !cx.remote.is_empty() {
+            self.stream.ensure_open(cx)?;
+            encode(TAG_DATA, ts, cx.view_epoch, msg, &mut self.scratch);
+            match cx.streams.publish(cx.group, &self.scratch) {
+                Ok(()) => self.advertised = ts,
+                Err(PublishError::WouldBlock) => return Ok(Published::WouldBlock),
+                Err(e) => {
+                    return Ok(Published::Dropped(format!(
+                        "a message for group {} was dropped: {e}",
+                        cx.group
+                    )))
+                }
+            }
+        }
+        self.counters.published += 1;
+        self.hold(ts, self.node, msg.to_vec(), Some(from));
+        self.release(out);
+        Ok(Published::Sent)
+    }
+
+    fn loops_back(&self) -> bool {
+        false
+    }
+
+    /// New nodes enter the barrier; departed ones stay in it until no
+    /// flush runs here. Every view is answered with a stamp of it: a node
+    /// that joined in it waits for one from every other node. A node's
+    /// first view starts that wait.
+    fn members_changed(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        added: &[NodeId],
+    ) -> Result<(), EngineError> {
+        self.stream.members_changed(cx, added)?;
+        self.group = cx.group;
+        if self.joined_epoch.is_none() {
+            self.joined_epoch = Some(cx.view_epoch);
+            self.awaiting = cx.remote.to_vec();
+        }
+        self.beacon_owed = !cx.remote.is_empty();
+        let remote = cx.remote;
+        for (&n, _) in self.senders.iter() {
+            if !remote.contains(&n) && !self.departing.contains(&n) {
+                self.departing.push(n);
+            }
+        }
+        for &n in remote {
+            if self.departing.contains(&n) {
+                // Back before its flush ended: a new member from here on.
+                self.departing.retain(|&d| d != n);
+                self.senders.remove(&n);
+            }
+            if !self.senders.contains_key(&n) {
+                let early = self.early.remove(&n);
+                self.senders.insert(n, early.map(|(ts, _)| ts));
+                if let Some((ts, epoch)) = early {
+                    self.clock.witness(ts);
+                    if self.joined_epoch.is_some_and(|j| epoch >= j) {
+                        self.awaiting.retain(|&a| a != n);
+                    }
+                }
+            }
+        }
+        self.awaiting.retain(|n| remote.contains(n));
+        Ok(())
+    }
+
+    fn resume_member(&mut self, cx: &mut ModeCx<'_>, to: NodeId) -> Result<bool, EngineError> {
+        self.stream.resume_member(cx, to)
+    }
+
+    /// A fragment of a remote node's stream: a beacon raises its stamp; a
+    /// message is held (whole) until the barrier passes it; then whatever
+    /// the barrier now passes is delivered.
+    fn deliver(&mut self, f: &Fragment<'_>, out: &mut Out<'_>) {
+        self.group = f.group;
+        let node = f.stream;
+        let complete = if f.first {
+            self.partial.remove(&node);
+            match decode(f.data) {
+                None => {
+                    self.counters.malformed += 1;
+                    None
+                }
+                Some(Opening::Beacon { ts, epoch }) => {
+                    self.counters.beacons_received += 1;
+                    self.stamp_seen(node, ts, epoch, false);
+                    None
+                }
+                Some(Opening::Data { ts, epoch, msg }) if f.last => Some((ts, epoch, msg.to_vec())),
+                Some(Opening::Data { ts, epoch, msg }) => {
+                    let msg = msg.to_vec();
+                    self.partial.insert(node, Partial { ts, epoch, msg });
+                    None
+                }
+            }
+        } else {
+            match self.partial.get_mut(&node) {
+                Some(p) => {
+                    p.msg.extend_from_slice(f.data);
+                    if f.last {
+                        let p = self.partial.remove(&node).expect("there");
+                        Some((p.ts, p.epoch, p.msg))
+                    } else {
+                        None
+                    }
+                }
+                None => {
+                    self.counters.malformed += 1;
+                    None
+                }
+            }
+        };
+        // A message counts for the barrier once whole: one stamped the same
+        // from a higher node must not pass it.
+        if let Some((ts, epoch, msg)) = complete {
+            if self.stamp_seen(node, ts, epoch, true) {
+                self.hold(ts, node, msg, None);
+            }
+        }
+        self.release(out);
+    }
+
+    fn poll_at(&self) -> Option<u64> {
+        if self.beacon_owed {
+            return Some(0);
+        }
+        (self.demand > self.advertised)
+            .then(|| self.last_beacon_ns.map_or(0, |t| t + self.beacon_ns))
+    }
+
+    fn wants_round(&self) -> bool {
+        !self.departing.is_empty()
+    }
+
+    /// Departed nodes leave the barrier once no flush runs; a beacon when
+    /// one is due; then what the barrier passes is delivered.
+    fn poll(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        now_ns: u64,
+        out: &mut Out<'_>,
+    ) -> Result<bool, EngineError> {
+        self.group = cx.group;
+        let mut work = false;
+        if cx.settled && !self.departing.is_empty() {
+            for d in std::mem::take(&mut self.departing) {
+                self.senders.remove(&d);
+                // A last message cut short: no survivor has it whole.
+                if self.partial.remove(&d).is_some() {
+                    self.counters.stale += 1;
+                }
+            }
+            work = true;
+        }
+        if cx.remote.is_empty() {
+            // Alone: nobody waits for this node's stamp.
+            self.beacon_owed = false;
+            self.advertised = self.advertised.max(self.demand);
+        } else if self.beacon_due(now_ns) {
+            work |= self.beacon(cx, now_ns)?;
+        }
+        let before = self.counters.delivered;
+        self.release(out);
+        Ok(work || self.counters.delivered != before)
+    }
+
+    fn send_idle(&self, streams: &dyn StreamOps, group: GroupId) -> bool {
+        streams.send_idle(group)
+    }
+
+    fn retire(&mut self, streams: &dyn StreamOps, group: GroupId) -> Option<Seq> {
+        streams.sender_position(group).map(|at| at.seq)
+    }
+
+    fn stats_json(&self) -> serde_json::Value {
+        let c = &self.counters;
+        let now = self.clock.peek();
+        let lag: BTreeMap<String, Option<u64>> = self
+            .senders
+            .iter()
+            .map(|(n, m)| (n.to_string(), m.map(|m| now.saturating_sub(m) / 1_000)))
+            .collect();
+        json!({
+            "mode": self.name(),
+            "sender_open": self.stream.is_open(),
+            "held": self.held.len(),
+            "held_bytes": self.held_bytes,
+            "own_held_bytes": self.own_held_bytes,
+            "barrier_lag_us": lag,
+            "awaiting": self.awaiting,
+            "departing": self.departing,
+            "published": c.published,
+            "delivered": c.delivered,
+            "beacons_sent": c.beacons_sent,
+            "beacons_received": c.beacons_received,
+            "blocked": c.blocked,
+            "malformed": c.malformed,
+            "stale": c.stale,
+            "beacon_errors": c.beacon_errors,
+            "held_max": c.held_max,
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "total_tests.rs"]
+mod tests;

@@ -1,0 +1,262 @@
+//! Unit tests of the total-order mode: one node's mode, driven by hand.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use super::*;
+use crate::daemon::mode::fake::Fake;
+
+const GROUP: GroupId = 4;
+
+/// One node's mode with its engine streams, view and wall clock.
+struct Rig {
+    mode: TotalOrder,
+    streams: Fake,
+    remote: Vec<NodeId>,
+    view_epoch: u64,
+    settled: bool,
+    wall: Rc<Cell<u64>>,
+    /// Delivered here: (source, message, the client it skipped).
+    got: Vec<(NodeId, Vec<u8>, Option<ClientId>)>,
+}
+
+impl Rig {
+    fn new(node: NodeId, remote: &[NodeId]) -> Rig {
+        let wall = Rc::new(Cell::new(1_000));
+        let w = Rc::clone(&wall);
+        let mut r = Rig {
+            mode: TotalOrder::new(node, Seq(0), Box::new(move || w.get()), 100),
+            streams: Fake::default(),
+            remote: remote.to_vec(),
+            view_epoch: 1,
+            settled: true,
+            wall,
+            got: Vec::new(),
+        };
+        let added = r.remote.clone();
+        r.call(|m, cx, _| m.members_changed(cx, &added).unwrap());
+        r
+    }
+
+    fn call<R>(
+        &mut self,
+        f: impl FnOnce(&mut TotalOrder, &mut ModeCx<'_>, &mut Out<'_>) -> R,
+    ) -> R {
+        let mut outbox = Vec::new();
+        let mut cx = ModeCx {
+            group: GROUP,
+            node: 1,
+            epoch: 1,
+            remote: &self.remote,
+            root: Some(1),
+            settled: self.settled,
+            view_epoch: self.view_epoch,
+            streams: &mut self.streams,
+            outbox: &mut outbox,
+        };
+        let got = &mut self.got;
+        f(&mut self.mode, &mut cx, &mut |hdr, data, except| {
+            got.push((hdr.source, data.to_vec(), except))
+        })
+    }
+
+    fn publish(&mut self, msg: &[u8]) -> Published {
+        self.call(|m, cx, out| m.publish(cx, ClientId(7), msg, out).unwrap())
+    }
+
+    fn poll(&mut self, now: u64) -> bool {
+        self.call(|m, cx, out| m.poll(cx, now, out).unwrap())
+    }
+
+    fn fragment(&mut self, from: NodeId, first: bool, last: bool, data: &[u8]) {
+        let f = Fragment {
+            group: GROUP,
+            stream: from,
+            seq: Seq(0),
+            first,
+            last,
+            data,
+        };
+        self.call(|m, _, out| m.deliver(&f, out));
+    }
+
+    fn data(&mut self, from: NodeId, ts: u64, msg: &[u8]) {
+        let mut buf = Vec::new();
+        encode(TAG_DATA, ts, 1, msg, &mut buf);
+        self.fragment(from, true, true, &buf);
+    }
+
+    fn beacon(&mut self, from: NodeId, ts: u64, epoch: u64) {
+        let mut buf = Vec::new();
+        encode(TAG_BEACON, ts, epoch, &[], &mut buf);
+        self.fragment(from, true, true, &buf);
+    }
+
+    /// The messages delivered, as text.
+    fn texts(&self) -> Vec<String> {
+        self.got
+            .iter()
+            .map(|(n, m, _)| format!("{n}:{}", String::from_utf8_lossy(m)))
+            .collect()
+    }
+
+    /// What this node sent in its stream: (tag, stamp).
+    fn sent(&self) -> Vec<(u8, u64)> {
+        self.streams
+            .published
+            .iter()
+            .map(|b| (b[0], u64::from_be_bytes(b[1..9].try_into().unwrap())))
+            .collect()
+    }
+}
+
+#[test]
+fn messages_are_delivered_in_stamp_order_once_every_node_has_stamped_past_them() {
+    let mut r = Rig::new(1, &[2, 3]);
+    r.beacon(2, 10, 1);
+    r.beacon(3, 10, 1);
+    // Node 3's stream brings a later message before node 2's earlier one.
+    r.data(3, 60, b"c");
+    assert!(r.got.is_empty(), "node 2 may still send below 60");
+    r.data(2, 50, b"b");
+    assert_eq!(r.texts(), ["2:b"], "50 is below both nodes' stamps");
+    // Same stamp from two nodes: the lower node first.
+    r.data(2, 60, b"b2");
+    assert_eq!(r.texts(), ["2:b", "2:b2", "3:c"]);
+    // A stamp far ahead of this node's clock: the clock follows it, so the
+    // node's own bound never holds back what others stamped.
+    r.wall.set(100);
+    r.beacon(2, 5_000, 1);
+    r.data(3, 4_000, b"d");
+    assert_eq!(r.texts(), ["2:b", "2:b2", "3:c", "3:d"]);
+}
+
+#[test]
+fn a_joining_node_sends_no_message_before_every_node_has_stamped_in_its_view() {
+    let mut r = Rig::new(1, &[2, 3]);
+    assert_eq!(r.publish(b"x"), Published::WouldBlock);
+    // Its first beacon goes at once, so nobody waits for it.
+    assert!(r.poll(0));
+    assert_eq!(r.sent().len(), 1);
+    assert_eq!(r.sent()[0].0, TAG_BEACON);
+    // A stamp from an earlier view does not count; one from this view does.
+    r.view_epoch = 1;
+    r.beacon(2, 10, 0);
+    r.beacon(3, 11, 1);
+    assert_eq!(r.publish(b"x"), Published::WouldBlock);
+    r.beacon(2, 12, 1);
+    assert_eq!(r.publish(b"x"), Published::Sent);
+    let (tag, ts) = r.sent()[1];
+    assert_eq!(tag, TAG_DATA);
+    assert!(ts > 12, "stamped after every stamp seen: {ts}");
+    // Held until both others have stamped past it; its publisher skipped.
+    assert!(r.got.is_empty());
+    r.beacon(2, ts + 1, 1);
+    r.beacon(3, ts + 1, 1);
+    assert_eq!(r.got, [(1, b"x".to_vec(), Some(ClientId(7)))]);
+}
+
+#[test]
+fn beacons_go_only_while_others_wait_and_at_most_once_an_interval() {
+    let mut r = Rig::new(1, &[2]);
+    r.poll(0);
+    r.beacon(2, 10, 1);
+    let sent = r.sent().len();
+    // Nothing waits: no beacon however long the node is idle.
+    assert!(!r.poll(1_000_000));
+    assert_eq!(r.mode.poll_at(), None);
+    // A message from node 2 waits for this node's stamp: a beacon at once
+    // (the last was long ago) that passes it.
+    r.data(2, 2_000, b"m");
+    assert_eq!(r.mode.poll_at(), Some(100));
+    assert!(r.poll(1_000_000));
+    assert_eq!(r.sent().len(), sent + 1);
+    assert!(r.sent()[sent].1 > 2_000);
+    // The next waits for the interval.
+    r.data(2, 3_000, b"n");
+    assert_eq!(r.mode.poll_at(), Some(1_000_100));
+    r.poll(1_000_050);
+    assert_eq!(r.sent().len(), sent + 1);
+    r.poll(1_000_100);
+    assert_eq!(r.sent().len(), sent + 2);
+    // This node's own message is a stamp too: no beacon after it.
+    r.beacon(2, 4_000, 1);
+    assert_eq!(r.publish(b"o"), Published::Sent);
+    assert_eq!(r.mode.poll_at(), None);
+}
+
+#[test]
+fn a_departed_node_holds_the_barrier_until_its_flush_is_over() {
+    let mut r = Rig::new(1, &[2, 3]);
+    r.beacon(2, 10, 1);
+    r.beacon(3, 10, 1);
+    r.data(2, 40, b"a");
+    assert!(r.got.is_empty());
+    // Node 3 leaves; a flush runs: its last messages may still come.
+    r.remote = vec![2];
+    r.view_epoch = 2;
+    r.settled = false;
+    r.call(|m, cx, _| m.members_changed(cx, &[]).unwrap());
+    r.poll(0);
+    assert!(r.got.is_empty());
+    r.data(3, 30, b"z");
+    assert_eq!(r.texts(), ["3:z"], "below 30 nothing else can come");
+    // The flush is over: node 3 no longer holds anyone back.
+    r.settled = true;
+    assert!(r.mode.wants_round());
+    r.poll(0);
+    assert_eq!(r.texts(), ["3:z", "2:a"]);
+    assert!(!r.mode.wants_round());
+    // What node 3 sends now is not delivered.
+    r.data(3, 50, b"late");
+    assert_eq!(r.got.len(), 2);
+    assert_eq!(r.mode.stats_json()["stale"], 1);
+}
+
+#[test]
+fn a_fragmented_message_counts_for_the_barrier_only_once_whole() {
+    let mut r = Rig::new(1, &[2, 3]);
+    r.beacon(2, 10, 1);
+    r.beacon(3, 10, 1);
+    let mut first = Vec::new();
+    encode(TAG_DATA, 60, 1, b"big-", &mut first);
+    r.fragment(2, true, false, &first);
+    // Node 3's message at the same stamp comes after node 2's.
+    r.data(3, 60, b"small");
+    r.beacon(3, 70, 1);
+    assert!(r.got.is_empty(), "node 2's message at 60 is not whole yet");
+    r.fragment(2, false, true, b"message");
+    assert_eq!(r.texts(), ["2:big-message", "3:small"]);
+}
+
+#[test]
+fn stamps_that_do_not_grow_and_bad_headers_are_dropped_and_counted() {
+    let mut r = Rig::new(1, &[2]);
+    r.beacon(2, 10, 1);
+    r.data(2, 20, b"a");
+    r.data(2, 20, b"again");
+    r.data(2, 15, b"back");
+    r.fragment(2, true, true, b"short");
+    r.fragment(2, false, true, b"no first");
+    assert_eq!(r.mode.stats_json()["malformed"], 4);
+    r.beacon(2, 30, 1);
+    assert_eq!(r.texts(), ["2:a"]);
+}
+
+#[test]
+fn a_node_alone_delivers_its_own_at_once_and_holds_at_most_its_bound() {
+    let mut r = Rig::new(1, &[]);
+    assert_eq!(r.publish(b"solo"), Published::Sent);
+    assert_eq!(r.got, [(1, b"solo".to_vec(), Some(ClientId(7)))]);
+    assert!(r.streams.published.is_empty());
+    // With a silent other node, own messages are held up to the bound.
+    let mut r = Rig::new(1, &[2]);
+    r.beacon(2, 10, 1);
+    let big = vec![0u8; MAX_OWN_HELD_BYTES / 2];
+    assert_eq!(r.publish(&big), Published::Sent);
+    assert_eq!(r.publish(&big), Published::Sent);
+    assert_eq!(r.publish(b"one more"), Published::WouldBlock);
+    r.beacon(2, u64::MAX / 2, 1);
+    assert_eq!(r.got.len(), 2);
+    assert_eq!(r.publish(b"one more"), Published::Sent);
+}
