@@ -25,6 +25,7 @@ mod path;
 mod soak;
 mod sweep;
 mod table;
+mod total;
 mod xdp;
 
 #[derive(Parser, Debug)]
@@ -46,6 +47,7 @@ mod xdp;
         mcast-bench xdp --json xdp.json          # as root\n  \
         mcast-bench path --receivers 1,4 --loss 0,0.01   # as root, mcastd built beside it\n  \
         mcast-bench order --receivers 3             # as root: the sequenced mode's cost\n  \
+        mcast-bench total --senders 4               # as root: total order against fifo and the sequencer\n  \
         mcast-bench paper --out target/bench-paper  # as root"
 )]
 struct Cli {
@@ -236,6 +238,41 @@ enum Command {
         #[arg(long, value_name = "LINE")]
         daemon_config: Option<String>,
     },
+    /// Real kernel, needs root: what one order costs when every member sends (issue 20).
+    /// Starts a cluster of S nodes, each with a publisher and a subscriber, again and again,
+    /// alternately with `mode = "fifo"`, `mode = "total"` (one order from timestamps, no
+    /// sequencer) and `mode = "sequenced"` (the fixed sequencer: every message through the
+    /// root); measures all senders' goodput at the slowest subscriber (every message checked,
+    /// and in the ordered modes every subscriber's whole sequence the same) and the one-way
+    /// latency of paced messages (p50, p99, p99.9); prints total/fifo and total/sequenced.
+    /// Needs mcastd built beside mcast-bench.
+    Total {
+        /// Nodes (2 to 6), each with a publisher and a subscriber.
+        #[arg(long, default_value_t = 4)]
+        senders: usize,
+        /// Message size (24 to 8,192 bytes).
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        /// Messages per publisher per goodput run.
+        #[arg(long, default_value_t = 50_000)]
+        messages: u64,
+        /// Cluster starts per mode (the modes alternate).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Messages/s per publisher in the paced latency runs.
+        #[arg(long, default_value_t = 10_000)]
+        rate: u64,
+        /// Messages per publisher per paced latency run.
+        #[arg(long, default_value_t = 10_000)]
+        paced_messages: u64,
+        /// A line added to every node's mcastd.toml, e.g. "beacon_us = 50" (repeatable), to
+        /// try a setting; the defaults are what users get.
+        #[arg(long, value_name = "TOML_LINE")]
+        daemon_config: Vec<String>,
+        /// Also write every start's figures to this JSON file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<String>,
+    },
     /// Real kernel, needs root: what one order for every member costs through mcastd. Starts
     /// the same cluster (R subscriber nodes, the first of them the group's root, and a publisher
     /// on one more node) again and again, alternately with `mode = "fifo"` and `mode =
@@ -413,6 +450,7 @@ fn main() -> ExitCode {
             | Command::Auth { .. }
             | Command::Batch { .. }
             | Command::Order { .. }
+            | Command::Total { .. }
             | Command::Hops { .. }
     ) {
         if let Err(e) = clean_up_on_signals() {
@@ -529,6 +567,27 @@ fn main() -> ExitCode {
                     repeat,
                     rate,
                     paced_messages,
+                },
+                json.as_deref(),
+            ),
+            Command::Total {
+                senders,
+                size,
+                messages,
+                repeat,
+                rate,
+                paced_messages,
+                daemon_config,
+                json,
+            } => total::run(
+                &total::TotalConfig {
+                    senders,
+                    size,
+                    messages,
+                    repeat,
+                    rate,
+                    paced_messages,
+                    daemon_config,
                 },
                 json.as_deref(),
             ),

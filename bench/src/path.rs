@@ -307,7 +307,7 @@ fn message(i: u64, len: usize) -> Vec<u8> {
 }
 
 /// Writes message `i` into `m` (reusing its allocation).
-fn write_message(m: &mut Vec<u8>, i: u64, len: usize) {
+pub(crate) fn write_message(m: &mut Vec<u8>, i: u64, len: usize) {
     m.clear();
     m.extend_from_slice(&i.to_be_bytes());
     m.extend((0..len - 8).map(|k| filler(i, k)));
@@ -322,7 +322,7 @@ fn filler(i: u64, k: usize) -> u8 {
 /// compiler vectorizes it: on two shared vCPUs a byte-at-a-time check of
 /// four subscribers' messages took a tenth of the host at 64 B, CPU the
 /// path under test needs.
-fn is_message(data: &[u8], i: u64, len: usize) -> bool {
+pub(crate) fn is_message(data: &[u8], i: u64, len: usize) -> bool {
     data.len() == len
         && data[..8] == i.to_be_bytes()
         && data[8..]

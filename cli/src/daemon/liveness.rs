@@ -34,8 +34,12 @@ const UNRESPONSIVE_CHECK_NS: u64 = 10_000_000;
 pub(super) struct Live {
     pub(super) tracker: Liveness,
     pub(super) events: Vec<LiveEvent>,
-    /// When the send streams are next asked for unresponsive members (ns).
+    /// When the send streams are next asked for unresponsive members, and
+    /// the receive streams for the frames that came (ns).
     next_unresponsive_check: u64,
+    /// Per node, its frames received in the receive streams at the last
+    /// check ([`Engine::frames_from`](mcast_engine::Engine::frames_from)).
+    frames_from: Vec<(NodeId, u64)>,
     /// The clients' joins after a rejoin.
     pub(super) rejoins: Rejoins,
 }
@@ -115,6 +119,7 @@ impl Live {
             tracker: Liveness::new(incarnation, &peers, dcfg, mcast_engine::sys::monotonic_ns()),
             events: Vec::new(),
             next_unresponsive_check: 0,
+            frames_from: Vec::new(),
             rejoins: Rejoins::default(),
         }
     }
@@ -137,6 +142,18 @@ impl<T: Transport> Daemon<T> {
         }
         if now >= self.live.next_unresponsive_check {
             self.live.next_unresponsive_check = now + UNRESPONSIVE_CHECK_NS;
+            // A node whose stream frames keep coming is alive, whatever its
+            // beats do: under a full load they may come late or be dropped
+            // with the data (protocol.md §6.0).
+            let mut frames = Vec::new();
+            self.engine.frames_from(&mut frames);
+            for &(n, count) in &frames {
+                let before = self.live.frames_from.iter().find(|(m, _)| *m == n);
+                if before.is_some_and(|&(_, c)| c != count) {
+                    self.live.tracker.heard(n, now);
+                }
+            }
+            self.live.frames_from = frames;
             let mut silent = Vec::new();
             self.engine.unresponsive(UNANSWERED_REQUESTS, &mut silent);
             for (group, n) in silent {

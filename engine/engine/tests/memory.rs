@@ -433,3 +433,42 @@ fn a_poll_stops_sending_to_read_frames_that_wait() {
     }
     assert_eq!(got, (0..600).collect::<Vec<_>>());
 }
+
+#[test]
+fn frames_from_counts_each_senders_stream_frames_for_the_failure_detector() {
+    let seg = MemorySegment::new();
+    let engine = |node: NodeId, peers: &[NodeId]| {
+        let mut cfg = EngineConfig::new(node, GROUP, Algorithm::Mak);
+        cfg.batch_messages = false; // a frame a message
+        cfg.peers = peers.iter().map(|&p| (p, node_mac(p))).collect();
+        Engine::new(port(&seg, node), cfg).expect("engine")
+    };
+    let (mut s, mut r) = (engine(SENDER, &[11]), engine(11, &[SENDER]));
+    s.open_sender(&[11]).unwrap();
+    r.open_receiver(SENDER).unwrap();
+    let mut counts = Vec::new();
+    r.frames_from(&mut counts);
+    assert_eq!(counts, [(SENDER, 0)], "a stream, nothing from it yet");
+    for i in 0..20u32 {
+        s.publish(&i.to_be_bytes()).unwrap();
+    }
+    let mut got = 0;
+    for _ in 0..1_000 {
+        s.poll().unwrap();
+        r.poll().unwrap();
+        while r.recv_message().is_some() {
+            got += 1;
+        }
+        if got == 20 && s.send_idle() {
+            break;
+        }
+    }
+    assert_eq!(got, 20);
+    r.frames_from(&mut counts);
+    let (node, n) = counts[0];
+    assert_eq!(node, SENDER);
+    assert!(n >= 20, "every data frame counts: {n}");
+    // The sender receives no stream: nothing to say about its peer.
+    s.frames_from(&mut counts);
+    assert!(counts.is_empty());
+}

@@ -338,6 +338,24 @@ impl<T: Transport> Engine<T> {
         }
     }
 
+    /// For each node whose stream this node receives, in any group: how
+    /// many of its frames have arrived (data, repeats, ACK requests and
+    /// position adverts), summed over its streams. A count that moves says
+    /// the node is alive: evidence for the caller's failure detector, whose
+    /// beats a node busy sending may be late with.
+    pub fn frames_from(&self, out: &mut Vec<(NodeId, u64)>) {
+        out.clear();
+        for r in self.groups.iter().flat_map(|g| &g.receivers) {
+            let c = r.machine.counters();
+            let n =
+                c.data_received + c.duplicates_dropped + c.ack_reqs_received + c.adverts_received;
+            match out.iter_mut().find(|(node, _)| *node == r.sender) {
+                Some((_, sum)) => *sum += n,
+                None => out.push((r.sender, n)),
+            }
+        }
+    }
+
     /// Pauses (or resumes) `group`'s delivery: while paused, its data frames
     /// are dropped on arrival (and counted), so nothing more is delivered
     /// and its senders, missing this node's acknowledgments, hold back. On
