@@ -472,3 +472,62 @@ fn frames_from_counts_each_senders_stream_frames_for_the_failure_detector() {
     s.frames_from(&mut counts);
     assert!(counts.is_empty());
 }
+
+/// Data frame `seq` of SENDER's stream (one message, its number), from `raw`.
+fn data_frame(raw: &mut MemoryTransport, seq: u32) {
+    let mut h = Header::new(Kind::Data);
+    (h.flags, h.group, h.src, h.epoch, h.seq) = (Flags::WHOLE, GROUP, SENDER, 1, Seq(seq));
+    send_raw(raw, group_mac(GROUP), &h, &seq.to_be_bytes(), &|_| {});
+}
+
+#[test]
+fn a_receiver_short_of_frames_keeps_the_one_it_delivers_next_and_drops_those_that_would_wait() {
+    let seg = MemorySegment::new();
+    let mut cfg = EngineConfig::new(11, GROUP, Algorithm::Mak);
+    cfg.window_frames = 63; // a receive window the size of the pool
+    let mut rx = Engine::new(seg.port(node_mac(11), 64, 2048, 1024), cfg).expect("engine");
+    rx.open_receiver(SENDER).expect("receiver");
+    let mut raw = seg.port(node_mac(SENDER), 256, 2048, 1024);
+    // Frame 0 is lost; 1..63 come and wait for it.
+    for seq in 1..63 {
+        data_frame(&mut raw, seq);
+        rx.poll().expect("poll");
+    }
+    let c = rx.stats();
+    assert!(
+        c.engine.rx_dropped_scarce > 0,
+        "the waiting frames stop before the pool is gone: {:?}",
+        c.engine
+    );
+    assert!(c.frames.free >= 64 / 4 - 1, "{:?}", c.frames);
+    // So frame 0 can still be received: it and the frames kept after it
+    // are delivered.
+    data_frame(&mut raw, 0);
+    let mut got = Vec::new();
+    for _ in 0..10 {
+        rx.poll().expect("poll");
+        while let Some(m) = rx.recv_message() {
+            got.push(u32::from_be_bytes(m.data[..].try_into().unwrap()));
+        }
+    }
+    let kept = 63 - c.engine.rx_dropped_scarce as u32;
+    assert_eq!(got, (0..kept).collect::<Vec<_>>());
+}
+
+#[test]
+fn publishing_leaves_a_quarter_of_the_frames_for_receiving() {
+    let seg = MemorySegment::new();
+    let mut cfg = EngineConfig::new(SENDER, GROUP, Algorithm::Mak);
+    (cfg.window_frames, cfg.max_queued_frames, cfg.batch_messages) = (128, 250, false);
+    cfg.peers = vec![(11, node_mac(11))];
+    let mut s = Engine::new(seg.port(node_mac(SENDER), 256, 2048, 1024), cfg).expect("engine");
+    s.open_sender(&[11]).unwrap();
+    let mut published = 0;
+    while s.publish(b"m").is_ok() {
+        published += 1;
+    }
+    let c = s.stats();
+    assert_eq!(c.engine.publish_rx_reserve, 1, "{:?}", c.engine);
+    assert!(c.frames.free >= 256 / 4, "{:?}", c.frames);
+    assert!(published >= 256 / 2, "{published}");
+}

@@ -498,6 +498,10 @@ impl Endpoint for AckReceiver {
         self.rx.held()
     }
 
+    fn next_expected(&self) -> Option<Seq> {
+        Some(self.rx.next_expected())
+    }
+
     fn release_all(&mut self) {
         self.rx.release_all(&mut self.events);
     }

@@ -158,6 +158,9 @@ macro_rules! endpoint_by_delegation {
             fn held_buffers(&self) -> usize {
                 delegate!(self, e => e.held_buffers())
             }
+            fn next_expected(&self) -> Option<Seq> {
+                delegate!(self, e => Endpoint::next_expected(e))
+            }
             fn group_rtt(&self) -> Option<crate::Duration> {
                 delegate!(self, e => e.group_rtt())
             }

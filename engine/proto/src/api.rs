@@ -259,6 +259,14 @@ pub trait Endpoint {
     }
     /// Buffers this machine holds now (for the driver's conservation checks).
     fn held_buffers(&self) -> usize;
+    /// A receiving machine: the sequence number it delivers next (the
+    /// frame that, arriving, is delivered at once with the buffered frames
+    /// after it). The driver short of buffers keeps that one and drops
+    /// frames that would only wait (a repair brings them again). `None`
+    /// for senders.
+    fn next_expected(&self) -> Option<Seq> {
+        None
+    }
     /// Shutdown: hands back every buffer the machine still holds, as
     /// [`Event::Release`] (each exactly once), and forgets the stream's state.
     fn release_all(&mut self);

@@ -719,7 +719,14 @@ fn run(kind: Kind, seed: u64) -> Result<(), String> {
             ),
         ));
     }
-    w.check().map_err(|e| fail(&w, e))
+    w.check().map_err(|e| {
+        let modes: Vec<String> = w
+            .nodes
+            .iter()
+            .map(|(id, n)| format!("{id}: {}", n.mode.stats_json()))
+            .collect();
+        fail(&w, format!("{e}\nthe modes at the end: {modes:#?}"))
+    })
 }
 
 #[test]

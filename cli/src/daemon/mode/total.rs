@@ -41,8 +41,11 @@ use crate::daemon::deliver::data_record;
 pub const HEADER_LEN: usize = 1 + 8 + 8;
 /// A message and its stamp.
 const TAG_DATA: u8 = b'T';
-/// A stamp alone.
+/// A stamp alone, and the highest stamp of a message its sender holds
+/// waiting (u64 after the header; 0: none).
 const TAG_BEACON: u8 = b'B';
+/// Bytes of a beacon.
+const BEACON_LEN: usize = HEADER_LEN + 8;
 /// The default beacon interval: at most one beacon per interval from a
 /// node, and only while others' messages wait for it.
 pub const DEFAULT_BEACON_NS: u64 = 100_000;
@@ -54,7 +57,7 @@ pub const MAX_OWN_HELD_BYTES: usize = 4 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Opening<'a> {
     Data { ts: u64, epoch: u64, msg: &'a [u8] },
-    Beacon { ts: u64, epoch: u64 },
+    Beacon { ts: u64, epoch: u64, wants: u64 },
 }
 
 /// `msg` with its header, into `out` (cleared).
@@ -79,7 +82,11 @@ fn decode(buf: &[u8]) -> Option<Opening<'_>> {
             epoch,
             msg: &buf[HEADER_LEN..],
         }),
-        TAG_BEACON if buf.len() == HEADER_LEN => Some(Opening::Beacon { ts, epoch }),
+        TAG_BEACON if buf.len() == BEACON_LEN => Some(Opening::Beacon {
+            ts,
+            epoch,
+            wants: u64::from_be_bytes(buf[HEADER_LEN..].try_into().expect("8 bytes")),
+        }),
         _ => None,
     }
 }
@@ -158,6 +165,11 @@ pub struct TotalOrder {
     beacon_owed: bool,
     /// When the last beacon went (monotonic ns).
     last_beacon_ns: Option<u64>,
+    /// The oldest held message and since when it has been the oldest
+    /// (monotonic ns): one held two beacon intervals is stuck.
+    oldest: Option<((u64, NodeId), u64)>,
+    /// The largest `wants` this node's beacons said.
+    wanted: u64,
     scratch: Vec<u8>,
     counters: Counters,
 }
@@ -195,6 +207,8 @@ impl TotalOrder {
             demand: 0,
             beacon_owed: false,
             last_beacon_ns: None,
+            oldest: None,
+            wanted: 0,
             scratch: Vec::new(),
             counters: Counters::default(),
         }
@@ -260,16 +274,40 @@ impl TotalOrder {
             self.demand = self.demand.max(ts);
         }
         if self.joined_epoch.is_some_and(|j| epoch >= j) {
-            self.awaiting.retain(|&n| n != node);
+            self.stop_awaiting(|&n| n != node);
         }
         true
+    }
+
+    /// Keeps awaiting the nodes `keep` says. When the wait ends, a beacon
+    /// is owed: stamped above every member's stamp of the joining view,
+    /// so above every message a member sent before it counted this node
+    /// (those are not in this node's part of the streams, so no demand
+    /// here would ever say the members hold them waiting for it).
+    fn stop_awaiting(&mut self, keep: impl FnMut(&NodeId) -> bool) {
+        let waited = !self.awaiting.is_empty();
+        self.awaiting.retain(keep);
+        if waited && self.awaiting.is_empty() {
+            self.beacon_owed = true;
+        }
     }
 
     /// Sends a beacon now. False when the window is full.
     fn beacon(&mut self, cx: &mut ModeCx<'_>, now_ns: u64) -> Result<bool, EngineError> {
         self.stream.ensure_open(cx)?;
         let ts = self.clock.stamp();
-        encode(TAG_BEACON, ts, cx.view_epoch, &[], &mut self.scratch);
+        let wants = if self.stuck(now_ns) {
+            self.held_max()
+        } else {
+            0
+        };
+        encode(
+            TAG_BEACON,
+            ts,
+            cx.view_epoch,
+            &wants.to_be_bytes(),
+            &mut self.scratch,
+        );
         let sent = match cx.streams.publish(cx.group, &self.scratch) {
             Ok(()) => true,
             Err(PublishError::WouldBlock) => return Ok(false),
@@ -281,6 +319,7 @@ impl TotalOrder {
         self.last_beacon_ns = Some(now_ns);
         if sent {
             self.advertised = ts;
+            self.wanted = self.wanted.max(wants);
             self.counters.beacons_sent += 1;
         } else {
             self.counters.beacon_errors += 1;
@@ -291,11 +330,39 @@ impl TotalOrder {
     /// True when others wait on this node's next stamp and the beacon
     /// interval since the last has passed (or the view owes one).
     fn beacon_due(&self, now_ns: u64) -> bool {
-        self.beacon_owed
-            || self.demand > self.advertised
-                && self
-                    .last_beacon_ns
-                    .is_none_or(|t| now_ns >= t + self.beacon_ns)
+        let waited = self
+            .last_beacon_ns
+            .is_none_or(|t| now_ns >= t + self.beacon_ns);
+        self.beacon_owed || waited && (self.demand > self.advertised || self.wants_more(now_ns))
+    }
+
+    /// The highest stamp held here (0: none).
+    fn held_max(&self) -> u64 {
+        self.held.last_key_value().map_or(0, |((ts, _), _)| *ts)
+    }
+
+    /// The oldest held message has waited two beacon intervals: the node
+    /// holding the barrier back may not know it is waited for (it never
+    /// saw those messages: sent before its part of the streams began, or by
+    /// a node that left), so this node's beacon says what it waits for.
+    fn stuck(&self, now_ns: u64) -> bool {
+        self.oldest
+            .is_some_and(|(_, since)| now_ns >= since + 2 * self.beacon_ns)
+    }
+
+    /// Stuck, with more held than this node's beacons have asked for.
+    fn wants_more(&self, now_ns: u64) -> bool {
+        self.held_max() > self.wanted && self.stuck(now_ns)
+    }
+
+    /// Notes the oldest held message at `now_ns`.
+    fn watch_oldest(&mut self, now_ns: u64) {
+        let first = self.held.first_key_value().map(|(k, _)| *k);
+        self.oldest = match (first, self.oldest) {
+            (Some(k), Some((o, since))) if k == o => Some((o, since)),
+            (Some(k), _) => Some((k, now_ns)),
+            (None, _) => None,
+        };
     }
 }
 
@@ -378,12 +445,12 @@ impl GroupMode for TotalOrder {
                 if let Some((ts, epoch)) = early {
                     self.clock.witness(ts);
                     if self.joined_epoch.is_some_and(|j| epoch >= j) {
-                        self.awaiting.retain(|&a| a != n);
+                        self.stop_awaiting(|&a| a != n);
                     }
                 }
             }
         }
-        self.awaiting.retain(|n| remote.contains(n));
+        self.stop_awaiting(|n| remote.contains(n));
         Ok(())
     }
 
@@ -404,8 +471,12 @@ impl GroupMode for TotalOrder {
                     self.counters.malformed += 1;
                     None
                 }
-                Some(Opening::Beacon { ts, epoch }) => {
+                Some(Opening::Beacon { ts, epoch, wants }) => {
                     self.counters.beacons_received += 1;
+                    // A node holds messages up to `wants` waiting: for this
+                    // node's stamp too, perhaps.
+                    self.demand = self.demand.max(wants);
+                    self.clock.witness(wants);
                     self.stamp_seen(node, ts, epoch, false);
                     None
                 }
@@ -447,8 +518,18 @@ impl GroupMode for TotalOrder {
         if self.beacon_owed {
             return Some(0);
         }
-        (self.demand > self.advertised)
-            .then(|| self.last_beacon_ns.map_or(0, |t| t + self.beacon_ns))
+        let next_beacon = self.last_beacon_ns.map_or(0, |t| t + self.beacon_ns);
+        let demand = (self.demand > self.advertised).then_some(next_beacon);
+        // Held messages are watched until they pass or this node has said
+        // what it waits for.
+        let watch = (self.held_max() > self.wanted).then(|| match self.oldest {
+            None => 0,
+            Some((_, since)) => (since + 2 * self.beacon_ns).max(next_beacon),
+        });
+        match (demand, watch) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn wants_round(&self) -> bool {
@@ -475,6 +556,9 @@ impl GroupMode for TotalOrder {
             }
             work = true;
         }
+        let before = self.counters.delivered;
+        self.release(out);
+        self.watch_oldest(now_ns);
         if cx.remote.is_empty() {
             // Alone: nobody waits for this node's stamp.
             self.beacon_owed = false;
@@ -482,8 +566,6 @@ impl GroupMode for TotalOrder {
         } else if self.beacon_due(now_ns) {
             work |= self.beacon(cx, now_ns)?;
         }
-        let before = self.counters.delivered;
-        self.release(out);
         Ok(work || self.counters.delivered != before)
     }
 

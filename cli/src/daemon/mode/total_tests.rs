@@ -87,8 +87,13 @@ impl Rig {
     }
 
     fn beacon(&mut self, from: NodeId, ts: u64, epoch: u64) {
+        self.beacon_wanting(from, ts, epoch, 0);
+    }
+
+    /// A beacon from a node that holds messages up to `wants` waiting.
+    fn beacon_wanting(&mut self, from: NodeId, ts: u64, epoch: u64, wants: u64) {
         let mut buf = Vec::new();
-        encode(TAG_BEACON, ts, epoch, &[], &mut buf);
+        encode(TAG_BEACON, ts, epoch, &wants.to_be_bytes(), &mut buf);
         self.fragment(from, true, true, &buf);
     }
 
@@ -161,7 +166,12 @@ fn beacons_go_only_while_others_wait_and_at_most_once_an_interval() {
     let mut r = Rig::new(1, &[2]);
     r.poll(0);
     r.beacon(2, 10, 1);
+    // The joining node's wait is over: a stamp above everything the
+    // others may hold for it.
+    assert!(r.poll(0));
     let sent = r.sent().len();
+    assert_eq!(sent, 2);
+    assert!(r.sent()[1].1 > 10);
     // Nothing waits: no beacon however long the node is idle.
     assert!(!r.poll(1_000_000));
     assert_eq!(r.mode.poll_at(), None);
@@ -179,10 +189,56 @@ fn beacons_go_only_while_others_wait_and_at_most_once_an_interval() {
     assert_eq!(r.sent().len(), sent + 1);
     r.poll(1_000_100);
     assert_eq!(r.sent().len(), sent + 2);
-    // This node's own message is a stamp too: no beacon after it.
+    // This node's own message is a stamp too: no beacon after it (it is
+    // watched while it waits, below).
     r.beacon(2, 4_000, 1);
+    let before = r.sent().len();
     assert_eq!(r.publish(b"o"), Published::Sent);
+    assert_eq!(r.sent().len(), before + 1);
+    r.poll(2_000_000);
+    assert_eq!(r.sent().len(), before + 1);
+}
+
+#[test]
+fn a_node_whose_messages_wait_says_so_and_the_node_behind_answers() {
+    let mut r = Rig::new(1, &[2]);
+    r.beacon(2, 10, 1);
+    r.poll(0);
+    // Its own message waits for node 2, which never saw what it waits for
+    // (here: node 2 is simply idle and its stamp is old).
+    assert_eq!(r.publish(b"o"), Published::Sent);
+    let ts = r.sent().last().unwrap().1;
+    r.poll(1_000);
+    assert_eq!(r.mode.poll_at(), Some(1_200), "watched for two intervals");
+    let sent = r.sent().len();
+    r.poll(1_199);
+    assert_eq!(r.sent().len(), sent);
+    r.poll(1_200);
+    assert_eq!(
+        r.sent().len(),
+        sent + 1,
+        "a beacon that says what it waits for"
+    );
+    let b = &r.streams.published[sent];
+    assert_eq!(b[0], TAG_BEACON);
+    assert_eq!(u64::from_be_bytes(b[HEADER_LEN..].try_into().unwrap()), ts);
+    // Said once: no more beacons for the same wait.
+    r.poll(5_000);
+    assert_eq!(r.sent().len(), sent + 1);
     assert_eq!(r.mode.poll_at(), None);
+
+    // The other side: a beacon that waits for stamps up to 5,000 is
+    // answered with a stamp above them, and only once.
+    let mut r = Rig::new(1, &[2]);
+    r.beacon(2, 10, 1);
+    r.poll(0);
+    let sent = r.sent().len();
+    r.beacon_wanting(2, 20, 1, 5_000);
+    r.poll(1_000);
+    assert_eq!(r.sent().len(), sent + 1);
+    assert!(r.sent()[sent].1 > 5_000);
+    r.poll(2_000);
+    assert_eq!(r.sent().len(), sent + 1);
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //!
 //! Owns: the writing of published payloads, the packing of messages into
 //! queued frames, an unsealed queued frame's checksum (taken as it leaves
-//! the queue, once its payload is final), and the send queues' admission.
+//! the queue, once its payload is final), and the send queues' admission
+//! (the queue's bound, and the frames left for receiving).
 //! May not touch: the send machines (the poll loop feeds them) or frames
 //! once they left the queue.
 
@@ -21,6 +22,13 @@ use super::{nanos, Engine};
 use crate::sys;
 use crate::transport::Transport;
 use crate::{EngineError, PublishError};
+
+/// Frames of `total` that publishing leaves free or in the fill ring, for
+/// receiving: a quarter. A send window and its queue (at most `frames / 4`
+/// each by default) then fit beside it with room for the receive streams.
+pub(crate) fn rx_reserve(total: u32) -> usize {
+    total as usize / 4
+}
 
 impl<T: Transport> Engine<T> {
     /// [`Engine::publish_in`] the configuration's group.
@@ -58,6 +66,15 @@ impl<T: Transport> Engine<T> {
         let count = msg.len().div_ceil(self.max_payload).max(1);
         if !s.queue.is_empty() && s.queue.len() + count > limit {
             self.counters.publish_would_block += 1;
+            return Err(PublishError::WouldBlock);
+        }
+        // Publishing never takes the frames receiving needs: a node whose
+        // send windows and queues held them all could not receive the ACKs
+        // that free them (nor beats), and would be declared failed.
+        let c = self.transport.counts();
+        if (c.free + c.fill) as usize <= rx_reserve(c.total) + count {
+            self.counters.publish_would_block += 1;
+            self.counters.publish_rx_reserve += 1;
             return Err(PublishError::WouldBlock);
         }
         let first = s.queue.len();

@@ -3,7 +3,8 @@
 //! a loss; a batched payload's records checked), routed by (group, [`stream_of`]) to
 //! its send or receive machine, or taken as a beat.
 //!
-//! Owns: the per-frame receive decisions and the peers the frames teach.
+//! Owns: the per-frame receive decisions (including which frames to drop
+//! when frames to receive into run short) and the peers the frames teach.
 //! May not touch: the TX batches; it opens receive streams only through the
 //! stream table (`accept_any_sender`).
 
@@ -118,6 +119,12 @@ impl<T: Transport> Engine<T> {
         if data && stream != self.cfg.node && self.groups[gi].opts.accept_any_sender {
             self.accept_sender(gi, stream, header.epoch)?;
         }
+        // Short of frames to receive into: only a frame delivered at once is
+        // kept (see below).
+        let scarce = data && stream != self.cfg.node && {
+            let c = self.transport.counts();
+            rx_frames_scarce(c.free + c.fill, c.total)
+        };
         let g = &mut self.groups[gi];
         let machine: &mut dyn Endpoint = if stream == self.cfg.node {
             match g.sender.as_mut() {
@@ -138,6 +145,19 @@ impl<T: Transport> Engine<T> {
                 }
             }
         };
+        if scarce
+            && machine
+                .next_expected()
+                .is_some_and(|next| header.seq != next)
+        {
+            // It would wait in the machine for the frames before it, and
+            // frames that wait could take the last ones the repair of those
+            // needs to be received into: dropped, it is NAKed and repaired
+            // like a lost one.
+            self.counters.rx_dropped_scarce += 1;
+            self.free(f);
+            return Ok(());
+        }
         if data {
             // The frame now belongs to the machine, which returns it exactly
             // once as Deliver or Release.
@@ -156,4 +176,11 @@ impl<T: Transport> Engine<T> {
         }
         Ok(())
     }
+}
+
+/// Whether `available` frames (free or in the fill ring) of `total` are too
+/// few to hold received frames that wait: under an eighth (the kernel's
+/// fill ring keeps another eighth back for sending, `XskSocket::refill`).
+pub(super) fn rx_frames_scarce(available: u32, total: u32) -> bool {
+    available < total / 4
 }

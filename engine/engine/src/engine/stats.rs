@@ -55,10 +55,15 @@ pub struct EngineCounters {
     pub tx_payload_copies: u64,
     /// Control frames dropped because the pool had no free frame.
     pub tx_no_frame: u64,
+    /// Data frames dropped on arrival because frames to receive into ran
+    /// short and they would have waited for earlier ones (repaired later).
+    pub rx_dropped_scarce: u64,
     /// Frames dropped because the destination node's MAC is unknown.
     pub tx_no_route: u64,
     pub messages_published: u64,
     pub publish_would_block: u64,
+    /// Of those, refused to keep a quarter of the frames for receiving.
+    pub publish_rx_reserve: u64,
     pub messages_delivered: u64,
     pub reassembly_errors: u64,
     pub polls: u64,

@@ -683,6 +683,10 @@ impl Endpoint for MakReceiver {
         self.inorder.held()
     }
 
+    fn next_expected(&self) -> Option<Seq> {
+        Some(self.inorder.next_expected())
+    }
+
     fn release_all(&mut self) {
         self.inorder.release_all(&mut self.events);
     }
