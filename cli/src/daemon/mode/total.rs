@@ -52,6 +52,9 @@ pub const DEFAULT_BEACON_NS: u64 = 100_000;
 /// Bytes of this node's own messages held before they are delivered here:
 /// a publication beyond waits in the client's ring (WouldBlock).
 pub const MAX_OWN_HELD_BYTES: usize = 4 << 20;
+/// Bytes of messages kept from nodes not yet in the view here; beyond,
+/// they are dropped (`stale`).
+pub const MAX_EARLY_BYTES: usize = 4 << 20;
 
 /// What a fragment that opens a message says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +94,9 @@ fn decode(buf: &[u8]) -> Option<Opening<'_>> {
     }
 }
 
+/// A stamp as it came: (stamp, view epoch, the message or None for a beacon).
+type Stamped = (u64, u64, Option<Vec<u8>>);
+
 /// A message waiting for the barrier.
 #[derive(Debug)]
 struct Held {
@@ -121,7 +127,8 @@ struct Counters {
     blocked: u64,
     /// Fragments without a valid header, or stamps that did not grow.
     malformed: u64,
-    /// Messages of a node that is no longer in the barrier, dropped.
+    /// Messages of nodes not in the barrier beyond [`MAX_EARLY_BYTES`],
+    /// and last messages cut short by a departure, dropped.
     stale: u64,
     /// Beacons the stream refused for another reason than a full window.
     beacon_errors: u64,
@@ -142,10 +149,12 @@ pub struct TotalOrder {
     senders: BTreeMap<NodeId, Option<u64>>,
     /// Nodes gone from the view, still in the barrier until no flush runs.
     departing: Vec<NodeId>,
-    /// Stamps from nodes not yet in the view here (their beacon overtook
-    /// the view), with the view epoch they were sent in: theirs when the
-    /// view adds them.
-    early: BTreeMap<NodeId, (u64, u64)>,
+    /// What came from nodes not in the barrier here (their stream started
+    /// before the view that adds them reached this node), in order: (stamp,
+    /// view epoch, the message or None for a beacon). Taken in when the
+    /// view adds them; at most [`MAX_EARLY_BYTES`] of messages.
+    early: BTreeMap<NodeId, Vec<Stamped>>,
+    early_bytes: usize,
     /// The view epoch at which this node started carrying the group, and
     /// the nodes whose stamp from a view at least that new it waits for
     /// before its first message.
@@ -197,6 +206,7 @@ impl TotalOrder {
             senders: BTreeMap::new(),
             departing: Vec::new(),
             early: BTreeMap::new(),
+            early_bytes: 0,
             joined_epoch: None,
             awaiting: Vec::new(),
             held: BTreeMap::new(),
@@ -252,16 +262,37 @@ impl TotalOrder {
         self.counters.held_max = self.counters.held_max.max(self.held.len() as u64);
     }
 
-    /// A stamp from `node` (a message's when `data`): false when it must be
-    /// dropped (a stamp that did not grow, or a node no longer waited on).
+    /// A stamp from `node`, with its message (None: a beacon's): held, or
+    /// kept for when the view adds the node.
+    fn arrived(&mut self, node: NodeId, ts: u64, epoch: u64, msg: Option<Vec<u8>>) {
+        if !self.senders.contains_key(&node) {
+            let kept = self.early.entry(node).or_default();
+            match msg {
+                // Only the latest beacon matters.
+                None if matches!(kept.last(), Some((_, _, None))) => {
+                    *kept.last_mut().expect("there") = (ts, epoch, None);
+                }
+                Some(m) if self.early_bytes + m.len() > MAX_EARLY_BYTES => {
+                    self.counters.stale += 1;
+                }
+                msg => {
+                    self.early_bytes += msg.as_ref().map_or(0, Vec::len);
+                    kept.push((ts, epoch, msg));
+                }
+            }
+            return;
+        }
+        if self.stamp_seen(node, ts, epoch, msg.is_some()) {
+            if let Some(m) = msg {
+                self.hold(ts, node, m, None);
+            }
+        }
+    }
+
+    /// A stamp from `node`, in the barrier (a message's when `data`):
+    /// false when it must be dropped (a stamp that did not grow).
     fn stamp_seen(&mut self, node: NodeId, ts: u64, epoch: u64, data: bool) -> bool {
         let Some(largest) = self.senders.get_mut(&node) else {
-            if data {
-                self.counters.stale += 1;
-                return false;
-            }
-            let e = self.early.entry(node).or_insert((ts, epoch));
-            *e = (*e).max((ts, epoch));
             return false;
         };
         if largest.is_some_and(|m| ts <= m) {
@@ -439,14 +470,11 @@ impl GroupMode for TotalOrder {
                 self.departing.retain(|&d| d != n);
                 self.senders.remove(&n);
             }
-            if !self.senders.contains_key(&n) {
-                let early = self.early.remove(&n);
-                self.senders.insert(n, early.map(|(ts, _)| ts));
-                if let Some((ts, epoch)) = early {
-                    self.clock.witness(ts);
-                    if self.joined_epoch.is_some_and(|j| epoch >= j) {
-                        self.stop_awaiting(|&a| a != n);
-                    }
+            if let std::collections::btree_map::Entry::Vacant(e) = self.senders.entry(n) {
+                e.insert(None);
+                for (ts, epoch, msg) in self.early.remove(&n).unwrap_or_default() {
+                    self.early_bytes -= msg.as_ref().map_or(0, Vec::len);
+                    self.arrived(n, ts, epoch, msg);
                 }
             }
         }
@@ -477,7 +505,7 @@ impl GroupMode for TotalOrder {
                     // node's stamp too, perhaps.
                     self.demand = self.demand.max(wants);
                     self.clock.witness(wants);
-                    self.stamp_seen(node, ts, epoch, false);
+                    self.arrived(node, ts, epoch, None);
                     None
                 }
                 Some(Opening::Data { ts, epoch, msg }) if f.last => Some((ts, epoch, msg.to_vec())),
@@ -507,9 +535,7 @@ impl GroupMode for TotalOrder {
         // A message counts for the barrier once whole: one stamped the same
         // from a higher node must not pass it.
         if let Some((ts, epoch, msg)) = complete {
-            if self.stamp_seen(node, ts, epoch, true) {
-                self.hold(ts, node, msg, None);
-            }
+            self.arrived(node, ts, epoch, Some(msg));
         }
         self.release(out);
     }
@@ -603,6 +629,8 @@ impl GroupMode for TotalOrder {
             "stale": c.stale,
             "beacon_errors": c.beacon_errors,
             "held_max": c.held_max,
+            "early": self.early.values().map(Vec::len).sum::<usize>(),
+            "early_bytes": self.early_bytes,
         })
     }
 }

@@ -97,6 +97,11 @@ impl Rig {
         self.fragment(from, true, true, &buf);
     }
 
+    /// Whatever the barrier passes now (a poll long after any beacon).
+    fn release_now(&mut self) {
+        self.poll(0);
+    }
+
     /// The messages delivered, as text.
     fn texts(&self) -> Vec<String> {
         self.got
@@ -263,10 +268,31 @@ fn a_departed_node_holds_the_barrier_until_its_flush_is_over() {
     r.poll(0);
     assert_eq!(r.texts(), ["3:z", "2:a"]);
     assert!(!r.mode.wants_round());
-    // What node 3 sends now is not delivered.
+    // What node 3 sends now is not delivered: it waits for a view that
+    // adds node 3 again.
     r.data(3, 50, b"late");
     assert_eq!(r.got.len(), 2);
-    assert_eq!(r.mode.stats_json()["stale"], 1);
+    assert_eq!(r.mode.stats_json()["early"], 1);
+}
+
+#[test]
+fn what_a_node_sends_before_the_view_that_adds_it_waits_for_that_view() {
+    let mut r = Rig::new(1, &[2]);
+    r.beacon(2, 10, 1);
+    // Node 3's stream started here before the view that adds it: its
+    // beacon and messages are kept, not delivered, and do not count yet.
+    r.beacon(3, 20, 2);
+    r.data(3, 30, b"early");
+    r.beacon(2, 100, 1);
+    assert!(r.got.is_empty());
+    assert_eq!(r.mode.stats_json()["early"], 2);
+    // The view adds node 3: its message takes its place in the order.
+    r.remote = vec![2, 3];
+    r.view_epoch = 2;
+    r.call(|m, cx, _| m.members_changed(cx, &[3]).unwrap());
+    r.release_now();
+    assert_eq!(r.texts(), ["3:early"]);
+    assert_eq!(r.mode.stats_json()["early"], 0);
 }
 
 #[test]
