@@ -374,7 +374,13 @@ pub(crate) fn one_run(
 
 /// Publishes messages `first..first + n`, [`CLIENT_BATCH`] per call, into
 /// buffers reused from batch to batch.
-fn publish(c: &mut Client, group: u32, first: u64, n: u64, size: usize) -> Result<(), String> {
+pub(crate) fn publish(
+    c: &mut Client,
+    group: u32,
+    first: u64,
+    n: u64,
+    size: usize,
+) -> Result<(), String> {
     let mut bufs: Vec<Vec<u8>> = (0..CLIENT_BATCH)
         .map(|_| Vec::with_capacity(size))
         .collect();

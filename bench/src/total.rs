@@ -23,7 +23,7 @@ use mcast_cli::testbed::Cluster;
 use mcast_ipc::{Client, MessageKind};
 use serde_json::{json, Value};
 
-use crate::path::{self, is_message, median, micros, spread, write_message};
+use crate::path::{self, is_message, median, micros, spread};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -187,24 +187,11 @@ fn saturate(
             .collect();
         let publishers: Vec<_> = pubs
             .iter_mut()
-            .map(|(node, c)| s.spawn(move || publish_all(c, *node, group, cfg)))
-            .collect();
-        let mut out: Vec<_> = receivers
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("a subscriber panicked".into()))
+            .map(|(node, c)| {
+                s.spawn(move || path::publish(c, group, number(*node, 0), cfg.messages, cfg.size))
             })
             .collect();
-        for p in publishers {
-            if let Err(e) = p
-                .join()
-                .unwrap_or_else(|_| Err("a publisher panicked".into()))
-            {
-                out.push(Err(e));
-            }
-        }
-        out
+        joined(receivers, publishers)
     });
     let results: Vec<(f64, u64)> = results.into_iter().collect::<Result<_, _>>()?;
     if ordered && results.windows(2).any(|w| w[0].1 != w[1].1) {
@@ -214,26 +201,6 @@ fn saturate(
         ));
     }
     Ok(results.iter().map(|r| r.0).fold(f64::INFINITY, f64::min))
-}
-
-fn publish_all(c: &mut Client, node: u32, group: u32, cfg: &TotalConfig) -> Result<(), String> {
-    const BATCH: usize = 64;
-    let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| Vec::with_capacity(cfg.size)).collect();
-    let mut i = 0;
-    while i < cfg.messages {
-        let k = (BATCH as u64).min(cfg.messages - i) as usize;
-        for (j, b) in bufs[..k].iter_mut().enumerate() {
-            write_message(b, number(node, i + j as u64), cfg.size);
-        }
-        let mut done = 0;
-        while done < k {
-            done += c
-                .publish_batch_blocking(group, &bufs[done..k], Some(Duration::from_secs(30)))
-                .map_err(|e| format!("node {node} publish {}: {e}", i + done as u64))?;
-        }
-        i += k as u64;
-    }
-    Ok(())
 }
 
 /// Receives every sender's messages, each checked; messages/s since
@@ -333,22 +300,7 @@ fn paced(
                 })
             })
             .collect();
-        let mut out: Vec<_> = receivers
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("a subscriber panicked".into()))
-            })
-            .collect();
-        for p in publishers {
-            if let Err(e) = p
-                .join()
-                .unwrap_or_else(|_| Err("a publisher panicked".into()))
-            {
-                out.push(Err(e));
-            }
-        }
-        out
+        joined(receivers, publishers)
     });
     let mut all = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
     for h in hists {
@@ -386,6 +338,29 @@ fn receive_stamped(
         }
     }
     Ok(h)
+}
+
+/// The subscribers' results, then any publisher's error.
+fn joined<T>(
+    receivers: Vec<std::thread::ScopedJoinHandle<'_, Result<T, String>>>,
+    publishers: Vec<std::thread::ScopedJoinHandle<'_, Result<(), String>>>,
+) -> Vec<Result<T, String>> {
+    let mut out: Vec<_> = receivers
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err("a subscriber panicked".into()))
+        })
+        .collect();
+    for p in publishers {
+        if let Err(e) = p
+            .join()
+            .unwrap_or_else(|_| Err("a publisher panicked".into()))
+        {
+            out.push(Err(e));
+        }
+    }
+    out
 }
 
 fn print(cfg: &TotalConfig, figs: &[Figures; 3]) {

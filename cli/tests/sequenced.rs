@@ -15,10 +15,11 @@
 mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Barrier;
 use std::time::Duration;
 
-use common::ordered::{connect, message, mode, per_sender_in_order, receive};
+use common::ordered::{
+    all_senders_to_all, assert_one_order, connect, message, mode, per_sender_in_order, receive,
+};
 use mcast_ipc::Client;
 
 const CONFIG: &str = "subscriber_buffer = 67108864\nmode = \"sequenced\"";
@@ -30,60 +31,10 @@ fn three_senders_reach_all_four_nodes_in_one_order() {
     };
     const N: u64 = 5_000;
     let senders = [2u32, 3, 4];
-    let ready = Barrier::new(7);
-    let mut orders: Vec<(u32, Vec<(u32, u64)>)> = Vec::new();
-    let mut group = 0;
-    std::thread::scope(|s| {
-        let subs: Vec<_> = (1..=4u32)
-            .map(|node| {
-                let (cluster, ready) = (&cluster, &ready);
-                s.spawn(move || {
-                    let mut c = connect(cluster, node, "subscriber");
-                    let m = c.join("seq").expect("join");
-                    mcast_cli::stream::wait_nodes(
-                        &mut c,
-                        m.group,
-                        &m.view,
-                        4,
-                        Duration::from_secs(20),
-                    )
-                    .unwrap_or_else(|e| panic!("{e}"));
-                    ready.wait();
-                    let got = receive(&mut c, node, &senders, N, Duration::from_secs(30), |_| {});
-                    (node, m.group, got)
-                })
-            })
-            .collect();
-        for &from in &senders {
-            let (cluster, ready) = (&cluster, &ready);
-            s.spawn(move || {
-                let mut p = connect(cluster, from, "publisher");
-                let m = p.join("seq").expect("join");
-                ready.wait();
-                for i in 0..N {
-                    p.publish_blocking(m.group, &message(from, i), Some(Duration::from_secs(20)))
-                        .unwrap_or_else(|e| panic!("node {from} publish {i}: {e}"));
-                }
-            });
-        }
-        for h in subs {
-            let (node, g, got) = h.join().unwrap();
-            group = g;
-            orders.push((node, got));
-        }
-    });
-    for (node, got) in &orders {
-        let counts = per_sender_in_order(*node, got);
-        for &s in &senders {
-            assert_eq!(counts.get(&s), Some(&N), "node {node} from {s}: {counts:?}");
-        }
-    }
+    let (orders, group) = all_senders_to_all(&cluster, "seq", &senders, N);
     // One order: the root's.
-    let (first, order) = &orders[0];
-    for (node, got) in &orders[1..] {
-        let at = order.iter().zip(got).position(|(a, b)| a != b);
-        assert_eq!(at, None, "nodes {first} and {node} differ at {at:?}");
-    }
+    assert_one_order(&orders);
+    let order = &orders[0].1;
     // Interleaved: the senders did share the root (not one after another).
     let switches = order.windows(2).filter(|w| w[0].0 != w[1].0).count();
     assert!(
@@ -198,12 +149,8 @@ fn the_root_killed_mid_stream_costs_the_survivors_nothing_and_keeps_one_order() 
         );
     }
     // One order among the survivors, the dead root's last messages included.
-    let (first, order) = &orders[0];
-    for (node, got) in &orders[1..] {
-        let at = order.iter().zip(got).position(|(a, b)| a != b);
-        assert_eq!(at, None, "nodes {first} and {node} differ at {at:?}");
-        assert_eq!(order.len(), got.len(), "nodes {first} and {node}");
-    }
+    assert_one_order(&orders);
+    let order = &orders[0].1;
     let new_root = mode(&cluster, survivors[0], group)["root"].clone();
     let resent: u64 = survivors
         .iter()

@@ -16,22 +16,13 @@
 mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Barrier;
 use std::time::Duration;
 
-use common::ordered::{connect, message, mode, per_sender_in_order, receive};
+use common::ordered::{
+    all_senders_to_all, assert_one_order, connect, message, mode, per_sender_in_order, receive,
+};
 
 const CONFIG: &str = "subscriber_buffer = 67108864\nmode = \"total\"";
-
-/// The first place two nodes' orders differ, and their lengths.
-fn assert_one_order(orders: &[(u32, Vec<(u32, u64)>)]) {
-    let (first, order) = &orders[0];
-    for (node, got) in &orders[1..] {
-        let at = order.iter().zip(got).position(|(a, b)| a != b);
-        assert_eq!(at, None, "nodes {first} and {node} differ at {at:?}");
-        assert_eq!(order.len(), got.len(), "nodes {first} and {node}");
-    }
-}
 
 #[test]
 fn three_senders_reach_all_four_nodes_in_one_order_without_a_sequencer() {
@@ -40,54 +31,7 @@ fn three_senders_reach_all_four_nodes_in_one_order_without_a_sequencer() {
     };
     const N: u64 = 5_000;
     let senders = [2u32, 3, 4];
-    let ready = Barrier::new(7);
-    let mut orders: Vec<(u32, Vec<(u32, u64)>)> = Vec::new();
-    let mut group = 0;
-    std::thread::scope(|s| {
-        let subs: Vec<_> = (1..=4u32)
-            .map(|node| {
-                let (cluster, ready) = (&cluster, &ready);
-                s.spawn(move || {
-                    let mut c = connect(cluster, node, "subscriber");
-                    let m = c.join("tot").expect("join");
-                    mcast_cli::stream::wait_nodes(
-                        &mut c,
-                        m.group,
-                        &m.view,
-                        4,
-                        Duration::from_secs(20),
-                    )
-                    .unwrap_or_else(|e| panic!("{e}"));
-                    ready.wait();
-                    let got = receive(&mut c, node, &senders, N, Duration::from_secs(30), |_| {});
-                    (node, m.group, got)
-                })
-            })
-            .collect();
-        for &from in &senders {
-            let (cluster, ready) = (&cluster, &ready);
-            s.spawn(move || {
-                let mut p = connect(cluster, from, "publisher");
-                let m = p.join("tot").expect("join");
-                ready.wait();
-                for i in 0..N {
-                    p.publish_blocking(m.group, &message(from, i), Some(Duration::from_secs(20)))
-                        .unwrap_or_else(|e| panic!("node {from} publish {i}: {e}"));
-                }
-            });
-        }
-        for h in subs {
-            let (node, g, got) = h.join().unwrap();
-            group = g;
-            orders.push((node, got));
-        }
-    });
-    for (node, got) in &orders {
-        let counts = per_sender_in_order(*node, got);
-        for &s in &senders {
-            assert_eq!(counts.get(&s), Some(&N), "node {node} from {s}: {counts:?}");
-        }
-    }
+    let (orders, group) = all_senders_to_all(&cluster, "tot", &senders, N);
     assert_one_order(&orders);
     // Interleaved: the senders sent at once, not one after another.
     let order = &orders[0].1;

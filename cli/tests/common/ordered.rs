@@ -2,6 +2,7 @@
 //! share: clients, numbered messages that name their sender, a receiver
 //! that checks every byte, and the checks of each sender's order.
 
+use std::sync::Barrier;
 use std::time::Duration;
 
 use mcast_ipc::{Client, MessageKind, Request, Response};
@@ -87,4 +88,73 @@ pub fn per_sender_in_order(node: u32, got: &[(u32, u64)]) -> std::collections::B
         *n += 1;
     }
     next
+}
+
+/// One order per node: the (sender, index) of every message it received.
+pub type Orders = Vec<(u32, Vec<(u32, u64)>)>;
+
+/// A subscriber on each of nodes 1..=4 and a publisher on each of
+/// `senders`, all in group `name`; once every subscriber sees the four
+/// nodes, each publisher sends `n` messages. What each subscriber received
+/// (every byte checked), and the group's number.
+pub fn all_senders_to_all(cluster: &Cluster, name: &str, senders: &[u32], n: u64) -> (Orders, u32) {
+    let ready = Barrier::new(4 + senders.len());
+    let mut orders = Vec::new();
+    let mut group = 0;
+    std::thread::scope(|s| {
+        let subs: Vec<_> = (1..=4u32)
+            .map(|node| {
+                let ready = &ready;
+                s.spawn(move || {
+                    let mut c = connect(cluster, node, "subscriber");
+                    let m = c.join(name).expect("join");
+                    mcast_cli::stream::wait_nodes(
+                        &mut c,
+                        m.group,
+                        &m.view,
+                        4,
+                        Duration::from_secs(20),
+                    )
+                    .unwrap_or_else(|e| panic!("{e}"));
+                    ready.wait();
+                    let got = receive(&mut c, node, senders, n, Duration::from_secs(30), |_| {});
+                    (node, m.group, got)
+                })
+            })
+            .collect();
+        for &from in senders {
+            let ready = &ready;
+            s.spawn(move || {
+                let mut p = connect(cluster, from, "publisher");
+                let m = p.join(name).expect("join");
+                ready.wait();
+                for i in 0..n {
+                    p.publish_blocking(m.group, &message(from, i), Some(Duration::from_secs(20)))
+                        .unwrap_or_else(|e| panic!("node {from} publish {i}: {e}"));
+                }
+            });
+        }
+        for h in subs {
+            let (node, g, got) = h.join().unwrap();
+            group = g;
+            orders.push((node, got));
+        }
+    });
+    for (node, got) in &orders {
+        let counts = per_sender_in_order(*node, got);
+        for s in senders {
+            assert_eq!(counts.get(s), Some(&n), "node {node} from {s}: {counts:?}");
+        }
+    }
+    (orders, group)
+}
+
+/// Every node received the first node's sequence, whole.
+pub fn assert_one_order(orders: &Orders) {
+    let (first, order) = &orders[0];
+    for (node, got) in &orders[1..] {
+        let at = order.iter().zip(got).position(|(a, b)| a != b);
+        assert_eq!(at, None, "nodes {first} and {node} differ at {at:?}");
+        assert_eq!(order.len(), got.len(), "nodes {first} and {node}");
+    }
 }

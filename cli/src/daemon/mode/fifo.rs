@@ -9,7 +9,7 @@
 //! starts senders announce), nor what a departed sender's survivors agree
 //! on (the flush).
 
-use mcast_engine::{EngineError, Fragment, PublishError};
+use mcast_engine::{EngineError, Fragment};
 use mcast_ipc::ClientId;
 use mcast_wire::{GroupId, NodeId, Seq};
 use serde_json::json;
@@ -49,15 +49,7 @@ impl GroupMode for PerSenderFifo {
         if cx.remote.is_empty() {
             return Ok(Published::Sent); // nobody else in the group: local delivery only
         }
-        self.stream.ensure_open(cx)?;
-        match cx.streams.publish(cx.group, msg) {
-            Ok(()) => Ok(Published::Sent),
-            Err(PublishError::WouldBlock) => Ok(Published::WouldBlock),
-            Err(e) => Ok(Published::Dropped(format!(
-                "a message for group {} was dropped: {e}",
-                cx.group
-            ))),
-        }
+        self.stream.publish(cx, msg)
     }
 
     /// The send stream's ACK set is the view; a new member starts where

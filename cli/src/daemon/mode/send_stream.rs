@@ -6,10 +6,10 @@
 //! Owns: whether the stream is open and where it opens. Does not touch:
 //! what goes into it (the modes), the engine's machines.
 
-use mcast_engine::{EngineError, StreamStart};
+use mcast_engine::{EngineError, PublishError, StreamStart};
 use mcast_wire::{NodeId, Seq};
 
-use super::ModeCx;
+use super::{ModeCx, Published};
 
 /// This node's send stream in one group.
 #[derive(Debug)]
@@ -47,6 +47,19 @@ impl SendStream {
         self.open = true;
         cx.announce(remote, start);
         Ok(())
+    }
+
+    /// `msg` into the stream, opening it first if need be: Sent, WouldBlock
+    /// (the window is full), or Dropped with the reason for the client.
+    pub fn publish(&mut self, cx: &mut ModeCx<'_>, msg: &[u8]) -> Result<Published, EngineError> {
+        self.ensure_open(cx)?;
+        Ok(match cx.streams.publish(cx.group, msg) {
+            Ok(()) => Published::Sent,
+            Err(PublishError::WouldBlock) => Published::WouldBlock,
+            Err(e) => {
+                Published::Dropped(format!("a message for group {} was dropped: {e}", cx.group))
+            }
+        })
     }
 
     /// The view changed: the ACK set becomes the view; `added` members are

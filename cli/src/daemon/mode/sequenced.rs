@@ -17,7 +17,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use mcast_engine::{EngineError, Fragment, PublishError};
+use mcast_engine::{EngineError, Fragment};
 use mcast_ipc::ClientId;
 use mcast_wire::{GroupId, NodeId, Seq};
 use serde_json::json;
@@ -361,17 +361,10 @@ impl Sequenced {
         out: &mut Out<'_>,
     ) -> Result<Published, EngineError> {
         if !cx.remote.is_empty() {
-            self.stream.ensure_open(cx)?;
             encode(TAG_DATA, o, msg, &mut self.scratch);
-            match cx.streams.publish(cx.group, &self.scratch) {
-                Ok(()) => {}
-                Err(PublishError::WouldBlock) => return Ok(Published::WouldBlock),
-                Err(e) => {
-                    return Ok(Published::Dropped(format!(
-                        "a message for group {} was dropped: {e}",
-                        cx.group
-                    )))
-                }
+            match self.stream.publish(cx, &self.scratch)? {
+                Published::Sent => {}
+                refused => return Ok(refused),
             }
         }
         self.note_seen(o);

@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use mcast_engine::{EngineError, Fragment, PublishError};
+use mcast_engine::{EngineError, Fragment};
 use mcast_ipc::ClientId;
 use mcast_wire::{GroupId, NodeId, Seq};
 use serde_json::json;
@@ -325,7 +325,6 @@ impl TotalOrder {
 
     /// Sends a beacon now. False when the window is full.
     fn beacon(&mut self, cx: &mut ModeCx<'_>, now_ns: u64) -> Result<bool, EngineError> {
-        self.stream.ensure_open(cx)?;
         let ts = self.clock.stamp();
         let wants = if self.stuck(now_ns) {
             self.held_max()
@@ -339,12 +338,12 @@ impl TotalOrder {
             &wants.to_be_bytes(),
             &mut self.scratch,
         );
-        let sent = match cx.streams.publish(cx.group, &self.scratch) {
-            Ok(()) => true,
-            Err(PublishError::WouldBlock) => return Ok(false),
+        let sent = match self.stream.publish(cx, &self.scratch)? {
+            Published::Sent => true,
+            Published::WouldBlock => return Ok(false),
             // Cannot happen to a stream open to the view (a beacon is
             // small): counted, and tried again at the next interval.
-            Err(_) => false,
+            Published::Dropped(_) => false,
         };
         self.beacon_owed = false;
         self.last_beacon_ns = Some(now_ns);
@@ -419,17 +418,10 @@ impl GroupMode for TotalOrder {
         }
         let ts = self.clock.stamp();
         if !cx.remote.is_empty() {
-            self.stream.ensure_open(cx)?;
             encode(TAG_DATA, ts, cx.view_epoch, msg, &mut self.scratch);
-            match cx.streams.publish(cx.group, &self.scratch) {
-                Ok(()) => self.advertised = ts,
-                Err(PublishError::WouldBlock) => return Ok(Published::WouldBlock),
-                Err(e) => {
-                    return Ok(Published::Dropped(format!(
-                        "a message for group {} was dropped: {e}",
-                        cx.group
-                    )))
-                }
+            match self.stream.publish(cx, &self.scratch)? {
+                Published::Sent => self.advertised = ts,
+                refused => return Ok(refused),
             }
         }
         self.counters.published += 1;
