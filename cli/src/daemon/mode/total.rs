@@ -7,9 +7,11 @@
 //! over the view's other nodes, of the largest stamp it has from each
 //! (stamps only grow in a stream), and its own clock; what is stamped at
 //! or below the barrier can no longer be overtaken, so it is delivered, in
-//! (stamp, node) order. A node that has sent nothing for a beacon interval
-//! while others' messages wait on it sends a *beacon* (a stamp without a
-//! message) in its stream, so an idle node holds nobody back.
+//! (stamp, node) order. A node whose stamp others' messages wait on sends
+//! a *beacon* (a stamp without a message) in its stream, at most one a
+//! beacon interval, so an idle node holds nobody back; a node whose held
+//! messages stay stuck says in its beacon what it waits for (`wants`), for
+//! the node behind that never saw them.
 //!
 //! Views: a departed node stays in the barrier until no flush runs here
 //! (the flush brings its last messages, the same at every survivor), then
@@ -17,10 +19,12 @@
 //! message until every other node has sent it a stamp from a view that
 //! holds it: each sends one when it installs that view, after everything
 //! it delivered without the new node, so the new node's first message is
-//! stamped after all of it.
+//! stamped after all of it. What a node's stream brings before the view
+//! that adds it is kept until that view.
 //!
 //! Owns: the clock, the largest stamp per node, the held messages, the
-//! beacons, and the wait of a joining node. Does not touch: the flush (the
+//! beacons and what they ask for, the wait of a joining node, and what
+//! came early. Does not touch: the flush (the
 //! daemon's: it delivers a departed node's last messages through
 //! [`GroupMode::deliver`]; `ModeCx::settled` says when it is over), views,
 //! the streams' repairs and ACKs.

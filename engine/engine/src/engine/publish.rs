@@ -71,8 +71,8 @@ impl<T: Transport> Engine<T> {
         // Publishing never takes the frames receiving needs: a node whose
         // send windows and queues held them all could not receive the ACKs
         // that free them (nor beats), and would be declared failed.
-        let c = self.transport.counts();
-        if (c.free + c.fill) as usize <= rx_reserve(c.total) + count {
+        let (spare, total) = self.transport.spare_frames();
+        if spare as usize <= rx_reserve(total) + count {
             self.counters.publish_would_block += 1;
             self.counters.publish_rx_reserve += 1;
             return Err(PublishError::WouldBlock);

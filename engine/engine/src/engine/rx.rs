@@ -122,8 +122,8 @@ impl<T: Transport> Engine<T> {
         // Short of frames to receive into: only a frame delivered at once is
         // kept (see below).
         let scarce = data && stream != self.cfg.node && {
-            let c = self.transport.counts();
-            rx_frames_scarce(c.free + c.fill, c.total)
+            let (spare, total) = self.transport.spare_frames();
+            rx_frames_scarce(spare, total)
         };
         let g = &mut self.groups[gi];
         let machine: &mut dyn Endpoint = if stream == self.cfg.node {

@@ -123,6 +123,13 @@ pub trait Transport {
     }
     /// Where the frames are.
     fn counts(&self) -> TransportCounts;
+    /// Frames free or given to the kernel for receiving, and all of them,
+    /// from the transport's own accounting: cheap enough for every frame
+    /// (no read of a ring the kernel writes, unlike `counts`).
+    fn spare_frames(&self) -> (u32, u32) {
+        let c = self.counts();
+        (c.free + c.fill, c.total)
+    }
     /// Checks the transport's own ledger (per-frame states against counters).
     fn check_conservation(&self) -> Result<TransportCounts, String>;
     /// TESTING KNOB: drop this fraction of received frames of ours before the

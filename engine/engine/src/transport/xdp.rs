@@ -225,6 +225,10 @@ impl Transport for XdpTransport {
         Ok(())
     }
 
+    fn spare_frames(&self) -> (u32, u32) {
+        self.xsk.spare_frames()
+    }
+
     fn counts(&self) -> TransportCounts {
         let c = self.xsk.counts();
         let completed = self.completed.len() as u32;
