@@ -179,8 +179,10 @@ impl<T: Transport> Engine<T> {
 }
 
 /// Whether `available` frames (free or in the fill ring) of `total` are too
-/// few to hold received frames that wait: under an eighth (the kernel's
-/// fill ring keeps another eighth back for sending, `XskSocket::refill`).
+/// few to hold received frames that wait: under a quarter, of which the
+/// fill ring's refill keeps an eighth back for sending (`XskSocket::refill`),
+/// so under an eighth left for receiving. Publishing stops at the same
+/// quarter (`publish::rx_reserve`).
 pub(super) fn rx_frames_scarce(available: u32, total: u32) -> bool {
     available < total / 4
 }
