@@ -265,6 +265,10 @@ enum Command {
         /// Messages per publisher per paced latency run.
         #[arg(long, default_value_t = 10_000)]
         paced_messages: u64,
+        /// Loss on the segment once the group has formed: a fraction of every frame copy, every
+        /// kind, both directions, dropped by the bridge (0.01 = 1 %).
+        #[arg(long, default_value_t = 0.0)]
+        loss: f64,
         /// A line added to every node's mcastd.toml, e.g. "beacon_us = 50" (repeatable), to
         /// try a setting; the defaults are what users get.
         #[arg(long, value_name = "TOML_LINE")]
@@ -577,6 +581,7 @@ fn main() -> ExitCode {
                 repeat,
                 rate,
                 paced_messages,
+                loss,
                 daemon_config,
                 json,
             } => total::run(
@@ -588,6 +593,7 @@ fn main() -> ExitCode {
                     rate,
                     paced_messages,
                     daemon_config,
+                    loss,
                 },
                 json.as_deref(),
             ),

@@ -40,6 +40,9 @@ pub struct TotalConfig {
     pub paced_messages: u64,
     /// Lines added to every node's mcastd.toml.
     pub daemon_config: Vec<String>,
+    /// Loss on the segment once the group has formed (every frame kind,
+    /// both directions, by the bridge), a fraction.
+    pub loss: f64,
 }
 
 const MODES: [&str; 3] = ["fifo", "total", "sequenced"];
@@ -70,6 +73,7 @@ pub fn run(cfg: &TotalConfig, json_out: Option<&str>) -> Result<(), String> {
         ));
     }
     if !(24..=8192).contains(&cfg.size)
+        || !(0.0..0.5).contains(&cfg.loss)
         || !(2..=6).contains(&cfg.senders)
         || cfg.repeat == 0
         || cfg.rate == 0
@@ -77,7 +81,7 @@ pub fn run(cfg: &TotalConfig, json_out: Option<&str>) -> Result<(), String> {
         || cfg.paced_messages == 0
     {
         return Err(
-            "--size: 24 to 8,192 bytes; --senders: 2 to 6; --repeat, --rate, --messages and --paced-messages at least 1"
+            "--size: 24 to 8,192 bytes; --senders: 2 to 6; --loss: 0 to 0.5 (a fraction); --repeat, --rate, --messages and --paced-messages at least 1"
                 .into(),
         );
     }
@@ -114,6 +118,9 @@ fn one_cluster(
     let cluster = Cluster::start(mcastd, "bench-total", cfg.senders - 1, |_| extra.clone())
         .ok_or("cannot start the mcastd testbed")?;
     let (mut pubs, mut subs, group) = clients(&cluster, cfg.senders)?;
+    cluster
+        .topology()
+        .set_loss(mcast_wire::ETHERTYPE_DEFAULT, cfg.loss)?;
     let ordered = mode != "fifo";
     let figures = saturate(cfg, &mut pubs, &mut subs, group, ordered)
         .and_then(|g| Ok((g, paced(cfg, &mut pubs, &mut subs, group)?)));
@@ -372,8 +379,14 @@ fn joined<T>(
 
 fn print(cfg: &TotalConfig, figs: &[Figures; 3]) {
     println!(
-        "{} nodes, each a publisher and a subscriber (rings of {} MiB), {} B; goodput: {} messages per publisher, all senders' msg/s at the slowest subscriber; latency: {}/s per publisher, one way, every message at every subscriber; medians of {} start(s) per mode [min-max]",
-        cfg.senders, SUBSCRIBER_BUFFER >> 20, cfg.size, cfg.messages, cfg.rate, cfg.repeat
+        "{} nodes, each a publisher and a subscriber (rings of {} MiB), {} B, {:.1} % loss on the segment; goodput: {} messages per publisher, all senders' msg/s at the slowest subscriber; latency: {}/s per publisher, one way, every message at every subscriber; medians of {} start(s) per mode [min-max]",
+        cfg.senders,
+        SUBSCRIBER_BUFFER >> 20,
+        cfg.size,
+        cfg.loss * 100.0,
+        cfg.messages,
+        cfg.rate,
+        cfg.repeat
     );
     println!(
         "{:<10} {:>22} {:>20} {:>20} {:>20}",
@@ -414,6 +427,7 @@ fn to_json(cfg: &TotalConfig, figs: &[Figures; 3]) -> Value {
     json!({
         "bench": "total",
         "senders": cfg.senders,
+        "loss": cfg.loss,
         "size": cfg.size,
         "messages": cfg.messages,
         "repeat": cfg.repeat,
