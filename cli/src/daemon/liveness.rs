@@ -125,6 +125,15 @@ impl Live {
     }
 }
 
+/// The nodes whose stream frame count moved from `before` to `now` (a node
+/// first seen in `now` has no earlier count to move from).
+fn frames_came(before: &[(NodeId, u64)], now: &[(NodeId, u64)]) -> Vec<NodeId> {
+    now.iter()
+        .filter(|(n, count)| before.iter().any(|(m, c)| m == n && c != count))
+        .map(|&(n, _)| n)
+        .collect()
+}
+
 impl<T: Transport> Daemon<T> {
     /// Beats, probes and their answers; the detector's verdicts.
     pub(super) fn liveness(&mut self) -> Result<bool, EngineError> {
@@ -147,11 +156,8 @@ impl<T: Transport> Daemon<T> {
             // with the data (protocol.md §6.0).
             let mut frames = Vec::new();
             self.engine.frames_from(&mut frames);
-            for &(n, count) in &frames {
-                let before = self.live.frames_from.iter().find(|(m, _)| *m == n);
-                if before.is_some_and(|&(_, c)| c != count) {
-                    self.live.tracker.heard(n, now);
-                }
+            for n in frames_came(&self.live.frames_from, &frames) {
+                self.live.tracker.heard(n, now);
             }
             self.live.frames_from = frames;
             let mut silent = Vec::new();
@@ -434,6 +440,17 @@ impl<T: Transport> Daemon<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_is_heard_when_its_stream_frames_moved_since_the_last_check() {
+        let before = [(2, 10), (3, 5), (4, 7)];
+        // 2 moved, 3 did not, 4's stream closed, 5 is new (nothing to compare).
+        let now = [(2, 11), (3, 5), (5, 1)];
+        assert_eq!(frames_came(&before, &now), [2]);
+        // A stream reopened from 0 moved too.
+        assert_eq!(frames_came(&[(2, 10)], &[(2, 0)]), [2]);
+        assert!(frames_came(&[], &now).is_empty());
+    }
 
     fn join(c: u64, name: &str) -> (ClientId, String) {
         (ClientId(c), name.to_owned())
