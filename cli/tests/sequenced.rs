@@ -97,9 +97,9 @@ fn the_root_killed_mid_stream_costs_the_survivors_nothing_and_keeps_one_order() 
             .map(|(node, mut c)| {
                 let (survivors, progress) = (&survivors, &progress);
                 s.spawn(move || {
-                    let got = receive(&mut c, node, survivors, N, Duration::from_secs(30), |n| {
+                    let got = receive(&mut c, node, survivors, N, Duration::from_secs(30), |g| {
                         if node == watched {
-                            progress.store(n, Ordering::Relaxed);
+                            progress.store(g.len() as u64, Ordering::Relaxed);
                         }
                     });
                     (node, got)

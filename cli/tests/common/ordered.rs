@@ -38,14 +38,14 @@ pub fn message(from: u32, i: u64) -> Vec<u8> {
 
 /// Receives until every node of `senders` has `want` messages here (or
 /// `idle` passes with nothing new): the (node, index) of each, in order.
-/// `progress` is told how many after each batch.
+/// `progress` is told what came so far after each batch.
 pub fn receive(
     c: &mut Client,
     node: u32,
     senders: &[u32],
     want: u64,
     idle: Duration,
-    mut progress: impl FnMut(u64),
+    mut progress: impl FnMut(&[(u32, u64)]),
 ) -> Vec<(u32, u64)> {
     let mut got: Vec<(u32, u64)> = Vec::new();
     let count = |got: &[(u32, u64)], s: u32| got.iter().filter(|(f, _)| *f == s).count() as u64;
@@ -73,7 +73,7 @@ pub fn receive(
         if n == 0 {
             break;
         }
-        progress(got.len() as u64);
+        progress(&got);
     }
     got
 }
