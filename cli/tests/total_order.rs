@@ -115,7 +115,20 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
             })
             .collect();
         for (from, mut p, g) in pubs.drain(..) {
+            let from_victim = &from_victim;
             s.spawn(move || {
+                // The victim joined last and sends nothing before every other
+                // node has stamped in its view: the others start once its
+                // first message is through, so its messages interleave with
+                // theirs instead of trailing them.
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                while from != victim && from_victim.load(Ordering::Relaxed) == 0 {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "node {victim} never sent"
+                    );
+                    std::thread::yield_now();
+                }
                 for i in 0..N {
                     let r = p.publish_blocking(g, &message(from, i), Some(Duration::from_secs(30)));
                     if let (true, Err(e)) = (from == victim, &r) {
