@@ -447,6 +447,24 @@ fn receive(
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
+/// Runs `start` for each of `modes` in turn, `repeat` rounds, so every
+/// mode sees the same minutes of this noisy host: each mode's figures, in
+/// the order of `modes`.
+pub(crate) fn alternate<F: Default, const N: usize>(
+    modes: &[&str; N],
+    repeat: usize,
+    mut start: impl FnMut(&str, &mut F) -> Result<(), String>,
+) -> Result<[F; N], String> {
+    let mut figs: [F; N] = std::array::from_fn(|_| F::default());
+    for i in 0..repeat {
+        for (mode, f) in modes.iter().zip(figs.iter_mut()) {
+            eprintln!("  start {} of {repeat}: mode {mode}", i + 1);
+            start(mode, f)?;
+        }
+    }
+    Ok(figs)
+}
+
 pub(crate) fn median(v: &[f64]) -> Option<f64> {
     if v.is_empty() {
         return None;

@@ -86,13 +86,9 @@ pub fn run(cfg: &TotalConfig, json_out: Option<&str>) -> Result<(), String> {
         );
     }
     let mcastd = path::mcastd_binary()?;
-    let mut figs: [Figures; 3] = Default::default();
-    for i in 0..cfg.repeat {
-        for (mi, mode) in MODES.iter().enumerate() {
-            eprintln!("  start {} of {}: mode {mode}", i + 1, cfg.repeat);
-            one_cluster(cfg, &mcastd, mode, &mut figs[mi])?;
-        }
-    }
+    let figs = path::alternate(&MODES, cfg.repeat, |mode, f| {
+        one_cluster(cfg, &mcastd, mode, f)
+    })?;
     print(cfg, &figs);
     if let Some(p) = json_out {
         path::write_json(p, &to_json(cfg, &figs))?;

@@ -265,6 +265,7 @@ impl<T: Transport> Daemon<T> {
                 members: Vec::new(),
                 mode: mode::for_group(
                     s.mode,
+                    group,
                     self.node,
                     self.incarnation,
                     self.streams.send_resume.get(&group).copied(),

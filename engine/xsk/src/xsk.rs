@@ -747,13 +747,13 @@ impl XskSocket {
         })
     }
 
-    /// Where the frames are now.
     /// Frames free or in the fill ring (by this socket's own accounting,
     /// without reading the rings), and all of them.
     pub fn spare_frames(&self) -> (u32, u32) {
         (self.counts.free + self.counts.fill, self.config.frame_count)
     }
 
+    /// Where the frames are now.
     pub fn counts(&self) -> FrameCounts {
         FrameCounts {
             rx_ready: self.rx.available(),

@@ -292,12 +292,13 @@ impl<T: Transport> StreamOps for Engine<T> {
     }
 }
 
-/// The mode of a group this node (`node`, incarnation `epoch`) starts
-/// carrying. `resume`: where this node's send stream in the group stopped
+/// The mode of `group`, which this node (`node`, incarnation `epoch`)
+/// starts carrying. `resume`: where this node's send stream in the group stopped
 /// the last time it carried it in this incarnation; `beacon_us`: a
 /// total-order group's beacon interval.
 pub fn for_group(
     kind: config::GroupMode,
+    group: GroupId,
     node: NodeId,
     epoch: u32,
     resume: Option<Seq>,
@@ -308,6 +309,7 @@ pub fn for_group(
         config::GroupMode::Fifo => Box::new(fifo::PerSenderFifo::new(first_seq)),
         config::GroupMode::Sequenced => Box::new(sequenced::Sequenced::new(node, epoch, first_seq)),
         config::GroupMode::Total => Box::new(total::TotalOrder::new(
+            group,
             node,
             first_seq,
             Box::new(hlc::system_wall_ns),

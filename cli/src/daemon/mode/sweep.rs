@@ -618,6 +618,7 @@ impl Kind {
             Kind::Total => {
                 let now = Rc::clone(now);
                 Box::new(TotalOrder::new(
+                    GROUP,
                     v,
                     Seq(0),
                     Box::new(move || now.get() + skew),

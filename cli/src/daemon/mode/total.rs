@@ -198,12 +198,18 @@ impl std::fmt::Debug for TotalOrder {
 }
 
 impl TotalOrder {
-    /// The mode of `node`, stamping from `wall`, a beacon at most every
-    /// `beacon_ns`.
-    pub fn new(node: NodeId, first_seq: Seq, wall: Wall, beacon_ns: u64) -> TotalOrder {
+    /// The mode of `group` at `node`, stamping from `wall`, a beacon at most
+    /// every `beacon_ns`.
+    pub fn new(
+        group: GroupId,
+        node: NodeId,
+        first_seq: Seq,
+        wall: Wall,
+        beacon_ns: u64,
+    ) -> TotalOrder {
         TotalOrder {
             node,
-            group: 0,
+            group,
             clock: Hlc::new(wall),
             stream: SendStream::new(first_seq),
             beacon_ns,
@@ -240,6 +246,9 @@ impl TotalOrder {
 
     /// Delivers what the barrier passed, in (stamp, node) order.
     fn release(&mut self, out: &mut Out<'_>) {
+        if self.held.is_empty() {
+            return; // (no clock to read)
+        }
         let Some(barrier) = self.barrier() else {
             return;
         };
@@ -414,7 +423,6 @@ impl GroupMode for TotalOrder {
         msg: &[u8],
         out: &mut Out<'_>,
     ) -> Result<Published, EngineError> {
-        self.group = cx.group;
         let full = self.own_held_bytes > 0 && self.own_held_bytes + msg.len() > MAX_OWN_HELD_BYTES;
         if !self.awaiting.is_empty() || full {
             self.counters.blocked += 1;
@@ -448,7 +456,6 @@ impl GroupMode for TotalOrder {
         added: &[NodeId],
     ) -> Result<(), EngineError> {
         self.stream.members_changed(cx, added)?;
-        self.group = cx.group;
         if self.joined_epoch.is_none() {
             self.joined_epoch = Some(cx.view_epoch);
             self.awaiting = cx.remote.to_vec();
@@ -486,7 +493,6 @@ impl GroupMode for TotalOrder {
     /// message is held (whole) until the barrier passes it; then whatever
     /// the barrier now passes is delivered.
     fn deliver(&mut self, f: &Fragment<'_>, out: &mut Out<'_>) {
-        self.group = f.group;
         let node = f.stream;
         let complete = if f.first {
             self.partial.remove(&node);
@@ -566,7 +572,6 @@ impl GroupMode for TotalOrder {
         now_ns: u64,
         out: &mut Out<'_>,
     ) -> Result<bool, EngineError> {
-        self.group = cx.group;
         let mut work = false;
         if cx.settled && !self.departing.is_empty() {
             for d in std::mem::take(&mut self.departing) {

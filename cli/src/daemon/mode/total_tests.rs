@@ -25,7 +25,7 @@ impl Rig {
         let wall = Rc::new(Cell::new(1_000));
         let w = Rc::clone(&wall);
         let mut r = Rig {
-            mode: TotalOrder::new(node, Seq(0), Box::new(move || w.get()), 100),
+            mode: TotalOrder::new(GROUP, node, Seq(0), Box::new(move || w.get()), 100),
             streams: Fake::default(),
             remote: remote.to_vec(),
             view_epoch: 1,

@@ -45,6 +45,9 @@ pub struct EngineCounters {
     /// Frames of a stream this engine neither sends nor receives, and beats
     /// addressed to another node.
     pub rx_unrouted: u64,
+    /// Data frames dropped on arrival because frames to receive into ran
+    /// short and they would have waited for earlier ones (repaired later).
+    pub rx_dropped_scarce: u64,
     /// Frames accepted by the transport for sending.
     pub tx_frames: u64,
     /// Transmit calls (each kicks the kernel at least once on AF_XDP).
@@ -55,9 +58,6 @@ pub struct EngineCounters {
     pub tx_payload_copies: u64,
     /// Control frames dropped because the pool had no free frame.
     pub tx_no_frame: u64,
-    /// Data frames dropped on arrival because frames to receive into ran
-    /// short and they would have waited for earlier ones (repaired later).
-    pub rx_dropped_scarce: u64,
     /// Frames dropped because the destination node's MAC is unknown.
     pub tx_no_route: u64,
     pub messages_published: u64,
