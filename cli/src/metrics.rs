@@ -338,6 +338,9 @@ impl Families {
                 "pending_bytes",
                 "queued",
                 "queued_bytes",
+                "events_unplaced",
+                "early",
+                "early_bytes",
             ];
             for key in levels {
                 if let Some(v) = mode[key].as_f64() {

@@ -720,13 +720,16 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
                 })
                 .collect();
             s += &format!(
-                "  total: held {} ({} B)  delivered {}  published {}  beacons sent {} received {}  barrier lag {}\n",
+                "  total: held {} ({} B)  delivered {}  published {}  beacons sent {} received {}  events {} (unplaced {})  cut {}  barrier lag {}\n",
                 m["held"],
                 m["held_bytes"],
                 m["delivered"],
                 m["published"],
                 m["beacons_sent"],
                 m["beacons_received"],
+                m["events"],
+                m["events_unplaced"],
+                m["cut"],
                 if lag.is_empty() { "-".to_owned() } else { lag.join(" ") },
             );
         }
@@ -854,11 +857,12 @@ mod tests {
             "name": "g", "group": 1, "algorithm": "mak", "tree": null, "receivers": [],
             "mode": {"mode": "total", "held": 3, "held_bytes": 600, "delivered": 40,
                      "published": 12, "beacons_sent": 5, "beacons_received": 9,
+                     "events": 2, "events_unplaced": 1, "cut": 4,
                      "barrier_lag_us": {"2": 35, "3": null}},
         }]});
         let text = render_stats(&v, None);
         assert!(
-            text.contains("total: held 3 (600 B)  delivered 40  published 12  beacons sent 5 received 9  barrier lag 2:35µs 3:none yet"),
+            text.contains("total: held 3 (600 B)  delivered 40  published 12  beacons sent 5 received 9  events 2 (unplaced 1)  cut 4  barrier lag 2:35µs 3:none yet"),
             "{text}"
         );
     }

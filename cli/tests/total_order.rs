@@ -15,7 +15,7 @@
 #[allow(dead_code)]
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::ordered::{
@@ -96,6 +96,10 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
     // What the watched survivor has: all messages, and the victim's.
     let progress = AtomicU64::new(0);
     let from_victim = AtomicU64::new(0);
+    // The survivors send their last quarter once the victim has left
+    // every survivor's barrier, so the event of the view without it falls
+    // among messages.
+    let killed = AtomicBool::new(false);
     let mut orders: Vec<(u32, Vec<(u32, u64)>)> = Vec::new();
     std::thread::scope(|s| {
         let receivers: Vec<_> = subs
@@ -115,7 +119,7 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
             })
             .collect();
         for (from, mut p, g) in pubs.drain(..) {
-            let from_victim = &from_victim;
+            let (from_victim, killed) = (&from_victim, &killed);
             s.spawn(move || {
                 // The victim joined last and sends nothing before every other
                 // node has stamped in its view: the others start once its
@@ -130,6 +134,10 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
                     std::thread::yield_now();
                 }
                 for i in 0..N {
+                    while from != victim && i == N * 3 / 4 && !killed.load(Ordering::Relaxed) {
+                        assert!(std::time::Instant::now() < deadline + Duration::from_secs(60));
+                        std::thread::yield_now();
+                    }
                     let r = p.publish_blocking(g, &message(from, i), Some(Duration::from_secs(30)));
                     if let (true, Err(e)) = (from == victim, &r) {
                         eprintln!("node {victim}'s publisher stopped at {i}: {e}");
@@ -168,16 +176,30 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
             mode(&cluster, victim, group)
         );
         cluster.kill(victim);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        for n in survivors {
+            while mode(&cluster, n, group)["barrier_lag_us"]
+                .get(victim.to_string())
+                .is_some()
+            {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "node {n} keeps {victim}"
+                );
+                std::thread::yield_now();
+            }
+        }
+        killed.store(true, Ordering::Relaxed);
         for h in receivers {
             let (node, mut c, mut got) = h.join().unwrap();
             // Once the dead sender has left this node's barrier (its flush
-            // over) and nothing is held, every message this node will
-            // deliver is in the ring.
+            // over) and nothing is held, every message and event this node
+            // will deliver is in the ring.
             let deadline = std::time::Instant::now() + Duration::from_secs(30);
             loop {
                 let m = mode(&cluster, node, group);
                 let gone = m["barrier_lag_us"].get(victim.to_string()).is_none();
-                if gone && m["held"] == 0 {
+                if gone && m["held"] == 0 && m["events_unplaced"] == 0 {
                     break;
                 }
                 assert!(std::time::Instant::now() < deadline, "node {node}: {m:#}");
@@ -204,15 +226,29 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
             "node {node}: {counts:?}"
         );
     }
-    // One order among the survivors, the dead sender's last messages included.
+    // One order among the survivors, the dead sender's last messages and
+    // the event that says it is gone included, the event after them all.
     assert_one_order(&orders);
+    let order = &orders[0].1;
+    let first_message = order.iter().position(|e| e.0 != 0).expect("messages");
+    let gone = first_message
+        + order[first_message..]
+            .iter()
+            .position(|e| e.0 == 0)
+            .expect("the event of the view without the victim, among the messages");
+    assert!(
+        order[gone..].iter().all(|e| e.0 != victim),
+        "a message of node {victim} after the event that says it is gone"
+    );
     let m = mode(&cluster, survivors[0], group);
+    assert!(m["events"].as_u64().unwrap() > 0, "{m:#}");
     assert_eq!(m["held"], 0, "{m:#}");
     let departing = m["departing"].as_array().cloned().unwrap_or_default();
     assert!(!departing.contains(&victim.into()), "{m:#}");
     eprintln!(
-        "node {victim} killed: {} delivered in one order ({} of its own)",
+        "node {victim} killed: {} delivered in one order ({} of its own), the event at {gone} of them, {} of its messages stamped after it dropped",
         orders[0].1.len(),
-        orders[0].1.iter().filter(|(f, _)| *f == victim).count()
+        orders[0].1.iter().filter(|(f, _)| *f == victim).count(),
+        m["cut"]
     );
 }

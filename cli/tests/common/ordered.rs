@@ -37,7 +37,8 @@ pub fn message(from: u32, i: u64) -> Vec<u8> {
 }
 
 /// Receives until every node of `senders` has `want` messages here (or
-/// `idle` passes with nothing new): the (node, index) of each, in order.
+/// `idle` passes with nothing new): the (node, index) of each, in order,
+/// and each membership event as (0, its view's epoch).
 /// `progress` is told what came so far after each batch.
 pub fn receive(
     c: &mut Client,
@@ -53,6 +54,8 @@ pub fn receive(
         let n = c
             .recv_batch_timeout(256, Some(idle), |m| {
                 if m.kind == MessageKind::Membership {
+                    let e: serde_json::Value = serde_json::from_slice(m.data).expect("an event");
+                    got.push((0, e["epoch"].as_u64().unwrap_or(0)));
                     return;
                 }
                 let from = u32::from_be_bytes(m.data[..4].try_into().unwrap());
@@ -82,7 +85,7 @@ pub fn receive(
 /// reordered); how many of each.
 pub fn per_sender_in_order(node: u32, got: &[(u32, u64)]) -> std::collections::BTreeMap<u32, u64> {
     let mut next = std::collections::BTreeMap::new();
-    for &(from, i) in got {
+    for &(from, i) in got.iter().filter(|(from, _)| *from != 0) {
         let n = next.entry(from).or_insert(0);
         assert_eq!(i, *n, "node {node}: {from}:{i} where {from}:{n} was due");
         *n += 1;
@@ -149,10 +152,31 @@ pub fn all_senders_to_all(cluster: &Cluster, name: &str, senders: &[u32], n: u64
     (orders, group)
 }
 
-/// Every node received the first node's sequence, whole.
+/// The messages of each order, without the membership events.
+pub fn messages_only(orders: &Orders) -> Orders {
+    orders
+        .iter()
+        .map(|(node, got)| (*node, got.iter().copied().filter(|e| e.0 != 0).collect()))
+        .collect()
+}
+
+/// Every node received the first node's sequence, whole, from the first
+/// message to the last (the events before are of joins, which each
+/// subscriber sees from its own on; those after, of clients leaving as
+/// the test ends, may still be on their way).
 pub fn assert_one_order(orders: &Orders) {
+    let from_first_message = |got: &[(u32, u64)]| -> Vec<(u32, u64)> {
+        let end = got.iter().rposition(|e| e.0 != 0).map_or(0, |i| i + 1);
+        got[..end]
+            .iter()
+            .copied()
+            .skip_while(|e| e.0 == 0)
+            .collect()
+    };
     let (first, order) = &orders[0];
+    let order = &from_first_message(order);
     for (node, got) in &orders[1..] {
+        let got = &from_first_message(got);
         let at = order.iter().zip(got).position(|(a, b)| a != b);
         assert_eq!(at, None, "nodes {first} and {node} differ at {at:?}");
         assert_eq!(order.len(), got.len(), "nodes {first} and {node}");

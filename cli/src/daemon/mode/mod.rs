@@ -149,6 +149,16 @@ pub trait GroupMode: fmt::Debug {
         ))
     }
 
+    /// The membership event of the view just installed
+    /// ([`ModeCx::view_epoch`], after [`members_changed`](GroupMode::members_changed)):
+    /// true when the mode delivers it itself, through `out`, at its place
+    /// in the group's order; false (the default) when the daemon writes it
+    /// (after the departed senders' flushes).
+    fn place_event(&mut self, cx: &mut ModeCx<'_>, event: &[u8]) -> bool {
+        let _ = (cx, event);
+        false
+    }
+
     /// When the mode next wants [`poll`](GroupMode::poll) called
     /// (monotonic ns; None: never). The daemon's sleep ends by then.
     fn poll_at(&self) -> Option<u64> {
@@ -414,6 +424,13 @@ impl<T: Transport> Daemon<T> {
         self.barrier_view_changed(group)?;
         self.with_mode(group, |m, cx, _| m.members_changed(cx, added))
             .unwrap_or(Ok(()))
+    }
+
+    /// Offers `group`'s mode the membership event of the view just
+    /// installed: true when the mode delivers it at its place in its order.
+    pub(super) fn place_event(&mut self, group: GroupId, event: &[u8]) -> bool {
+        self.with_mode(group, |m, cx, _| m.place_event(cx, event))
+            .unwrap_or(false)
     }
 
     /// Tells `to` again where this node's stream in `group` goes on for

@@ -114,8 +114,11 @@ struct Node {
     /// Messages the publisher has yet to publish, and those the mode took.
     to_publish: u64,
     taken: u64,
-    /// What each local client received: (source, message).
+    /// What each local client received: (source, message); a membership
+    /// event placed by the mode as (0, "view:EPOCH").
     got: BTreeMap<ClientId, Received>,
+    /// The epochs of the views whose event the mode took to place.
+    placed: Vec<u64>,
 }
 
 struct World {
@@ -130,6 +133,8 @@ struct World {
     views: BTreeMap<NodeId, VecDeque<(u64, Vec<NodeId>)>>,
     /// The epoch of the latest view.
     view_epoch: u64,
+    /// Every view's nodes, by epoch.
+    history: BTreeMap<u64, Vec<NodeId>>,
     /// Per departed node: how far the survivors' flush of its stream goes.
     flush_to: BTreeMap<NodeId, usize>,
     /// Messages each node's mode took (alive or not).
@@ -165,6 +170,7 @@ impl World {
     fn new_view(&mut self) {
         self.view_epoch += 1;
         let view = (self.view_epoch, self.truth());
+        self.history.insert(view.0, view.1.clone());
         for q in self.views.values_mut() {
             q.push_back(view.clone());
         }
@@ -234,6 +240,18 @@ impl World {
         Some(r)
     }
 
+    /// `node`'s mode learns of the view it now holds, and its event.
+    fn install(&mut self, node: NodeId, added: &[NodeId]) {
+        let r = self.step(node, |m, cx, _| {
+            m.members_changed(cx, added).expect("a view");
+            let event = format!("view:{}", cx.view_epoch).into_bytes();
+            m.place_event(cx, &event).then_some(cx.view_epoch)
+        });
+        if let Some(Some(epoch)) = r {
+            self.nodes.get_mut(&node).expect("alive").placed.push(epoch);
+        }
+    }
+
     fn deliver(&mut self, node: NodeId, sender: NodeId, index: usize) {
         let data = self.streams[&sender].log[index].clone();
         self.step(node, |m, _, out| {
@@ -261,14 +279,21 @@ impl World {
         self.nodes.remove(&victim);
         self.views.remove(&victim);
         self.links.retain(|&(a, b), _| a != victim && b != victim);
-        // The flush ends at the furthest any survivor got.
+        // The flush ends at the furthest any survivor got, counting frames
+        // still in flight that one survivor gets after the crash (after it
+        // installed the view without the victim, perhaps).
         let furthest = self
             .nodes
             .values()
             .filter_map(|n| n.cursor.get(&victim).copied())
-            .max()
-            .unwrap_or(0);
-        self.flush_to.insert(victim, furthest);
+            .max();
+        if let Some(furthest) = furthest {
+            let sent = self.streams.get(&victim).map_or(0, |s| s.log.len());
+            let in_flight = self.rng.range(0, (sent - furthest) as u64) as usize;
+            self.flush_to.insert(victim, furthest + in_flight);
+        } else {
+            self.flush_to.insert(victim, 0);
+        }
         if victim == self.root {
             self.root = *self.nodes.keys().next().expect("a survivor");
         }
@@ -359,10 +384,12 @@ impl World {
         if self.crashes_left > 0 && self.nodes.len() > 1 && quiet_views {
             choices.push(E::Crash);
         }
-        if self.moves_left > 0 && self.nodes.len() > 1 && quiet_views {
+        // Joins and moves of the root may come while a flush runs.
+        let views_in = self.views.values().all(VecDeque::is_empty);
+        if self.moves_left > 0 && self.nodes.len() > 1 && views_in {
             choices.push(E::Move);
         }
-        if self.joins_left > 0 && quiet_views {
+        if self.joins_left > 0 && views_in {
             choices.push(E::Join);
         }
         if choices.is_empty() {
@@ -438,7 +465,7 @@ impl World {
                 for &a in &added {
                     self.starts.entry((id, a)).or_insert(at);
                 }
-                self.step(id, |m, cx, _| m.members_changed(cx, &added));
+                self.install(id, &added);
             }
             E::FlushEnd(id, d) => {
                 let (from, to) = (self.nodes[&id].cursor[&d], self.flush_to[&d]);
@@ -480,6 +507,7 @@ impl World {
                     to_publish,
                     taken: 0,
                     got: BTreeMap::new(),
+                    placed: Vec::new(),
                 };
                 self.log.push(format!("{id} joins"));
                 self.nodes.insert(id, node);
@@ -537,8 +565,25 @@ impl World {
                 }
             }
             let mut next: BTreeMap<NodeId, u64> = BTreeMap::new();
+            let mut events = Vec::new();
             for (source, m) in got {
                 let text = String::from_utf8_lossy(m);
+                if *source == 0 {
+                    let epoch = text
+                        .strip_prefix("view:")
+                        .ok_or("an event without its view")?;
+                    events.push(epoch.parse::<u64>().unwrap());
+                    continue;
+                }
+                // A message comes between the event of a view that holds its
+                // node and the next event (of a view without it, if any).
+                if let Some(e) = events.last() {
+                    if !self.history[e].contains(source) {
+                        return Err(format!(
+                            "node {id} delivered {text} after the event of view {e}, which does not hold node {source}"
+                        ));
+                    }
+                }
                 let (o, k) = text.split_once(':').ok_or("a message without its origin")?;
                 let (o, k): (NodeId, u64) = (o.parse().unwrap(), k.parse().unwrap());
                 if o != *source {
@@ -567,6 +612,13 @@ impl World {
                     ));
                 }
             }
+            // Every view's event the mode placed, once, in view order.
+            if events != n.placed {
+                return Err(format!(
+                    "node {id} delivered the events of views {events:?}, not those of {:?}",
+                    n.placed
+                ));
+            }
             let publisher = n.got.get(&PUBLISHER).unwrap_or(&empty);
             let others: Vec<_> = got.iter().filter(|(s, _)| *s != id).cloned().collect();
             if *publisher != others {
@@ -585,7 +637,9 @@ impl World {
             if stats["pending"].as_u64().unwrap_or(0) != 0 {
                 return Err(format!("node {id} still waits for the root: {stats}"));
             }
-            if stats["held"].as_u64().unwrap_or(0) != 0 {
+            if stats["held"].as_u64().unwrap_or(0) != 0
+                || stats["events_unplaced"].as_u64().unwrap_or(0) != 0
+            {
                 return Err(format!("node {id} still holds messages: {stats}"));
             }
         }
@@ -663,6 +717,7 @@ fn run(kind: Kind, seed: u64) -> Result<(), String> {
             to_publish,
             taken: 0,
             got: BTreeMap::new(),
+            placed: Vec::new(),
         };
         nodes.insert(v, node);
     }
@@ -676,6 +731,7 @@ fn run(kind: Kind, seed: u64) -> Result<(), String> {
         flush_to: BTreeMap::new(),
         taken: BTreeMap::new(),
         view_epoch: 1,
+        history: BTreeMap::from([(1, view.clone())]),
         root: 1,
         crashes_left: crashes,
         moves_left: moves,
@@ -690,9 +746,7 @@ fn run(kind: Kind, seed: u64) -> Result<(), String> {
     // The first view, at every node.
     for &v in &view {
         let added: Vec<NodeId> = view.iter().copied().filter(|&o| o != v).collect();
-        w.step(v, |m, cx, _| m.members_changed(cx, &added))
-            .expect("alive")
-            .expect("the first view");
+        w.install(v, &added);
     }
     let fail = |w: &World, e: String| {
         let tail: Vec<&String> = w.log.iter().rev().take(600).collect();

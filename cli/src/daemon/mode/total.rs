@@ -39,7 +39,7 @@ use serde_json::json;
 use super::hlc::{Hlc, Wall};
 use super::send_stream::SendStream;
 use super::{GroupMode, ModeCx, Out, Published, StreamOps};
-use crate::daemon::deliver::data_record;
+use crate::daemon::deliver::{data_record, event_record};
 
 /// Bytes before a message: tag, stamp (u64), the sender's view epoch (u64).
 pub const HEADER_LEN: usize = 1 + 8 + 8;
@@ -101,13 +101,45 @@ fn decode(buf: &[u8]) -> Option<Opening<'_>> {
 /// A stamp as it came: (stamp, view epoch, the message or None for a beacon).
 type Stamped = (u64, u64, Option<Vec<u8>>);
 
-/// A message waiting for the barrier.
+/// What waits for the barrier: a message, or a membership event placed
+/// in the order.
 #[derive(Debug)]
-struct Held {
-    msg: Vec<u8>,
-    /// This node's own: the local client that published it (it does not
-    /// get it back).
-    from: Option<ClientId>,
+enum Held {
+    Message {
+        msg: Vec<u8>,
+        /// This node's own: the local client that published it (it does
+        /// not get it back).
+        from: Option<ClientId>,
+    },
+    Event(Vec<u8>),
+}
+
+/// Where a held item sits in the order: (stamp, node, 0) for a message;
+/// (stamp, [`EVENT_NODE`], view epoch) for a membership event, after every
+/// message of its stamp.
+type Key = (u64, NodeId, u64);
+
+/// The node an event's key names: above every node.
+const EVENT_NODE: NodeId = NodeId::MAX;
+
+/// A view's membership event whose place in the order is not known yet.
+/// Its place is the largest of the view's members' first stamps in a view
+/// at least this new: every member delivered only what was stamped below
+/// its own before it knew of the view, and every member of the view,
+/// joining ones included, knows the same stamps (a member that leaves
+/// without one never sent it to any survivor: the flush says so).
+#[derive(Debug)]
+struct PendingEvent {
+    epoch: u64,
+    event: Vec<u8>,
+    /// Members whose first stamp of this view (or a later one) has not come.
+    first_from: Vec<NodeId>,
+    /// Nodes gone from the view: their messages stamped above the event's
+    /// place are dropped everywhere (their failure stamp).
+    gone: Vec<NodeId>,
+    /// The largest of the stamps known so far: the event's place is at
+    /// or above it.
+    at: u64,
 }
 
 /// A message of a remote stream whose later fragments are still coming.
@@ -138,6 +170,11 @@ struct Counters {
     beacon_errors: u64,
     /// Most messages held at once.
     held_max: u64,
+    /// Membership events delivered at their place in the order.
+    events: u64,
+    /// Messages of a departed node stamped after the event that says it
+    /// is gone, dropped (at every survivor alike).
+    cut: u64,
 }
 
 /// A group in total order.
@@ -164,7 +201,7 @@ pub struct TotalOrder {
     /// before its first message.
     joined_epoch: Option<u64>,
     awaiting: Vec<NodeId>,
-    held: BTreeMap<(u64, NodeId), Held>,
+    held: BTreeMap<Key, Held>,
     held_bytes: usize,
     own_held_bytes: usize,
     partial: HashMap<NodeId, Partial>,
@@ -180,9 +217,25 @@ pub struct TotalOrder {
     last_beacon_ns: Option<u64>,
     /// The oldest held message and since when it has been the oldest
     /// (monotonic ns): one held two beacon intervals is stuck.
-    oldest: Option<((u64, NodeId), u64)>,
+    oldest: Option<(Key, u64)>,
     /// The largest `wants` this node's beacons said.
     wanted: u64,
+    /// The view epoch this node installed last.
+    installed: u64,
+    /// The ready epoch (`ready`) of the last stamp this node sent: a
+    /// beacon is owed when it grows.
+    announced: u64,
+    /// Per node (this one too), the first stamp of each view epoch it
+    /// stamped in, as (epoch, stamp), while a pending event may need it.
+    firsts: BTreeMap<NodeId, Vec<(u64, u64)>>,
+    /// Membership events not yet placed, in view order.
+    events: std::collections::VecDeque<PendingEvent>,
+    /// Per departed node, the place of the event that says it is gone:
+    /// its messages stamped later are dropped.
+    cuts: BTreeMap<NodeId, u64>,
+    /// The monotonic time of the last poll (for a beacon sent from
+    /// `publish`).
+    now_ns: u64,
     scratch: Vec<u8>,
     counters: Counters,
 }
@@ -229,6 +282,12 @@ impl TotalOrder {
             last_beacon_ns: None,
             oldest: None,
             wanted: 0,
+            installed: 0,
+            announced: 0,
+            firsts: BTreeMap::new(),
+            events: std::collections::VecDeque::new(),
+            cuts: BTreeMap::new(),
+            now_ns: 0,
             scratch: Vec::new(),
             counters: Counters::default(),
         }
@@ -244,25 +303,39 @@ impl TotalOrder {
         Some(b)
     }
 
-    /// Delivers what the barrier passed, in (stamp, node) order.
+    /// Delivers what the barrier passed, in (stamp, node) order, up to
+    /// the place of the first event not yet placed.
     fn release(&mut self, out: &mut Out<'_>) {
         if self.held.is_empty() {
             return; // (no clock to read)
         }
-        let Some(barrier) = self.barrier() else {
+        let Some(mut bound) = self.barrier() else {
             return;
         };
+        if let Some(e) = self.events.front() {
+            // Its place is at or above this; it sorts after every message
+            // stamped there.
+            bound = bound.min(e.at);
+        }
         while let Some(entry) = self.held.first_entry() {
-            if entry.key().0 > barrier {
+            if entry.key().0 > bound {
                 break;
             }
-            let ((_, node), h) = entry.remove_entry();
-            self.held_bytes -= h.msg.len();
-            if node == self.node {
-                self.own_held_bytes -= h.msg.len();
+            let ((_, node, _), h) = entry.remove_entry();
+            match h {
+                Held::Message { msg, from } => {
+                    self.held_bytes -= msg.len();
+                    if node == self.node {
+                        self.own_held_bytes -= msg.len();
+                    }
+                    self.counters.delivered += 1;
+                    out(data_record(self.group, node, true, true), &msg, from);
+                }
+                Held::Event(event) => {
+                    self.counters.events += 1;
+                    out(event_record(self.group), &event, None);
+                }
             }
-            self.counters.delivered += 1;
-            out(data_record(self.group, node, true, true), &h.msg, h.from);
         }
     }
 
@@ -271,8 +344,112 @@ impl TotalOrder {
         if node == self.node {
             self.own_held_bytes += msg.len();
         }
-        self.held.insert((ts, node), Held { msg, from });
+        self.held.insert((ts, node, 0), Held::Message { msg, from });
         self.counters.held_max = self.counters.held_max.max(self.held.len() as u64);
+    }
+
+    /// `node` stamped `ts` in view `epoch`: the first stamp of a newer
+    /// view is noted, and given to the events that wait for it.
+    fn note_first(&mut self, node: NodeId, epoch: u64, ts: u64) {
+        let firsts = self.firsts.entry(node).or_default();
+        if firsts.last().is_some_and(|&(e, _)| e >= epoch) {
+            return;
+        }
+        firsts.push((epoch, ts));
+        // Entries of epochs older than any event can ask for (an event
+        // wants the first stamp of its view or a later one) go; the last
+        // stays, to tell a newer epoch.
+        let wanted_from = self
+            .events
+            .front()
+            .map_or(self.installed, |e| e.epoch.min(self.installed));
+        let last = firsts.len() - 1;
+        let old = firsts[..last]
+            .iter()
+            .take_while(|&&(e, _)| e < wanted_from)
+            .count();
+        firsts.drain(..old);
+        for e in self.events.iter_mut().filter(|e| e.epoch <= epoch) {
+            if let Some(i) = e.first_from.iter().position(|&n| n == node) {
+                e.first_from.swap_remove(i);
+                e.at = e.at.max(ts);
+            }
+        }
+        self.place_events();
+    }
+
+    /// `node`'s first stamp in view `epoch` or a later one, if it came.
+    fn first_since(&self, node: NodeId, epoch: u64) -> Option<u64> {
+        self.firsts
+            .get(&node)?
+            .iter()
+            .find(|&&(e, _)| e >= epoch)
+            .map(|&(_, ts)| ts)
+    }
+
+    /// This node joined, and the event of the view it joined in has no
+    /// place yet: its first message must be stamped above that place (the
+    /// stamps that decide it are witnessed as they come), so that it
+    /// follows the event that says it joined.
+    fn join_event_unplaced(&self) -> bool {
+        let (Some(joined), Some(e)) = (self.joined_epoch, self.events.front()) else {
+            return false;
+        };
+        e.epoch <= joined
+    }
+
+    /// `node` leaves the barrier with all of its stream that any survivor
+    /// has: an event still waiting for its first stamp of a view gets none.
+    fn left_barrier(&mut self, node: NodeId) {
+        for e in &mut self.events {
+            e.first_from.retain(|&n| n != node);
+        }
+        self.firsts.remove(&node);
+        self.place_events();
+    }
+
+    /// Puts the events whose place is known into the order, oldest first
+    /// (each is above the one before: a member's first stamp ready for a
+    /// view comes once the earlier events are placed, [`Self::ready`]),
+    /// and drops what the departed nodes stamped after their event.
+    fn place_events(&mut self) {
+        while self.events.front().is_some_and(|e| e.first_from.is_empty()) {
+            let e = self.events.pop_front().expect("there");
+            for d in e.gone {
+                // A node gone in an earlier view keeps that view's place.
+                let cut = *self.cuts.entry(d).or_insert(e.at);
+                let after: Vec<Key> = self
+                    .held
+                    .range((cut + 1, d, 0)..)
+                    .filter(|(k, _)| k.1 == d)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for k in after {
+                    self.drop_held(k);
+                }
+            }
+            self.held
+                .insert((e.at, EVENT_NODE, e.epoch), Held::Event(e.event));
+        }
+    }
+
+    /// A departed node's held message stamped after its event: dropped.
+    fn drop_held(&mut self, k: Key) {
+        if let Some(Held::Message { msg, .. }) = self.held.remove(&k) {
+            self.held_bytes -= msg.len();
+            self.counters.cut += 1;
+        }
+    }
+
+    /// The epoch this node's stamps carry: the largest view epoch E it
+    /// installed with every event of a view before E placed here. A
+    /// view's event is placed by its members' first stamps ready for it,
+    /// so above the events of the views before, at every member alike
+    /// (one that joined in it too, which never saw those).
+    fn ready(&self) -> u64 {
+        self.events
+            .front()
+            .map_or(self.installed, |e| e.epoch.min(self.installed))
     }
 
     /// A stamp from `node`, with its message (None: a beacon's): held, or
@@ -297,7 +474,11 @@ impl TotalOrder {
         }
         if self.stamp_seen(node, ts, epoch, msg.is_some()) {
             if let Some(m) = msg {
-                self.hold(ts, node, m, None);
+                if self.cuts.get(&node).is_some_and(|&cut| ts > cut) {
+                    self.counters.cut += 1;
+                } else {
+                    self.hold(ts, node, m, None);
+                }
             }
         }
     }
@@ -314,6 +495,7 @@ impl TotalOrder {
         }
         *largest = Some(ts);
         self.clock.witness(ts);
+        self.note_first(node, epoch, ts);
         if data {
             self.demand = self.demand.max(ts);
         }
@@ -347,7 +529,7 @@ impl TotalOrder {
         encode(
             TAG_BEACON,
             ts,
-            cx.view_epoch,
+            self.ready(),
             &wants.to_be_bytes(),
             &mut self.scratch,
         );
@@ -361,6 +543,8 @@ impl TotalOrder {
         self.beacon_owed = false;
         self.last_beacon_ns = Some(now_ns);
         if sent {
+            self.announced = self.ready();
+            self.note_first(self.node, self.announced, ts);
             self.advertised = ts;
             self.wanted = self.wanted.max(wants);
             self.counters.beacons_sent += 1;
@@ -376,12 +560,14 @@ impl TotalOrder {
         let waited = self
             .last_beacon_ns
             .is_none_or(|t| now_ns >= t + self.beacon_ns);
-        self.beacon_owed || waited && (self.demand > self.advertised || self.wants_more(now_ns))
+        self.beacon_owed
+            || self.ready() > self.announced
+            || waited && (self.demand > self.advertised || self.wants_more(now_ns))
     }
 
     /// The highest stamp held here (0: none).
     fn held_max(&self) -> u64 {
-        self.held.last_key_value().map_or(0, |((ts, _), _)| *ts)
+        self.held.last_key_value().map_or(0, |((ts, _, _), _)| *ts)
     }
 
     /// The oldest held message has waited two beacon intervals: the node
@@ -424,18 +610,21 @@ impl GroupMode for TotalOrder {
         out: &mut Out<'_>,
     ) -> Result<Published, EngineError> {
         let full = self.own_held_bytes > 0 && self.own_held_bytes + msg.len() > MAX_OWN_HELD_BYTES;
-        if !self.awaiting.is_empty() || full {
+        if !self.awaiting.is_empty() || self.join_event_unplaced() || full {
             self.counters.blocked += 1;
             return Ok(Published::WouldBlock);
         }
         let ts = self.clock.stamp();
+        let ready = self.ready();
         if !cx.remote.is_empty() {
-            encode(TAG_DATA, ts, cx.view_epoch, msg, &mut self.scratch);
+            encode(TAG_DATA, ts, ready, msg, &mut self.scratch);
             match self.stream.publish(cx, &self.scratch)? {
                 Published::Sent => self.advertised = ts,
                 refused => return Ok(refused),
             }
         }
+        self.announced = ready;
+        self.note_first(self.node, ready, ts);
         self.counters.published += 1;
         self.hold(ts, self.node, msg.to_vec(), Some(from));
         self.release(out);
@@ -456,6 +645,7 @@ impl GroupMode for TotalOrder {
         added: &[NodeId],
     ) -> Result<(), EngineError> {
         self.stream.members_changed(cx, added)?;
+        self.installed = self.installed.max(cx.view_epoch);
         if self.joined_epoch.is_none() {
             self.joined_epoch = Some(cx.view_epoch);
             self.awaiting = cx.remote.to_vec();
@@ -472,9 +662,12 @@ impl GroupMode for TotalOrder {
                 // Back before its flush ended: a new member from here on.
                 self.departing.retain(|&d| d != n);
                 self.senders.remove(&n);
+                self.left_barrier(n);
             }
             if let std::collections::btree_map::Entry::Vacant(e) = self.senders.entry(n) {
                 e.insert(None);
+                // A new member: nothing of it is cut.
+                self.cuts.remove(&n);
                 for (ts, epoch, msg) in self.early.remove(&n).unwrap_or_default() {
                     self.early_bytes -= msg.as_ref().map_or(0, Vec::len);
                     self.arrived(n, ts, epoch, msg);
@@ -543,7 +736,7 @@ impl GroupMode for TotalOrder {
     }
 
     fn poll_at(&self) -> Option<u64> {
-        if self.beacon_owed {
+        if self.beacon_owed || self.ready() > self.announced {
             return Some(0);
         }
         let next_beacon = self.last_beacon_ns.map_or(0, |t| t + self.beacon_ns);
@@ -564,6 +757,28 @@ impl GroupMode for TotalOrder {
         !self.departing.is_empty()
     }
 
+    /// Held until its place in the order is known (`PendingEvent`), then
+    /// delivered there like a message.
+    fn place_event(&mut self, cx: &mut ModeCx<'_>, event: &[u8]) -> bool {
+        let epoch = cx.view_epoch;
+        let mut e = PendingEvent {
+            epoch,
+            event: event.to_vec(),
+            first_from: Vec::new(),
+            gone: self.departing.clone(),
+            at: 0,
+        };
+        for &n in cx.remote.iter().chain([&self.node]) {
+            match self.first_since(n, epoch) {
+                Some(ts) => e.at = e.at.max(ts),
+                None => e.first_from.push(n),
+            }
+        }
+        self.events.push_back(e);
+        self.place_events();
+        true
+    }
+
     /// Departed nodes leave the barrier once no flush runs; a beacon when
     /// one is due; then what the barrier passes is delivered.
     fn poll(
@@ -580,20 +795,28 @@ impl GroupMode for TotalOrder {
                 if self.partial.remove(&d).is_some() {
                     self.counters.stale += 1;
                 }
+                self.left_barrier(d);
             }
             work = true;
         }
-        let before = self.counters.delivered;
-        self.release(out);
-        self.watch_oldest(now_ns);
+        self.now_ns = now_ns;
+        let before = self.counters.delivered + self.counters.events;
         if cx.remote.is_empty() {
             // Alone: nobody waits for this node's stamp.
             self.beacon_owed = false;
             self.advertised = self.advertised.max(self.demand);
+            // Each stamp may place an event, which makes it readier.
+            while self.ready() > self.announced {
+                let ts = self.clock.stamp();
+                self.announced = self.ready();
+                self.note_first(self.node, self.announced, ts);
+            }
         } else if self.beacon_due(now_ns) {
             work |= self.beacon(cx, now_ns)?;
         }
-        Ok(work || self.counters.delivered != before)
+        self.release(out);
+        self.watch_oldest(now_ns);
+        Ok(work || self.counters.delivered + self.counters.events != before)
     }
 
     fn send_idle(&self, streams: &dyn StreamOps, group: GroupId) -> bool {
@@ -630,6 +853,10 @@ impl GroupMode for TotalOrder {
             "stale": c.stale,
             "beacon_errors": c.beacon_errors,
             "held_max": c.held_max,
+            "events": c.events,
+            "events_unplaced": self.events.len(),
+            "events_waiting_for": self.events.iter().map(|e| json!({"epoch": e.epoch, "nodes": e.first_from})).collect::<Vec<_>>(),
+            "cut": c.cut,
             "early": self.early.values().map(Vec::len).sum::<usize>(),
             "early_bytes": self.early_bytes,
         })

@@ -97,6 +97,29 @@ impl Rig {
         self.fragment(from, true, true, &buf);
     }
 
+    /// Installs view `epoch` of `remote` (`added` new in it) and gives the
+    /// mode its event, "E<epoch>".
+    fn view(&mut self, epoch: u64, remote: &[NodeId], added: &[NodeId]) {
+        self.view_epoch = epoch;
+        self.remote = remote.to_vec();
+        self.call(|m, cx, _| m.members_changed(cx, added).unwrap());
+        let event = format!("E{epoch}");
+        assert!(self.call(|m, cx, _| m.place_event(cx, event.as_bytes())));
+    }
+
+    /// A message from `from` stamped `ts`, ready for view `epoch`.
+    fn data_in(&mut self, from: NodeId, ts: u64, epoch: u64, msg: &[u8]) {
+        let mut buf = Vec::new();
+        encode(TAG_DATA, ts, epoch, msg, &mut buf);
+        self.fragment(from, true, true, &buf);
+    }
+
+    /// The epoch (readiness) the last thing this node sent carries.
+    fn sent_epoch(&self) -> u64 {
+        let b = self.streams.published.last().expect("sent");
+        u64::from_be_bytes(b[9..17].try_into().unwrap())
+    }
+
     /// Whatever the barrier passes now (a poll long after any beacon).
     fn release_now(&mut self) {
         self.poll(0);
@@ -341,4 +364,124 @@ fn a_node_alone_delivers_its_own_at_once_and_holds_at_most_its_bound() {
     r.beacon(2, u64::MAX / 2, 1);
     assert_eq!(r.got.len(), 2);
     assert_eq!(r.publish(b"one more"), Published::Sent);
+}
+
+#[test]
+fn a_views_event_comes_after_all_that_any_member_stamped_before_it_knew_of_the_view() {
+    let mut r = Rig::new(1, &[2, 3]);
+    r.poll(0);
+    r.beacon(2, 1_100, 1);
+    r.beacon(3, 1_100, 1);
+    r.data_in(2, 1_200, 1, b"a");
+    // View 2 (a member joined elsewhere: same nodes). This node's next
+    // stamp is ready for it.
+    r.view(2, &[2, 3], &[]);
+    r.poll(0);
+    assert_eq!(r.sent_epoch(), 2);
+    let mine = r.sent().last().unwrap().1;
+    assert!(mine > 1_200 && mine < 1_400, "{mine}");
+    // Node 2 stamped one more before it knew of the view, then one ready.
+    r.data_in(2, 1_300, 1, b"b");
+    r.beacon(2, 1_400, 2);
+    // Node 3 too: its stamps below 1,350 pass, the event waits for its
+    // first stamp ready for view 2 though the barrier is past it.
+    r.data_in(3, 1_250, 1, b"c");
+    r.data_in(3, 1_350, 1, b"c2");
+    assert_eq!(r.texts(), ["2:a", "3:c", "2:b", "3:c2"]);
+    r.data_in(2, 1_450, 2, b"d");
+    r.beacon(3, 1_500, 2);
+    r.data_in(2, 1_600, 2, b"f");
+    r.data_in(3, 1_550, 2, b"e");
+    assert_eq!(
+        r.texts(),
+        ["2:a", "3:c", "2:b", "3:c2", "2:d", "0:E2", "3:e"],
+        "the event at node 3's 1,500, the largest first stamp"
+    );
+    assert_eq!(r.mode.stats_json()["events"], 1);
+}
+
+#[test]
+fn a_departed_nodes_messages_stamped_after_its_event_are_dropped() {
+    let mut r = Rig::new(1, &[2, 3]);
+    r.poll(0);
+    r.beacon(2, 1_100, 1);
+    r.beacon(3, 1_100, 1);
+    // Node 3 is gone; its flush runs.
+    r.settled = false;
+    r.view(2, &[2], &[]);
+    r.poll(0);
+    r.beacon(2, 2_000, 2);
+    // The flush brings node 3's last messages: one stamped before the
+    // event's place, one after (its clock ran ahead).
+    r.data_in(3, 1_500, 1, b"kept");
+    r.data_in(3, 2_500, 1, b"late");
+    r.settled = true;
+    r.poll(0);
+    r.beacon(2, 3_000, 2);
+    assert_eq!(r.texts(), ["3:kept", "0:E2"]);
+    let s = r.mode.stats_json();
+    assert_eq!(s["cut"], 1);
+    assert_eq!(s["held"], 0);
+}
+
+#[test]
+fn a_node_is_ready_for_a_view_only_once_the_earlier_views_events_are_placed() {
+    let mut r = Rig::new(1, &[2]);
+    r.poll(0);
+    r.beacon(2, 1_100, 1);
+    r.view(2, &[2], &[]);
+    r.view(3, &[2], &[]);
+    r.poll(0);
+    assert_eq!(r.sent_epoch(), 2, "view 2's event waits for node 2");
+    assert_eq!(r.mode.stats_json()["events_unplaced"], 2);
+    // Node 2's first stamp ready for view 2: that event is placed, and this
+    // node's next stamp is ready for view 3.
+    r.beacon(2, 1_200, 2);
+    assert_eq!(r.mode.stats_json()["events_unplaced"], 1);
+    assert_eq!(r.mode.poll_at(), Some(0));
+    r.poll(0);
+    assert_eq!(r.sent_epoch(), 3);
+    r.beacon(2, 5_000, 3);
+    r.release_now();
+    assert_eq!(r.texts(), ["0:E2", "0:E3"]);
+}
+
+#[test]
+fn a_joining_node_sends_nothing_before_its_joins_event_is_placed() {
+    let mut r = Rig::new(1, &[2, 3]);
+    assert!(r.call(|m, cx, _| m.place_event(cx, b"E1")));
+    r.poll(0);
+    r.beacon(2, 1_100, 1);
+    // Node 3 leaves before it stamped for the view this node joined in:
+    // the wait for it ends, but the event's place waits for its flush.
+    r.settled = false;
+    r.view(2, &[2], &[]);
+    r.poll(0);
+    assert_eq!(r.mode.stats_json()["awaiting"], json!([]), "node 2 stamped");
+    assert_eq!(r.publish(b"x"), Published::WouldBlock);
+    r.settled = true;
+    r.poll(0);
+    assert_eq!(r.publish(b"x"), Published::Sent);
+}
+
+#[test]
+fn nothing_passes_a_view_event_whose_place_is_not_known() {
+    let mut r = Rig::new(1, &[2, 3]);
+    r.poll(0);
+    r.view(2, &[2, 3], &[]);
+    r.poll(0);
+    // Node 3 is ready for view 2 at 1,400; node 2, whose clock runs ahead,
+    // stamps far above before it knew of the view, and then fails.
+    r.beacon(3, 1_400, 2);
+    r.data_in(2, 5_000, 1, b"ahead");
+    r.data_in(3, 1_500, 2, b"x");
+    assert!(
+        r.got.is_empty(),
+        "the barrier passes 1,500, but the event may still go at 1,400"
+    );
+    r.view(3, &[3], &[]);
+    r.poll(0);
+    r.beacon(3, 6_000, 3);
+    r.release_now();
+    assert_eq!(r.texts()[..2], ["0:E2", "3:x"]);
 }
