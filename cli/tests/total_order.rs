@@ -6,7 +6,7 @@
 //! One concern: that several senders, each multicasting its own stream
 //! with no sequencer, reach every member in one order, each sender's
 //! messages complete and in its order, and that the order outlives a
-//! sender's death.
+//! sender's death; a scattering's parts included.
 #![allow(
     clippy::disallowed_methods,
     reason = "tests wait on wall-clock deadlines"
@@ -21,8 +21,23 @@ use std::time::Duration;
 use common::ordered::{
     all_senders_to_all, assert_one_order, connect, message, mode, per_sender_in_order, receive,
 };
+use mcast_ipc::{Client, Notice};
 
 const CONFIG: &str = "subscriber_buffer = 67108864\nmode = \"total\"";
+
+/// The error notice `c` gets next (other notices skipped), within 10 s.
+fn error_notice(c: &mut Client) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        c.wait_notice(Duration::from_millis(100)).unwrap();
+        for n in c.notices() {
+            if let Notice::Error { message } = n {
+                return message;
+            }
+        }
+    }
+    panic!("no error notice");
+}
 
 #[test]
 fn three_senders_reach_all_four_nodes_in_one_order_without_a_sequencer() {
@@ -250,5 +265,156 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
         orders[0].1.len(),
         orders[0].1.iter().filter(|(f, _)| *f == victim).count(),
         m["cut"]
+    );
+}
+
+#[test]
+fn a_scattering_gives_each_member_its_part_in_one_order_and_all_or_none_when_its_sender_dies() {
+    let config = format!("{CONFIG}\n[[group]]\nname = \"plain\"\nmode = \"fifo\"");
+    let Some(mut cluster) = common::start("tot-scat", &config) else {
+        return;
+    };
+    const N: u64 = 3_000;
+    let victim = 4;
+    let survivors = [1u32, 2, 3];
+    let mut subs: Vec<(u32, Client, mcast_ipc::Membership)> = survivors
+        .iter()
+        .map(|&n| {
+            let mut c = connect(&cluster, n, "subscriber");
+            let m = c.join("scat").expect("join");
+            (n, c, m)
+        })
+        .collect();
+    let mut scatterer = connect(&cluster, victim, "scatterer");
+    let group = scatterer.join("scat").expect("join").group;
+    let mut plain = connect(&cluster, 1, "publisher");
+    plain.join("scat").expect("join");
+    for (_, c, m) in &mut subs {
+        mcast_cli::stream::wait_nodes(c, m.group, &m.view, 4, Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    // Refused with a reason: a part for a client not in the group, and a
+    // scattering to a group that is not in total order.
+    scatterer
+        .publish_scatter(group, &[(1, 12_345, b"x")])
+        .unwrap();
+    let why = error_notice(&mut scatterer);
+    assert!(
+        why.contains("member 12345 of node 1") && why.contains("view"),
+        "{why}"
+    );
+    let mut fifo = connect(&cluster, 1, "fifo");
+    let fifo_group = fifo.join("plain").expect("join").group;
+    fifo.publish_scatter(fifo_group, &[(1, fifo.id(), b"x")])
+        .unwrap();
+    let why = error_notice(&mut fifo);
+    assert!(why.contains("total-order group"), "{why}");
+
+    // Each subscriber's part of scattering i is the same bytes, so the
+    // subscribers' sequences (parts and node 1's messages) compare whole.
+    let members: Vec<(u32, u64)> = subs.iter().map(|(n, c, _)| (*n, c.id())).collect();
+    let parts_in = AtomicU64::new(0);
+    let killed = AtomicBool::new(false);
+    let mut orders: Vec<(u32, Vec<(u32, u64)>)> = Vec::new();
+    std::thread::scope(|s| {
+        let receivers: Vec<_> = subs
+            .drain(..)
+            .map(|(node, mut c, _)| {
+                let parts_in = &parts_in;
+                s.spawn(move || {
+                    let got = receive(&mut c, node, &[1], N, Duration::from_secs(30), |g| {
+                        if node == survivors[0] {
+                            let parts = g.iter().filter(|(f, _)| *f == victim).count();
+                            parts_in.store(parts as u64, Ordering::Relaxed);
+                        }
+                    });
+                    (node, c, got)
+                })
+            })
+            .collect();
+        let members = &members;
+        s.spawn(move || {
+            for i in 0..N {
+                let m = message(victim, i);
+                let parts: Vec<mcast_ipc::scatter::Part<'_>> =
+                    members.iter().map(|&(n, id)| (n, id, &m[..])).collect();
+                let r = scatterer.publish_scatter_blocking(
+                    group,
+                    &parts,
+                    Some(Duration::from_secs(30)),
+                );
+                if let Err(e) = r {
+                    eprintln!("node {victim}'s scatterer stopped at {i}: {e}");
+                    return; // its daemon was killed
+                }
+            }
+        });
+        let (parts_in, killed) = (&parts_in, &killed);
+        s.spawn(move || {
+            // Node 1's messages start once scatterings come (node 4, the
+            // last to join, waits for the others' stamps first), and their
+            // last quarter waits for the kill: the receivers stop at node
+            // 1's last message.
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            for i in 0..N {
+                while parts_in.load(Ordering::Relaxed) == 0
+                    || i == N * 3 / 4 && !killed.load(Ordering::Relaxed)
+                {
+                    assert!(std::time::Instant::now() < deadline, "no kill");
+                    std::thread::yield_now();
+                }
+                plain
+                    .publish_blocking(group, &message(1, i), Some(Duration::from_secs(30)))
+                    .unwrap_or_else(|e| panic!("node 1 publish {i}: {e}"));
+            }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while parts_in.load(Ordering::Relaxed) < N / 10 {
+            assert!(std::time::Instant::now() < deadline, "no scatterings came");
+            std::thread::yield_now();
+        }
+        cluster.kill(victim);
+        killed.store(true, Ordering::Relaxed);
+        for h in receivers {
+            let (node, mut c, mut got) = h.join().unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let m = mode(&cluster, node, group);
+                let gone = m["barrier_lag_us"].get(victim.to_string()).is_none();
+                if gone && m["held"] == 0 && m["events_unplaced"] == 0 {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "node {node}: {m:#}");
+                std::thread::yield_now();
+            }
+            got.extend(receive(
+                &mut c,
+                node,
+                &[victim],
+                u64::MAX,
+                Duration::ZERO,
+                |_| {},
+            ));
+            orders.push((node, got));
+        }
+    });
+    // Every survivor has node 1's messages and the same scatterings, each
+    // its own part, from the first on with no gap (all or none of each),
+    // and all of it in one order.
+    let mut parts = Vec::new();
+    for (node, got) in &orders {
+        let counts = per_sender_in_order(*node, got);
+        assert_eq!(counts.get(&1), Some(&N), "node {node}: {counts:?}");
+        parts.push(counts.get(&victim).copied().unwrap_or(0));
+    }
+    assert!(
+        parts[0] > 0 && parts.iter().all(|&p| p == parts[0]),
+        "{parts:?}"
+    );
+    assert_one_order(&orders);
+    eprintln!(
+        "node {victim} killed after {} of its {N} scatterings reached every survivor, one order of {} deliveries",
+        parts[0],
+        orders[0].1.len()
     );
 }

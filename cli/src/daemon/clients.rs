@@ -19,7 +19,7 @@ use mcast_ipc::{
 use mcast_wire::GroupId;
 
 use super::deliver::{deliver_to, RECORD_COST};
-use super::mode::Published;
+use super::mode::{Published, To};
 use super::Daemon;
 use super::FastMap;
 use crate::config::SlowSubscriber;
@@ -342,6 +342,7 @@ impl<T: Transport> Daemon<T> {
                     }
                 };
                 let (group, stamp) = (rec.header.group, rec.header.stamp);
+                let scatter = rec.header.flags & mcast_ipc::ring::SCATTER != 0;
                 self.clients.scratch.clear();
                 self.clients.scratch.extend_from_slice(rec.payload);
                 let g = match gate {
@@ -375,7 +376,7 @@ impl<T: Transport> Daemon<T> {
                     );
                     continue;
                 }
-                match self.publish_in_mode(group, c)? {
+                match self.publish_in_mode(group, c, scatter)? {
                     // Timed once it is taken: a record left for a full
                     // window is taken again later.
                     Published::Sent => {
@@ -389,7 +390,7 @@ impl<T: Transport> Daemon<T> {
                         self.clients.server.notify(c, Notice::Error { message });
                     }
                 }
-                if loops_back {
+                if loops_back && !scatter {
                     self.loopback(group, c);
                 }
                 self.clients
@@ -588,20 +589,21 @@ impl<T: Transport> Daemon<T> {
 
     /// A membership event record into each of `members`' rings, in order with their data.
     pub(super) fn event_to(&mut self, members: &[ClientId], hdr: RecordHeader, event: &[u8]) {
-        self.records_to(members, hdr, event, None);
+        self.records_to(members, hdr, event, To::AllBut(None));
     }
 
-    /// One record to `members` but `except` (its publisher, when a mode
-    /// delivers a local publication in its place in the group's order).
+    /// One record to those of `members` it goes `to` (all but its
+    /// publisher, when a mode delivers a local publication in its place in
+    /// the group's order; one, a scattering's part).
     pub(super) fn records_to(
         &mut self,
         members: &[ClientId],
         hdr: RecordHeader,
         event: &[u8],
-        except: Option<ClientId>,
+        to: To,
     ) {
         for &c in members {
-            if Some(c) == except {
+            if !to.reaches(c) {
                 continue;
             }
             if let Some(state) = self.clients.by_id.get_mut(&c) {

@@ -74,10 +74,10 @@ impl Deliver for Sink<'_> {
         let (clients, counters) = (&mut *self.clients, &mut *self.counters);
         let (mode, members) = lg.mode_and_members();
         let stamp = self.trace.as_ref().map_or(0, |t| t.ring_stamp());
-        mode.deliver(&f, &mut |hdr, data, except| {
+        mode.deliver(&f, &mut |hdr, data, to| {
             let hdr = RecordHeader { stamp, ..hdr };
             for &c in members {
-                if Some(c) == except {
+                if !to.reaches(c) {
                     continue;
                 }
                 if let Some(state) = clients.by_id.get_mut(&c) {

@@ -30,7 +30,10 @@ use crate::proto::{
     ClientMessage, ErrorCode, Notice, Request, Response, RingLayout, ServerMessage, View,
     MAX_CONTROL_MESSAGE, MAX_REPLY, PROTOCOL_VERSION,
 };
-use crate::ring::{self, Consumer, Producer, PushError, Record, RecordHeader, EVENT, FIRST, LAST};
+use crate::ring::{
+    self, Consumer, Producer, PushError, Record, RecordHeader, EVENT, FIRST, LAST, SCATTER,
+};
+use crate::scatter;
 use crate::shm::Mapping;
 use crate::sys::{self, EventFd};
 use crate::trace::{monotonic_ns, Hop, HopSummary};
@@ -551,11 +554,59 @@ impl Client {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
+        self.publish_records(group, FIRST | LAST, msgs)
+    }
+
+    /// Publishes a *scattering* to a total-order group (`mode = "total"`),
+    /// without blocking: each part goes to its member only, named by its
+    /// node and member id as the group's view lists them (`Member::node`,
+    /// `Member::member`; a client's own member id is [`Client::id`]), and all
+    /// parts take one place in the group's order, the same against every
+    /// other message at every member. If this node fails while the
+    /// scattering is on its way, every surviving member gets its part or
+    /// none does. The parts travel together, as one message: their bytes
+    /// and [`scatter::overhead`] must fit [`Client::max_message`] (else
+    /// [`Error::TooLarge`]); every member's node sees them all. The daemon
+    /// refuses (an error notice) a scattering to another kind of group, or
+    /// to a member not in the group's view. [`Error::WouldBlock`] when the
+    /// ring is full.
+    pub fn publish_scatter(
+        &mut self,
+        group: u32,
+        parts: &[scatter::Part<'_>],
+    ) -> Result<(), Error> {
+        let mut buf = Vec::new();
+        scatter::encode(parts, &mut buf);
+        self.publish_records(group, FIRST | LAST | SCATTER, [&buf[..]])
+            .map(|_| ())
+    }
+
+    /// [`Client::publish_scatter`], sleeping while the ring is full (until
+    /// `timeout`, if any, then [`Error::TimedOut`]).
+    pub fn publish_scatter_blocking(
+        &mut self,
+        group: u32,
+        parts: &[scatter::Part<'_>],
+        timeout: Option<Duration>,
+    ) -> Result<(), Error> {
+        let mut buf = Vec::new();
+        scatter::encode(parts, &mut buf);
+        self.blocking(group, FIRST | LAST | SCATTER, [&buf[..]], timeout)
+            .map(|_| ())
+    }
+
+    /// Records of `msgs` with `flags`, as many as fit (see
+    /// [`Client::publish_batch`]).
+    fn publish_records<I>(&mut self, group: u32, flags: u32, msgs: I) -> Result<usize, Error>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
         self.check_open()?;
         let hdr = RecordHeader {
             group,
             source: 0,
-            flags: FIRST | LAST,
+            flags,
             // One clock read per call: the batch is published at once.
             stamp: if self.read_hop.is_some() {
                 monotonic_ns()
@@ -608,9 +659,25 @@ impl Client {
         I: IntoIterator + Clone,
         I::Item: AsRef<[u8]>,
     {
+        self.blocking(group, FIRST | LAST, msgs, timeout)
+    }
+
+    /// Records of `msgs` with `flags`, sleeping while not even the first
+    /// fits (see [`Client::publish_batch_blocking`]).
+    fn blocking<I>(
+        &mut self,
+        group: u32,
+        flags: u32,
+        msgs: I,
+        timeout: Option<Duration>,
+    ) -> Result<usize, Error>
+    where
+        I: IntoIterator + Clone,
+        I::Item: AsRef<[u8]>,
+    {
         let deadline = timeout.map(|t| now() + t);
         loop {
-            let first = match self.publish_batch(group, msgs.clone()) {
+            let first = match self.publish_records(group, flags, msgs.clone()) {
                 Err(Error::WouldBlock) => msgs.clone().into_iter().next(),
                 other => return other,
             };

@@ -10,6 +10,7 @@
 //!   by the daemon's poll loop.
 //! - [`client`]: what applications link: connect, join, publish, receive,
 //!   one message or a batch per call.
+//! - [`scatter`]: a scattering's parts in one record (total-order groups).
 //! - [`trace`]: per-hop latencies, with tracing on.
 //! - [`shm`] and [`sys`]: memfd/mmap and the syscalls. The only modules with
 //!   unsafe code; everything else denies it.
@@ -18,6 +19,7 @@
 pub mod client;
 pub mod proto;
 pub mod ring;
+pub mod scatter;
 pub mod server;
 pub mod shm;
 pub mod sys;

@@ -112,6 +112,9 @@ pub const FIRST: u32 = 1;
 pub const LAST: u32 = 2;
 /// A membership event (a view change, JSON), in order with the data.
 pub const EVENT: u32 = 4;
+/// A scattering ([`crate::scatter`]): published by a client to a
+/// total-order group, each part for one member.
+pub const SCATTER: u32 = 16;
 /// The record carries a time stamp (8 bytes between header and payload).
 /// Set and cleared by the ring from [`RecordHeader::stamp`]; callers never
 /// see it in `flags`.

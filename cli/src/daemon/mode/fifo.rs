@@ -15,7 +15,7 @@ use mcast_wire::{GroupId, NodeId, Seq};
 use serde_json::json;
 
 use super::send_stream::SendStream;
-use super::{GroupMode, ModeCx, Out, Published, StreamOps};
+use super::{GroupMode, ModeCx, Out, Published, StreamOps, To};
 use crate::daemon::deliver::data_record;
 
 /// A group in per-sender FIFO order.
@@ -70,7 +70,7 @@ impl GroupMode for PerSenderFifo {
         out(
             data_record(f.group, f.stream, f.first, f.last),
             f.data,
-            None,
+            To::AllBut(None),
         );
     }
 
@@ -203,7 +203,7 @@ mod tests {
             data: b"part",
         };
         mode.deliver(&f, &mut |hdr, data, except| {
-            got.push((hdr, data.to_vec(), except))
+            got.push((hdr, data.to_vec(), except.except()))
         });
         assert_eq!(
             got,

@@ -76,8 +76,36 @@ pub enum Published {
 }
 
 /// Where a mode hands records for the group's local members: the record,
-/// and the one local client it must not reach (its own publisher), if any.
-pub type Out<'a> = dyn FnMut(RecordHeader, &[u8], Option<ClientId>) + 'a;
+/// and which of them it goes to.
+pub type Out<'a> = dyn FnMut(RecordHeader, &[u8], To) + 'a;
+
+/// Which of a group's local members a record goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum To {
+    /// Every one but this one (its own publisher), if any.
+    AllBut(Option<ClientId>),
+    /// This one only (its part of a scattering).
+    Only(ClientId),
+}
+
+impl To {
+    /// The member left out (tests: a record for one member only panics).
+    #[cfg(test)]
+    pub fn except(self) -> Option<ClientId> {
+        match self {
+            To::AllBut(except) => except,
+            To::Only(c) => panic!("a record for {c} only"),
+        }
+    }
+
+    /// Whether local member `c` gets the record.
+    pub fn reaches(self, c: ClientId) -> bool {
+        match self {
+            To::AllBut(except) => except != Some(c),
+            To::Only(only) => only == c,
+        }
+    }
+}
 
 /// Bytes a mode may add to a message on the wire (the engine and the links
 /// take messages this much larger than `max_message`).
@@ -100,6 +128,23 @@ pub trait GroupMode: fmt::Debug {
         msg: &[u8],
         out: &mut Out<'_>,
     ) -> Result<Published, EngineError>;
+
+    /// Local client `from`'s scattering (`mcast_ipc::scatter`: each part
+    /// for one member of the group, checked by the daemon against the
+    /// view). Only a total-order group takes one.
+    fn publish_scatter(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        from: ClientId,
+        parts: &[u8],
+        out: &mut Out<'_>,
+    ) -> Result<Published, EngineError> {
+        let _ = (cx, from, parts, out);
+        Ok(Published::Dropped(format!(
+            "a scattering needs a total-order group (mode = \"total\"); this one's mode is {}",
+            self.name()
+        )))
+    }
 
     /// True when the daemon gives a local publication to the other local
     /// members at once (false: the mode delivers it in its order).
@@ -333,15 +378,15 @@ pub fn for_group(
 /// record once it has grown).
 #[derive(Debug, Default)]
 pub(super) struct ModeRecords {
-    records: Vec<(RecordHeader, std::ops::Range<usize>, Option<ClientId>)>,
+    records: Vec<(RecordHeader, std::ops::Range<usize>, To)>,
     bytes: Vec<u8>,
 }
 
 impl ModeRecords {
-    fn push(&mut self, hdr: RecordHeader, data: &[u8], except: Option<ClientId>) {
+    fn push(&mut self, hdr: RecordHeader, data: &[u8], to: To) {
         let at = self.bytes.len();
         self.bytes.extend_from_slice(data);
-        self.records.push((hdr, at..self.bytes.len(), except));
+        self.records.push((hdr, at..self.bytes.len(), to));
     }
 }
 
@@ -373,17 +418,15 @@ impl<T: Transport> Daemon<T> {
                 streams: &mut self.engine,
                 outbox: &mut outbox,
             };
-            f(mode, &mut cx, &mut |hdr, data, except| {
-                recs.push(hdr, data, except)
-            })
+            f(mode, &mut cx, &mut |hdr, data, to| recs.push(hdr, data, to))
         };
         for (to, m) in outbox {
             self.send_link(to, m);
         }
         if !recs.records.is_empty() {
             let members = std::mem::take(&mut self.local.get_mut(&group)?.members);
-            for (hdr, range, except) in recs.records.drain(..) {
-                self.records_to(&members, hdr, &recs.bytes[range], except);
+            for (hdr, range, to) in recs.records.drain(..) {
+                self.records_to(&members, hdr, &recs.bytes[range], to);
             }
             recs.bytes.clear();
             if let Some(lg) = self.local.get_mut(&group) {
@@ -395,16 +438,49 @@ impl<T: Transport> Daemon<T> {
     }
 
     /// The record the client service is taking from client `from`, to
-    /// `group`'s mode.
+    /// `group`'s mode; a scattering's parts when `scatter`, once their
+    /// members are found in the group's view.
     pub(super) fn publish_in_mode(
         &mut self,
         group: GroupId,
         from: ClientId,
+        scatter: bool,
     ) -> Result<Published, EngineError> {
+        if scatter {
+            if let Err(why) = self.check_scatter(group) {
+                return Ok(Published::Dropped(why));
+            }
+        }
         let msg = std::mem::take(&mut self.clients.scratch);
-        let r = self.with_mode(group, |m, cx, out| m.publish(cx, from, &msg, out));
+        let r = self.with_mode(group, |m, cx, out| {
+            if scatter {
+                m.publish_scatter(cx, from, &msg, out)
+            } else {
+                m.publish(cx, from, &msg, out)
+            }
+        });
         self.clients.scratch = msg;
         r.expect("a joined group is carried")
+    }
+
+    /// Whether the scattering being taken is well formed and each of its
+    /// parts goes to a member of `group`'s view here.
+    fn check_scatter(&self, group: GroupId) -> Result<(), String> {
+        let parts = mcast_ipc::scatter::decode(&self.clients.scratch)?;
+        let view = self.local.get(&group).and_then(|lg| lg.view.as_ref());
+        for (node, member, _) in parts {
+            let known = |v: &mcast_groups::View| {
+                v.members
+                    .iter()
+                    .any(|m| m.node == node && m.member == member)
+            };
+            if !view.is_some_and(known) {
+                return Err(format!(
+                    "a scattering to member {member} of node {node}, which is not in group {group}'s view, was dropped"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// A fragment that did not come from the engine (a flush recovered it)

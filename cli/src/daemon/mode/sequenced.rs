@@ -23,7 +23,7 @@ use mcast_wire::{GroupId, NodeId, Seq};
 use serde_json::json;
 
 use super::send_stream::SendStream;
-use super::{GroupMode, ModeCx, Out, Published, StreamOps};
+use super::{GroupMode, ModeCx, Out, Published, StreamOps, To};
 use crate::daemon::deliver::data_record;
 use crate::links::LinkMessage;
 
@@ -370,7 +370,11 @@ impl Sequenced {
         self.note_seen(o);
         self.counters.sequenced += 1;
         self.counters.sequenced_own += u64::from(o.node == self.node);
-        out(data_record(cx.group, o.node, true, true), msg, except);
+        out(
+            data_record(cx.group, o.node, true, true),
+            msg,
+            To::AllBut(except),
+        );
         Ok(Published::Sent)
     }
 
@@ -702,7 +706,11 @@ impl GroupMode for Sequenced {
                     } else {
                         None
                     };
-                    out(data_record(f.group, o.node, true, f.last), msg, except);
+                    out(
+                        data_record(f.group, o.node, true, f.last),
+                        msg,
+                        To::AllBut(except),
+                    );
                     Current::Deliver {
                         origin: o.node,
                         except,
@@ -712,7 +720,11 @@ impl GroupMode for Sequenced {
         } else {
             match self.current.get(&f.stream) {
                 Some(&Current::Deliver { origin, except }) => {
-                    out(data_record(f.group, origin, false, f.last), f.data, except);
+                    out(
+                        data_record(f.group, origin, false, f.last),
+                        f.data,
+                        To::AllBut(except),
+                    );
                     Current::Deliver { origin, except }
                 }
                 Some(Current::Skip) => Current::Skip,

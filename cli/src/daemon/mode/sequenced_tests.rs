@@ -105,7 +105,7 @@ fn a_member_forwards_to_the_root_and_its_publisher_does_not_get_its_message_back
     let remote = [1, 3];
     let mut c = cx(2, &remote, &mut streams, &mut outbox);
     mode.members_changed(&mut c, &[]).unwrap();
-    let mut out = |h: RecordHeader, d: &[u8], e: Option<ClientId>| got.push((h, d.to_vec(), e));
+    let mut out = |h: RecordHeader, d: &[u8], e: To| got.push((h, d.to_vec(), e.except()));
     assert_eq!(
         mode.publish(&mut c, ClientId(5), b"a", &mut out).unwrap(),
         Published::Sent
@@ -162,7 +162,7 @@ fn the_root_multicasts_forwards_in_order_and_its_own_wait_behind_them() {
     let mut mode = Sequenced::new(1, 7, Seq(4));
     let (mut streams, mut outbox, mut got): (Fake, Vec<_>, Got) = Default::default();
     let remote = [2, 3];
-    let mut out = |h: RecordHeader, d: &[u8], e: Option<ClientId>| got.push((h, d.to_vec(), e));
+    let mut out = |h: RecordHeader, d: &[u8], e: To| got.push((h, d.to_vec(), e.except()));
     let mut full = Fake {
         full: true,
         ..Fake::default()
@@ -238,7 +238,7 @@ fn a_new_root_is_sent_what_is_still_on_its_way_and_a_full_pending_list_blocks() 
     let remote = [1, 3];
     let mut c = cx(2, &remote, &mut streams, &mut outbox);
     mode.members_changed(&mut c, &[]).unwrap();
-    let mut out = |_: RecordHeader, _: &[u8], _: Option<ClientId>| {};
+    let mut out = |_: RecordHeader, _: &[u8], _: To| {};
     for _ in 0..MAX_PENDING {
         assert_eq!(
             mode.publish(&mut c, ClientId(5), b"m", &mut out).unwrap(),
@@ -297,7 +297,7 @@ fn its_own_messages_from_before_a_rejoin_are_not_delivered_here() {
     // messages from incarnation 6 (before node 2 was declared failed).
     let mut mode = Sequenced::new(2, 7, Seq(0));
     let mut got: Got = Vec::new();
-    let mut out = |h: RecordHeader, d: &[u8], e: Option<ClientId>| got.push((h, d.to_vec(), e));
+    let mut out = |h: RecordHeader, d: &[u8], e: To| got.push((h, d.to_vec(), e.except()));
     let old = Origin {
         node: 2,
         epoch: 6,

@@ -139,6 +139,9 @@ struct World {
     flush_to: BTreeMap<NodeId, usize>,
     /// Messages each node's mode took (alive or not).
     taken: BTreeMap<NodeId, u64>,
+    /// The scatterings the modes took, (origin, index), and the nodes
+    /// whose subscriber each has a part for.
+    scatterings: BTreeMap<(NodeId, u64), BTreeSet<NodeId>>,
     /// The agent, the root of the true view.
     root: NodeId,
     crashes_left: u32,
@@ -222,9 +225,9 @@ impl World {
             outbox: &mut outbox,
         };
         let got = &mut n.got;
-        let r = f(n.mode.as_mut(), &mut cx, &mut |hdr, data, except| {
+        let r = f(n.mode.as_mut(), &mut cx, &mut |hdr, data, to| {
             for c in [PUBLISHER, SUBSCRIBER] {
-                if except != Some(c) {
+                if to.reaches(c) {
                     got.entry(c).or_default().push((hdr.source, data.to_vec()));
                 }
             }
@@ -410,9 +413,33 @@ impl World {
             E::Publish(id) => {
                 let k = self.nodes[&id].taken;
                 let msg = format!("{id}:{k}").into_bytes();
-                let r = self.step(id, |m, cx, out| m.publish(cx, PUBLISHER, &msg, out));
+                // (Total order) a quarter are scatterings to some of the
+                // view's nodes' subscribers, each part the same bytes.
+                let view = self.nodes[&id].view.clone();
+                let to: BTreeSet<NodeId> = match self.kind {
+                    Kind::Total if self.rng.range(0, 3) == 0 => view
+                        .iter()
+                        .copied()
+                        .filter(|_| self.rng.range(0, 1) == 0)
+                        .collect(),
+                    _ => BTreeSet::new(),
+                };
+                let from = PUBLISHER;
+                let r = if to.is_empty() {
+                    self.step(id, |m, cx, out| m.publish(cx, from, &msg, out))
+                } else {
+                    let parts: Vec<mcast_ipc::scatter::Part<'_>> =
+                        to.iter().map(|&d| (d, SUBSCRIBER.0, &msg[..])).collect();
+                    let mut body = Vec::new();
+                    mcast_ipc::scatter::encode(&parts, &mut body);
+                    self.step(id, |m, cx, out| m.publish_scatter(cx, from, &body, out))
+                };
                 let sent = matches!(r, Some(Ok(Published::Sent)));
-                self.log.push(format!("publish {id}:{k} sent={sent}"));
+                self.log
+                    .push(format!("publish {id}:{k} to {to:?} sent={sent}"));
+                if sent && !to.is_empty() {
+                    self.scatterings.insert((id, k), to);
+                }
                 if sent {
                     let n = self.nodes.get_mut(&id).expect("alive");
                     n.taken += 1;
@@ -532,16 +559,26 @@ impl World {
                 .map(|(_, m)| String::from_utf8_lossy(m).into_owned())
                 .collect()
         };
-        let mut order: Option<(NodeId, &Received)> = None;
+        // (origin, index) of a message's text.
+        let key = |m: &[u8]| -> Option<(NodeId, u64)> {
+            let text = String::from_utf8_lossy(m);
+            let (o, k) = text.split_once(':')?;
+            Some((o.parse().ok()?, k.parse().ok()?))
+        };
+        let scattered = |m: &[u8]| key(m).is_some_and(|k| self.scatterings.contains_key(&k));
+        let mut order: Option<(NodeId, Received)> = None;
         for (&id, n) in &self.nodes {
             let got = n.got.get(&SUBSCRIBER).unwrap_or(&empty);
-            // The nodes there from the start deliver one sequence; a node
-            // that joined later, its part from where it joined: any two
-            // deliver the messages they both deliver in the same order.
-            match order {
+            // The nodes there from the start deliver one sequence (but the
+            // scatterings' parts, each node its own); a node that joined
+            // later, its part from where it joined: any two deliver the
+            // messages they both deliver (parts included) in the same order.
+            let plain: Received = got.iter().filter(|(_, m)| !scattered(m)).cloned().collect();
+            match &order {
                 _ if id > self.founders => {}
-                None => order = Some((id, got)),
-                Some((first, o)) if o != got => {
+                None => order = Some((id, plain)),
+                Some((first, o)) if *o != plain => {
+                    let (first, got) = (*first, &plain);
                     let at = o.iter().zip(got).position(|(a, b)| a != b);
                     return Err(format!(
                         "nodes {first} and {id} delivered different orders ({} and {} messages, first difference at {at:?}): {:?} and {:?}",
@@ -589,10 +626,28 @@ impl World {
                 if o != *source {
                     return Err(format!("{text} delivered as node {source}'s"));
                 }
+                if self
+                    .scatterings
+                    .get(&(o, k))
+                    .is_some_and(|to| !to.contains(&id))
+                {
+                    return Err(format!(
+                        "node {id} delivered {text}, a scattering's part for another node"
+                    ));
+                }
                 // (A node that joined later starts where it joined.)
                 let want = next
                     .entry(o)
                     .or_insert(if id <= self.founders { 0 } else { k });
+                // Scatterings without a part for this node are not due.
+                let not_here = |j: u64| {
+                    self.scatterings
+                        .get(&(o, j))
+                        .is_some_and(|to| !to.contains(&id))
+                };
+                while *want < k && not_here(*want) {
+                    *want += 1;
+                }
                 // A crashed origin's messages that no survivor received are
                 // lost with it: its later ones may follow a gap.
                 let crashed = !self.nodes.contains_key(&o);
@@ -604,7 +659,15 @@ impl World {
                 *want = k + 1;
             }
             for (&o, &taken) in &self.taken {
-                let got = next.get(&o).copied().unwrap_or(0);
+                let mut got = next.get(&o).copied().unwrap_or(0);
+                while got < taken
+                    && self
+                        .scatterings
+                        .get(&(o, got))
+                        .is_some_and(|to| !to.contains(&id))
+                {
+                    got += 1;
+                }
                 let counted = id <= self.founders || next.contains_key(&o);
                 if self.nodes.contains_key(&o) && counted && got != taken {
                     return Err(format!(
@@ -620,7 +683,11 @@ impl World {
                 ));
             }
             let publisher = n.got.get(&PUBLISHER).unwrap_or(&empty);
-            let others: Vec<_> = got.iter().filter(|(s, _)| *s != id).cloned().collect();
+            let others: Vec<_> = got
+                .iter()
+                .filter(|(s, m)| *s != id && !scattered(m))
+                .cloned()
+                .collect();
             if *publisher != others {
                 let show = |l: &[(NodeId, Vec<u8>)]| -> Vec<String> {
                     l.iter()
@@ -641,6 +708,25 @@ impl World {
                 || stats["events_unplaced"].as_u64().unwrap_or(0) != 0
             {
                 return Err(format!("node {id} still holds messages: {stats}"));
+            }
+        }
+        // A scattering reaches every live node it has a part for, or none
+        // (its origin failed before any survivor had it whole).
+        for (&(o, k), to) in &self.scatterings {
+            let text = format!("{o}:{k}").into_bytes();
+            let (has, lacks): (Vec<NodeId>, Vec<NodeId>) = to
+                .iter()
+                .filter(|d| self.nodes.contains_key(d))
+                .partition(|d| {
+                    self.nodes[d]
+                        .got
+                        .get(&SUBSCRIBER)
+                        .is_some_and(|g| g.iter().any(|(_, m)| *m == text))
+                });
+            if !has.is_empty() && !lacks.is_empty() {
+                return Err(format!(
+                    "the scattering {o}:{k} reached nodes {has:?}, not {lacks:?}"
+                ));
             }
         }
         Ok(())
@@ -730,6 +816,7 @@ fn run(kind: Kind, seed: u64) -> Result<(), String> {
         views: view.iter().map(|&v| (v, VecDeque::new())).collect(),
         flush_to: BTreeMap::new(),
         taken: BTreeMap::new(),
+        scatterings: BTreeMap::new(),
         view_epoch: 1,
         history: BTreeMap::from([(1, view.clone())]),
         root: 1,

@@ -32,19 +32,22 @@
 use std::collections::{BTreeMap, HashMap};
 
 use mcast_engine::{EngineError, Fragment};
-use mcast_ipc::ClientId;
+use mcast_ipc::{scatter, ClientId};
 use mcast_wire::{GroupId, NodeId, Seq};
 use serde_json::json;
 
 use super::hlc::{Hlc, Wall};
 use super::send_stream::SendStream;
-use super::{GroupMode, ModeCx, Out, Published, StreamOps};
+use super::{GroupMode, ModeCx, Out, Published, StreamOps, To};
 use crate::daemon::deliver::{data_record, event_record};
 
 /// Bytes before a message: tag, stamp (u64), the sender's view epoch (u64).
 pub const HEADER_LEN: usize = 1 + 8 + 8;
 /// A message and its stamp.
 const TAG_DATA: u8 = b'T';
+/// A scattering (`mcast_ipc::scatter`) and its stamp: each part is
+/// delivered to its member only.
+const TAG_SCATTER: u8 = b'S';
 /// A stamp alone, and the highest stamp of a message its sender holds
 /// waiting (u64 after the header; 0: none).
 const TAG_BEACON: u8 = b'B';
@@ -63,8 +66,17 @@ pub const MAX_EARLY_BYTES: usize = 4 << 20;
 /// What a fragment that opens a message says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Opening<'a> {
-    Data { ts: u64, epoch: u64, msg: &'a [u8] },
-    Beacon { ts: u64, epoch: u64, wants: u64 },
+    Data {
+        ts: u64,
+        epoch: u64,
+        msg: &'a [u8],
+        scatter: bool,
+    },
+    Beacon {
+        ts: u64,
+        epoch: u64,
+        wants: u64,
+    },
 }
 
 /// `msg` with its header, into `out` (cleared).
@@ -84,10 +96,11 @@ fn decode(buf: &[u8]) -> Option<Opening<'_>> {
     let ts = u64::from_be_bytes(buf[1..9].try_into().expect("8 bytes"));
     let epoch = u64::from_be_bytes(buf[9..17].try_into().expect("8 bytes"));
     match buf[0] {
-        TAG_DATA => Some(Opening::Data {
+        TAG_DATA | TAG_SCATTER => Some(Opening::Data {
             ts,
             epoch,
             msg: &buf[HEADER_LEN..],
+            scatter: buf[0] == TAG_SCATTER,
         }),
         TAG_BEACON if buf.len() == BEACON_LEN => Some(Opening::Beacon {
             ts,
@@ -98,15 +111,23 @@ fn decode(buf: &[u8]) -> Option<Opening<'_>> {
     }
 }
 
-/// A stamp as it came: (stamp, view epoch, the message or None for a beacon).
-type Stamped = (u64, u64, Option<Vec<u8>>);
+/// A stamp as it came: (stamp, ready epoch, the message or None for a
+/// beacon).
+type Stamped = (u64, u64, Option<Message>);
+
+/// A message's bytes, and whether they are a scattering's parts.
+#[derive(Debug)]
+struct Message {
+    bytes: Vec<u8>,
+    scatter: bool,
+}
 
 /// What waits for the barrier: a message, or a membership event placed
 /// in the order.
 #[derive(Debug)]
 enum Held {
     Message {
-        msg: Vec<u8>,
+        msg: Message,
         /// This node's own: the local client that published it (it does
         /// not get it back).
         from: Option<ClientId>,
@@ -147,7 +168,7 @@ struct PendingEvent {
 struct Partial {
     ts: u64,
     epoch: u64,
-    msg: Vec<u8>,
+    msg: Message,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -175,6 +196,8 @@ struct Counters {
     /// Messages of a departed node stamped after the event that says it
     /// is gone, dropped (at every survivor alike).
     cut: u64,
+    /// Scatterings this node's clients published.
+    scatterings: u64,
 }
 
 /// A group in total order.
@@ -324,25 +347,40 @@ impl TotalOrder {
             let ((_, node, _), h) = entry.remove_entry();
             match h {
                 Held::Message { msg, from } => {
-                    self.held_bytes -= msg.len();
+                    self.held_bytes -= msg.bytes.len();
                     if node == self.node {
-                        self.own_held_bytes -= msg.len();
+                        self.own_held_bytes -= msg.bytes.len();
                     }
                     self.counters.delivered += 1;
-                    out(data_record(self.group, node, true, true), &msg, from);
+                    let hdr = data_record(self.group, node, true, true);
+                    if !msg.scatter {
+                        out(hdr, &msg.bytes, To::AllBut(from));
+                        continue;
+                    }
+                    // Its part to each member (a node checked them before
+                    // sending: a bad one here came from a broken peer).
+                    match scatter::decode(&msg.bytes) {
+                        Ok(parts) => {
+                            let here = parts.into_iter().filter(|p| p.0 == self.node);
+                            for (_, member, part) in here {
+                                out(hdr, part, To::Only(ClientId(member)));
+                            }
+                        }
+                        Err(_) => self.counters.malformed += 1,
+                    }
                 }
                 Held::Event(event) => {
                     self.counters.events += 1;
-                    out(event_record(self.group), &event, None);
+                    out(event_record(self.group), &event, To::AllBut(None));
                 }
             }
         }
     }
 
-    fn hold(&mut self, ts: u64, node: NodeId, msg: Vec<u8>, from: Option<ClientId>) {
-        self.held_bytes += msg.len();
+    fn hold(&mut self, ts: u64, node: NodeId, msg: Message, from: Option<ClientId>) {
+        self.held_bytes += msg.bytes.len();
         if node == self.node {
-            self.own_held_bytes += msg.len();
+            self.own_held_bytes += msg.bytes.len();
         }
         self.held.insert((ts, node, 0), Held::Message { msg, from });
         self.counters.held_max = self.counters.held_max.max(self.held.len() as u64);
@@ -436,7 +474,7 @@ impl TotalOrder {
     /// A departed node's held message stamped after its event: dropped.
     fn drop_held(&mut self, k: Key) {
         if let Some(Held::Message { msg, .. }) = self.held.remove(&k) {
-            self.held_bytes -= msg.len();
+            self.held_bytes -= msg.bytes.len();
             self.counters.cut += 1;
         }
     }
@@ -454,7 +492,7 @@ impl TotalOrder {
 
     /// A stamp from `node`, with its message (None: a beacon's): held, or
     /// kept for when the view adds the node.
-    fn arrived(&mut self, node: NodeId, ts: u64, epoch: u64, msg: Option<Vec<u8>>) {
+    fn arrived(&mut self, node: NodeId, ts: u64, epoch: u64, msg: Option<Message>) {
         if !self.senders.contains_key(&node) {
             let kept = self.early.entry(node).or_default();
             match msg {
@@ -462,11 +500,11 @@ impl TotalOrder {
                 None if matches!(kept.last(), Some((_, _, None))) => {
                     *kept.last_mut().expect("there") = (ts, epoch, None);
                 }
-                Some(m) if self.early_bytes + m.len() > MAX_EARLY_BYTES => {
+                Some(m) if self.early_bytes + m.bytes.len() > MAX_EARLY_BYTES => {
                     self.counters.stale += 1;
                 }
                 msg => {
-                    self.early_bytes += msg.as_ref().map_or(0, Vec::len);
+                    self.early_bytes += msg.as_ref().map_or(0, |m| m.bytes.len());
                     kept.push((ts, epoch, msg));
                 }
             }
@@ -584,6 +622,44 @@ impl TotalOrder {
         self.held_max() > self.wanted && self.stuck(now_ns)
     }
 
+    /// A local client's message (a scattering's parts when `scatter`),
+    /// stamped, into the stream, and held here until the barrier passes it
+    /// (WouldBlock while this node joins, or holds too much of its own).
+    fn publish_stamped(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        from: ClientId,
+        msg: &[u8],
+        scatter: bool,
+        out: &mut Out<'_>,
+    ) -> Result<Published, EngineError> {
+        let full = self.own_held_bytes > 0 && self.own_held_bytes + msg.len() > MAX_OWN_HELD_BYTES;
+        if !self.awaiting.is_empty() || self.join_event_unplaced() || full {
+            self.counters.blocked += 1;
+            return Ok(Published::WouldBlock);
+        }
+        let ts = self.clock.stamp();
+        let ready = self.ready();
+        if !cx.remote.is_empty() {
+            let tag = if scatter { TAG_SCATTER } else { TAG_DATA };
+            encode(tag, ts, ready, msg, &mut self.scratch);
+            match self.stream.publish(cx, &self.scratch)? {
+                Published::Sent => self.advertised = ts,
+                refused => return Ok(refused),
+            }
+        }
+        self.announced = ready;
+        self.note_first(self.node, ready, ts);
+        self.counters.published += 1;
+        let msg = Message {
+            bytes: msg.to_vec(),
+            scatter,
+        };
+        self.hold(ts, self.node, msg, Some(from));
+        self.release(out);
+        Ok(Published::Sent)
+    }
+
     /// Notes the oldest held message at `now_ns`.
     fn watch_oldest(&mut self, now_ns: u64) {
         let first = self.held.first_key_value().map(|(k, _)| *k);
@@ -609,26 +685,20 @@ impl GroupMode for TotalOrder {
         msg: &[u8],
         out: &mut Out<'_>,
     ) -> Result<Published, EngineError> {
-        let full = self.own_held_bytes > 0 && self.own_held_bytes + msg.len() > MAX_OWN_HELD_BYTES;
-        if !self.awaiting.is_empty() || self.join_event_unplaced() || full {
-            self.counters.blocked += 1;
-            return Ok(Published::WouldBlock);
-        }
-        let ts = self.clock.stamp();
-        let ready = self.ready();
-        if !cx.remote.is_empty() {
-            encode(TAG_DATA, ts, ready, msg, &mut self.scratch);
-            match self.stream.publish(cx, &self.scratch)? {
-                Published::Sent => self.advertised = ts,
-                refused => return Ok(refused),
-            }
-        }
-        self.announced = ready;
-        self.note_first(self.node, ready, ts);
-        self.counters.published += 1;
-        self.hold(ts, self.node, msg.to_vec(), Some(from));
-        self.release(out);
-        Ok(Published::Sent)
+        self.publish_stamped(cx, from, msg, false, out)
+    }
+
+    /// One stamp for all parts: stamped, sent and held like a message;
+    /// each part delivered to its member when the barrier passes it.
+    fn publish_scatter(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        from: ClientId,
+        parts: &[u8],
+        out: &mut Out<'_>,
+    ) -> Result<Published, EngineError> {
+        self.counters.scatterings += 1;
+        self.publish_stamped(cx, from, parts, true, out)
     }
 
     fn loops_back(&self) -> bool {
@@ -669,7 +739,7 @@ impl GroupMode for TotalOrder {
                 // A new member: nothing of it is cut.
                 self.cuts.remove(&n);
                 for (ts, epoch, msg) in self.early.remove(&n).unwrap_or_default() {
-                    self.early_bytes -= msg.as_ref().map_or(0, Vec::len);
+                    self.early_bytes -= msg.as_ref().map_or(0, |m| m.bytes.len());
                     self.arrived(n, ts, epoch, msg);
                 }
             }
@@ -703,17 +773,28 @@ impl GroupMode for TotalOrder {
                     self.arrived(node, ts, epoch, None);
                     None
                 }
-                Some(Opening::Data { ts, epoch, msg }) if f.last => Some((ts, epoch, msg.to_vec())),
-                Some(Opening::Data { ts, epoch, msg }) => {
-                    let msg = msg.to_vec();
-                    self.partial.insert(node, Partial { ts, epoch, msg });
-                    None
+                Some(Opening::Data {
+                    ts,
+                    epoch,
+                    msg,
+                    scatter,
+                }) => {
+                    let msg = Message {
+                        bytes: msg.to_vec(),
+                        scatter,
+                    };
+                    if f.last {
+                        Some((ts, epoch, msg))
+                    } else {
+                        self.partial.insert(node, Partial { ts, epoch, msg });
+                        None
+                    }
                 }
             }
         } else {
             match self.partial.get_mut(&node) {
                 Some(p) => {
-                    p.msg.extend_from_slice(f.data);
+                    p.msg.bytes.extend_from_slice(f.data);
                     if f.last {
                         let p = self.partial.remove(&node).expect("there");
                         Some((p.ts, p.epoch, p.msg))
@@ -857,6 +938,7 @@ impl GroupMode for TotalOrder {
             "events_unplaced": self.events.len(),
             "events_waiting_for": self.events.iter().map(|e| json!({"epoch": e.epoch, "nodes": e.first_from})).collect::<Vec<_>>(),
             "cut": c.cut,
+            "scatterings": c.scatterings,
             "early": self.early.values().map(Vec::len).sum::<usize>(),
             "early_bytes": self.early_bytes,
         })

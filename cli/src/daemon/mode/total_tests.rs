@@ -17,7 +17,7 @@ struct Rig {
     settled: bool,
     wall: Rc<Cell<u64>>,
     /// Delivered here: (source, message, the client it skipped).
-    got: Vec<(NodeId, Vec<u8>, Option<ClientId>)>,
+    got: Vec<(NodeId, Vec<u8>, To)>,
 }
 
 impl Rig {
@@ -186,7 +186,7 @@ fn a_joining_node_sends_no_message_before_every_node_has_stamped_in_its_view() {
     assert!(r.got.is_empty());
     r.beacon(2, ts + 1, 1);
     r.beacon(3, ts + 1, 1);
-    assert_eq!(r.got, [(1, b"x".to_vec(), Some(ClientId(7)))]);
+    assert_eq!(r.got, [(1, b"x".to_vec(), To::AllBut(Some(ClientId(7))))]);
 }
 
 #[test]
@@ -352,7 +352,10 @@ fn stamps_that_do_not_grow_and_bad_headers_are_dropped_and_counted() {
 fn a_node_alone_delivers_its_own_at_once_and_holds_at_most_its_bound() {
     let mut r = Rig::new(1, &[]);
     assert_eq!(r.publish(b"solo"), Published::Sent);
-    assert_eq!(r.got, [(1, b"solo".to_vec(), Some(ClientId(7)))]);
+    assert_eq!(
+        r.got,
+        [(1, b"solo".to_vec(), To::AllBut(Some(ClientId(7))))]
+    );
     assert!(r.streams.published.is_empty());
     // With a silent other node, own messages are held up to the bound.
     let mut r = Rig::new(1, &[2]);
@@ -484,4 +487,43 @@ fn nothing_passes_a_view_event_whose_place_is_not_known() {
     r.beacon(3, 6_000, 3);
     r.release_now();
     assert_eq!(r.texts()[..2], ["0:E2", "3:x"]);
+}
+
+#[test]
+fn a_scattering_takes_one_stamp_and_each_part_goes_to_its_member_only() {
+    let mut r = Rig::new(1, &[2]);
+    r.poll(0);
+    r.beacon(2, 500, 1);
+    let mut body = Vec::new();
+    scatter::encode(
+        &[(1, 21, b"for 21"), (2, 5, b"elsewhere"), (1, 11, b"for 11")],
+        &mut body,
+    );
+    let sent = r.call(|m, cx, out| m.publish_scatter(cx, ClientId(7), &body, out).unwrap());
+    assert_eq!(sent, Published::Sent);
+    let (tag, ts) = *r.sent().last().unwrap();
+    assert_eq!(tag, TAG_SCATTER, "one message, one stamp, for all parts");
+    // A scattering from node 2, stamped below this node's.
+    let mut theirs = Vec::new();
+    scatter::encode(&[(1, 11, b"from 2"), (2, 11, b"not here")], &mut theirs);
+    let mut buf = Vec::new();
+    encode(TAG_SCATTER, ts - 1, 1, &theirs, &mut buf);
+    r.fragment(2, true, true, &buf);
+    r.beacon(2, ts + 1, 1);
+    let hdr_from = |n| data_record(GROUP, n, true, true).source;
+    assert_eq!(
+        r.got,
+        [
+            (hdr_from(2), b"from 2".to_vec(), To::Only(ClientId(11))),
+            (hdr_from(1), b"for 21".to_vec(), To::Only(ClientId(21))),
+            (hdr_from(1), b"for 11".to_vec(), To::Only(ClientId(11))),
+        ]
+    );
+    assert_eq!(r.mode.stats_json()["scatterings"], 1);
+    // A broken one from a peer is dropped and counted.
+    encode(TAG_SCATTER, ts + 2, 1, b"junk", &mut buf);
+    r.fragment(2, true, true, &buf);
+    r.beacon(2, ts + 3, 1);
+    assert_eq!(r.got.len(), 3);
+    assert_eq!(r.mode.stats_json()["malformed"], 1);
 }
