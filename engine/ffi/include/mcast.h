@@ -172,6 +172,34 @@ int mcast_publish_batch(mcast_client *c, uint32_t group, const mcast_msg *msgs, 
 int mcast_publish_batch_blocking(mcast_client *c, uint32_t group, const mcast_msg *msgs,
                                  size_t n, size_t *taken_out, int timeout_ms);
 
+/* One part of a scattering for mcast_publish_scatter: len bytes at data
+ * (data may be NULL when len is 0) for the member `member` of node `node`,
+ * as the group's view lists it (a client's own member id is its
+ * connection's id). */
+typedef struct mcast_part {
+    uint32_t node;
+    uint64_t member;
+    const void *data;
+    size_t len;
+} mcast_part;
+
+/*
+ * Publishes a scattering to a total-order group (mode = "total"): each of
+ * the n parts at parts goes to its member only, all under one place in the
+ * group's order (the same against every other message at every member),
+ * and if this node fails meanwhile every surviving member gets its part or
+ * none does. The parts travel together as one message: their bytes and 4 +
+ * 16 per part must fit mcast_max_message() (else MCAST_ETOOLARGE). mcastd
+ * refuses, with an error notice (mcast_next_notice), a part for a member
+ * not in the group's view and a scattering to a group in another mode.
+ *
+ * timeout_ms 0: MCAST_EWOULDBLOCK when the ring is full; else waits for
+ * room up to timeout_ms (-1: forever), then MCAST_ETIMEDOUT. MCAST_EINVAL
+ * when parts is NULL, n is 0, or a part's data is NULL and its len not 0.
+ */
+int mcast_publish_scatter(mcast_client *c, uint32_t group, const mcast_part *parts, size_t n,
+                          int timeout_ms);
+
 /*
  * Receives the next data message: copies it into buf (cap bytes), sets
  * *len_out to its length, *group_out (may be NULL) to its group's number

@@ -19,7 +19,7 @@ use mcast_ipc::Client;
 
 use crate::{
     msg_kind, notice_info, panic_message, parse_event, set_thread_error, strerror, thread_error,
-    Fail, McastClient, McastEvent, McastHop, McastMessageView, McastMsg, McastNotice,
+    Fail, McastClient, McastEvent, McastHop, McastMessageView, McastMsg, McastNotice, McastPart,
     McastRecvCallback, MCAST_EINVAL, MCAST_EIO, MCAST_ETOOSMALL, MCAST_OK,
 };
 
@@ -449,6 +449,56 @@ pub unsafe extern "C" fn mcast_publish_batch_blocking(
 ) -> c_int {
     // SAFETY: the caller's contract is publish_many's.
     unsafe { publish_many(c, group, msgs, n, taken_out, Some(timeout_ms)) }
+}
+
+/// Publishes a scattering to a total-order group: each of the `n` parts at
+/// `parts` goes to its member only, all under one place in the group's
+/// order, all or none if this node fails (`Client::publish_scatter`).
+/// `timeout_ms` 0: `MCAST_EWOULDBLOCK` when the ring is full; else waits for
+/// room that long (-1: forever), then `MCAST_ETIMEDOUT`.
+///
+/// # Safety
+/// `c` is NULL or a live client (from `mcast_connect`, not yet closed) that
+/// no other thread uses during the call; `parts` is NULL or valid for reads
+/// of `n` `mcast_part` during the call, each `data` NULL or valid for reads
+/// of its `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_publish_scatter(
+    c: *mut McastClient,
+    group: u32,
+    parts: *const McastPart,
+    n: usize,
+    timeout_ms: c_int,
+) -> c_int {
+    let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
+        let timeout = timeout_arg(timeout_ms)?;
+        if n == 0 || parts.is_null() {
+            return Err(Fail::inval(format!(
+                "a scattering needs parts: parts is {}, n is {n}",
+                if parts.is_null() { "NULL" } else { "not NULL" }
+            )));
+        }
+        if n > isize::MAX as usize / std::mem::size_of::<McastPart>() {
+            return Err(Fail::inval(format!("n {n} is not a count of parts")));
+        }
+        // SAFETY: not NULL, n * size_of::<McastPart>() within isize::MAX
+        // (checked), and by the caller's contract valid for reads of n
+        // mcast_part during the call.
+        let parts = unsafe { std::slice::from_raw_parts(parts, n) };
+        let mut list = Vec::with_capacity(n);
+        for (i, p) in parts.iter().enumerate() {
+            // SAFETY: the caller's contract for each part's data.
+            let bytes = unsafe { bytes_arg(p.data, p.len, &format!("parts[{i}].data")) }?;
+            list.push((p.node, p.member, bytes));
+        }
+        match timeout {
+            Some(t) if t.is_zero() => cl.client.publish_scatter(group, &list)?,
+            t => cl.client.publish_scatter_blocking(group, &list, t)?,
+        }
+        Ok(MCAST_OK)
+    };
+    // SAFETY: the caller's contract is with_client's.
+    unsafe { with_client(c, run) }
 }
 
 /// Receives the next message into `buf`, as [`mcast_recv`] and

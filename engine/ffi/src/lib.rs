@@ -156,6 +156,22 @@ pub struct McastMsg {
     pub len: usize,
 }
 
+/// One part of a scattering (`mcast_part`): `len` bytes at `data` (NULL
+/// when `len` is 0) for the member `member` of node `node`, as the group's
+/// view lists it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct McastPart {
+    /// The member's node.
+    pub node: u32,
+    /// The member's id on its node.
+    pub member: u64,
+    /// The bytes.
+    pub data: *const c_void,
+    /// How many.
+    pub len: usize,
+}
+
 /// The last hop of the messages a client read, with the daemon tracing
 /// (`struct mcast_hop`): the client library's own summary, whose layout is
 /// C's (six `u64`, in the header's order).

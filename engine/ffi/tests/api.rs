@@ -1133,3 +1133,54 @@ fn read_hop_times_what_a_client_read_when_the_daemon_traces() {
     }
     assert_eq!(untouched.count, 77);
 }
+
+#[test]
+fn publish_scatter_writes_one_record_of_all_parts_and_rejects_bad_ones() {
+    let lb = Loopback::default("ffi-scatter");
+    let a = connect(&lb.path, "a");
+    let b = connect(&lb.path, "b");
+    let g = join(a);
+    join(b);
+    let part = |node, member, data: &[u8]| McastPart {
+        node,
+        member,
+        data: if data.is_empty() {
+            ptr::null()
+        } else {
+            data.as_ptr().cast()
+        },
+        len: data.len(),
+    };
+    let parts = [part(1, 7, b"seven"), part(2, 9, b"")];
+    let rc = unsafe { mcast_publish_scatter(a, g, parts.as_ptr(), parts.len(), 0) };
+    assert_eq!(rc, MCAST_OK, "{}", last_error(a));
+    // (The stand-in hands the record on as it is: the parts, encoded.)
+    let mut want = Vec::new();
+    mcast_ipc::scatter::encode(&[(1, 7, b"seven"), (2, 9, b"")], &mut want);
+    let (rc, count, seen) = recv_batch(b, 16, 5000);
+    assert_eq!((rc, count), (MCAST_OK, 1), "{}", last_error(b));
+    assert_eq!(seen[0].data, want);
+    // No parts, NULL parts, a NULL part with a length, a bad timeout.
+    let bad = [part(1, 7, b"")];
+    let mut null_data = bad;
+    null_data[0].len = 3;
+    let cases: [(*const McastPart, usize, c_int, &str); 4] = [
+        (parts.as_ptr(), 0, 0, "needs parts"),
+        (ptr::null(), 2, 0, "needs parts"),
+        (null_data.as_ptr(), 1, 0, "parts[0].data is NULL"),
+        (parts.as_ptr(), 2, -5, "timeout_ms"),
+    ];
+    for (p, n, t, why) in cases {
+        let rc = unsafe { mcast_publish_scatter(a, g, p, n, t) };
+        assert_eq!(rc, MCAST_EINVAL, "{why}");
+        assert!(last_error(a).contains(why), "{}", last_error(a));
+    }
+    assert_eq!(
+        unsafe { mcast_publish_scatter(ptr::null_mut(), g, parts.as_ptr(), 2, 0) },
+        MCAST_EINVAL
+    );
+    unsafe {
+        mcast_close(a);
+        mcast_close(b);
+    }
+}

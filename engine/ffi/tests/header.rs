@@ -142,6 +142,7 @@ const STRUCTS: &[(&str, &[&str])] = &[
     ),
     ("mcast_notice", &["kind", "group", "epoch", "members"]),
     ("mcast_msg", &["data", "len"]),
+    ("mcast_part", &["node", "member", "data", "len"]),
     (
         "mcast_message_view",
         &["data", "len", "group", "source", "kind"],
@@ -150,7 +151,9 @@ const STRUCTS: &[(&str, &[&str])] = &[
 
 /// The Rust structs' layouts, as the C program prints the header's.
 fn rust_layouts() -> Vec<String> {
-    use mcast::{McastEvent as E, McastMessageView as V, McastMsg as M, McastNotice as N};
+    use mcast::{
+        McastEvent as E, McastMessageView as V, McastMsg as M, McastNotice as N, McastPart as P,
+    };
     use std::mem::{offset_of, size_of};
     let event = [
         offset_of!(E, kind),
@@ -171,6 +174,12 @@ fn rust_layouts() -> Vec<String> {
         offset_of!(N, members),
     ];
     let msg = [offset_of!(M, data), offset_of!(M, len)];
+    let part = [
+        offset_of!(P, node),
+        offset_of!(P, member),
+        offset_of!(P, data),
+        offset_of!(P, len),
+    ];
     let view = [
         offset_of!(V, data),
         offset_of!(V, len),
@@ -186,6 +195,7 @@ fn rust_layouts() -> Vec<String> {
         line("mcast_event", size_of::<E>(), &event),
         line("mcast_notice", size_of::<N>(), &notice),
         line("mcast_msg", size_of::<M>(), &msg),
+        line("mcast_part", size_of::<P>(), &part),
         line("mcast_message_view", size_of::<V>(), &view),
     ]
 }
