@@ -3,9 +3,11 @@
 //! publisher and a subscriber in one group, is started again and again,
 //! alternately with `mode = "fifo"` (each sender's own stream, each
 //! sender's order only), `mode = "total"` (each sender's own stream, one
-//! order from the stamps; docs/protocol.md §6.4) and `mode = "sequenced"`
-//! (every message through the root, the fixed sequencer; §6.3), so all
-//! three see the same minutes of this noisy host. Each start measures:
+//! order from the stamps; docs/protocol.md §6.4), `mode = "sequenced"`
+//! (every message through the root, the fixed sequencer; §6.3) and
+//! "total+commit" (`mode = "total"`, `commit = true`: delivered once every
+//! member has it), so all four see the same minutes of this noisy host.
+//! Each start measures:
 //! - goodput: every publisher sends its messages as fast as the group
 //!   takes them; every subscriber checks every byte and each sender's
 //!   order, and, in the modes that promise one order, that its whole
@@ -45,7 +47,9 @@ pub struct TotalConfig {
     pub loss: f64,
 }
 
-const MODES: [&str; 3] = ["fifo", "total", "sequenced"];
+/// The modes compared; "total+commit" is `mode = "total"` with `commit =
+/// true` (a message delivered only once every member has it).
+const MODES: [&str; 4] = ["fifo", "total", "sequenced", "total+commit"];
 
 /// Bytes of each subscriber's ring (see `one_cluster`).
 const SUBSCRIBER_BUFFER: u64 = 64 << 20;
@@ -106,7 +110,11 @@ fn one_cluster(
     // with four daemons and the publishers outruns the default 4 MiB ring,
     // and the default slow-subscriber policy cuts the subscriber off; the
     // namespace tests of the ordered modes use the same 64 MiB.
-    let mut extra = format!("mode = \"{mode}\"\nsubscriber_buffer = {SUBSCRIBER_BUFFER}\n");
+    let setting = match mode {
+        "total+commit" => "mode = \"total\"\ncommit = true".to_owned(),
+        m => format!("mode = \"{m}\""),
+    };
+    let mut extra = format!("{setting}\nsubscriber_buffer = {SUBSCRIBER_BUFFER}\n");
     for line in &cfg.daemon_config {
         extra.push_str(line);
         extra.push('\n');
@@ -373,7 +381,7 @@ fn joined<T>(
     out
 }
 
-fn print(cfg: &TotalConfig, figs: &[Figures; 3]) {
+fn print(cfg: &TotalConfig, figs: &[Figures; 4]) {
     println!(
         "{} nodes, each a publisher and a subscriber (rings of {} MiB), {} B, {:.1} % loss on the segment; goodput: {} messages per publisher, all senders' msg/s at the slowest subscriber; latency: {}/s per publisher, one way, every message at every subscriber; medians of {} start(s) per mode [min-max]",
         cfg.senders,
@@ -385,12 +393,12 @@ fn print(cfg: &TotalConfig, figs: &[Figures; 3]) {
         cfg.repeat
     );
     println!(
-        "{:<10} {:>22} {:>20} {:>20} {:>20}",
+        "{:<13} {:>22} {:>20} {:>20} {:>20}",
         "mode", "msg/s (slowest)", "p50 µs", "p99 µs", "p99.9 µs"
     );
     for (mode, f) in MODES.iter().zip(figs) {
         println!(
-            "{:<10} {:>22} {:>20} {:>20} {:>20}",
+            "{:<13} {:>22} {:>20} {:>20} {:>20}",
             mode,
             spread(&f.goodput),
             micros(&f.p50, 1),
@@ -398,7 +406,7 @@ fn print(cfg: &TotalConfig, figs: &[Figures; 3]) {
             micros(&f.p999, 0)
         );
     }
-    let [fifo, total, seq] = figs;
+    let [fifo, total, seq, commit] = figs;
     println!(
         "total/fifo goodput {} (target >= 0.8); total/sequenced goodput {} (target >= 2)",
         path::ratio(median(&total.goodput), median(&fifo.goodput)),
@@ -410,9 +418,16 @@ fn print(cfg: &TotalConfig, figs: &[Figures; 3]) {
             t - f
         );
     }
+    println!(
+        "total+commit/total goodput {}",
+        path::ratio(median(&commit.goodput), median(&total.goodput)),
+    );
+    if let (Some(c), Some(t)) = (median(&commit.p50), median(&total.p50)) {
+        println!("total+commit p50 - total p50: {:.1} µs", c - t);
+    }
 }
 
-fn to_json(cfg: &TotalConfig, figs: &[Figures; 3]) -> Value {
+fn to_json(cfg: &TotalConfig, figs: &[Figures; 4]) -> Value {
     let modes: Vec<Value> = MODES
         .iter()
         .zip(figs)

@@ -222,6 +222,9 @@ pub struct GroupConfig {
     /// Overrides `mode`.
     #[serde(default)]
     pub mode: Option<GroupMode>,
+    /// Overrides `commit`.
+    #[serde(default)]
+    pub commit: Option<bool>,
 }
 
 /// What a group runs with: the daemon's defaults with its `[[group]]` overrides.
@@ -240,6 +243,8 @@ pub struct GroupSettings {
     pub tree_fanout: u16,
     /// How the group orders its senders' messages.
     pub mode: GroupMode,
+    /// (Total order) a message is delivered only once every member has it.
+    pub commit: bool,
 }
 
 /// mcastd's configuration. See `docs/mcastd.toml.example` for every key.
@@ -327,6 +332,13 @@ pub struct Config {
     /// from a node, sent only while others' messages wait for its stamp.
     #[serde(default = "d_beacon_us")]
     pub beacon_us: u64,
+    /// Total-order groups: deliver a message only once every member of the
+    /// view has it (seed 002's TOC-Re: what one member delivered, every
+    /// surviving member delivers, even if that member and the sender fail
+    /// together), at about one more hop of latency. False: as soon as the
+    /// order is known (TOC-BE).
+    #[serde(default)]
+    pub commit: bool,
     /// Bytes per client subscription ring.
     #[serde(default = "d_buffer")]
     pub subscriber_buffer: u64,
@@ -706,6 +718,27 @@ impl Config {
                 ),
             );
         }
+        // `commit` means something to total-order groups only.
+        let total_somewhere = self.mode == GroupMode::Total
+            || self.groups.iter().any(|g| g.mode == Some(GroupMode::Total));
+        let misplaced = self
+            .groups
+            .iter()
+            .find(|g| {
+                g.commit == Some(true) && self.group_settings(&g.name).mode != GroupMode::Total
+            })
+            .map(|g| format!("[[group]] \"{}\"", g.name))
+            .or_else(|| {
+                (self.commit && !total_somewhere).then(|| "the daemon's default".to_owned())
+            });
+        if let Some(which) = misplaced {
+            return bad(
+                "commit",
+                format!(
+                    "commit = true in {which} applies to total-order groups only: set mode = \"total\" there, or drop commit"
+                ),
+            );
+        }
         if self.interface.is_empty()
             || self.interface.len() > 15
             || self.interface.contains(['/', ' '])
@@ -940,6 +973,7 @@ impl Config {
             batch: g.and_then(|g| g.batch).unwrap_or(self.batch),
             tree_fanout: g.and_then(|g| g.tree_fanout).unwrap_or(self.tree_fanout),
             mode: g.and_then(|g| g.mode).unwrap_or(self.mode),
+            commit: g.and_then(|g| g.commit).unwrap_or(self.commit),
         }
     }
 

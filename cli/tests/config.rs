@@ -65,6 +65,7 @@ fn the_example_file_parses_and_validates() {
             batch: true,
             tree_fanout: 0,
             mode: GroupMode::Fifo,
+            commit: false,
         }
     );
     // The example shows the defaults: it equals the minimal file plus its peers and group.
@@ -115,6 +116,7 @@ fn defaults() {
             batch: true,
             tree_fanout: 0,
             mode: GroupMode::Fifo,
+            commit: false,
         }
     );
     // A group's own fanout overrides the daemon's.
@@ -142,6 +144,31 @@ fn beacon_interval_in_range() {
     let msg = invalid(&with("beacon_us = 1000001", ""), "beacon_us = 1000001");
     assert!(msg.contains("100 is the default"), "{msg}");
     assert_eq!(parse(&with("beacon_us = 250", "")).beacon_us, 250);
+}
+
+#[test]
+fn commit_applies_to_total_order_groups_only() {
+    // Off unless asked; the daemon's default and a group's own.
+    assert!(
+        !parse(&with("mode = \"total\"", ""))
+            .group_settings("g")
+            .commit
+    );
+    let cfg = parse(&with("mode = \"total\"\ncommit = true", ""));
+    assert!(cfg.group_settings("g").commit);
+    let cfg = parse(&with(
+        "",
+        "[[group]]\nname = \"log\"\nmode = \"total\"\ncommit = true\n",
+    ));
+    assert!(cfg.group_settings("log").commit);
+    assert!(!cfg.group_settings("other").commit);
+    // Meaningless elsewhere: refused, saying where and what to do.
+    let msg = invalid(
+        &with("", "[[group]]\nname = \"plain\"\ncommit = true\n"),
+        "[[group]] \"plain\"",
+    );
+    assert!(msg.contains("mode = \"total\""), "{msg}");
+    invalid(&with("commit = true", ""), "the daemon's default");
 }
 
 #[test]

@@ -418,3 +418,24 @@ fn a_scattering_gives_each_member_its_part_in_one_order_and_all_or_none_when_its
         orders[0].1.len()
     );
 }
+
+#[test]
+fn with_commit_three_senders_still_reach_all_four_nodes_in_one_order() {
+    let config = format!("{CONFIG}\ncommit = true");
+    let Some(cluster) = common::start("tot-commit", &config) else {
+        return;
+    };
+    const N: u64 = 2_000;
+    let senders = [2u32, 3, 4];
+    let (orders, group) = all_senders_to_all(&cluster, "totc", &senders, N);
+    assert_one_order(&orders);
+    for node in 1..=4u32 {
+        let m = mode(&cluster, node, group);
+        assert_eq!(m["commit"], true, "node {node}: {m:#}");
+        assert_eq!(m["delivered"], N * 3, "node {node}: {m:#}");
+        assert_eq!(m["held"], 0, "node {node}: {m:#}");
+        // Every other node's report came (each says what it has).
+        let reports = m["report_lag_us"].as_object().map_or(0, |r| r.len());
+        assert_eq!(reports, 3, "node {node}: {m:#}");
+    }
+}

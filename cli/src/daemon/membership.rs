@@ -270,6 +270,7 @@ impl<T: Transport> Daemon<T> {
                     self.incarnation,
                     self.streams.send_resume.get(&group).copied(),
                     self.cfg.beacon_us,
+                    s.commit,
                 ),
                 paused: false,
                 slow: s.slow_subscriber,

@@ -349,8 +349,9 @@ impl<T: Transport> StreamOps for Engine<T> {
 
 /// The mode of `group`, which this node (`node`, incarnation `epoch`)
 /// starts carrying. `resume`: where this node's send stream in the group stopped
-/// the last time it carried it in this incarnation; `beacon_us`: a
-/// total-order group's beacon interval.
+/// the last time it carried it in this incarnation; `beacon_us` and
+/// `commit`: a total-order group's beacon interval, and whether it delivers
+/// only what every member has.
 pub fn for_group(
     kind: config::GroupMode,
     group: GroupId,
@@ -358,18 +359,22 @@ pub fn for_group(
     epoch: u32,
     resume: Option<Seq>,
     beacon_us: u64,
+    commit: bool,
 ) -> Box<dyn GroupMode> {
     let first_seq = resume.unwrap_or(Seq(0));
     match kind {
         config::GroupMode::Fifo => Box::new(fifo::PerSenderFifo::new(first_seq)),
         config::GroupMode::Sequenced => Box::new(sequenced::Sequenced::new(node, epoch, first_seq)),
-        config::GroupMode::Total => Box::new(total::TotalOrder::new(
-            group,
-            node,
-            first_seq,
-            Box::new(hlc::system_wall_ns),
-            beacon_us.saturating_mul(1_000),
-        )),
+        config::GroupMode::Total => Box::new(
+            total::TotalOrder::new(
+                group,
+                node,
+                first_seq,
+                Box::new(hlc::system_wall_ns),
+                beacon_us.saturating_mul(1_000),
+            )
+            .committing(commit),
+        ),
     }
 }
 

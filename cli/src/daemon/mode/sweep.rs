@@ -139,6 +139,8 @@ struct World {
     flush_to: BTreeMap<NodeId, usize>,
     /// Messages each node's mode took (alive or not).
     taken: BTreeMap<NodeId, u64>,
+    /// What each crashed node's subscriber had received when it crashed.
+    crashed_got: BTreeMap<NodeId, Received>,
     /// The scatterings the modes took, (origin, index), and the nodes
     /// whose subscriber each has a part for.
     scatterings: BTreeMap<(NodeId, u64), BTreeSet<NodeId>>,
@@ -277,27 +279,34 @@ impl World {
             .or_default() = index + 1;
     }
 
-    fn crash(&mut self, victim: NodeId) {
-        self.log.push(format!("crash {victim}"));
-        self.nodes.remove(&victim);
-        self.views.remove(&victim);
-        self.links.retain(|&(a, b), _| a != victim && b != victim);
-        // The flush ends at the furthest any survivor got, counting frames
-        // still in flight that one survivor gets after the crash (after it
-        // installed the view without the victim, perhaps).
-        let furthest = self
-            .nodes
-            .values()
-            .filter_map(|n| n.cursor.get(&victim).copied())
-            .max();
-        if let Some(furthest) = furthest {
-            let sent = self.streams.get(&victim).map_or(0, |s| s.log.len());
-            let in_flight = self.rng.range(0, (sent - furthest) as u64) as usize;
-            self.flush_to.insert(victim, furthest + in_flight);
-        } else {
-            self.flush_to.insert(victim, 0);
+    /// `victims` crash together (one view without them all).
+    fn crash(&mut self, victims: &[NodeId]) {
+        self.log.push(format!("crash {victims:?}"));
+        for v in victims {
+            let n = self.nodes.remove(v).expect("alive");
+            self.crashed_got
+                .insert(*v, n.got.get(&SUBSCRIBER).cloned().unwrap_or_default());
+            self.views.remove(v);
+            self.links.retain(|&(a, b), _| a != *v && b != *v);
         }
-        if victim == self.root {
+        for &victim in victims {
+            // The flush ends at the furthest any survivor got, counting
+            // frames still in flight that one survivor gets after the crash
+            // (after it installed the view without the victim, perhaps).
+            let furthest = self
+                .nodes
+                .values()
+                .filter_map(|n| n.cursor.get(&victim).copied())
+                .max();
+            if let Some(furthest) = furthest {
+                let sent = self.streams.get(&victim).map_or(0, |s| s.log.len());
+                let in_flight = self.rng.range(0, (sent - furthest) as u64) as usize;
+                self.flush_to.insert(victim, furthest + in_flight);
+            } else {
+                self.flush_to.insert(victim, 0);
+            }
+        }
+        if victims.contains(&self.root) {
             self.root = *self.nodes.keys().next().expect("a survivor");
         }
         self.new_view();
@@ -417,7 +426,7 @@ impl World {
                 // view's nodes' subscribers, each part the same bytes.
                 let view = self.nodes[&id].view.clone();
                 let to: BTreeSet<NodeId> = match self.kind {
-                    Kind::Total if self.rng.range(0, 3) == 0 => view
+                    Kind::Total { .. } if self.rng.range(0, 3) == 0 => view
                         .iter()
                         .copied()
                         .filter(|_| self.rng.range(0, 1) == 0)
@@ -542,10 +551,16 @@ impl World {
                 self.new_view();
             }
             E::Crash => {
-                let alive = self.truth();
-                let victim = alive[pick(&mut self.rng, alive.len())];
-                self.crashes_left -= 1;
-                self.crash(victim);
+                let mut alive = self.truth();
+                let victim = alive.remove(pick(&mut self.rng, alive.len()));
+                let mut victims = vec![victim];
+                // Sometimes two at once (a member that delivered a message
+                // and its sender, say), when one would still be left.
+                if self.crashes_left >= 2 && alive.len() >= 2 && self.rng.range(0, 1) == 0 {
+                    victims.push(alive[pick(&mut self.rng, alive.len())]);
+                }
+                self.crashes_left -= victims.len() as u32;
+                self.crash(&victims);
             }
         }
         true
@@ -710,6 +725,27 @@ impl World {
                 return Err(format!("node {id} still holds messages: {stats}"));
             }
         }
+        // (Commit) what a node delivered before it crashed, every surviving
+        // founder delivers (they were members when it was sent).
+        if let Kind::Total { commit: true } = self.kind {
+            for (c, got) in &self.crashed_got {
+                for (source, m) in got.iter().filter(|(s, m)| *s != 0 && !scattered(m)) {
+                    let lacks = self.nodes.iter().find(|(&id, n)| {
+                        id <= self.founders
+                            && !n
+                                .got
+                                .get(&SUBSCRIBER)
+                                .is_some_and(|g| g.iter().any(|(s, x)| s == source && x == m))
+                    });
+                    if let Some((id, _)) = lacks {
+                        return Err(format!(
+                            "node {c} delivered {} before it crashed, and node {id} never does",
+                            String::from_utf8_lossy(m)
+                        ));
+                    }
+                }
+            }
+        }
         // A scattering reaches every live node it has a part for, or none
         // (its origin failed before any survivor had it whole).
         for (&(o, k), to) in &self.scatterings {
@@ -746,7 +782,10 @@ fn common(a: &Received, b: &Received) -> Received {
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Sequenced,
-    Total,
+    /// (`commit`: delivering only what every member has, seed 002's TOC-Re.)
+    Total {
+        commit: bool,
+    },
 }
 
 impl Kind {
@@ -755,15 +794,12 @@ impl Kind {
     fn mode(self, v: NodeId, now: &Rc<Cell<u64>>, skew: u64) -> Box<dyn GroupMode> {
         match self {
             Kind::Sequenced => Box::new(Sequenced::new(v, 1, Seq(0))),
-            Kind::Total => {
+            Kind::Total { commit } => {
                 let now = Rc::clone(now);
-                Box::new(TotalOrder::new(
-                    GROUP,
-                    v,
-                    Seq(0),
-                    Box::new(move || now.get() + skew),
-                    100,
-                ))
+                Box::new(
+                    TotalOrder::new(GROUP, v, Seq(0), Box::new(move || now.get() + skew), 100)
+                        .committing(commit),
+                )
             }
         }
     }
@@ -771,7 +807,7 @@ impl Kind {
     fn name(self) -> &'static str {
         match self {
             Kind::Sequenced => "SEQUENCED",
-            Kind::Total => "TOTAL",
+            Kind::Total { .. } => "TOTAL",
         }
     }
 }
@@ -786,7 +822,14 @@ fn run(kind: Kind, seed: u64) -> Result<(), String> {
     // (The sequenced mode's joins are proven in namespaces only.)
     let joins = match kind {
         Kind::Sequenced => 0,
-        Kind::Total => rng.range(0, 2) as u32,
+        Kind::Total { .. } => rng.range(0, 2) as u32,
+    };
+    // Half the total-order runs deliver only what every member has.
+    let kind = match kind {
+        Kind::Total { .. } => Kind::Total {
+            commit: rng.range(0, 1) == 1,
+        },
+        k => k,
     };
     let view: Vec<NodeId> = (1..=n).collect();
     let mut nodes = BTreeMap::new();
@@ -816,6 +859,7 @@ fn run(kind: Kind, seed: u64) -> Result<(), String> {
         views: view.iter().map(|&v| (v, VecDeque::new())).collect(),
         flush_to: BTreeMap::new(),
         taken: BTreeMap::new(),
+        crashed_got: BTreeMap::new(),
         scatterings: BTreeMap::new(),
         view_epoch: 1,
         history: BTreeMap::from([(1, view.clone())]),
@@ -880,5 +924,5 @@ fn sequenced_sweep() {
 #[test]
 fn total_sweep() {
     // TOTAL_SEEDS=N for a longer sweep, TOTAL_SEED=S to replay one.
-    crate::daemon::seeds::sweep("TOTAL", 2_000, |s| run(Kind::Total, s));
+    crate::daemon::seeds::sweep("TOTAL", 2_000, |s| run(Kind::Total { commit: false }, s));
 }

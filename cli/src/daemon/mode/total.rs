@@ -41,8 +41,9 @@ use super::send_stream::SendStream;
 use super::{GroupMode, ModeCx, Out, Published, StreamOps, To};
 use crate::daemon::deliver::{data_record, event_record};
 
-/// Bytes before a message: tag, stamp (u64), the sender's view epoch (u64).
-pub const HEADER_LEN: usize = 1 + 8 + 8;
+/// Bytes before a message: tag, stamp (u64), the sender's ready epoch
+/// (u64), and its barrier when it sent it (u64; 0 unless the group commits).
+pub const HEADER_LEN: usize = 1 + 8 + 8 + 8;
 /// A message and its stamp.
 const TAG_DATA: u8 = b'T';
 /// A scattering (`mcast_ipc::scatter`) and its stamp: each part is
@@ -69,23 +70,27 @@ enum Opening<'a> {
     Data {
         ts: u64,
         epoch: u64,
+        report: u64,
         msg: &'a [u8],
         scatter: bool,
     },
     Beacon {
         ts: u64,
         epoch: u64,
+        report: u64,
         wants: u64,
     },
 }
 
-/// `msg` with its header, into `out` (cleared).
-fn encode(tag: u8, ts: u64, epoch: u64, msg: &[u8], out: &mut Vec<u8>) {
+/// `msg` with its header (stamp, ready epoch, barrier report), into `out`
+/// (cleared).
+fn encode(tag: u8, ts: u64, epoch: u64, report: u64, msg: &[u8], out: &mut Vec<u8>) {
     out.clear();
     out.reserve(HEADER_LEN + msg.len());
     out.push(tag);
     out.extend_from_slice(&ts.to_be_bytes());
     out.extend_from_slice(&epoch.to_be_bytes());
+    out.extend_from_slice(&report.to_be_bytes());
     out.extend_from_slice(msg);
 }
 
@@ -93,19 +98,21 @@ fn decode(buf: &[u8]) -> Option<Opening<'_>> {
     if buf.len() < HEADER_LEN {
         return None;
     }
-    let ts = u64::from_be_bytes(buf[1..9].try_into().expect("8 bytes"));
-    let epoch = u64::from_be_bytes(buf[9..17].try_into().expect("8 bytes"));
+    let word = |at: usize| u64::from_be_bytes(buf[at..at + 8].try_into().expect("8 bytes"));
+    let (ts, epoch, report) = (word(1), word(9), word(17));
     match buf[0] {
         TAG_DATA | TAG_SCATTER => Some(Opening::Data {
             ts,
             epoch,
+            report,
             msg: &buf[HEADER_LEN..],
             scatter: buf[0] == TAG_SCATTER,
         }),
         TAG_BEACON if buf.len() == BEACON_LEN => Some(Opening::Beacon {
             ts,
             epoch,
-            wants: u64::from_be_bytes(buf[HEADER_LEN..].try_into().expect("8 bytes")),
+            report,
+            wants: word(HEADER_LEN),
         }),
         _ => None,
     }
@@ -259,6 +266,16 @@ pub struct TotalOrder {
     /// The monotonic time of the last poll (for a beacon sent from
     /// `publish`).
     now_ns: u64,
+    /// Deliver only what every member has (seed 002's TOC-Re): what the
+    /// barrier passed and every other member's last barrier report too.
+    commit: bool,
+    /// Each node's last barrier report (the barrier in its last frame):
+    /// it has every message stamped at or below it.
+    reports: BTreeMap<NodeId, u64>,
+    /// The barrier this node put in its last frame.
+    reported: u64,
+    /// The largest stamp of this node's own messages.
+    own_max: u64,
     scratch: Vec<u8>,
     counters: Counters,
 }
@@ -311,9 +328,53 @@ impl TotalOrder {
             events: std::collections::VecDeque::new(),
             cuts: BTreeMap::new(),
             now_ns: 0,
+            commit: false,
+            reports: BTreeMap::new(),
+            reported: 0,
+            own_max: 0,
             scratch: Vec::new(),
             counters: Counters::default(),
         }
+    }
+
+    /// The mode delivers only what every member has (`commit = true`).
+    pub fn committing(mut self, commit: bool) -> TotalOrder {
+        self.commit = commit;
+        self
+    }
+
+    /// At or below this, every member of the view has every message: the
+    /// least of this node's barrier and the others' last reports (None
+    /// while one has not reported). Departed nodes no longer count: they
+    /// deliver nothing more.
+    fn stable(&mut self) -> Option<u64> {
+        let mut s = self.barrier()?;
+        for n in self.senders.keys().filter(|n| !self.departing.contains(n)) {
+            s = s.min(*self.reports.get(n)?);
+        }
+        Some(s)
+    }
+
+    /// The barrier to put in the next frame (0 when the group does not
+    /// commit: nobody reads it).
+    fn report(&mut self) -> u64 {
+        if self.commit {
+            self.barrier().unwrap_or(0)
+        } else {
+            0
+        }
+    }
+
+    /// Others may wait for this node's report: a message stamped above the
+    /// last one is known here (others' or its own), and the barrier has
+    /// moved past that report.
+    fn report_due(&mut self) -> bool {
+        self.report_wanted() && self.barrier().is_some_and(|b| b > self.reported)
+    }
+
+    /// A message stamped above this node's last report is known here.
+    fn report_wanted(&self) -> bool {
+        self.commit && self.demand.max(self.own_max) > self.reported
     }
 
     /// Below or at this, nothing can arrive any more: None while a node of
@@ -332,7 +393,12 @@ impl TotalOrder {
         if self.held.is_empty() {
             return; // (no clock to read)
         }
-        let Some(mut bound) = self.barrier() else {
+        let bound = if self.commit {
+            self.stable()
+        } else {
+            self.barrier()
+        };
+        let Some(mut bound) = bound else {
             return;
         };
         if let Some(e) = self.events.front() {
@@ -443,6 +509,7 @@ impl TotalOrder {
             e.first_from.retain(|&n| n != node);
         }
         self.firsts.remove(&node);
+        self.reports.remove(&node);
         self.place_events();
     }
 
@@ -564,10 +631,12 @@ impl TotalOrder {
         } else {
             0
         };
+        let report = self.report();
         encode(
             TAG_BEACON,
             ts,
             self.ready(),
+            report,
             &wants.to_be_bytes(),
             &mut self.scratch,
         );
@@ -581,6 +650,7 @@ impl TotalOrder {
         self.beacon_owed = false;
         self.last_beacon_ns = Some(now_ns);
         if sent {
+            self.reported = self.reported.max(report);
             self.announced = self.ready();
             self.note_first(self.node, self.announced, ts);
             self.advertised = ts;
@@ -594,13 +664,14 @@ impl TotalOrder {
 
     /// True when others wait on this node's next stamp and the beacon
     /// interval since the last has passed (or the view owes one).
-    fn beacon_due(&self, now_ns: u64) -> bool {
+    fn beacon_due(&mut self, now_ns: u64) -> bool {
         let waited = self
             .last_beacon_ns
             .is_none_or(|t| now_ns >= t + self.beacon_ns);
         self.beacon_owed
             || self.ready() > self.announced
-            || waited && (self.demand > self.advertised || self.wants_more(now_ns))
+            || waited
+                && (self.demand > self.advertised || self.wants_more(now_ns) || self.report_due())
     }
 
     /// The highest stamp held here (0: none).
@@ -642,13 +713,18 @@ impl TotalOrder {
         let ready = self.ready();
         if !cx.remote.is_empty() {
             let tag = if scatter { TAG_SCATTER } else { TAG_DATA };
-            encode(tag, ts, ready, msg, &mut self.scratch);
+            let report = self.report();
+            encode(tag, ts, ready, report, msg, &mut self.scratch);
             match self.stream.publish(cx, &self.scratch)? {
-                Published::Sent => self.advertised = ts,
+                Published::Sent => {
+                    self.advertised = ts;
+                    self.reported = self.reported.max(report);
+                }
                 refused => return Ok(refused),
             }
         }
         self.announced = ready;
+        self.own_max = ts;
         self.note_first(self.node, ready, ts);
         self.counters.published += 1;
         let msg = Message {
@@ -764,7 +840,13 @@ impl GroupMode for TotalOrder {
                     self.counters.malformed += 1;
                     None
                 }
-                Some(Opening::Beacon { ts, epoch, wants }) => {
+                Some(Opening::Beacon {
+                    ts,
+                    epoch,
+                    report,
+                    wants,
+                }) => {
+                    self.reports.insert(node, report);
                     self.counters.beacons_received += 1;
                     // A node holds messages up to `wants` waiting: for this
                     // node's stamp too, perhaps.
@@ -776,9 +858,13 @@ impl GroupMode for TotalOrder {
                 Some(Opening::Data {
                     ts,
                     epoch,
+                    report,
                     msg,
                     scatter,
                 }) => {
+                    // (A report counts at once: it says what the node has,
+                    // whatever comes after it in this message.)
+                    self.reports.insert(node, report);
                     let msg = Message {
                         bytes: msg.to_vec(),
                         scatter,
@@ -821,7 +907,7 @@ impl GroupMode for TotalOrder {
             return Some(0);
         }
         let next_beacon = self.last_beacon_ns.map_or(0, |t| t + self.beacon_ns);
-        let demand = (self.demand > self.advertised).then_some(next_beacon);
+        let demand = (self.demand > self.advertised || self.report_wanted()).then_some(next_beacon);
         // Held messages are watched until they pass or this node has said
         // what it waits for.
         let watch = (self.held_max() > self.wanted).then(|| match self.oldest {
@@ -883,9 +969,10 @@ impl GroupMode for TotalOrder {
         self.now_ns = now_ns;
         let before = self.counters.delivered + self.counters.events;
         if cx.remote.is_empty() {
-            // Alone: nobody waits for this node's stamp.
+            // Alone: nobody waits for this node's stamp or report.
             self.beacon_owed = false;
             self.advertised = self.advertised.max(self.demand);
+            self.reported = self.reported.max(self.demand.max(self.own_max));
             // Each stamp may place an event, which makes it readier.
             while self.ready() > self.announced {
                 let ts = self.clock.stamp();
@@ -916,8 +1003,17 @@ impl GroupMode for TotalOrder {
             .iter()
             .map(|(n, m)| (n.to_string(), m.map(|m| now.saturating_sub(m) / 1_000)))
             .collect();
+        // (Commit) how far each node's last report is behind this clock.
+        let reports: BTreeMap<String, u64> = self
+            .reports
+            .iter()
+            .filter(|(n, _)| self.senders.contains_key(n))
+            .map(|(n, r)| (n.to_string(), now.saturating_sub(*r) / 1_000))
+            .collect();
         json!({
             "mode": self.name(),
+            "commit": self.commit,
+            "report_lag_us": if self.commit { json!(reports) } else { json!(null) },
             "sender_open": self.stream.is_open(),
             "held": self.held.len(),
             "held_bytes": self.held_bytes,

@@ -82,7 +82,7 @@ impl Rig {
 
     fn data(&mut self, from: NodeId, ts: u64, msg: &[u8]) {
         let mut buf = Vec::new();
-        encode(TAG_DATA, ts, 1, msg, &mut buf);
+        encode(TAG_DATA, ts, 1, 0, msg, &mut buf);
         self.fragment(from, true, true, &buf);
     }
 
@@ -93,7 +93,7 @@ impl Rig {
     /// A beacon from a node that holds messages up to `wants` waiting.
     fn beacon_wanting(&mut self, from: NodeId, ts: u64, epoch: u64, wants: u64) {
         let mut buf = Vec::new();
-        encode(TAG_BEACON, ts, epoch, &wants.to_be_bytes(), &mut buf);
+        encode(TAG_BEACON, ts, epoch, 0, &wants.to_be_bytes(), &mut buf);
         self.fragment(from, true, true, &buf);
     }
 
@@ -110,7 +110,7 @@ impl Rig {
     /// A message from `from` stamped `ts`, ready for view `epoch`.
     fn data_in(&mut self, from: NodeId, ts: u64, epoch: u64, msg: &[u8]) {
         let mut buf = Vec::new();
-        encode(TAG_DATA, ts, epoch, msg, &mut buf);
+        encode(TAG_DATA, ts, epoch, 0, msg, &mut buf);
         self.fragment(from, true, true, &buf);
     }
 
@@ -324,7 +324,7 @@ fn a_fragmented_message_counts_for_the_barrier_only_once_whole() {
     r.beacon(2, 10, 1);
     r.beacon(3, 10, 1);
     let mut first = Vec::new();
-    encode(TAG_DATA, 60, 1, b"big-", &mut first);
+    encode(TAG_DATA, 60, 1, 0, b"big-", &mut first);
     r.fragment(2, true, false, &first);
     // Node 3's message at the same stamp comes after node 2's.
     r.data(3, 60, b"small");
@@ -507,7 +507,7 @@ fn a_scattering_takes_one_stamp_and_each_part_goes_to_its_member_only() {
     let mut theirs = Vec::new();
     scatter::encode(&[(1, 11, b"from 2"), (2, 11, b"not here")], &mut theirs);
     let mut buf = Vec::new();
-    encode(TAG_SCATTER, ts - 1, 1, &theirs, &mut buf);
+    encode(TAG_SCATTER, ts - 1, 1, 0, &theirs, &mut buf);
     r.fragment(2, true, true, &buf);
     r.beacon(2, ts + 1, 1);
     let hdr_from = |n| data_record(GROUP, n, true, true).source;
@@ -521,9 +521,42 @@ fn a_scattering_takes_one_stamp_and_each_part_goes_to_its_member_only() {
     );
     assert_eq!(r.mode.stats_json()["scatterings"], 1);
     // A broken one from a peer is dropped and counted.
-    encode(TAG_SCATTER, ts + 2, 1, b"junk", &mut buf);
+    encode(TAG_SCATTER, ts + 2, 1, 0, b"junk", &mut buf);
     r.fragment(2, true, true, &buf);
     r.beacon(2, ts + 3, 1);
     assert_eq!(r.got.len(), 3);
     assert_eq!(r.mode.stats_json()["malformed"], 1);
+}
+
+#[test]
+fn with_commit_a_message_waits_until_every_member_reports_having_it() {
+    let mut r = Rig::new(1, &[2, 3]);
+    r.mode = TotalOrder::new(GROUP, 1, Seq(0), Box::new(|| 1_000), 100).committing(true);
+    let added = r.remote.clone();
+    r.call(|m, cx, _| m.members_changed(cx, &added).unwrap());
+    r.poll(0);
+    // A beacon from `from` at `ts` reporting its barrier `report`.
+    let report = |r: &mut Rig, from, ts: u64, report: u64| {
+        let mut buf = Vec::new();
+        encode(TAG_BEACON, ts, 1, report, &0u64.to_be_bytes(), &mut buf);
+        r.fragment(from, true, true, &buf);
+    };
+    report(&mut r, 2, 1_100, 0);
+    report(&mut r, 3, 1_100, 0);
+    r.data(2, 1_200, b"a");
+    report(&mut r, 3, 1_300, 0);
+    r.release_now();
+    assert!(r.got.is_empty(), "ordered, but nobody said it has it");
+    // This node's barrier passed it: it reports so, once.
+    let last = r.streams.published.last().unwrap().clone();
+    assert_eq!(last[0], TAG_BEACON);
+    assert_eq!(u64::from_be_bytes(last[17..25].try_into().unwrap()), 1_200);
+    let sent = r.sent().len();
+    r.poll(150);
+    assert_eq!(r.sent().len(), sent, "no report again without news");
+    report(&mut r, 2, 1_400, 1_200);
+    assert!(r.got.is_empty(), "node 3 has not said so");
+    report(&mut r, 3, 1_500, 1_250);
+    assert_eq!(r.texts(), ["2:a"]);
+    assert_eq!(r.mode.stats_json()["commit"], true);
 }
