@@ -25,6 +25,30 @@ use mcast_ipc::{Client, Notice};
 
 const CONFIG: &str = "subscriber_buffer = 67108864\nmode = \"total\"";
 
+/// What subscriber `c` on `node` still gets once the dead `victim` has left
+/// the node's barrier (its flush over) with nothing held and no event
+/// waiting for its place: then every message and event the node will
+/// deliver is in the ring.
+fn rest_after(
+    cluster: &common::Cluster,
+    c: &mut Client,
+    node: u32,
+    group: u32,
+    victim: u32,
+) -> Vec<(u32, u64)> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = mode(cluster, node, group);
+        let gone = m["barrier_lag_us"].get(victim.to_string()).is_none();
+        if gone && m["held"] == 0 && m["events_unplaced"] == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "node {node}: {m:#}");
+        std::thread::yield_now();
+    }
+    receive(c, node, &[victim], u64::MAX, Duration::ZERO, |_| {})
+}
+
 /// The error notice `c` gets next (other notices skipped), within 10 s.
 fn error_notice(c: &mut Client) -> String {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -207,27 +231,7 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
         killed.store(true, Ordering::Relaxed);
         for h in receivers {
             let (node, mut c, mut got) = h.join().unwrap();
-            // Once the dead sender has left this node's barrier (its flush
-            // over) and nothing is held, every message and event this node
-            // will deliver is in the ring.
-            let deadline = std::time::Instant::now() + Duration::from_secs(30);
-            loop {
-                let m = mode(&cluster, node, group);
-                let gone = m["barrier_lag_us"].get(victim.to_string()).is_none();
-                if gone && m["held"] == 0 && m["events_unplaced"] == 0 {
-                    break;
-                }
-                assert!(std::time::Instant::now() < deadline, "node {node}: {m:#}");
-                std::thread::yield_now();
-            }
-            got.extend(receive(
-                &mut c,
-                node,
-                &[victim],
-                u64::MAX,
-                Duration::ZERO,
-                |_| {},
-            ));
+            got.extend(rest_after(&cluster, &mut c, node, group, victim));
             orders.push((node, got));
         }
     });
@@ -377,24 +381,7 @@ fn a_scattering_gives_each_member_its_part_in_one_order_and_all_or_none_when_its
         killed.store(true, Ordering::Relaxed);
         for h in receivers {
             let (node, mut c, mut got) = h.join().unwrap();
-            let deadline = std::time::Instant::now() + Duration::from_secs(30);
-            loop {
-                let m = mode(&cluster, node, group);
-                let gone = m["barrier_lag_us"].get(victim.to_string()).is_none();
-                if gone && m["held"] == 0 && m["events_unplaced"] == 0 {
-                    break;
-                }
-                assert!(std::time::Instant::now() < deadline, "node {node}: {m:#}");
-                std::thread::yield_now();
-            }
-            got.extend(receive(
-                &mut c,
-                node,
-                &[victim],
-                u64::MAX,
-                Duration::ZERO,
-                |_| {},
-            ));
+            got.extend(rest_after(&cluster, &mut c, node, group, victim));
             orders.push((node, got));
         }
     });
