@@ -417,7 +417,23 @@ impl TotalOrder {
                     if node == self.node {
                         self.own_held_bytes -= msg.bytes.len();
                     }
-                    self.emit(node, &msg.bytes, msg.scatter, from, out);
+                    self.counters.delivered += 1;
+                    let hdr = data_record(self.group, node, true, true);
+                    if !msg.scatter {
+                        out(hdr, &msg.bytes, To::AllBut(from));
+                        continue;
+                    }
+                    // Its part to each member (a node checked them before
+                    // sending: a bad one here came from a broken peer).
+                    match scatter::decode(&msg.bytes) {
+                        Ok(parts) => {
+                            let here = parts.into_iter().filter(|p| p.0 == self.node);
+                            for (_, member, part) in here {
+                                out(hdr, part, To::Only(ClientId(member)));
+                            }
+                        }
+                        Err(_) => self.counters.malformed += 1,
+                    }
                 }
                 Held::Event(event) => {
                     self.counters.events += 1;
@@ -425,73 +441,6 @@ impl TotalOrder {
                 }
             }
         }
-    }
-
-    /// Delivers `node`'s message here: to the local members but `from`, or
-    /// a scattering's parts each to its member.
-    fn emit(
-        &mut self,
-        node: NodeId,
-        msg: &[u8],
-        scatter: bool,
-        from: Option<ClientId>,
-        out: &mut Out<'_>,
-    ) {
-        self.counters.delivered += 1;
-        let hdr = data_record(self.group, node, true, true);
-        if !scatter {
-            out(hdr, msg, To::AllBut(from));
-            return;
-        }
-        // Its part to each member (a node checked them before sending: a
-        // bad one here came from a broken peer).
-        match scatter::decode(msg) {
-            Ok(parts) => {
-                let here = parts.into_iter().filter(|p| p.0 == self.node);
-                for (_, member, part) in here {
-                    out(hdr, part, To::Only(ClientId(member)));
-                }
-            }
-            Err(_) => self.counters.malformed += 1,
-        }
-    }
-
-    /// A remote message whole in one fragment, when nothing is held and no
-    /// event waits for its place: delivered at once if the barrier (or the
-    /// stable point) passes it, with no copy into the hold. False when it
-    /// must take the usual way (`arrived`).
-    fn deliver_at_once(
-        &mut self,
-        node: NodeId,
-        ts: u64,
-        epoch: u64,
-        msg: &[u8],
-        scatter: bool,
-        out: &mut Out<'_>,
-    ) -> bool {
-        let usual = !self.held.is_empty()
-            || !self.events.is_empty()
-            || !self.senders.contains_key(&node)
-            || self.cuts.contains_key(&node);
-        if usual || !self.stamp_seen(node, ts, epoch, true) {
-            // (A stamp that did not grow is dropped there too, counted.)
-            return !usual;
-        }
-        let bound = if self.commit {
-            self.stable()
-        } else {
-            self.barrier()
-        };
-        if bound.is_some_and(|b| ts <= b) {
-            self.emit(node, msg, scatter, None, out);
-        } else {
-            let msg = Message {
-                bytes: msg.to_vec(),
-                scatter,
-            };
-            self.hold(ts, node, msg, None);
-        }
-        true
     }
 
     fn hold(&mut self, ts: u64, node: NodeId, msg: Message, from: Option<ClientId>) {
@@ -916,9 +865,6 @@ impl GroupMode for TotalOrder {
                     // (A report counts at once: it says what the node has,
                     // whatever comes after it in this message.)
                     self.reports.insert(node, report);
-                    if f.last && self.deliver_at_once(node, ts, epoch, msg, scatter, out) {
-                        return;
-                    }
                     let msg = Message {
                         bytes: msg.to_vec(),
                         scatter,
