@@ -34,9 +34,11 @@
 //! docs/protocol.md §3.4), and the barrier is the daemon's own (`barrier`):
 //! both work the same in every mode.
 //!
-//! How the coming modes fit (docs/mcastd.md, "Architecture"):
-//! - **total order's commit barriers and scattering** (seed 002 §2):
-//!   commit barriers and recalls travel as [`LinkMessage::Mode`].
+//! Total order's commit, events and scatterings need no link messages:
+//! they ride in its stream frames ([`total`]); a scattering reaches the
+//! mode through [`GroupMode::publish_scatter`].
+//!
+//! How the coming mode fits (docs/mcastd.md, "Architecture"):
 //! - **broadcast over unicast links** (seed 003): [`GroupMode::publish`]
 //!   sends to the first children of the spanning tree over
 //!   [`ModeCx::outbox`]; [`GroupMode::on_link`] delivers (through `out`)
