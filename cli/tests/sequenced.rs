@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use common::ordered::{
     all_senders_to_all, assert_one_order, connect, message, messages_only, mode,
-    per_sender_in_order, receive,
+    per_sender_in_order, receive, subscribers,
 };
 use mcast_ipc::Client;
 
@@ -64,14 +64,7 @@ fn the_root_killed_mid_stream_costs_the_survivors_nothing_and_keeps_one_order() 
     const N: u64 = 4_000;
     let nodes = [1u32, 2, 3, 4];
     // Everyone joined, then the root is known (every node computes the same).
-    let mut subs: Vec<(u32, Client, mcast_ipc::Membership)> = nodes
-        .iter()
-        .map(|&n| {
-            let mut c = connect(&cluster, n, "subscriber");
-            let m = c.join("seq-kill").expect("join");
-            (n, c, m)
-        })
-        .collect();
+    let mut subs = subscribers(&cluster, &nodes, "seq-kill");
     for (_, c, m) in &mut subs {
         mcast_cli::stream::wait_nodes(c, m.group, &m.view, 4, Duration::from_secs(20))
             .unwrap_or_else(|e| panic!("{e}"));

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use common::ordered::{
     all_senders_to_all, assert_one_order, connect, message, mode, per_sender_in_order, receive,
+    subscribers,
 };
 use mcast_ipc::{Client, Notice};
 
@@ -110,14 +111,7 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
     let nodes = [1u32, 2, 3, 4];
     let victim = 4;
     let survivors = [1u32, 2, 3];
-    let mut subs: Vec<(u32, mcast_ipc::Client, mcast_ipc::Membership)> = survivors
-        .iter()
-        .map(|&n| {
-            let mut c = connect(&cluster, n, "subscriber");
-            let m = c.join("tot-kill").expect("join");
-            (n, c, m)
-        })
-        .collect();
+    let mut subs = subscribers(&cluster, &survivors, "tot-kill");
     let mut pubs: Vec<(u32, mcast_ipc::Client, u32)> = nodes
         .iter()
         .map(|&n| {
@@ -281,14 +275,7 @@ fn a_scattering_gives_each_member_its_part_in_one_order_and_all_or_none_when_its
     const N: u64 = 3_000;
     let victim = 4;
     let survivors = [1u32, 2, 3];
-    let mut subs: Vec<(u32, Client, mcast_ipc::Membership)> = survivors
-        .iter()
-        .map(|&n| {
-            let mut c = connect(&cluster, n, "subscriber");
-            let m = c.join("scat").expect("join");
-            (n, c, m)
-        })
-        .collect();
+    let mut subs = subscribers(&cluster, &survivors, "scat");
     let mut scatterer = connect(&cluster, victim, "scatterer");
     let group = scatterer.join("scat").expect("join").group;
     let mut plain = connect(&cluster, 1, "publisher");

@@ -373,11 +373,12 @@ impl<T: Transport> Daemon<T> {
         for &c in &members {
             self.clients.server.notify(c, notice.clone());
         }
-        let placed = self.place_event(group, event.as_bytes());
-        let lg = self.local.get_mut(&group).expect("ensured");
-        if placed {
+        if self.place_event(group, event.as_bytes()) {
             // The mode delivers it at its place in the group's order.
-        } else if self.flush.flushes.pending_in(group) || !lg.held_events.is_empty() {
+            return Ok(());
+        }
+        let lg = self.local.get_mut(&group).expect("ensured");
+        if self.flush.flushes.pending_in(group) || !lg.held_events.is_empty() {
             // After the departed senders' last messages, which the flush
             // may still bring.
             lg.held_events.push_back(event.into_bytes());

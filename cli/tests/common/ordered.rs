@@ -5,7 +5,7 @@
 use std::sync::Barrier;
 use std::time::Duration;
 
-use mcast_ipc::{Client, MessageKind, Request, Response};
+use mcast_ipc::{Client, Membership, MessageKind, Request, Response};
 use serde_json::Value;
 
 use super::Cluster;
@@ -34,6 +34,19 @@ pub fn message(from: u32, i: u64) -> Vec<u8> {
     m.extend_from_slice(&i.to_be_bytes());
     m.resize(200, (i % 251) as u8);
     m
+}
+
+/// A subscriber on each of `nodes`, joined to `name`: (node, client, its
+/// membership).
+pub fn subscribers(cluster: &Cluster, nodes: &[u32], name: &str) -> Vec<(u32, Client, Membership)> {
+    nodes
+        .iter()
+        .map(|&n| {
+            let mut c = connect(cluster, n, "subscriber");
+            let m = c.join(name).expect("join");
+            (n, c, m)
+        })
+        .collect()
 }
 
 /// Receives until every node of `senders` has `want` messages here (or

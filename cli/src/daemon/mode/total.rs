@@ -263,9 +263,6 @@ pub struct TotalOrder {
     /// Per departed node, the place of the event that says it is gone:
     /// its messages stamped later are dropped.
     cuts: BTreeMap<NodeId, u64>,
-    /// The monotonic time of the last poll (for a beacon sent from
-    /// `publish`).
-    now_ns: u64,
     /// Deliver only what every member has (seed 002's TOC-Re): what the
     /// barrier passed and every other member's last barrier report too.
     commit: bool,
@@ -327,7 +324,6 @@ impl TotalOrder {
             firsts: BTreeMap::new(),
             events: std::collections::VecDeque::new(),
             cuts: BTreeMap::new(),
-            now_ns: 0,
             commit: false,
             reports: BTreeMap::new(),
             reported: 0,
@@ -370,6 +366,14 @@ impl TotalOrder {
     /// moved past that report.
     fn report_due(&mut self) -> bool {
         self.report_wanted() && self.barrier().is_some_and(|b| b > self.reported)
+    }
+
+    /// `node`'s report, kept only where the group commits (nobody reads it
+    /// elsewhere: no map update per frame).
+    fn note_report(&mut self, node: NodeId, report: u64) {
+        if self.commit {
+            self.reports.insert(node, report);
+        }
     }
 
     /// A message stamped above this node's last report is known here.
@@ -846,7 +850,7 @@ impl GroupMode for TotalOrder {
                     report,
                     wants,
                 }) => {
-                    self.reports.insert(node, report);
+                    self.note_report(node, report);
                     self.counters.beacons_received += 1;
                     // A node holds messages up to `wants` waiting: for this
                     // node's stamp too, perhaps.
@@ -864,7 +868,7 @@ impl GroupMode for TotalOrder {
                 }) => {
                     // (A report counts at once: it says what the node has,
                     // whatever comes after it in this message.)
-                    self.reports.insert(node, report);
+                    self.note_report(node, report);
                     let msg = Message {
                         bytes: msg.to_vec(),
                         scatter,
@@ -966,7 +970,6 @@ impl GroupMode for TotalOrder {
             }
             work = true;
         }
-        self.now_ns = now_ns;
         let before = self.counters.delivered + self.counters.events;
         if cx.remote.is_empty() {
             // Alone: nobody waits for this node's stamp or report.
