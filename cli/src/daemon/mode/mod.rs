@@ -48,6 +48,7 @@
 mod fake;
 pub mod fifo;
 pub mod hlc;
+pub mod least;
 pub mod send_stream;
 pub mod sequenced;
 #[cfg(test)]

@@ -37,6 +37,7 @@ use mcast_wire::{GroupId, NodeId, Seq};
 use serde_json::json;
 
 use super::hlc::{Hlc, Wall};
+use super::least::Least;
 use super::send_stream::SendStream;
 use super::{GroupMode, ModeCx, Out, Published, StreamOps, To};
 use crate::daemon::deliver::{data_record, event_record};
@@ -217,7 +218,7 @@ pub struct TotalOrder {
     /// The nodes the barrier waits on (the view's others, and those gone
     /// whose flush may still run), each with its largest stamp (None: none
     /// yet in this view).
-    senders: BTreeMap<NodeId, Option<u64>>,
+    senders: Least,
     /// Nodes gone from the view, still in the barrier until no flush runs.
     departing: Vec<NodeId>,
     /// What came from nodes not in the barrier here (their stream started
@@ -269,6 +270,9 @@ pub struct TotalOrder {
     /// Each node's last barrier report (the barrier in its last frame):
     /// it has every message stamped at or below it.
     reports: BTreeMap<NodeId, u64>,
+    /// The last reports of the barrier's nodes not departing (None: none
+    /// yet): their least is the others' part of the stable point.
+    counted: Least,
     /// The barrier this node put in its last frame.
     reported: u64,
     /// The largest stamp of this node's own messages.
@@ -303,7 +307,7 @@ impl TotalOrder {
             clock: Hlc::new(wall),
             stream: SendStream::new(first_seq),
             beacon_ns,
-            senders: BTreeMap::new(),
+            senders: Least::default(),
             departing: Vec::new(),
             early: BTreeMap::new(),
             early_bytes: 0,
@@ -326,6 +330,7 @@ impl TotalOrder {
             cuts: BTreeMap::new(),
             commit: false,
             reports: BTreeMap::new(),
+            counted: Least::default(),
             reported: 0,
             own_max: 0,
             scratch: Vec::new(),
@@ -344,11 +349,7 @@ impl TotalOrder {
     /// while one has not reported). Departed nodes no longer count: they
     /// deliver nothing more.
     fn stable(&mut self) -> Option<u64> {
-        let mut s = self.barrier()?;
-        for n in self.senders.keys().filter(|n| !self.departing.contains(n)) {
-            s = s.min(*self.reports.get(n)?);
-        }
-        Some(s)
+        Some(self.barrier()?.min(self.counted.least()?))
     }
 
     /// The barrier to put in the next frame (0 when the group does not
@@ -373,6 +374,9 @@ impl TotalOrder {
     fn note_report(&mut self, node: NodeId, report: u64) {
         if self.commit {
             self.reports.insert(node, report);
+            if self.counted.contains(node) {
+                self.counted.set(node, Some(report));
+            }
         }
     }
 
@@ -384,11 +388,8 @@ impl TotalOrder {
     /// Below or at this, nothing can arrive any more: None while a node of
     /// the view has sent no stamp yet.
     fn barrier(&mut self) -> Option<u64> {
-        let mut b = self.clock.floor();
-        for m in self.senders.values() {
-            b = b.min((*m)?);
-        }
-        Some(b)
+        let least = self.senders.least()?;
+        Some(self.clock.floor().min(least))
     }
 
     /// Delivers what the barrier passed, in (stamp, node) order, up to
@@ -564,7 +565,7 @@ impl TotalOrder {
     /// A stamp from `node`, with its message (None: a beacon's): held, or
     /// kept for when the view adds the node.
     fn arrived(&mut self, node: NodeId, ts: u64, epoch: u64, msg: Option<Message>) {
-        if !self.senders.contains_key(&node) {
+        if !self.senders.contains(node) {
             let kept = self.early.entry(node).or_default();
             match msg {
                 // Only the latest beacon matters.
@@ -595,14 +596,14 @@ impl TotalOrder {
     /// A stamp from `node`, in the barrier (a message's when `data`):
     /// false when it must be dropped (a stamp that did not grow).
     fn stamp_seen(&mut self, node: NodeId, ts: u64, epoch: u64, data: bool) -> bool {
-        let Some(largest) = self.senders.get_mut(&node) else {
+        let Some(largest) = self.senders.get(node) else {
             return false;
         };
         if largest.is_some_and(|m| ts <= m) {
             self.counters.malformed += 1;
             return false;
         }
-        *largest = Some(ts);
+        self.senders.set(node, Some(ts));
         self.clock.witness(ts);
         self.note_first(node, epoch, ts);
         if data {
@@ -802,20 +803,21 @@ impl GroupMode for TotalOrder {
         }
         self.beacon_owed = !cx.remote.is_empty();
         let remote = cx.remote;
-        for (&n, _) in self.senders.iter() {
+        for n in self.senders.nodes() {
             if !remote.contains(&n) && !self.departing.contains(&n) {
                 self.departing.push(n);
+                self.counted.remove(n);
             }
         }
         for &n in remote {
             if self.departing.contains(&n) {
                 // Back before its flush ended: a new member from here on.
                 self.departing.retain(|&d| d != n);
-                self.senders.remove(&n);
+                self.senders.remove(n);
                 self.left_barrier(n);
             }
-            if let std::collections::btree_map::Entry::Vacant(e) = self.senders.entry(n) {
-                e.insert(None);
+            if self.senders.add(n) {
+                self.counted.set(n, self.reports.get(&n).copied());
                 // A new member: nothing of it is cut.
                 self.cuts.remove(&n);
                 for (ts, epoch, msg) in self.early.remove(&n).unwrap_or_default() {
@@ -961,7 +963,7 @@ impl GroupMode for TotalOrder {
         let mut work = false;
         if cx.settled && !self.departing.is_empty() {
             for d in std::mem::take(&mut self.departing) {
-                self.senders.remove(&d);
+                self.senders.remove(d);
                 // A last message cut short: no survivor has it whole.
                 if self.partial.remove(&d).is_some() {
                     self.counters.stale += 1;
@@ -1010,7 +1012,7 @@ impl GroupMode for TotalOrder {
         let reports: BTreeMap<String, u64> = self
             .reports
             .iter()
-            .filter(|(n, _)| self.senders.contains_key(n))
+            .filter(|(n, _)| self.senders.contains(**n))
             .map(|(n, r)| (n.to_string(), now.saturating_sub(*r) / 1_000))
             .collect();
         json!({
