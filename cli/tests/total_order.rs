@@ -209,7 +209,8 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
             mode(&cluster, victim, group)
         );
         cluster.kill(victim);
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let killed_at = std::time::Instant::now();
+        let deadline = killed_at + Duration::from_secs(30);
         for n in survivors {
             while mode(&cluster, n, group)["barrier_lag_us"]
                 .get(victim.to_string())
@@ -222,6 +223,10 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
                 std::thread::yield_now();
             }
         }
+        eprintln!(
+            "node {victim} out of every survivor's barrier {:?} after the kill",
+            killed_at.elapsed()
+        );
         killed.store(true, Ordering::Relaxed);
         for h in receivers {
             let (node, mut c, mut got) = h.join().unwrap();
@@ -253,6 +258,14 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
         order[gone..].iter().all(|e| e.0 != victim),
         "a message of node {victim} after the event that says it is gone"
     );
+    // The survivors' messages sent after the kill waited for the victim's
+    // stamp: some survivor reported it silent to the failure detector
+    // after ten beacon intervals (and probed it at once).
+    let reports: u64 = survivors
+        .iter()
+        .map(|&n| mode(&cluster, n, group)["silent_reports"].as_u64().unwrap())
+        .sum();
+    assert!(reports > 0, "no survivor reported node {victim} silent");
     let m = mode(&cluster, survivors[0], group);
     assert!(m["events"].as_u64().unwrap() > 0, "{m:#}");
     assert_eq!(m["held"], 0, "{m:#}");

@@ -67,6 +67,9 @@ pub struct DaemonCounters {
     pub events_held: u64,
     /// Peers made suspect because they stopped acknowledging a stream.
     pub data_path_suspicions: u64,
+    /// Peers made suspect because a total-order group waited ten beacon
+    /// intervals on them without a stamp.
+    pub beacon_suspicions: u64,
     /// Stream starts asked of senders (a view added them, no stream yet).
     pub start_requests_sent: u64,
     /// Starts sent to members that asked for one.
@@ -224,6 +227,7 @@ impl<T: Transport> Daemon<T> {
             "nodes_recovered": c.nodes_recovered, "evictions": c.evictions,
             "link_resets": c.link_resets, "role_moves": c.role_moves, "rejoins": c.rejoins,
             "data_path_suspicions": c.data_path_suspicions,
+            "beacon_suspicions": c.beacon_suspicions,
             "start_requests_sent": c.start_requests_sent,
             "start_requests_answered": c.start_requests_answered,
             "starts_moved_forward": c.starts_moved_forward,

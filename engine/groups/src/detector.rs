@@ -22,7 +22,10 @@
 //! always, so a report never evicts a peer that answers. A dead receiver of
 //! a stream is then declared failed about `1.5 × interval + probes ×
 //! probe_interval` after its death (225 ms with the defaults) instead of
-//! 300 ms.
+//! 300 ms. A total-order group's report that a member owes a beacon and has
+//! sent nothing for ten beacon intervals ([`Detector::silent`]) makes it
+//! suspect at once: failed `10 × beacon + probes × probe_interval` after
+//! its death (151 ms with the defaults).
 //!
 //! Owns each peer's liveness (heard, suspect, probed, failed) and its
 //! timers. Never touches a group, a view or the registry: its verdicts go
@@ -185,10 +188,32 @@ impl Detector {
     /// silence is normal just before a beat), it becomes suspect and is
     /// probed now. True when it did.
     pub fn unreachable(&mut self, node: NodeId, now: u64, out: &mut Vec<DetectorOutput>) -> bool {
+        let overdue = self.cfg.interval + self.cfg.interval / 2;
+        self.suspect_now(node, now, overdue, out)
+    }
+
+    /// The data path reports `node` silent where it owes a frame (a
+    /// total-order group waiting on its beacon for ten beacon intervals,
+    /// seed 002 §1.2): unlike a missing ACK, this is evidence the peer is
+    /// not sending at all, so an alive peer becomes suspect and is probed
+    /// at once, without waiting for its beat to be overdue. The probes
+    /// decide as always. True when it did.
+    pub fn silent(&mut self, node: NodeId, now: u64, out: &mut Vec<DetectorOutput>) -> bool {
+        self.suspect_now(node, now, 0, out)
+    }
+
+    /// An alive peer heard of, silent for at least `overdue`: suspect, and
+    /// probed now. True when it did.
+    fn suspect_now(
+        &mut self,
+        node: NodeId,
+        now: u64,
+        overdue: u64,
+        out: &mut Vec<DetectorOutput>,
+    ) -> bool {
         let Some(p) = self.peers.iter_mut().find(|p| p.node == node) else {
             return false;
         };
-        let overdue = self.cfg.interval + self.cfg.interval / 2;
         if p.state != PeerState::Alive || !p.seen || now.saturating_sub(p.last_heard) < overdue {
             return false;
         }
@@ -377,6 +402,40 @@ mod tests {
         assert!(!verdicts(&got)
             .iter()
             .any(|(_, o)| matches!(o, DetectorOutput::Failed(_))));
+    }
+
+    #[test]
+    fn a_silence_report_probes_at_once_without_waiting_for_a_late_beat() {
+        let cfg = DetectorConfig::default();
+        let mut d = Detector::new(cfg, &[2, 3], 0);
+        run(&mut d, 0, 100 * MS, &[(2, 0, 101 * MS), (3, 0, 101 * MS)]);
+        let mut out = Vec::new();
+        // Node 3 dies just after its beat at 100 ms; a total-order group
+        // reports it silent at 101 ms (ten beacon intervals of 100 µs):
+        // probed now, where an ACK report would wait for 175 ms.
+        assert!(!d.unreachable(3, 101 * MS, &mut out));
+        assert!(d.silent(3, 101 * MS, &mut out));
+        assert_eq!(
+            out,
+            vec![DetectorOutput::Suspect(3), DetectorOutput::Probe(3)]
+        );
+        assert!(!d.silent(3, 102 * MS, &mut out), "already suspect");
+        assert!(!d.silent(9, 102 * MS, &mut out), "not a peer");
+        let got = run(&mut d, 101 * MS, 400 * MS, &[(2, 150 * MS, u64::MAX)]);
+        assert_eq!(
+            verdicts(&got),
+            vec![
+                (151 * MS, DetectorOutput::Probe(3)),
+                (201 * MS, DetectorOutput::Probe(3)),
+                (251 * MS, DetectorOutput::Failed(3)),
+            ]
+        );
+        // A silent report of a node that answers its probe: alive again.
+        let mut d = Detector::new(cfg, &[2], 0);
+        run(&mut d, 0, 100 * MS, &[(2, 0, 101 * MS)]);
+        assert!(d.silent(2, 101 * MS, &mut out));
+        d.heard(2, 102 * MS, &mut out);
+        assert_eq!(d.state(2), Some(PeerState::Alive));
     }
 
     #[test]

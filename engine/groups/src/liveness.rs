@@ -143,6 +143,20 @@ impl Liveness {
         acted
     }
 
+    /// A total-order group reports `node` silent where it owes a beacon
+    /// ([`crate::detector::Detector::silent`]).
+    pub fn silent(
+        &mut self,
+        node: NodeId,
+        now: u64,
+        registry: (NodeId, u32),
+        out: &mut Vec<LiveEvent>,
+    ) -> bool {
+        let acted = self.detector.silent(node, now, &mut self.out);
+        self.translate(registry, out);
+        acted
+    }
+
     /// A beat payload from `from`.
     pub fn on_beat(
         &mut self,

@@ -51,6 +51,7 @@ pub mod hlc;
 pub mod least;
 pub mod send_stream;
 pub mod sequenced;
+pub mod silence;
 #[cfg(test)]
 mod sweep;
 pub mod total;
@@ -218,6 +219,15 @@ pub trait GroupMode: fmt::Debug {
     /// every round, without keeping the daemon from sleeping.
     fn wants_round(&self) -> bool {
         false
+    }
+
+    /// Nodes of the view this group's order waits on and has heard nothing
+    /// from for long (a total-order group: ten beacon intervals), for the
+    /// failure detector to probe at once. Called after each
+    /// [`poll`](GroupMode::poll).
+    fn silent(&mut self, now_ns: u64) -> Vec<NodeId> {
+        let _ = now_ns;
+        Vec::new()
     }
 
     /// Timers and held deliveries: called once [`poll_at`](GroupMode::poll_at)
@@ -570,8 +580,24 @@ impl<T: Transport> Daemon<T> {
             .map(|(&g, _)| g)
             .collect();
         for group in groups {
-            let polled = self.with_mode(group, |m, cx, out| m.poll(cx, now, out));
-            work |= polled.transpose()?.unwrap_or(false);
+            let polled = self.with_mode(group, |m, cx, out| {
+                m.poll(cx, now, out).map(|w| (w, m.silent(now)))
+            });
+            let Some((w, silent)) = polled.transpose()? else {
+                continue;
+            };
+            work |= w;
+            for n in silent {
+                let registry = self.groups.registry_epoch();
+                let events = &mut self.live.events;
+                if self.live.tracker.silent(n, now, registry, events) {
+                    self.counters.beacon_suspicions += 1;
+                    self.log.info(
+                        "a total-order group waited ten beacon intervals on a peer that sent nothing: probing it",
+                        &[("node", &n), ("group", &group)],
+                    );
+                }
+            }
         }
         Ok(work)
     }

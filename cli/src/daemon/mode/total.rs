@@ -39,6 +39,7 @@ use serde_json::json;
 use super::hlc::{Hlc, Wall};
 use super::least::Least;
 use super::send_stream::SendStream;
+use super::silence::Silence;
 use super::{GroupMode, ModeCx, Out, Published, StreamOps, To};
 use crate::daemon::deliver::{data_record, event_record};
 
@@ -206,6 +207,8 @@ struct Counters {
     cut: u64,
     /// Scatterings this node's clients published.
     scatterings: u64,
+    /// Nodes reported silent to the failure detector ([`Silence`]).
+    silent_reports: u64,
 }
 
 /// A group in total order.
@@ -249,6 +252,9 @@ pub struct TotalOrder {
     /// The oldest held message and since when it has been the oldest
     /// (monotonic ns): one held two beacon intervals is stuck.
     oldest: Option<(Key, u64)>,
+    /// The watch for nodes the oldest held message waits on that send
+    /// nothing (reported to the failure detector).
+    silence: Silence<Key>,
     /// The largest `wants` this node's beacons said.
     wanted: u64,
     /// The view epoch this node installed last.
@@ -322,6 +328,7 @@ impl TotalOrder {
             beacon_owed: false,
             last_beacon_ns: None,
             oldest: None,
+            silence: Silence::default(),
             wanted: 0,
             installed: 0,
             announced: 0,
@@ -510,6 +517,7 @@ impl TotalOrder {
     /// `node` leaves the barrier with all of its stream that any survivor
     /// has: an event still waiting for its first stamp of a view gets none.
     fn left_barrier(&mut self, node: NodeId) {
+        self.silence.forget(node);
         for e in &mut self.events {
             e.first_from.retain(|&n| n != node);
         }
@@ -920,14 +928,41 @@ impl GroupMode for TotalOrder {
             None => 0,
             Some((_, since)) => (since + 2 * self.beacon_ns).max(next_beacon),
         });
-        match (demand, watch) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let silence = self.silence.due(self.oldest, self.beacon_ns);
+        [demand, watch, silence].into_iter().flatten().min()
     }
 
     fn wants_round(&self) -> bool {
         !self.departing.is_empty()
+    }
+
+    /// The nodes of the view the oldest held message has waited
+    /// [`SILENT_INTERVALS`](super::silence::SILENT_INTERVALS) beacon
+    /// intervals for, that sent nothing in the last half of that wait
+    /// ([`Silence`]).
+    fn silent(&mut self, now_ns: u64) -> Vec<NodeId> {
+        let (senders, departing, reports) = (&self.senders, &self.departing, &self.reports);
+        let commit = self.commit;
+        let oldest = self.oldest;
+        let waited_on = || {
+            let Some(((ts, _, _), _)) = oldest else {
+                return Vec::new();
+            };
+            senders
+                .iter()
+                .filter(|(n, _)| !departing.contains(n))
+                .filter_map(|(n, largest)| {
+                    let largest = largest?;
+                    let report = reports.get(&n).copied().unwrap_or(0);
+                    (largest < ts || commit && report < ts).then_some((n, largest))
+                })
+                .collect()
+        };
+        let silent = self
+            .silence
+            .check(now_ns, self.oldest, self.beacon_ns, waited_on);
+        self.counters.silent_reports += silent.len() as u64;
+        silent
     }
 
     /// Held until its place in the order is known (`PendingEvent`), then
@@ -1040,6 +1075,7 @@ impl GroupMode for TotalOrder {
             "events_waiting_for": self.events.iter().map(|e| json!({"epoch": e.epoch, "nodes": e.first_from})).collect::<Vec<_>>(),
             "cut": c.cut,
             "scatterings": c.scatterings,
+            "silent_reports": c.silent_reports,
             "early": self.early.values().map(Vec::len).sum::<usize>(),
             "early_bytes": self.early_bytes,
         })

@@ -250,9 +250,12 @@ fn a_node_whose_messages_wait_says_so_and_the_node_behind_answers() {
     let b = &r.streams.published[sent];
     assert_eq!(b[0], TAG_BEACON);
     assert_eq!(u64::from_be_bytes(b[HEADER_LEN..].try_into().unwrap()), ts);
-    // Said once: no more beacons for the same wait.
+    // Said once: no more beacons for the same wait. (After each poll the
+    // daemon asks for silent nodes: node 2, idle, is one.)
     r.poll(5_000);
     assert_eq!(r.sent().len(), sent + 1);
+    assert!(r.mode.silent(5_000).is_empty(), "half-way: stamps noted");
+    assert_eq!(r.mode.silent(5_000), vec![2]);
     assert_eq!(r.mode.poll_at(), None);
 
     // The other side: a beacon that waits for stamps up to 5,000 is
@@ -559,4 +562,48 @@ fn with_commit_a_message_waits_until_every_member_reports_having_it() {
     report(&mut r, 3, 1_500, 1_250);
     assert_eq!(r.texts(), ["2:a"]);
     assert_eq!(r.mode.stats_json()["commit"], true);
+}
+
+#[test]
+fn a_node_waited_on_for_ten_beacon_intervals_without_a_stamp_is_reported_once() {
+    let mut r = Rig::new(1, &[2, 3]);
+    r.beacon(2, 1_100, 1);
+    r.beacon(3, 1_100, 1);
+    // Node 3's message stamped 2,000 waits for node 2 (the rig's beacon
+    // interval is 100 ns).
+    r.wall.set(2_000);
+    r.data(3, 2_000, b"m");
+    r.poll(2_000);
+    assert!(r.got.is_empty());
+    assert!(
+        r.mode.poll_at().is_some_and(|t| t <= 2_500),
+        "woken to check"
+    );
+    assert!(r.mode.silent(2_500).is_empty(), "half-way: stamps noted");
+    assert!(r.mode.silent(2_900).is_empty(), "nine intervals");
+    assert_eq!(r.mode.silent(3_000), vec![2], "node 3 is not waited on");
+    assert!(r.mode.silent(3_500).is_empty(), "once per held message");
+    assert_eq!(r.mode.stats_json()["silent_reports"], 1);
+    // Node 2's beacon releases it; nothing is held, nothing reported.
+    r.beacon(2, 3_100, 1);
+    r.poll(3_100);
+    assert_eq!(r.got.len(), 1);
+    r.wall.set(9_000);
+    assert!(r.mode.silent(9_000).is_empty());
+}
+
+#[test]
+fn a_node_past_the_held_message_or_still_stamping_below_it_is_not_reported() {
+    let mut r = Rig::new(1, &[2, 3]);
+    r.beacon(2, 1_100, 1);
+    r.beacon(3, 1_100, 1);
+    r.wall.set(2_000);
+    // Node 2's message at 2,500 waits for node 3; node 2 is past it.
+    r.data(2, 2_500, b"m");
+    r.poll(2_000);
+    assert!(r.mode.silent(2_500).is_empty(), "half-way: stamps noted");
+    // Node 3 beacons, still below the message (it lacks it): alive.
+    r.beacon(3, 1_500, 1);
+    assert!(r.mode.silent(3_000).is_empty());
+    assert_eq!(r.mode.stats_json()["silent_reports"], 0);
 }
