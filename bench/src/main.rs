@@ -25,6 +25,7 @@ mod path;
 mod soak;
 mod sweep;
 mod table;
+mod toc;
 mod total;
 mod xdp;
 
@@ -344,6 +345,54 @@ enum Command {
         #[arg(long, value_name = "LINE")]
         daemon_config: Vec<String>,
     },
+    /// Seed 002's evaluation (Figures 1 and 2) in virtual time: the daemon's own group modes
+    /// (fifo, total, total with commit, sequenced), unchanged, on a modelled switch (10 Gb/s
+    /// ports, 1.5 µs port to port, 0.5 µs of CPU per frame, MAK's repairs modelled). Figure 1:
+    /// the group's throughput as processes grow to 512, each multicasting as fast as it may.
+    /// Figure 1b: latency as processes grow, paced. Figure 2: latency against loss, paced.
+    /// Figure 3: a process crashes; when the survivors' total-order modes report it silent to the
+    /// failure detector, in beacon intervals. Every run checks that every process delivered
+    /// every message once, in each sender's order, and in an ordered mode in one order
+    /// everywhere. Writes toc.txt, toc.json and SVG charts into --out.
+    Toc {
+        /// Process counts of Figure 1.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "2,4,8,16,32,64,128,256,512"
+        )]
+        nodes: Vec<u32>,
+        /// Messages in all per Figure 1 run (split over the processes, at least 4 each).
+        #[arg(long, default_value_t = 4096)]
+        messages: u64,
+        /// Loss rates of Figure 2 (each copy, every frame kind).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "0,0.00001,0.0001,0.001,0.01"
+        )]
+        loss: Vec<f64>,
+        /// Processes of Figure 2 (from 128 on, total order's beacons alone load every node:
+        /// see Figure 1b).
+        #[arg(long, default_value_t = 64)]
+        loss_nodes: u32,
+        /// Process counts of Figure 1b (paced latency; with commit it collapses from 256 on,
+        /// and 512 runs for many minutes).
+        #[arg(long, value_delimiter = ',', default_value = "2,8,32,64,128,256")]
+        latency_nodes: Vec<u32>,
+        /// Process counts of Figure 3 (one crashes; beacon intervals of 25 to 200 µs).
+        #[arg(long, value_delimiter = ',', default_value = "8,64")]
+        crash_nodes: Vec<u32>,
+        /// Messages/s each process sends in Figure 2.
+        #[arg(long, default_value_t = 1000)]
+        rate: u64,
+        /// Seeds per point (the median is reported, Figure 1 also the spread).
+        #[arg(long, default_value_t = 3)]
+        seeds: u64,
+        /// The output folder.
+        #[arg(long, default_value = "target/bench-toc")]
+        out: std::path::PathBuf,
+    },
     /// Seed 000 §4's comparison (Figures 8-10): iterative, ACK, NAK and MAK to 1..6 receivers at
     /// 512 and 1,024 B, plus Go-Back-N and the raw blast, over the simulator and AF_XDP (root),
     /// send-and-wait, echo round-trip, offered-rate and saturation modes. Writes a table, JSON,
@@ -620,6 +669,27 @@ fn main() -> ExitCode {
                 },
                 json.as_deref(),
             ),
+            Command::Toc {
+                nodes,
+                messages,
+                loss,
+                loss_nodes,
+                latency_nodes,
+                crash_nodes,
+                rate,
+                seeds,
+                out,
+            } => toc::run(&toc::TocConfig {
+                crash_nodes,
+                nodes,
+                loss,
+                loss_nodes,
+                latency_nodes,
+                messages,
+                rate,
+                seeds,
+                out,
+            }),
             Command::Paper {
                 out,
                 quick,

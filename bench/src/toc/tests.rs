@@ -1,0 +1,89 @@
+//! The `toc` model's runs: every mode to the end under loss, in one order
+//! where it promises one; the model's timing against its arithmetic.
+
+use super::world::{run, Kind, Params};
+
+const KINDS: [Kind; 4] = [
+    Kind::Fifo,
+    Kind::Total { commit: false },
+    Kind::Total { commit: true },
+    Kind::Sequenced,
+];
+
+#[test]
+fn every_mode_delivers_everything_under_loss_in_one_order_where_it_promises_one() {
+    for kind in KINDS {
+        for seed in 1..=12 {
+            let mut p = Params::new(kind, 6);
+            p.messages = 30;
+            p.loss = 0.03;
+            p.seed = seed;
+            p.skew_ns = 50_000;
+            // (run checks each origin's order at every node, and in the
+            // ordered modes one digest of the whole sequence everywhere.)
+            let o = run(&p).unwrap_or_else(|e| panic!("{}: {e}", kind.name()));
+            assert_eq!(o.messages, 180, "{}", kind.name());
+            assert!(o.lost > 0, "{} seed {seed}: loss was injected", kind.name());
+        }
+    }
+}
+
+/// Saturated FIFO on 4 nodes is port-bound: each node's port carries the
+/// 3 others' frames, 1,102 bytes each at 10 Gb/s (881.6 ns), and each node
+/// also has its own: 4/3 of the port's frame rate.
+#[test]
+fn saturated_throughput_is_the_port_rate_the_model_states() {
+    let mut p = Params::new(Kind::Fifo, 4);
+    p.messages = 500;
+    let o = run(&p).expect("a run");
+    let bound = 4.0 / 3.0 / 881.6e-9;
+    let ratio = o.throughput() / bound;
+    assert!(
+        (0.97..=1.0).contains(&ratio),
+        "{} of {bound}",
+        o.throughput()
+    );
+}
+
+/// The latency target, in the model: total order adds at most a
+/// beacon interval and 20 µs to the FIFO p50 (paced, 8 senders).
+#[test]
+fn total_order_adds_at_most_a_beacon_interval_to_the_p50() {
+    let p50 = |kind| {
+        let mut p = Params::new(kind, 8);
+        p.rate = Some(10_000);
+        p.messages = 100;
+        let o = run(&p).expect("a run");
+        o.latency.value_at_quantile(0.5)
+    };
+    let (fifo, total) = (p50(Kind::Fifo), p50(Kind::Total { commit: false }));
+    let beacon = Params::new(Kind::Fifo, 8).beacon_ns;
+    assert!(
+        total > fifo,
+        "total order waits for a barrier: {total} vs {fifo}"
+    );
+    assert!(
+        total <= fifo + beacon + 20_000,
+        "{total} ns vs fifo {fifo} ns"
+    );
+}
+
+/// Seed 002 Figure 3's point, in the model: a crashed process is reported
+/// silent about ten beacon intervals after it stops, and no live one is.
+#[test]
+fn a_crashed_process_is_reported_silent_after_about_ten_beacon_intervals() {
+    for seed in 1..=3 {
+        let mut p = Params::new(Kind::Total { commit: false }, 16);
+        p.rate = Some(10_000);
+        p.messages = 200;
+        p.crash_at = Some(10_000_000);
+        p.seed = seed;
+        let o = run(&p).expect("a run");
+        let after = o.silent_after_ns.expect("reported") as f64 / p.beacon_ns as f64;
+        assert!(
+            (9.0..=12.0).contains(&after),
+            "seed {seed}: {after} intervals"
+        );
+        assert_eq!(o.false_reports, 0, "seed {seed}");
+    }
+}
