@@ -720,7 +720,7 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
                 })
                 .collect();
             s += &format!(
-                "  total: held {} ({} B)  delivered {}  published {}  beacons sent {} received {}  events {} (unplaced {})  cut {}  barrier lag {}\n",
+                "  total: held {} ({} B)  delivered {}  published {}  beacons sent {} received {}  events {} (unplaced {})  cut {}  silent reported {}  barrier lag {}\n",
                 m["held"],
                 m["held_bytes"],
                 m["delivered"],
@@ -730,6 +730,7 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
                 m["events"],
                 m["events_unplaced"],
                 m["cut"],
+                m["silent_reports"].as_u64().unwrap_or(0),
                 if lag.is_empty() { "-".to_owned() } else { lag.join(" ") },
             );
         }
@@ -760,9 +761,11 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
         .collect();
     let d = &v["daemon"];
     s += &format!(
-        "peers: {}\nfailure detection: suspicions {}  probes {}  failed {}  evictions {}  recovered {}\n",
+        "peers: {}\nfailure detection: suspicions {} (data path {}, beacons {})  probes {}  failed {}  evictions {}  recovered {}\n",
         if peers.is_empty() { "none".to_string() } else { peers.join(", ") },
         d["suspicions"],
+        d["data_path_suspicions"].as_u64().unwrap_or(0),
+        d["beacon_suspicions"].as_u64().unwrap_or(0),
         d["probes_sent"],
         d["nodes_failed"],
         d["evictions"],
@@ -857,12 +860,12 @@ mod tests {
             "name": "g", "group": 1, "algorithm": "mak", "tree": null, "receivers": [],
             "mode": {"mode": "total", "held": 3, "held_bytes": 600, "delivered": 40,
                      "published": 12, "beacons_sent": 5, "beacons_received": 9,
-                     "events": 2, "events_unplaced": 1, "cut": 4,
+                     "events": 2, "events_unplaced": 1, "cut": 4, "silent_reports": 1,
                      "barrier_lag_us": {"2": 35, "3": null}},
         }]});
         let text = render_stats(&v, None);
         assert!(
-            text.contains("total: held 3 (600 B)  delivered 40  published 12  beacons sent 5 received 9  events 2 (unplaced 1)  cut 4  barrier lag 2:35µs 3:none yet"),
+            text.contains("total: held 3 (600 B)  delivered 40  published 12  beacons sent 5 received 9  events 2 (unplaced 1)  cut 4  silent reported 1  barrier lag 2:35µs 3:none yet"),
             "{text}"
         );
     }

@@ -201,11 +201,13 @@ pub fn run(cfg: &TocConfig) -> Result<(), String> {
     // Figure 3: how long a crashed node goes unnoticed, in beacon intervals.
     let d = mcast_groups::detector::DetectorConfig::default();
     let probes_ms = (u64::from(d.probes) * d.probe_interval) as f64 / 1e6;
+    let beat_ms = d.interval as f64 / 1e6;
     let _ = writeln!(
         text,
         "\nFigure 3: a process crashes 10 ms into a paced run ({} messages/s each, total order); \
          when a survivor's mode first reports it silent, in beacon intervals (median [min–max] of \
-         {} seeds), and when the detector then declares it failed (+ its {} probes, {probes_ms} \
+         {} seeds), and when the detector then declares it failed (it takes a report once the \
+         process has been silent a beat interval, {beat_ms} ms, then its {} probes, {probes_ms} \
          ms; heartbeats alone: {} ms)",
         cfg.rate,
         cfg.seeds,
@@ -251,7 +253,7 @@ pub fn run(cfg: &TocConfig) -> Result<(), String> {
                 }));
             }
             let (m, lo, hi) = spread(after);
-            let failed = m * beacon_us as f64 / 1e3 + probes_ms;
+            let failed = (m * beacon_us as f64 / 1e3).max(beat_ms) + probes_ms;
             let _ = writeln!(
                 text,
                 "{n:>6} {beacon_us:>10} {:>26} {failed:>14.1} {false_reports:>14}",

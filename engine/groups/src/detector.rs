@@ -24,8 +24,8 @@
 //! probe_interval` after its death (225 ms with the defaults) instead of
 //! 300 ms. A total-order group's report that a member owes a beacon and has
 //! sent nothing for ten beacon intervals ([`Detector::silent`]) makes it
-//! suspect at once: failed `10 × beacon + probes × probe_interval` after
-//! its death (151 ms with the defaults).
+//! suspect once it has been silent one `interval`: failed `interval +
+//! probes × probe_interval` after its death (200 ms with the defaults).
 //!
 //! Owns each peer's liveness (heard, suspect, probed, failed) and its
 //! timers. Never touches a group, a view or the registry: its verdicts go
@@ -194,12 +194,15 @@ impl Detector {
 
     /// The data path reports `node` silent where it owes a frame (a
     /// total-order group waiting on its beacon for ten beacon intervals,
-    /// seed 002 §1.2): unlike a missing ACK, this is evidence the peer is
-    /// not sending at all, so an alive peer becomes suspect and is probed
-    /// at once, without waiting for its beat to be overdue. The probes
-    /// decide as always. True when it did.
+    /// seed 002 §1.2): unlike a missing ACK, this says the peer sends
+    /// nothing at all, so an alive peer silent for one beat interval
+    /// becomes suspect and is probed now, without waiting for its beat to
+    /// be half an interval late. (Not sooner: a daemon descheduled for a
+    /// few milliseconds is common on shared CPUs, and a suspect has only
+    /// the probes' time to answer.) True when it did.
     pub fn silent(&mut self, node: NodeId, now: u64, out: &mut Vec<DetectorOutput>) -> bool {
-        self.suspect_now(node, now, 0, out)
+        let overdue = self.cfg.interval;
+        self.suspect_now(node, now, overdue, out)
     }
 
     /// An alive peer heard of, silent for at least `overdue`: suspect, and
@@ -405,36 +408,40 @@ mod tests {
     }
 
     #[test]
-    fn a_silence_report_probes_at_once_without_waiting_for_a_late_beat() {
+    fn a_silence_report_probes_a_peer_silent_for_a_beat_interval_without_waiting_for_more() {
         let cfg = DetectorConfig::default();
         let mut d = Detector::new(cfg, &[2, 3], 0);
         run(&mut d, 0, 100 * MS, &[(2, 0, 101 * MS), (3, 0, 101 * MS)]);
         let mut out = Vec::new();
         // Node 3 dies just after its beat at 100 ms; a total-order group
-        // reports it silent at 101 ms (ten beacon intervals of 100 µs):
-        // probed now, where an ACK report would wait for 175 ms.
-        assert!(!d.unreachable(3, 101 * MS, &mut out));
-        assert!(d.silent(3, 101 * MS, &mut out));
+        // reports it silent from 101 ms on (ten beacon intervals of
+        // 100 µs), every 10 ms: refused until it has been silent a beat
+        // interval, then probed, where an ACK report would wait for 175 ms.
+        assert!(!d.silent(3, 101 * MS, &mut out));
+        assert!(!d.silent(3, 141 * MS, &mut out));
+        assert!(out.is_empty());
+        assert!(!d.unreachable(3, 151 * MS, &mut out));
+        assert!(d.silent(3, 151 * MS, &mut out));
         assert_eq!(
             out,
             vec![DetectorOutput::Suspect(3), DetectorOutput::Probe(3)]
         );
-        assert!(!d.silent(3, 102 * MS, &mut out), "already suspect");
-        assert!(!d.silent(9, 102 * MS, &mut out), "not a peer");
-        let got = run(&mut d, 101 * MS, 400 * MS, &[(2, 150 * MS, u64::MAX)]);
+        assert!(!d.silent(3, 161 * MS, &mut out), "already suspect");
+        assert!(!d.silent(9, 161 * MS, &mut out), "not a peer");
+        let got = run(&mut d, 151 * MS, 400 * MS, &[(2, 150 * MS, u64::MAX)]);
         assert_eq!(
             verdicts(&got),
             vec![
-                (151 * MS, DetectorOutput::Probe(3)),
                 (201 * MS, DetectorOutput::Probe(3)),
-                (251 * MS, DetectorOutput::Failed(3)),
+                (251 * MS, DetectorOutput::Probe(3)),
+                (301 * MS, DetectorOutput::Failed(3)),
             ]
         );
         // A silent report of a node that answers its probe: alive again.
         let mut d = Detector::new(cfg, &[2], 0);
         run(&mut d, 0, 100 * MS, &[(2, 0, 101 * MS)]);
-        assert!(d.silent(2, 101 * MS, &mut out));
-        d.heard(2, 102 * MS, &mut out);
+        assert!(d.silent(2, 150 * MS, &mut out));
+        d.heard(2, 152 * MS, &mut out);
         assert_eq!(d.state(2), Some(PeerState::Alive));
     }
 

@@ -4,14 +4,15 @@
 //! interval; so when the oldest held message has waited
 //! [`SILENT_INTERVALS`] intervals for a node's stamp, and that node sent
 //! nothing at all in the last half of that wait (its largest stamp did not
-//! move), the node is reported to the failure detector, which probes it at
-//! once instead of waiting for its beat to be late. The probes decide: a
-//! node that is only slow (descheduled, or still missing the message while
-//! a repair is under way) answers and stays. A node reported is not
-//! reported again for [`REPORT_BACKOFF`] intervals, so a busy node is not
-//! probed over and over.
+//! move), the node is reported to the failure detector, which probes it
+//! once it has heard nothing from it for a beat interval (sooner than a
+//! beat schedule alone would). The probes decide: a node that is only slow
+//! (descheduled, or still missing the message while a repair is under way)
+//! answers and stays. A message that keeps waiting is looked at again
+//! every [`REPORT_BACKOFF`] intervals, and a node is reported at most that
+//! often.
 //!
-//! Owns: which held message is watched, the stamps at half its wait, when
+//! Owns: which held message is watched, the stamps at half a look, when
 //! each node was last reported. May not touch: the held messages, the
 //! barrier (the mode hands the oldest and the stamps in).
 
@@ -32,9 +33,11 @@ pub const REPORT_BACKOFF: u64 = 100;
 pub struct Silence<K> {
     /// The message watched.
     watched: Option<K>,
-    /// At half its wait: the nodes it waited on and their largest stamps.
-    half: Vec<(NodeId, u64)>,
-    done: bool,
+    /// When the next look is due (ns), for the message watched.
+    next: u64,
+    /// Taken half-way through a look: the nodes the message waited on and
+    /// their largest stamps (None: the next look takes it).
+    half: Option<Vec<(NodeId, u64)>>,
     /// When each node was last reported (ns).
     reported: BTreeMap<NodeId, u64>,
 }
@@ -43,8 +46,8 @@ impl<K> Default for Silence<K> {
     fn default() -> Self {
         Silence {
             watched: None,
-            half: Vec::new(),
-            done: false,
+            next: 0,
+            half: None,
             reported: BTreeMap::new(),
         }
     }
@@ -55,18 +58,18 @@ impl<K: Copy + PartialEq> Silence<K> {
     /// since when it has been the oldest (None: nothing held).
     pub fn due(&self, oldest: Option<(K, u64)>, interval: u64) -> Option<u64> {
         let (k, since) = oldest?;
-        if self.watched != Some(k) {
-            Some(since + HALF * interval)
-        } else if self.done {
-            None
+        Some(if self.watched == Some(k) {
+            self.next
         } else {
-            Some(since + SILENT_INTERVALS * interval)
-        }
+            since + HALF * interval
+        })
     }
 
     /// At `now`: the nodes to report silent. `waited_on` gives the nodes
     /// the oldest message waits on and their largest stamps (called only
-    /// when due).
+    /// when due). A message that keeps waiting is looked at again every
+    /// [`REPORT_BACKOFF`] intervals, the detector deciding each time
+    /// whether the silence is long enough to probe.
     pub fn check(
         &mut self,
         now: u64,
@@ -82,15 +85,16 @@ impl<K: Copy + PartialEq> Silence<K> {
         }
         if self.watched != Some(k) {
             self.watched = Some(k);
-            self.half = waited_on();
-            self.done = false;
-            return Vec::new();
+            self.half = None;
         }
-        self.done = true;
+        let Some(half) = self.half.take() else {
+            self.half = Some(waited_on());
+            self.next = now + (SILENT_INTERVALS - HALF) * interval;
+            return Vec::new();
+        };
         let still = waited_on();
         let backoff = REPORT_BACKOFF * interval;
-        let silent: Vec<NodeId> = self
-            .half
+        let silent: Vec<NodeId> = half
             .iter()
             .filter(|s| still.contains(s))
             .filter(|(n, _)| self.reported.get(n).is_none_or(|&t| now >= t + backoff))
@@ -99,13 +103,16 @@ impl<K: Copy + PartialEq> Silence<K> {
         for &n in &silent {
             self.reported.insert(n, now);
         }
+        self.next = now + backoff - HALF * interval;
         silent
     }
 
     /// `node` left: nothing kept of it.
     pub fn forget(&mut self, node: NodeId) {
         self.reported.remove(&node);
-        self.half.retain(|&(n, _)| n != node);
+        if let Some(h) = &mut self.half {
+            h.retain(|&(n, _)| n != node);
+        }
     }
 }
 
@@ -116,7 +123,8 @@ mod tests {
     const I: u64 = 100;
 
     #[test]
-    fn a_node_silent_through_the_second_half_of_the_wait_is_reported_once() {
+    fn a_node_silent_through_the_second_half_of_the_wait_is_reported_then_again_after_the_backoff()
+    {
         let mut s = Silence::default();
         let oldest = Some(('m', 1_000));
         assert_eq!(s.due(oldest, I), Some(1_500));
@@ -131,20 +139,18 @@ mod tests {
             s.check(2_000, oldest, I, || vec![(2, 10), (3, 25)]),
             vec![2]
         );
-        assert_eq!(s.due(oldest, I), None, "once per message");
-        assert!(s.check(3_000, oldest, I, || panic!("done")).is_empty());
+        // Still waiting: looked at again after the backoff, from half-way.
+        assert_eq!(s.due(oldest, I), Some(2_000 + 100 * I - 5 * I));
+        assert!(s.check(11_500, oldest, I, || vec![(2, 10)]).is_empty());
+        assert_eq!(s.check(12_000, oldest, I, || vec![(2, 10)]), vec![2]);
         // The next message: node 2 again silent, but reported too recently.
-        let next = Some(('n', 3_000));
-        s.check(3_500, next, I, || vec![(2, 10)]);
-        assert!(s.check(4_000, next, I, || vec![(2, 10)]).is_empty());
-        // After the backoff it is reported again.
-        let later = Some(('o', 12_000));
-        s.check(12_500, later, I, || vec![(2, 10)]);
-        assert_eq!(s.check(13_000, later, I, || vec![(2, 10)]), vec![2]);
+        let next = Some(('n', 12_100));
+        s.check(12_600, next, I, || vec![(2, 10)]);
+        assert!(s.check(13_100, next, I, || vec![(2, 10)]).is_empty());
         // A node that passed the message in the second half is not waited on.
-        let last = Some(('p', 20_000));
-        s.check(20_500, last, I, || vec![(4, 10)]);
-        assert!(s.check(21_000, last, I, Vec::new).is_empty());
+        let last = Some(('p', 30_000));
+        s.check(30_500, last, I, || vec![(4, 10)]);
+        assert!(s.check(31_000, last, I, Vec::new).is_empty());
         assert_eq!(s.due(None, I), None);
     }
 }

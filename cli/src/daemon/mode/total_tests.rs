@@ -255,8 +255,9 @@ fn a_node_whose_messages_wait_says_so_and_the_node_behind_answers() {
     r.poll(5_000);
     assert_eq!(r.sent().len(), sent + 1);
     assert!(r.mode.silent(5_000).is_empty(), "half-way: stamps noted");
-    assert_eq!(r.mode.silent(5_000), vec![2]);
-    assert_eq!(r.mode.poll_at(), None);
+    assert_eq!(r.mode.silent(5_500), vec![2]);
+    // Woken next only to look at the silence again, after the backoff.
+    assert_eq!(r.mode.poll_at(), Some(5_500 + 100 * 100 - 5 * 100));
 
     // The other side: a beacon that waits for stamps up to 5,000 is
     // answered with a stamp above them, and only once.
