@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use mcast_engine::{EngineError, Transport};
 use mcast_groups::detector::DetectorConfig;
-use mcast_groups::liveness::{LiveEvent, Liveness};
+use mcast_groups::liveness::{LiveEvent, Liveness, Report};
 use mcast_ipc::{ClientId, ErrorCode, Response};
 use mcast_wire::{GroupId, NodeId};
 use serde_json::json;
@@ -163,11 +163,13 @@ impl<T: Transport> Daemon<T> {
             let mut silent = Vec::new();
             self.engine.unresponsive(UNANSWERED_REQUESTS, &mut silent);
             for (group, n) in silent {
-                if self
-                    .live
-                    .tracker
-                    .unreachable(n, now, self.groups.registry_epoch(), &mut events)
-                {
+                if self.live.tracker.reported(
+                    n,
+                    Report::Unacknowledged,
+                    now,
+                    self.groups.registry_epoch(),
+                    &mut events,
+                ) {
                     self.counters.data_path_suspicions += 1;
                     self.log.warn(
                         "peer stopped acknowledging a stream and missed a beat: probing it",

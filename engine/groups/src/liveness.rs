@@ -26,6 +26,15 @@ const PROBE: u8 = 2;
 const PROBE_REPLY: u8 = 3;
 
 /// What the caller must do.
+/// Why the data path reports a peer ([`Liveness::reported`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Report {
+    /// It left a MAK sender's acknowledgment requests unanswered.
+    Unacknowledged,
+    /// A total-order group waited on it and it sent nothing.
+    Silent,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LiveEvent {
     /// Send this beat payload to `to` (unreliably).
@@ -130,29 +139,22 @@ impl Liveness {
         self.detector.heard_other(from, now);
     }
 
-    /// The data path reports `node` unreachable ([`crate::detector::Detector::unreachable`]).
-    pub fn unreachable(
+    /// The data path reports `node`: a MAK sender that it stopped
+    /// acknowledging ([`Detector::unreachable`]), or a total-order group
+    /// that it sends nothing where it owes a beacon ([`Detector::silent`]).
+    /// True when the detector acted on it.
+    pub fn reported(
         &mut self,
         node: NodeId,
+        why: Report,
         now: u64,
         registry: (NodeId, u32),
         out: &mut Vec<LiveEvent>,
     ) -> bool {
-        let acted = self.detector.unreachable(node, now, &mut self.out);
-        self.translate(registry, out);
-        acted
-    }
-
-    /// A total-order group reports `node` silent where it owes a beacon
-    /// ([`crate::detector::Detector::silent`]).
-    pub fn silent(
-        &mut self,
-        node: NodeId,
-        now: u64,
-        registry: (NodeId, u32),
-        out: &mut Vec<LiveEvent>,
-    ) -> bool {
-        let acted = self.detector.silent(node, now, &mut self.out);
+        let acted = match why {
+            Report::Unacknowledged => self.detector.unreachable(node, now, &mut self.out),
+            Report::Silent => self.detector.silent(node, now, &mut self.out),
+        };
         self.translate(registry, out);
         acted
     }

@@ -590,7 +590,8 @@ impl<T: Transport> Daemon<T> {
             for n in silent {
                 let registry = self.groups.registry_epoch();
                 let events = &mut self.live.events;
-                if self.live.tracker.silent(n, now, registry, events) {
+                let why = mcast_groups::liveness::Report::Silent;
+                if self.live.tracker.reported(n, why, now, registry, events) {
                     self.counters.beacon_suspicions += 1;
                     self.log.info(
                         "a total-order group waited ten beacon intervals on a peer that sent nothing: probing it",
