@@ -222,9 +222,9 @@ pub trait GroupMode: fmt::Debug {
     }
 
     /// Nodes of the view this group's order waits on and has heard nothing
-    /// from for long (a total-order group: ten beacon intervals), for the
-    /// failure detector to probe at once. Called after each
-    /// [`poll`](GroupMode::poll).
+    /// from for long (a total-order group: ten beacon intervals), reported
+    /// to the failure detector (which probes one it has heard nothing from
+    /// for a beat interval). Called after each [`poll`](GroupMode::poll).
     fn silent(&mut self, now_ns: u64) -> Vec<NodeId> {
         let _ = now_ns;
         Vec::new()
