@@ -383,6 +383,10 @@ enum Command {
         /// Process counts of Figure 3 (one crashes; beacon intervals of 25 to 200 µs).
         #[arg(long, value_delimiter = ',', default_value = "8,64")]
         crash_nodes: Vec<u32>,
+        /// The total-order groups' beacon interval in Figures 1, 1b and 2 (mcastd's `beacon_us`;
+        /// the default is the daemon's).
+        #[arg(long, default_value_t = mcast_cli::daemon::mode::total::DEFAULT_BEACON_NS / 1_000)]
+        beacon_us: u64,
         /// Messages/s each process sends in Figure 2.
         #[arg(long, default_value_t = 1000)]
         rate: u64,
@@ -676,11 +680,13 @@ fn main() -> ExitCode {
                 loss_nodes,
                 latency_nodes,
                 crash_nodes,
+                beacon_us,
                 rate,
                 seeds,
                 out,
             } => toc::run(&toc::TocConfig {
                 crash_nodes,
+                beacon_us,
                 nodes,
                 loss,
                 loss_nodes,

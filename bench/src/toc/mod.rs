@@ -33,6 +33,8 @@ pub struct TocConfig {
     pub latency_nodes: Vec<u32>,
     /// Process counts of Figure 3 (a crash).
     pub crash_nodes: Vec<u32>,
+    /// The total-order groups' beacon interval in Figures 1 and 2 (µs).
+    pub beacon_us: u64,
     /// Messages in all per Figure 1 run (split over the processes).
     pub messages: u64,
     /// Messages/s each process sends in Figure 2.
@@ -56,6 +58,12 @@ fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
 }
 
 pub fn run(cfg: &TocConfig) -> Result<(), String> {
+    if !(1..=1_000_000).contains(&cfg.beacon_us) {
+        return Err(format!(
+            "--beacon-us {} is out of range: 1 to 1,000,000 µs, as mcastd's beacon_us",
+            cfg.beacon_us
+        ));
+    }
     std::fs::create_dir_all(&cfg.out).map_err(|e| format!("{}: {e}", cfg.out.display()))?;
     let mut json_rows = Vec::new();
     let mut text = String::new();
@@ -87,6 +95,7 @@ pub fn run(cfg: &TocConfig) -> Result<(), String> {
             let mut p50 = Vec::new();
             for seed in 1..=cfg.seeds {
                 let mut p = Params::new(kind, n);
+                p.beacon_ns = cfg.beacon_us * 1_000;
                 p.messages = (cfg.messages / u64::from(n)).max(4);
                 p.seed = seed;
                 let o = world::run(&p).map_err(|e| format!("figure 1, {}: {e}", kind.name()))?;
@@ -337,6 +346,7 @@ fn paced(
     figure: &str,
 ) -> Result<(f64, f64, world::Outcome), String> {
     let mut p = Params::new(kind, nodes);
+    p.beacon_ns = cfg.beacon_us * 1_000;
     p.rate = Some(cfg.rate);
     p.messages = 20;
     p.loss = loss;
