@@ -22,18 +22,22 @@ pub struct Least {
 impl Least {
     /// Adds `node` without a value, unless it is there. True when added.
     pub fn add(&mut self, node: NodeId) -> bool {
-        if self.values.contains_key(&node) {
-            return false;
+        match self.values.entry(node) {
+            std::collections::btree_map::Entry::Occupied(_) => false,
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(None);
+                self.missing += 1;
+                true
+            }
         }
-        self.values.insert(node, None);
-        self.missing += 1;
-        true
     }
 
-    /// Sets `node`'s value (adding the node if absent).
+    /// Sets `node`'s value (adding the node if absent): one lookup of the
+    /// node, and the sorted set moved only by the value's change (this
+    /// runs for every stamp the total-order mode receives).
     pub fn set(&mut self, node: NodeId, value: Option<u64>) {
-        self.remove(node);
-        self.values.insert(node, value);
+        let old = self.values.insert(node, value);
+        self.unsort(node, old);
         match value {
             Some(v) => {
                 self.sorted.insert((v, node));
@@ -43,7 +47,13 @@ impl Least {
     }
 
     pub fn remove(&mut self, node: NodeId) {
-        match self.values.remove(&node) {
+        let old = self.values.remove(&node);
+        self.unsort(node, old);
+    }
+
+    /// `node`'s old value (None: it was absent) leaves the order.
+    fn unsort(&mut self, node: NodeId, old: Option<Option<u64>>) {
+        match old {
             Some(Some(v)) => {
                 self.sorted.remove(&(v, node));
             }
