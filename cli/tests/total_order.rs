@@ -71,7 +71,7 @@ fn three_senders_reach_all_four_nodes_in_one_order_without_a_sequencer() {
     };
     const N: u64 = 5_000;
     let senders = [2u32, 3, 4];
-    let (orders, group) = all_senders_to_all(&cluster, "tot", &senders, N);
+    let (orders, group, _members) = all_senders_to_all(&cluster, "tot", &senders, N);
     assert_one_order(&orders);
     // Interleaved: the senders sent at once, not one after another.
     let order = &orders[0].1;
@@ -134,6 +134,9 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
     // among messages.
     let killed = AtomicBool::new(false);
     let mut orders: Vec<(u32, Vec<(u32, u64)>)> = Vec::new();
+    // The clients stay members until the checks at the end: the views of
+    // their leaving would race them.
+    let mut members = Vec::new();
     std::thread::scope(|s| {
         let receivers: Vec<_> = subs
             .drain(..)
@@ -151,9 +154,10 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
                 })
             })
             .collect();
+        let mut publishers = Vec::new();
         for (from, mut p, g) in pubs.drain(..) {
             let (from_victim, killed) = (&from_victim, &killed);
-            s.spawn(move || {
+            publishers.push(s.spawn(move || {
                 // The victim joined last and sends nothing before every other
                 // node has stamped in its view: the others start once its
                 // first message is through, so its messages interleave with
@@ -174,11 +178,12 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
                     let r = p.publish_blocking(g, &message(from, i), Some(Duration::from_secs(30)));
                     if let (true, Err(e)) = (from == victim, &r) {
                         eprintln!("node {victim}'s publisher stopped at {i}: {e}");
-                        return; // its daemon was killed
+                        return None; // its daemon was killed
                     }
                     r.unwrap_or_else(|e| panic!("node {from} publish {i}: {e}"));
                 }
-            });
+                Some(p)
+            }));
         }
         // Killed once a survivor has half of the four senders' messages,
         // a tenth of the victim's among them (the victim, the last to join,
@@ -232,7 +237,9 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
             let (node, mut c, mut got) = h.join().unwrap();
             got.extend(rest_after(&cluster, &mut c, node, group, victim));
             orders.push((node, got));
+            members.push(c);
         }
+        members.extend(publishers.into_iter().filter_map(|h| h.join().unwrap()));
     });
     for (node, got) in &orders {
         let counts = per_sender_in_order(*node, got);
@@ -414,7 +421,7 @@ fn with_commit_three_senders_still_reach_all_four_nodes_in_one_order() {
     };
     const N: u64 = 2_000;
     let senders = [2u32, 3, 4];
-    let (orders, group) = all_senders_to_all(&cluster, "totc", &senders, N);
+    let (orders, group, _members) = all_senders_to_all(&cluster, "totc", &senders, N);
     assert_one_order(&orders);
     for node in 1..=4u32 {
         let m = mode(&cluster, node, group);

@@ -113,10 +113,18 @@ pub type Orders = Vec<(u32, Vec<(u32, u64)>)>;
 /// `senders`, all in group `name`; once every subscriber sees the four
 /// nodes, each publisher sends `n` messages. What each subscriber received
 /// (every byte checked), and the group's number.
-pub fn all_senders_to_all(cluster: &Cluster, name: &str, senders: &[u32], n: u64) -> (Orders, u32) {
+pub fn all_senders_to_all(
+    cluster: &Cluster,
+    name: &str,
+    senders: &[u32],
+    n: u64,
+) -> (Orders, u32, Vec<Client>) {
     let ready = Barrier::new(4 + senders.len());
     let mut orders = Vec::new();
     let mut group = 0;
+    // Every client stays a member until the caller drops them: the views
+    // of their leaving would otherwise race the caller's checks.
+    let mut members = Vec::new();
     std::thread::scope(|s| {
         let subs: Vec<_> = (1..=4u32)
             .map(|node| {
@@ -134,13 +142,14 @@ pub fn all_senders_to_all(cluster: &Cluster, name: &str, senders: &[u32], n: u64
                     .unwrap_or_else(|e| panic!("{e}"));
                     ready.wait();
                     let got = receive(&mut c, node, senders, n, Duration::from_secs(30), |_| {});
-                    (node, m.group, got)
+                    (node, m.group, got, c)
                 })
             })
             .collect();
+        let mut pubs = Vec::new();
         for &from in senders {
             let ready = &ready;
-            s.spawn(move || {
+            pubs.push(s.spawn(move || {
                 let mut p = connect(cluster, from, "publisher");
                 let m = p.join(name).expect("join");
                 ready.wait();
@@ -148,13 +157,16 @@ pub fn all_senders_to_all(cluster: &Cluster, name: &str, senders: &[u32], n: u64
                     p.publish_blocking(m.group, &message(from, i), Some(Duration::from_secs(20)))
                         .unwrap_or_else(|e| panic!("node {from} publish {i}: {e}"));
                 }
-            });
+                p
+            }));
         }
         for h in subs {
-            let (node, g, got) = h.join().unwrap();
+            let (node, g, got, c) = h.join().unwrap();
             group = g;
             orders.push((node, got));
+            members.push(c);
         }
+        members.extend(pubs.into_iter().map(|h| h.join().unwrap()));
     });
     for (node, got) in &orders {
         let counts = per_sender_in_order(*node, got);
@@ -162,7 +174,7 @@ pub fn all_senders_to_all(cluster: &Cluster, name: &str, senders: &[u32], n: u64
             assert_eq!(counts.get(s), Some(&n), "node {node} from {s}: {counts:?}");
         }
     }
-    (orders, group)
+    (orders, group, members)
 }
 
 /// The messages of each order, without the membership events.
