@@ -342,6 +342,12 @@ fn stop_child(child: &mut Child) {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The test failed: what each daemon said is the first thing to read.
+            for d in &self.daemons {
+                eprintln!("--- node {} log ---\n{}", d.node, d.log_text());
+            }
+        }
         for d in &mut self.daemons {
             if let Some(mut c) = d.child.take() {
                 stop_child(&mut c);
