@@ -234,6 +234,7 @@ impl<T: Transport> Daemon<T> {
         for g in &state.groups {
             if let Some(lg) = self.local.get_mut(g) {
                 lg.members.retain(|&c| c != client);
+                lg.gate.left(client);
             }
             self.barrier_member_gone(*g, client);
         }

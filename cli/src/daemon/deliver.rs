@@ -14,17 +14,45 @@
 
 use mcast_engine::{Batch, Deliver, Fragment, RawFrame};
 use mcast_ipc::ring::{FIRST as FLAG_FIRST, LAST as FLAG_LAST};
-use mcast_ipc::{ClientId, PushError, RecordHeader, Server};
+use mcast_ipc::{ClientId, Notice, PushError, RecordHeader, Server};
 use mcast_wire::{Flags, GroupId, NodeId};
 
 use super::clients::{ClientState, Clients};
 use super::flush::Kept;
 use super::membership::LocalGroup;
+use super::mode::join_gate::JoinGate;
+use super::mode::To;
 use super::peers::Links;
 use super::trace::Trace;
 use super::DaemonCounters;
 use super::FastMap;
 use crate::links::is_link;
+
+/// A record of a group's mode to the local `members` it reaches that
+/// receive now (`gate`); the view notices the record releases (it is the
+/// event of their view) go to them first.
+pub(super) fn mode_record(
+    clients: &mut Clients,
+    members: &[ClientId],
+    gate: &mut JoinGate<Notice>,
+    hdr: RecordHeader,
+    data: &[u8],
+    to: To,
+    counters: &mut DaemonCounters,
+) {
+    let notices = gate.pass(to);
+    for &c in members {
+        if !gate.admits(c, to) {
+            continue;
+        }
+        for n in &notices {
+            clients.server.notify(c, n.clone());
+        }
+        if let Some(state) = clients.by_id.get_mut(&c) {
+            deliver_to(&mut clients.server, c, state, hdr, [data], counters);
+        }
+    }
+}
 
 /// Bytes an overflowed fragment counts for beyond its payload.
 pub(super) const RECORD_COST: usize = 32;
@@ -72,18 +100,11 @@ impl Deliver for Sink<'_> {
             return;
         };
         let (clients, counters) = (&mut *self.clients, &mut *self.counters);
-        let (mode, members) = lg.mode_and_members();
+        let (mode, members, gate) = lg.mode_and_members();
         let stamp = self.trace.as_ref().map_or(0, |t| t.ring_stamp());
         mode.deliver(&f, &mut |hdr, data, to| {
             let hdr = RecordHeader { stamp, ..hdr };
-            for &c in members {
-                if !to.reaches(c) {
-                    continue;
-                }
-                if let Some(state) = clients.by_id.get_mut(&c) {
-                    deliver_to(&mut clients.server, c, state, hdr, [data], counters);
-                }
-            }
+            mode_record(clients, members, gate, hdr, data, to, counters);
         });
     }
 

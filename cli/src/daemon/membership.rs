@@ -19,6 +19,7 @@ use serde_json::json;
 
 use super::clients::Pending;
 use super::deliver::event_record;
+use super::mode::join_gate::JoinGate;
 use super::mode::{self, GroupMode};
 use super::stats::info_json;
 use super::Daemon;
@@ -54,6 +55,10 @@ pub(super) struct LocalGroup {
     pub(super) tree_fanout: u16,
     /// The group's barrier at this node.
     pub(super) barrier: super::barrier::GroupBarrier,
+    /// Local members waiting for the event of the view they joined in
+    /// (modes that place events in their order), and view notices waiting
+    /// for their event.
+    pub(super) gate: JoinGate<Notice>,
 }
 
 impl LocalGroup {
@@ -87,9 +92,12 @@ impl LocalGroup {
         (self.mode.as_mut(), &self.remote)
     }
 
-    /// The mode, and the local members, borrowed together.
-    pub(super) fn mode_and_members(&mut self) -> (&mut dyn GroupMode, &[ClientId]) {
-        (self.mode.as_mut(), &self.members)
+    /// The mode, the local members and the gate of those that wait for
+    /// their view's event, borrowed together.
+    pub(super) fn mode_and_members(
+        &mut self,
+    ) -> (&mut dyn GroupMode, &[ClientId], &mut JoinGate<Notice>) {
+        (self.mode.as_mut(), &self.members, &mut self.gate)
     }
 
     /// Whether the group's mode delivers each fragment unchanged to every
@@ -133,6 +141,9 @@ impl<T: Transport> Daemon<T> {
                         let lg = self.local.get_mut(&group).expect("ensured");
                         if !lg.members.contains(&client) {
                             lg.members.push(client);
+                            if lg.mode.orders_events() {
+                                lg.gate.joined(client, view.epoch);
+                            }
                         }
                     }
                     self.log.info(
@@ -165,6 +176,7 @@ impl<T: Transport> Daemon<T> {
                     }
                     if let Some(lg) = self.local.get_mut(&group) {
                         lg.members.retain(|&c| c != client);
+                        lg.gate.left(client);
                     }
                     self.barrier_member_gone(group, client);
                     if let Some(Pending::Leave { client, req }) = self.clients.pending.remove(&req)
@@ -279,6 +291,7 @@ impl<T: Transport> Daemon<T> {
                 held_events: VecDeque::new(),
                 tree_fanout: s.tree_fanout,
                 barrier: Default::default(),
+                gate: JoinGate::default(),
             },
         );
         for (from, start) in self
@@ -369,9 +382,16 @@ impl<T: Transport> Daemon<T> {
         }
         // The same change, in stream order, in every local member's ring.
         let hdr = event_record(group);
-        let members = self.local[&group].members.clone();
-        for &c in &members {
-            self.clients.server.notify(c, notice.clone());
+        let lg = self.local.get_mut(&group).expect("ensured");
+        let members = lg.members.clone();
+        if lg.mode.orders_events() {
+            // With the view's event, at its place in the order.
+            lg.gate
+                .notice(lg.view.as_ref().map_or(0, |v| v.epoch), notice);
+        } else {
+            for &c in &members {
+                self.clients.server.notify(c, notice.clone());
+            }
         }
         if self.place_event(group, event.as_bytes()) {
             // The mode delivers it at its place in the group's order.

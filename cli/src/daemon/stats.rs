@@ -132,6 +132,7 @@ impl<T: Transport> Daemon<T> {
             "active": active,
             "algorithm": g.algorithm.name(),
             "local_members": lg.map_or(0, |l| l.members.len()),
+            "members_waiting_for_their_event": lg.map_or(0, |l| l.gate.waiting()),
             "view_epoch": lg.and_then(|l| l.view.as_ref()).map(|v| v.epoch),
             "mode": lg.map(|l| l.mode.stats_json()),
             "tree": self.tree_json(g.group),

@@ -48,6 +48,7 @@
 mod fake;
 pub mod fifo;
 pub mod hlc;
+pub mod join_gate;
 pub mod least;
 pub mod send_stream;
 pub mod sequenced;
@@ -62,6 +63,7 @@ use mcast_engine::{Engine, EngineError, Fragment, PublishError, StreamStart, Tra
 use mcast_ipc::{ClientId, RecordHeader};
 use mcast_wire::{GroupId, NodeId, Seq};
 
+use super::deliver::mode_record;
 use super::membership::LocalGroup;
 use super::Daemon;
 use crate::config;
@@ -90,6 +92,10 @@ pub enum To {
     AllBut(Option<ClientId>),
     /// This one only (its part of a scattering).
     Only(ClientId),
+    /// Every one: the membership event of the view of this epoch, placed
+    /// in the group's order (a member that joined in that view receives
+    /// from it on, [`join_gate`]).
+    Event(u64),
 }
 
 impl To {
@@ -99,6 +105,7 @@ impl To {
         match self {
             To::AllBut(except) => except,
             To::Only(c) => panic!("a record for {c} only"),
+            To::Event(_) => None,
         }
     }
 
@@ -107,6 +114,7 @@ impl To {
         match self {
             To::AllBut(except) => except != Some(c),
             To::Only(only) => only == c,
+            To::Event(_) => true,
         }
     }
 }
@@ -205,6 +213,14 @@ pub trait GroupMode: fmt::Debug {
     /// (after the departed senders' flushes).
     fn place_event(&mut self, cx: &mut ModeCx<'_>, event: &[u8]) -> bool {
         let _ = (cx, event);
+        false
+    }
+
+    /// True when the mode places every view's membership event in its
+    /// order ([`place_event`](GroupMode::place_event) takes them all): a
+    /// local member then receives from the event of the view it joined in
+    /// on, and each view's notice goes out with its event ([`join_gate`]).
+    fn orders_events(&self) -> bool {
         false
     }
 
@@ -442,13 +458,26 @@ impl<T: Transport> Daemon<T> {
             self.send_link(to, m);
         }
         if !recs.records.is_empty() {
-            let members = std::mem::take(&mut self.local.get_mut(&group)?.members);
+            let lg = self.local.get_mut(&group)?;
+            let (members, mut gate) = (
+                std::mem::take(&mut lg.members),
+                std::mem::take(&mut lg.gate),
+            );
             for (hdr, range, to) in recs.records.drain(..) {
-                self.records_to(&members, hdr, &recs.bytes[range], to);
+                let data = &recs.bytes[range];
+                mode_record(
+                    &mut self.clients,
+                    &members,
+                    &mut gate,
+                    hdr,
+                    data,
+                    to,
+                    &mut self.counters,
+                );
             }
             recs.bytes.clear();
             if let Some(lg) = self.local.get_mut(&group) {
-                lg.members = members;
+                (lg.members, lg.gate) = (members, gate);
             }
         }
         self.mode_records = recs;

@@ -32,6 +32,7 @@ use mcast_ipc::ClientId;
 use mcast_proto::Rng;
 use mcast_wire::{GroupId, NodeId, Seq};
 
+use super::join_gate::JoinGate;
 use super::sequenced::Sequenced;
 use super::total::TotalOrder;
 use super::{GroupMode, ModeCx, Published, StreamOps};
@@ -119,6 +120,22 @@ struct Node {
     got: BTreeMap<ClientId, Received>,
     /// The epochs of the views whose event the mode took to place.
     placed: Vec<u64>,
+    /// (Total order) the clients wait for the event of the node's first
+    /// view, as a daemon's local members for that of the view they joined in.
+    gate: JoinGate<()>,
+    /// The epoch of the node's first view (0 before it).
+    joined_in: u64,
+}
+
+impl Node {
+    /// The node installs its first view, of `epoch`: its clients join.
+    fn join(&mut self, epoch: u64, kind: Kind) {
+        self.joined_in = epoch;
+        if let Kind::Total { .. } = kind {
+            self.gate.joined(PUBLISHER, epoch);
+            self.gate.joined(SUBSCRIBER, epoch);
+        }
+    }
 }
 
 struct World {
@@ -226,10 +243,11 @@ impl World {
             streams: &mut ops,
             outbox: &mut outbox,
         };
-        let got = &mut n.got;
+        let (got, gate) = (&mut n.got, &mut n.gate);
         let r = f(n.mode.as_mut(), &mut cx, &mut |hdr, data, to| {
+            gate.pass(to);
             for c in [PUBLISHER, SUBSCRIBER] {
-                if to.reaches(c) {
+                if gate.admits(c, to) {
                     got.entry(c).or_default().push((hdr.source, data.to_vec()));
                 }
             }
@@ -494,6 +512,9 @@ impl World {
                     .copied()
                     .filter(|v| *v != id && !n.view.contains(v))
                     .collect();
+                if n.view_epoch == 0 {
+                    n.join(epoch, self.kind);
+                }
                 n.view = view;
                 n.view_epoch = epoch;
                 // The added nodes start where this node's stream is now.
@@ -544,6 +565,8 @@ impl World {
                     taken: 0,
                     got: BTreeMap::new(),
                     placed: Vec::new(),
+                    gate: JoinGate::default(),
+                    joined_in: 0,
                 };
                 self.log.push(format!("{id} joins"));
                 self.nodes.insert(id, node);
@@ -590,6 +613,22 @@ impl World {
             // messages they both deliver (parts included) in the same order.
             let plain: Received = got.iter().filter(|(_, m)| !scattered(m)).cloned().collect();
             match &order {
+                // A node that joined later: the founders' sequence from
+                // the event of the view it joined in on, whole.
+                Some((first, o)) if id > self.founders => {
+                    let view = (0, format!("view:{}", n.joined_in).into_bytes());
+                    let from = o.iter().position(|e| *e == view);
+                    let theirs = from.map_or(&o[..0], |i| &o[i..]);
+                    if plain != theirs {
+                        let at = theirs.iter().zip(&plain).position(|(a, b)| a != b);
+                        return Err(format!(
+                            "node {id} (joined in view {}) did not deliver node {first}'s sequence from that view's event on (first difference at {at:?}): {:?} and {:?}",
+                            n.joined_in,
+                            show(theirs),
+                            show(&plain)
+                        ));
+                    }
+                }
                 _ if id > self.founders => {}
                 None => order = Some((id, plain)),
                 Some((first, o)) if *o != plain => {
@@ -626,6 +665,17 @@ impl World {
                         .ok_or("an event without its view")?;
                     events.push(epoch.parse::<u64>().unwrap());
                     continue;
+                }
+                // Before the event of the view it joined in, a node's
+                // clients get only the parts of scatterings addressed to
+                // them (checked below with the scatterings).
+                if events.is_empty() && matches!(self.kind, Kind::Total { .. }) {
+                    if scattered(m) {
+                        continue;
+                    }
+                    return Err(format!(
+                        "node {id} delivered {text} before the event of the view it joined in"
+                    ));
                 }
                 // A message comes between the event of a view that holds its
                 // node and the next event (of a view without it, if any).
@@ -837,7 +887,7 @@ fn run(kind: Kind, seed: u64) -> Result<(), String> {
         let to_publish = rng.range(0, 12);
         // Wall clocks up to a second apart.
         let skew = rng.range(0, 1_000_000_000);
-        let node = Node {
+        let mut node = Node {
             mode: kind.mode(v, &now, skew),
             view: view.clone(),
             view_epoch: 1,
@@ -847,7 +897,10 @@ fn run(kind: Kind, seed: u64) -> Result<(), String> {
             taken: 0,
             got: BTreeMap::new(),
             placed: Vec::new(),
+            gate: JoinGate::default(),
+            joined_in: 0,
         };
+        node.join(1, kind);
         nodes.insert(v, node);
     }
     let mut w = World {

@@ -170,6 +170,8 @@ struct PendingEvent {
     /// The largest of the stamps known so far: the event's place is at
     /// or above it.
     at: u64,
+    /// The view adds a node (this one, if it is the first view here).
+    adds: bool,
 }
 
 /// A message of a remote stream whose later fragments are still coming.
@@ -234,6 +236,8 @@ pub struct TotalOrder {
     /// the nodes whose stamp from a view at least that new it waits for
     /// before its first message.
     joined_epoch: Option<u64>,
+    /// The view just installed adds a node (for its event).
+    view_adds: bool,
     awaiting: Vec<NodeId>,
     held: BTreeMap<Key, Held>,
     held_bytes: usize,
@@ -318,6 +322,7 @@ impl TotalOrder {
             early: BTreeMap::new(),
             early_bytes: 0,
             joined_epoch: None,
+            view_adds: false,
             awaiting: Vec::new(),
             held: BTreeMap::new(),
             held_bytes: 0,
@@ -422,7 +427,7 @@ impl TotalOrder {
             if entry.key().0 > bound {
                 break;
             }
-            let ((_, node, _), h) = entry.remove_entry();
+            let ((_, node, epoch), h) = entry.remove_entry();
             match h {
                 Held::Message { msg, from } => {
                     self.held_bytes -= msg.bytes.len();
@@ -449,7 +454,7 @@ impl TotalOrder {
                 }
                 Held::Event(event) => {
                     self.counters.events += 1;
-                    out(event_record(self.group), &event, To::AllBut(None));
+                    out(event_record(self.group), &event, To::Event(epoch));
                 }
             }
         }
@@ -524,6 +529,20 @@ impl TotalOrder {
         self.firsts.remove(&node);
         self.reports.remove(&node);
         self.place_events();
+    }
+
+    /// Departed node `d` leaves the barrier without its first stamp of a
+    /// view that added a node (it failed first): what it stamped above
+    /// that event's place, before it knew of the view, is on no stream to
+    /// the node that joined, so it is dropped at every survivor alike
+    /// (they have the same stamps of it after the flush): `d` is gone from
+    /// that event on.
+    fn gone_unready(&mut self, d: NodeId) {
+        for e in self.events.iter_mut().filter(|e| e.adds) {
+            if e.first_from.contains(&d) && !e.gone.contains(&d) {
+                e.gone.push(d);
+            }
+        }
     }
 
     /// Puts the events whose place is known into the order, oldest first
@@ -805,6 +824,7 @@ impl GroupMode for TotalOrder {
     ) -> Result<(), EngineError> {
         self.stream.members_changed(cx, added)?;
         self.installed = self.installed.max(cx.view_epoch);
+        self.view_adds = !added.is_empty() || self.joined_epoch.is_none();
         if self.joined_epoch.is_none() {
             self.joined_epoch = Some(cx.view_epoch);
             self.awaiting = cx.remote.to_vec();
@@ -967,6 +987,10 @@ impl GroupMode for TotalOrder {
 
     /// Held until its place in the order is known (`PendingEvent`), then
     /// delivered there like a message.
+    fn orders_events(&self) -> bool {
+        true
+    }
+
     fn place_event(&mut self, cx: &mut ModeCx<'_>, event: &[u8]) -> bool {
         let epoch = cx.view_epoch;
         let mut e = PendingEvent {
@@ -975,6 +999,7 @@ impl GroupMode for TotalOrder {
             first_from: Vec::new(),
             gone: self.departing.clone(),
             at: 0,
+            adds: std::mem::take(&mut self.view_adds),
         };
         for &n in cx.remote.iter().chain([&self.node]) {
             match self.first_since(n, epoch) {
@@ -998,6 +1023,7 @@ impl GroupMode for TotalOrder {
         let mut work = false;
         if cx.settled && !self.departing.is_empty() {
             for d in std::mem::take(&mut self.departing) {
+                self.gone_unready(d);
                 self.senders.remove(d);
                 // A last message cut short: no survivor has it whole.
                 if self.partial.remove(&d).is_some() {
