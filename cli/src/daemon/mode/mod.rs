@@ -27,7 +27,10 @@
 //!   idle nodes sending beacons (seed 002, TOC).
 //!
 //! All drive this node's send stream through [`send_stream::SendStream`]
-//! (opened on first use, following the view, resuming a member).
+//! (opened on first use, following the view, resuming a member). In a
+//! mode that places membership events in its order
+//! ([`GroupMode::orders_events`]), [`join_gate::JoinGate`] holds a local
+//! member's deliveries until the event of the view it joined in.
 //!
 //! The tree's ACK aggregation is built below the modes (the engine's
 //! machines report over the tree the daemon's `tree` module installs,
