@@ -367,10 +367,17 @@ impl TotalOrder {
     /// The barrier to put in the next frame (0 when the group does not
     /// commit: nobody reads it).
     fn report(&mut self) -> u64 {
-        if self.commit {
-            self.barrier().unwrap_or(0)
-        } else {
-            0
+        if !self.commit {
+            return 0;
+        }
+        let barrier = self.barrier().unwrap_or(0);
+        // While the event of a view that adds a node has no place, nothing
+        // above what is known of its place is vouched for: above it, the
+        // order counts the joining node, which lacks what a member that
+        // has not seen the view yet stamped before it does.
+        match self.events.iter().find(|e| e.adds) {
+            Some(e) => barrier.min(e.at),
+            None => barrier,
         }
     }
 

@@ -608,3 +608,32 @@ fn a_node_past_the_held_message_or_still_stamping_below_it_is_not_reported() {
     assert!(r.mode.silent(3_000).is_empty());
     assert_eq!(r.mode.stats_json()["silent_reports"], 0);
 }
+
+#[test]
+fn with_commit_no_report_goes_above_what_is_known_of_a_joining_views_place() {
+    let mut r = Rig::new(1, &[2, 3]);
+    r.mode = TotalOrder::new(GROUP, 1, Seq(0), Box::new(|| 1_000), 100).committing(true);
+    let added = r.remote.clone();
+    r.call(|m, cx, _| m.members_changed(cx, &added).unwrap());
+    r.view(2, &[2, 3, 4], &[4]);
+    // Node 4 joined in view 2 and stamps in it; nodes 2 and 3 have not
+    // installed it yet: what they stamp before they do is not on their
+    // streams to node 4, and may be above the view's place.
+    r.beacon(4, 1_350, 2);
+    r.beacon(4, 1_600, 2);
+    r.beacon(2, 1_500, 1);
+    r.data_in(3, 1_450, 1, b"not node 4's");
+    r.beacon(3, 1_500, 1);
+    assert_eq!(r.mode.barrier(), Some(1_500));
+    assert_eq!(
+        r.mode.report(),
+        1_350,
+        "this node has everything to 1,500, but the order above 1,350 may count node 4"
+    );
+    // Once the view's event has its place, the cap goes.
+    r.beacon(2, 1_700, 2);
+    r.beacon(3, 1_700, 2);
+    r.poll(0);
+    assert_eq!(r.mode.stats_json()["events_unplaced"], 0);
+    assert_eq!(r.mode.report(), r.mode.barrier().unwrap());
+}
