@@ -313,6 +313,7 @@ fn counters_json(c: &mcast_proto::Counters) -> serde_json::Value {
         "data_received": c.data_received, "delivered": c.delivered,
         "duplicates_dropped": c.duplicates_dropped, "out_of_window_dropped": c.out_of_window_dropped,
         "wrong_epoch_dropped": c.wrong_epoch_dropped, "repairs_deferred": c.repairs_deferred,
+        "nak_rtt_samples": c.nak_rtt_samples,
         "packs_sent": c.packs_sent, "packs_received": c.packs_received,
         "nacks_sent": c.nacks_sent, "nacks_received": c.nacks_received,
         "naks_sent": c.naks_sent, "naks_received": c.naks_received, "naks_suppressed": c.naks_suppressed,

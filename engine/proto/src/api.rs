@@ -165,6 +165,9 @@ pub struct Counters {
     pub naks_unrepairable: u64,
     /// Repairs delayed because the retransmission budget was spent.
     pub repairs_deferred: u64,
+    /// Round-trip samples a MAK sender took from NAKs (their echo of the
+    /// last data frame's stamp).
+    pub nak_rtt_samples: u64,
     /// ACK frames sent / received.
     pub acks_sent: u64,
     pub acks_received: u64,
@@ -214,6 +217,7 @@ impl Counters {
             repairs_suppressed,
             naks_unrepairable,
             repairs_deferred,
+            nak_rtt_samples,
             acks_sent,
             acks_received,
             ack_reqs_sent,

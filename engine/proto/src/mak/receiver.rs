@@ -69,6 +69,11 @@ pub struct MakReceiver {
     last_repair_at: Option<Instant>,
     /// An ACK owed: up to this sequence, answering a request stamped `tstamp_us` received at `at`.
     ack_owed: Option<(Seq, u32, Instant)>,
+    /// The stamp of the last data frame from the sender and when it came:
+    /// a NAK echoes it (plus the time it was held), so the sender measures
+    /// its round trip to this node whenever there is loss, without a
+    /// round of ACKs (docs/protocol.md §3.2).
+    last_stamp: Option<(u32, Instant)>,
     /// This node's place in the feedback tree ([`Endpoint::set_tree`]):
     /// its ACKs go upstream, merged with its subtree's. `None`: straight
     /// to the sender (the paper).
@@ -97,6 +102,7 @@ impl MakReceiver {
             nak_timer: None,
             retry_at: None,
             last_repair_at: None,
+            last_stamp: None,
             ack_owed: None,
             feedback: None,
             grtt: cfg.initial_grtt,
@@ -422,6 +428,7 @@ impl MakReceiver {
 
     fn on_data(&mut self, now: Instant, header: &Header, buf: BufId) {
         self.note_sender(header);
+        self.last_stamp = Some((header.tstamp_us, now));
         if header.flags.contains(Flags::RETRANSMIT) {
             self.last_repair_at = Some(now);
         }
@@ -529,6 +536,10 @@ impl MakReceiver {
             let mut h = header_for(&self.stream, Kind::Nak);
             h.seq = self.inorder.next_expected();
             h.ack = self.inorder.next_expected();
+            if let Some((stamp, at)) = self.last_stamp {
+                h.tstamp_us = echo(stamp, at, now);
+                h.flags = Flags::ACK_VALID;
+            }
             h.payload_len = list.wire_len() as u16;
             self.push_tx(Transmit {
                 dest: Dest::Group,

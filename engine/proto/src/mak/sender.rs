@@ -595,6 +595,31 @@ impl MakSender {
         true
     }
 
+    /// A NAK echoing the stamp of the last data frame its member had (flag
+    /// ACK_VALID): a round-trip sample of that member, as an ACK's is. The
+    /// estimate then follows the path while frames are lost, when the NAK
+    /// timers and repair waits derived from it matter, even if no ACK
+    /// round has run since the load changed.
+    fn nak_sample(&mut self, now: Instant, header: &Header) {
+        if !header.flags.contains(Flags::ACK_VALID) {
+            return;
+        }
+        let Ok(i) = self.members.binary_search_by_key(&header.src, |m| m.node) else {
+            return;
+        };
+        let m = &mut self.members[i];
+        if m.since_us
+            .is_some_and(|since| header.tstamp_us.wrapping_sub(since) >= 1 << 31)
+        {
+            return; // a stamp from before the member (re)joined
+        }
+        if let Some(rtt) = echo_rtt(now, header.tstamp_us) {
+            m.rtt.sample(rtt);
+            self.counters.nak_rtt_samples += 1;
+            self.refresh_estimates();
+        }
+    }
+
     fn handle_nak(&mut self, now: Instant, ranges: &RangeList) {
         self.counters.naks_received += 1;
         let holdoff = self.grtt * self.cfg.repair_holdoff_grtts;
@@ -633,7 +658,10 @@ impl Endpoint for MakSender {
         }
         match (header.kind, body) {
             (Kind::Ack, body) => self.handle_ack(now, header, body),
-            (Kind::Nak, RxBody::Ranges(ranges)) => self.handle_nak(now, ranges),
+            (Kind::Nak, RxBody::Ranges(ranges)) => {
+                self.nak_sample(now, header);
+                self.handle_nak(now, ranges);
+            }
             (_, RxBody::Data(buf)) => {
                 self.counters.rejected += 1;
                 self.events.push_back(Event::Release(buf));

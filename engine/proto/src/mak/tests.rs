@@ -583,18 +583,25 @@ fn a_lost_repair_is_asked_again_at_one_wait_while_the_sender_repairs() {
         "one NAK for both"
     );
     // Frame 1's repair comes; frame 3's is lost on the way.
-    deliver(&mut s, us(20), &nak[0], 0);
-    let repairs = drain_tx(&mut s, us(20));
+    // The NAK takes 100 us to the sender and echoes frame 4's stamp plus
+    // the 10 us the receiver held it: the sender measures 100 us.
+    deliver(&mut s, us(111), &nak[0], 0);
+    let repairs = drain_tx(&mut s, us(111));
     assert_eq!(repairs.len(), 2);
-    deliver(&mut r, us(30), &repairs[0], 10);
-    // After the repair wait (3 GRTTs, 300 us) frame 3 is asked again...
+    assert_eq!(s.counters().nak_rtt_samples, 1);
+    deliver(&mut r, us(121), &repairs[0], 10);
+    // After the repair wait (3 GRTTs; the sender measured the round trip
+    // from the NAK's echo, and the repair advertises it) frame 3 is asked
+    // again...
+    let measured = r.grtt.as_micros();
+    assert!((95..=110).contains(&measured), "{measured} us");
     r.handle_timeout(us(311));
     r.handle_timeout(us(321));
     let again = drain_tx(&mut r, us(321));
     assert_eq!(nak_ranges(&again[0]), vec![(seq(3).0, 1)]);
     // ... and since the sender was repairing, its repair is awaited one
     // wait again, not two: the loss was on the way, not at the sender.
-    assert_eq!(r.poll_timeout(), Some(us(321 + 300)));
+    assert_eq!(r.poll_timeout(), Some(us(321) + r.grtt * 3));
 }
 
 /// A sender (one receiver) that has sent a full window at t=0 and, at
@@ -1038,4 +1045,40 @@ fn a_timeout_with_the_window_full_asks_every_member() {
         .map(|t| t.dest)
         .collect();
     assert_eq!(asks, vec![Dest::Group]);
+}
+
+#[test]
+fn a_naks_echo_is_a_round_trip_sample_so_the_grtt_follows_the_path_under_loss() {
+    let (mut r, mut s, tx) = sent_to_one(3);
+    // The receiver's NAK echoes the stamp of the last frame it had, plus
+    // the time it held it.
+    deliver(&mut r, us(1), &tx[0], 0);
+    deliver(&mut r, us(1), &tx[2], 2);
+    r.handle_timeout(us(11));
+    let nak = drain_tx(&mut r, us(11));
+    assert!(nak[0].header.flags.contains(Flags::ACK_VALID));
+    assert_eq!(nak[0].header.tstamp_us, tx[2].header.tstamp_us + 10);
+    // A NAK from member 2, `rtt` after the echoed stamp.
+    let mut list = RangeList::new();
+    list.push_seq(s.stream.initial_seq.add(1));
+    let nak_at = |s: &mut MakSender, at_us: u64, rtt_us: u64, valid: bool| {
+        let mut h = header_for(&stream(2), Kind::Nak);
+        if valid {
+            h.flags = Flags::ACK_VALID;
+            h.tstamp_us = (at_us - rtt_us) as u32;
+        }
+        s.handle_frame(us(at_us), &h, RxBody::Ranges(&list));
+    };
+    // A round trip measured while the path was loaded: 5 ms.
+    nak_at(&mut s, 10_000, 5_000, true);
+    assert_eq!(s.grtt(), Duration::from_millis(5));
+    // Without the echo, no sample.
+    nak_at(&mut s, 20_000, 100, false);
+    assert_eq!(s.grtt(), Duration::from_millis(5));
+    assert_eq!(s.counters().nak_rtt_samples, 1);
+    // The load is gone: the NAKs of the next losses bring it down.
+    for i in 0..24 {
+        nak_at(&mut s, 30_000 + i * 1_000, 100, true);
+    }
+    assert!(s.grtt() < Duration::from_micros(500), "{:?}", s.grtt());
 }
