@@ -552,9 +552,10 @@ impl Server {
                     c.outbox.pop_front();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                // A queued answer longer than the socket takes (a kernel
-                // whose wmem_max is below MAX_REPLY): dropped, the client's
-                // request times out; the connection goes on.
+                // A queued answer longer than the socket takes (a daemon
+                // without CAP_NET_ADMIN on a kernel whose wmem_max is below
+                // MAX_REPLY): dropped, the client's request times out; the
+                // connection goes on.
                 Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
                     c.outbox.pop_front();
                 }
@@ -592,8 +593,9 @@ impl Server {
                 refuse(&sock, &mut self.buf, ErrorCode::TooManyClients, &message);
                 continue;
             }
-            // Room for the largest answer in one message (best effort: the
-            // kernel caps it; a larger answer becomes an error, `send`).
+            // Room for the largest answer in one message (past the kernel's
+            // wmem_max when the daemon may; else capped by it, and a larger
+            // answer becomes an error, `send`).
             let _ = sys::set_send_buffer(sock.as_raw_fd(), 2 * MAX_REPLY);
             let id = ClientId(self.next_id);
             self.next_id += 1;

@@ -388,22 +388,45 @@ pub fn recv_msg(fd: RawFd, buf: &mut [u8], nonblocking: bool) -> io::Result<Opti
     }))
 }
 
-/// Asks for a send buffer of `bytes` on a socket (`SO_SNDBUF`; the kernel
-/// caps it at `net.core.wmem_max`): a `SOCK_SEQPACKET` message must fit it
-/// whole.
+/// Asks for a send buffer of `bytes` on a socket: a `SOCK_SEQPACKET`
+/// message must fit it whole. `SO_SNDBUFFORCE` first, which a process with
+/// CAP_NET_ADMIN (mcastd runs as root) may set past `net.core.wmem_max`, so
+/// a host whose limit is small still gets its large answers; else
+/// `SO_SNDBUF`, which the kernel caps at that limit.
 pub fn set_send_buffer(fd: RawFd, bytes: usize) -> io::Result<()> {
     let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `v` is a live c_int and its size is passed with it.
+    let set = |opt: libc::c_int| {
+        // SAFETY: `v` is a live c_int and its size is passed with it.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        cvt(rc).map(|_| ())
+    };
+    set(libc::SO_SNDBUFFORCE).or_else(|_| set(libc::SO_SNDBUF))
+}
+
+/// The send buffer the kernel gave a socket (`SO_SNDBUF`: twice what was
+/// asked, for its bookkeeping).
+pub fn send_buffer(fd: RawFd) -> io::Result<usize> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` and `len` are live and writable, `len` holds `v`'s size.
     let rc = unsafe {
-        libc::setsockopt(
+        libc::getsockopt(
             fd,
             libc::SOL_SOCKET,
             libc::SO_SNDBUF,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
         )
     };
-    cvt(rc).map(|_| ())
+    cvt(rc).map(|_| v.max(0) as usize)
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of every trace stamp (the
@@ -418,4 +441,35 @@ pub fn monotonic_ns() -> u64 {
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     debug_assert_eq!(rc, 0);
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn the_daemon_gets_its_send_buffer_past_a_small_wmem_max() {
+        if geteuid() != 0 {
+            let msg = "skipped: SO_SNDBUFFORCE needs root";
+            assert_ne!(
+                std::env::var("CI").as_deref(),
+                Ok("true"),
+                "{msg}, and CI=true"
+            );
+            eprintln!("{msg}");
+            return;
+        }
+        let max: usize = std::fs::read_to_string("/proc/sys/net/core/wmem_max")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // Twice the host's limit (the kernel would cap SO_SNDBUF at it).
+        let want = (2 * max).min(libc::c_int::MAX as usize / 2);
+        let (a, _b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        set_send_buffer(a.as_raw_fd(), want).unwrap();
+        let got = send_buffer(a.as_raw_fd()).unwrap();
+        assert!(got >= 2 * want, "asked {want}, got {got} (wmem_max {max})");
+    }
 }
