@@ -32,7 +32,7 @@ fn three_senders_reach_all_four_nodes_in_one_order() {
     };
     const N: u64 = 5_000;
     let senders = [2u32, 3, 4];
-    let (orders, group, _members) = all_senders_to_all(&cluster, "seq", &senders, N);
+    let (orders, group, _members) = all_senders_to_all(&cluster, "seq", &senders, N, false);
     // One order: the root's.
     assert_one_order(&messages_only(&orders));
     let order = &orders[0].1;

@@ -71,7 +71,7 @@ fn three_senders_reach_all_four_nodes_in_one_order_without_a_sequencer() {
     };
     const N: u64 = 5_000;
     let senders = [2u32, 3, 4];
-    let (orders, group, _members) = all_senders_to_all(&cluster, "tot", &senders, N);
+    let (orders, group, _members) = all_senders_to_all(&cluster, "tot", &senders, N, true);
     assert_one_order(&orders);
     // Interleaved: the senders sent at once, not one after another.
     let order = &orders[0].1;
@@ -421,7 +421,7 @@ fn with_commit_three_senders_still_reach_all_four_nodes_in_one_order() {
     };
     const N: u64 = 2_000;
     let senders = [2u32, 3, 4];
-    let (orders, group, _members) = all_senders_to_all(&cluster, "totc", &senders, N);
+    let (orders, group, _members) = all_senders_to_all(&cluster, "totc", &senders, N, true);
     assert_one_order(&orders);
     for node in 1..=4u32 {
         let m = mode(&cluster, node, group);

@@ -2,8 +2,8 @@
 //! share: clients, numbered messages that name their sender, a receiver
 //! that checks every byte, and the checks of each sender's order.
 
-use std::sync::Barrier;
-use std::time::Duration;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use mcast_ipc::{Client, Membership, MessageKind, Request, Response};
 use serde_json::Value;
@@ -109,17 +109,90 @@ pub fn per_sender_in_order(node: u32, got: &[(u32, u64)]) -> std::collections::B
 /// One order per node: the (sender, index) of every message it received.
 pub type Orders = Vec<(u32, Vec<(u32, u64)>)>;
 
+/// A barrier for the threads of a test that fails, rather than hangs, when
+/// one of them panics before it arrives (or nobody comes for a minute).
+pub struct Ready {
+    /// (arrived, a party panicked first)
+    state: Mutex<(usize, bool)>,
+    cv: Condvar,
+    parties: usize,
+}
+
+/// One thread's place at a [`Ready`].
+pub struct Party<'a> {
+    ready: &'a Ready,
+    arrived: bool,
+}
+
+impl Ready {
+    pub fn new(parties: usize) -> Ready {
+        Ready {
+            state: Mutex::new((0, false)),
+            cv: Condvar::new(),
+            parties,
+        }
+    }
+
+    /// A thread's place: [`Party::wait`] there; dropped in a panic before,
+    /// it fails everyone's wait.
+    pub fn party(&self) -> Party<'_> {
+        Party {
+            ready: self,
+            arrived: false,
+        }
+    }
+}
+
+impl Party<'_> {
+    /// Waits until every party has arrived.
+    pub fn wait(&mut self) {
+        self.arrived = true;
+        let r = self.ready;
+        let mut st = r.state.lock().unwrap();
+        st.0 += 1;
+        r.cv.notify_all();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while st.0 < r.parties {
+            assert!(
+                !st.1,
+                "another thread of the test failed before it was ready"
+            );
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "{} of {} threads ready after 60 s",
+                st.0,
+                r.parties
+            );
+            st = r.cv.wait_timeout(st, left).unwrap().0;
+        }
+    }
+}
+
+impl Drop for Party<'_> {
+    fn drop(&mut self) {
+        if !self.arrived && std::thread::panicking() {
+            if let Ok(mut st) = self.ready.state.lock() {
+                st.1 = true;
+            }
+            self.ready.cv.notify_all();
+        }
+    }
+}
+
 /// A subscriber on each of nodes 1..=4 and a publisher on each of
-/// `senders`, all in group `name`; once every subscriber sees the four
-/// nodes, each publisher sends `n` messages. What each subscriber received
-/// (every byte checked), and the group's number.
+/// `senders`, all in group `name`; once every subscriber sees the view
+/// with every client (with its event, in a group that places events in
+/// its order, `events_in_order`), each publisher sends `n` messages. What
+/// each subscriber received (every byte checked), and the group's number.
 pub fn all_senders_to_all(
     cluster: &Cluster,
     name: &str,
     senders: &[u32],
     n: u64,
+    events_in_order: bool,
 ) -> (Orders, u32, Vec<Client>) {
-    let ready = Barrier::new(4 + senders.len());
+    let ready = Ready::new(4 + senders.len());
     let mut orders = Vec::new();
     let mut group = 0;
     // Every client stays a member until the caller drops them: the views
@@ -130,12 +203,17 @@ pub fn all_senders_to_all(
             .map(|node| {
                 let ready = &ready;
                 s.spawn(move || {
+                    let mut party = ready.party();
                     let mut c = connect(cluster, node, "subscriber");
                     let m = c.join(name).expect("join");
-                    // The view with every client, placed in the order here:
-                    // what this node stamps from now on follows every join.
-                    wait_view_notice(&mut c, m.group, 4 + senders.len());
-                    ready.wait();
+                    // The view with every client (placed in the order here,
+                    // where events are: what this node stamps from now on
+                    // follows every join).
+                    let all = 4 + senders.len();
+                    if events_in_order || m.view.members.len() < all {
+                        wait_view_notice(&mut c, m.group, all);
+                    }
+                    party.wait();
                     let got = receive(&mut c, node, senders, n, Duration::from_secs(30), |_| {});
                     (node, m.group, got, c)
                 })
@@ -145,9 +223,10 @@ pub fn all_senders_to_all(
         for &from in senders {
             let ready = &ready;
             pubs.push(s.spawn(move || {
+                let mut party = ready.party();
                 let mut p = connect(cluster, from, "publisher");
                 let m = p.join(name).expect("join");
-                ready.wait();
+                party.wait();
                 for i in 0..n {
                     p.publish_blocking(m.group, &message(from, i), Some(Duration::from_secs(20)))
                         .unwrap_or_else(|e| panic!("node {from} publish {i}: {e}"));
@@ -174,7 +253,8 @@ pub fn all_senders_to_all(
 
 /// Waits for the notice of a view of `group` with `members` members or
 /// more (in a total-order group a view's notice comes with its event, at
-/// its place in the order).
+/// its place in the order, also that of the view the client joined in;
+/// elsewhere only later views' notices come).
 pub fn wait_view_notice(c: &mut Client, group: u32, members: usize) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
