@@ -38,6 +38,16 @@ impl Rig {
         r
     }
 
+    /// [`Rig::new`] for a group that commits (`commit = true`), its wall
+    /// clock standing at 1,000.
+    fn committing(node: NodeId, remote: &[NodeId]) -> Rig {
+        let mut r = Rig::new(node, remote);
+        r.mode = TotalOrder::new(GROUP, node, Seq(0), Box::new(|| 1_000), 100).committing(true);
+        let added = r.remote.clone();
+        r.call(|m, cx, _| m.members_changed(cx, &added).unwrap());
+        r
+    }
+
     fn call<R>(
         &mut self,
         f: impl FnOnce(&mut TotalOrder, &mut ModeCx<'_>, &mut Out<'_>) -> R,
@@ -534,10 +544,7 @@ fn a_scattering_takes_one_stamp_and_each_part_goes_to_its_member_only() {
 
 #[test]
 fn with_commit_a_message_waits_until_every_member_reports_having_it() {
-    let mut r = Rig::new(1, &[2, 3]);
-    r.mode = TotalOrder::new(GROUP, 1, Seq(0), Box::new(|| 1_000), 100).committing(true);
-    let added = r.remote.clone();
-    r.call(|m, cx, _| m.members_changed(cx, &added).unwrap());
+    let mut r = Rig::committing(1, &[2, 3]);
     r.poll(0);
     // A beacon from `from` at `ts` reporting its barrier `report`.
     let report = |r: &mut Rig, from, ts: u64, report: u64| {
@@ -611,10 +618,7 @@ fn a_node_past_the_held_message_or_still_stamping_below_it_is_not_reported() {
 
 #[test]
 fn with_commit_no_report_goes_above_what_is_known_of_a_joining_views_place() {
-    let mut r = Rig::new(1, &[2, 3]);
-    r.mode = TotalOrder::new(GROUP, 1, Seq(0), Box::new(|| 1_000), 100).committing(true);
-    let added = r.remote.clone();
-    r.call(|m, cx, _| m.members_changed(cx, &added).unwrap());
+    let mut r = Rig::committing(1, &[2, 3]);
     r.view(2, &[2, 3, 4], &[4]);
     // Node 4 joined in view 2 and stamps in it; nodes 2 and 3 have not
     // installed it yet: what they stamp before they do is not on their
