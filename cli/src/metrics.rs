@@ -170,6 +170,14 @@ impl Families {
             1.0,
         );
         f.counters("mcastd_engine", "engine", &s["engine"], &[], &[]);
+        // What the kernel dropped before the RX ring (AF_XDP only).
+        f.counters(
+            "mcastd_kernel",
+            "transport.kernel",
+            &s["transport"]["kernel"],
+            &[],
+            &[],
+        );
         // Frames refused by authentication (bad tag, unknown key, replayed).
         f.counters("mcastd", "auth", &s["auth"], &[], &[]);
         f.gauge(
@@ -517,7 +525,8 @@ mod tests {
         json!({
             "node": 2, "incarnation": 77,
             "transport": {"kind": "af_xdp", "xdp_mode": "Skb",
-                "frames": {"total": 4096, "free": 4000, "fill": 64, "held": 30, "tx": 2}},
+                "frames": {"total": 4096, "free": 4000, "fill": 64, "held": 30, "tx": 2},
+                "kernel": {"rx_dropped": 5, "rx_ring_full": 4, "rx_fill_ring_empty": 1, "tx_ring_empty": 0}},
             "engine": {"rx_frames": 10, "tx_frames": 20},
             "daemon": {"clients_connected": 3, "registry": 1,
                 "flush": {"started": 1, "kept_frames": 5, "kept_bytes": 500}},
@@ -547,6 +556,7 @@ mod tests {
         let text = render(&stats());
         for line in [
             "mcastd_engine_rx_frames_total 10",
+            "mcastd_kernel_rx_ring_full_total 4",
             "mcastd_clients_connected_total 3",
             "mcastd_registry_node 1",
             "mcastd_flush_started_total 1",

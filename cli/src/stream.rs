@@ -589,6 +589,13 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
         e["rx_paused"],
         e["tx_no_route"]
     );
+    let k = &t["kernel"];
+    if k.is_object() {
+        s += &format!(
+            "kernel  rx dropped {} (RX ring full {}, fill ring empty {})  TX ring empty {}\n",
+            k["rx_dropped"], k["rx_ring_full"], k["rx_fill_ring_empty"], k["tx_ring_empty"]
+        );
+    }
     let a = &v["auth"];
     if a.is_object() {
         s += &format!(
@@ -890,6 +897,19 @@ mod tests {
             "{wire}"
         );
         assert!(!render_stats(&serde_json::json!({"trace": null}), None).contains("trace"));
+    }
+
+    #[test]
+    fn stat_shows_what_the_kernel_dropped_before_the_rx_ring_where_it_is_known() {
+        let k = serde_json::json!({"rx_dropped": 9, "rx_ring_full": 7, "rx_fill_ring_empty": 2, "tx_ring_empty": 0});
+        let text = render_stats(&serde_json::json!({"transport": {"kernel": k}}), None);
+        let line = text.lines().find(|l| l.starts_with("kernel")).expect(&text);
+        assert!(
+            line.contains("rx dropped 9 (RX ring full 7, fill ring empty 2)"),
+            "{line}"
+        );
+        let none = render_stats(&serde_json::json!({"transport": {"kernel": null}}), None);
+        assert!(!none.contains("kernel"), "{none}");
     }
 
     #[test]

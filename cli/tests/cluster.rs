@@ -159,6 +159,12 @@ fn three_subscribers_receive_a_million_messages_in_order_and_intact() {
         panic!("stats")
     };
     assert_eq!(stats["transport"]["kind"], "af_xdp", "{stats:#}");
+    // The kernel's own counters of the socket (what it dropped before the
+    // RX ring) are read on AF_XDP.
+    assert!(
+        stats["transport"]["kernel"]["rx_ring_full"].is_u64(),
+        "{stats:#}"
+    );
     assert_eq!(stats["daemon"]["messages_published"], N);
 }
 

@@ -252,6 +252,13 @@ impl<T: Transport> Daemon<T> {
                 "xdp_fallback": s.transport.attach_fallback,
                 "bind_mode": s.transport.bind_mode.map(|m| format!("{m:?}")),
                 "frames": {"total": s.frames.total, "free": s.frames.free, "fill": s.frames.fill, "held": s.frames.held, "tx": s.frames.tx},
+                // AF_XDP: what the kernel dropped before our RX ring (this
+                // daemon fell behind: ring full, no fill frame), which no
+                // protocol counter sees but as loss.
+                "kernel": s.socket.map(|k| json!({
+                    "rx_dropped": k.rx_dropped, "rx_ring_full": k.rx_ring_full,
+                    "rx_fill_ring_empty": k.rx_fill_ring_empty, "tx_ring_empty": k.tx_ring_empty,
+                })),
             },
             "steering": s.steering.map(|st| format!("{st:?}")),
             "auth": {
