@@ -277,6 +277,11 @@ enum Command {
         /// Also write every start's figures to this JSON file.
         #[arg(long, value_name = "FILE")]
         json: Option<String>,
+        /// Also write every node's `mcast stat --json` after each start's goodput phase and
+        /// after its paced phase into this directory, as MODE-START-PHASE-nodeN.json (GRTT,
+        /// retransmissions, what the kernel dropped...).
+        #[arg(long, value_name = "DIR")]
+        stats_dir: Option<std::path::PathBuf>,
     },
     /// Real kernel, needs root: what one order for every member costs through mcastd. Starts
     /// the same cluster (R subscriber nodes, the first of them the group's root, and a publisher
@@ -637,6 +642,7 @@ fn main() -> ExitCode {
                 loss,
                 daemon_config,
                 json,
+                stats_dir,
             } => total::run(
                 &total::TotalConfig {
                     senders,
@@ -647,6 +653,7 @@ fn main() -> ExitCode {
                     paced_messages,
                     daemon_config,
                     loss,
+                    stats_dir,
                 },
                 json.as_deref(),
             ),

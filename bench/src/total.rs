@@ -45,6 +45,8 @@ pub struct TotalConfig {
     /// Loss on the segment once the group has formed (every frame kind,
     /// both directions, by the bridge), a fraction.
     pub loss: f64,
+    /// Where each node's stats go after each phase (None: nowhere).
+    pub stats_dir: Option<std::path::PathBuf>,
 }
 
 /// The modes compared; "total+commit" is `mode = "total"` with `commit =
@@ -126,8 +128,13 @@ fn one_cluster(
         .topology()
         .set_loss(mcast_wire::ETHERTYPE_DEFAULT, cfg.loss)?;
     let ordered = mode != "fifo";
-    let figures = saturate(cfg, &mut pubs, &mut subs, group, ordered)
-        .and_then(|g| Ok((g, paced(cfg, &mut pubs, &mut subs, group)?)));
+    let start = f.goodput.len() + 1;
+    let figures = saturate(cfg, &mut pubs, &mut subs, group, ordered).and_then(|g| {
+        dump_stats(cfg, &cluster, mode, start, "saturated")?;
+        let latency = paced(cfg, &mut pubs, &mut subs, group)?;
+        dump_stats(cfg, &cluster, mode, start, "paced")?;
+        Ok((g, latency))
+    });
     let (goodput, (p50, p99, p999)) = figures.map_err(|e| {
         // What the daemons warned of (a peer declared failed, a subscriber
         // cut off...) says why.
@@ -148,6 +155,31 @@ fn one_cluster(
     f.p50.push(p50);
     f.p99.push(p99);
     f.p999.push(p999);
+    Ok(())
+}
+
+/// With `--stats-dir`: every node's stats (`mcast stat --json`) after
+/// `phase` of start `start` of `mode`, as MODE-START-PHASE-nodeN.json.
+fn dump_stats(
+    cfg: &TotalConfig,
+    cluster: &Cluster,
+    mode: &str,
+    start: usize,
+    phase: &str,
+) -> Result<(), String> {
+    let Some(dir) = &cfg.stats_dir else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for n in 1..=cfg.senders as u32 {
+        let mut c = Client::connect(cluster.socket(n), "stat").map_err(|e| e.to_string())?;
+        let Ok(mcast_ipc::Response::Json(v)) = c.request(mcast_ipc::Request::Stats) else {
+            return Err(format!("node {n} gave no stats"));
+        };
+        let file = dir.join(format!("{mode}-{start}-{phase}-node{n}.json"));
+        let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
+        std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
+    }
     Ok(())
 }
 

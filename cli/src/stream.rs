@@ -265,14 +265,37 @@ pub fn wait_nodes(
     n: usize,
     timeout: Duration,
 ) -> Result<(), String> {
+    let mut nodes = 0;
+    let enough = |m: &[mcast_ipc::Member]| {
+        nodes = member_nodes(m);
+        nodes >= n
+    };
+    if wait_view(client, group, Some(view), enough, timeout)? {
+        return Ok(());
+    }
+    Err(format!(
+        "the group has {nodes} member nodes after {} s, --wait-nodes asked for {n}",
+        timeout.as_secs()
+    ))
+}
+
+/// Waits for a view of `group` whose members `enough` accepts: `initial`
+/// (the view the client joined with) if given, then each view notice. In
+/// a total-order group a view's notice comes with its event, at its place
+/// in the order, that of the view the client joined in too. False when
+/// `timeout` passed first.
+pub fn wait_view(
+    client: &mut Client,
+    group: u32,
+    initial: Option<&mcast_ipc::View>,
+    mut enough: impl FnMut(&[mcast_ipc::Member]) -> bool,
+    timeout: Duration,
+) -> Result<bool, String> {
     let deadline = monotonic_ns() + timeout.as_nanos() as u64;
-    let mut nodes = member_nodes(&view.members);
-    while nodes < n {
+    let mut done = initial.is_some_and(|v| enough(&v.members));
+    while !done {
         if monotonic_ns() >= deadline {
-            return Err(format!(
-                "the group has {nodes} member nodes after {} s, --wait-nodes asked for {n}",
-                timeout.as_secs()
-            ));
+            return Ok(false);
         }
         client
             .wait_notice(Duration::from_millis(100))
@@ -283,12 +306,12 @@ pub fn wait_nodes(
             } = notice
             {
                 if g == group {
-                    nodes = member_nodes(&members);
+                    done = enough(&members);
                 }
             }
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Distinct nodes among `members`.

@@ -332,9 +332,10 @@ impl<T: Transport> Daemon<T> {
             .copied()
             .filter(|n| !before.contains(n))
             .collect();
+        let epoch = view.epoch;
         let notice = Notice::ViewChanged {
             group,
-            epoch: view.epoch,
+            epoch,
             members: ipc_view(&view).members,
         };
         let event = self.view_event(&view, &before, &added);
@@ -386,8 +387,7 @@ impl<T: Transport> Daemon<T> {
         let members = lg.members.clone();
         if lg.mode.orders_events() {
             // With the view's event, at its place in the order.
-            lg.gate
-                .notice(lg.view.as_ref().map_or(0, |v| v.epoch), notice);
+            lg.gate.notice(epoch, notice);
         } else {
             for &c in &members {
                 self.clients.server.notify(c, notice.clone());

@@ -210,9 +210,18 @@ pub fn all_senders_to_all(
                     // where events are: what this node stamps from now on
                     // follows every join).
                     let all = 4 + senders.len();
-                    if events_in_order || m.view.members.len() < all {
-                        wait_view_notice(&mut c, m.group, all);
-                    }
+                    // (The join's view counts where its notice does not
+                    // come with its event.)
+                    let initial = (!events_in_order).then_some(&m.view);
+                    let enough = |members: &[mcast_ipc::Member]| members.len() >= all;
+                    let timeout = Duration::from_secs(20);
+                    let seen =
+                        mcast_cli::stream::wait_view(&mut c, m.group, initial, enough, timeout);
+                    assert_eq!(
+                        seen,
+                        Ok(true),
+                        "node {node}: no view of {all} members in 20 s"
+                    );
                     party.wait();
                     let got = receive(&mut c, node, senders, n, Duration::from_secs(30), |_| {});
                     (node, m.group, got, c)
@@ -249,35 +258,6 @@ pub fn all_senders_to_all(
         }
     }
     (orders, group, members)
-}
-
-/// Waits for the notice of a view of `group` with `members` members or
-/// more (in a total-order group a view's notice comes with its event, at
-/// its place in the order, also that of the view the client joined in;
-/// elsewhere only later views' notices come).
-pub fn wait_view_notice(c: &mut Client, group: u32, members: usize) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        for n in c.notices() {
-            if let mcast_ipc::Notice::ViewChanged {
-                group: g,
-                members: m,
-                ..
-            } = n
-            {
-                if g == group && m.len() >= members {
-                    return;
-                }
-            }
-        }
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        assert!(
-            !left.is_zero(),
-            "no view of {members} members in group {group} after 20 s"
-        );
-        c.wait_notice(left.min(Duration::from_millis(100)))
-            .expect("notice");
-    }
 }
 
 /// The messages of each order, without the membership events.

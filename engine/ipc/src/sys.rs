@@ -411,24 +411,6 @@ pub fn set_send_buffer(fd: RawFd, bytes: usize) -> io::Result<()> {
     set(libc::SO_SNDBUFFORCE).or_else(|_| set(libc::SO_SNDBUF))
 }
 
-/// The send buffer the kernel gave a socket (`SO_SNDBUF`: twice what was
-/// asked, for its bookkeeping).
-pub fn send_buffer(fd: RawFd) -> io::Result<usize> {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `v` and `len` are live and writable, `len` holds `v`'s size.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    cvt(rc).map(|_| v.max(0) as usize)
-}
-
 /// CLOCK_MONOTONIC in nanoseconds: the clock of every trace stamp (the
 /// engine's frames carry the same clock, `mcast_engine::sys::monotonic_ns`).
 pub fn monotonic_ns() -> u64 {
@@ -447,6 +429,24 @@ pub fn monotonic_ns() -> u64 {
 mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
+
+    /// The send buffer the kernel gave a socket (`SO_SNDBUF`: twice what was
+    /// asked, for its bookkeeping).
+    fn send_buffer(fd: RawFd) -> io::Result<usize> {
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `v` and `len` are live and writable, `len` holds `v`'s size.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        cvt(rc).map(|_| v.max(0) as usize)
+    }
 
     #[test]
     fn the_daemon_gets_its_send_buffer_past_a_small_wmem_max() {

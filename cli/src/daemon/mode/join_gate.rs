@@ -67,15 +67,12 @@ impl<N> JoinGate<N> {
     /// now (of that view and those before), oldest first, for every member
     /// that [`receives`](Self::receives).
     pub fn pass(&mut self, to: To) -> Vec<N> {
-        let upto = match to {
-            To::Event(epoch) => {
-                self.delivered = self.delivered.max(epoch);
-                self.waiting.retain(|&(_, e)| e > epoch);
-                epoch
-            }
-            _ => 0,
+        let To::Event(epoch) = to else {
+            return Vec::new(); // (every message: nothing to do)
         };
-        let due = self.notices.iter().take_while(|(e, _)| *e <= upto).count();
+        self.delivered = self.delivered.max(epoch);
+        self.waiting.retain(|&(_, e)| e > epoch);
+        let due = self.notices.iter().take_while(|(e, _)| *e <= epoch).count();
         self.notices.drain(..due).map(|(_, n)| n).collect()
     }
 

@@ -65,6 +65,18 @@ struct Member {
     heard_at: Option<Instant>,
 }
 
+impl Member {
+    /// Whether feedback with an echo (flag ACK_VALID) was sent by this
+    /// member's current receive stream: its echo is at or after the
+    /// (re)join, in wrapping time order.
+    fn echoes_since_join(&self, header: &Header) -> bool {
+        header.flags.contains(Flags::ACK_VALID)
+            && self
+                .since_us
+                .is_none_or(|since| header.tstamp_us.wrapping_sub(since) < 1 << 31)
+    }
+}
+
 /// The idle sender while frames are unacknowledged
 /// ([`TailPolicy::Advertise`]): when its last new frame left, and the
 /// heartbeats sent since. Its deadlines derive from these and the GRTT
@@ -535,13 +547,8 @@ impl MakSender {
         rtt: Option<Duration>,
     ) -> Option<bool> {
         let m = &mut self.members[i];
-        if let Some(since) = m.since_us {
-            // Wrapping time order: the echo is at or after the (re)join.
-            let fresh = header.flags.contains(Flags::ACK_VALID)
-                && header.tstamp_us.wrapping_sub(since) < 1 << 31;
-            if !fresh {
-                return None;
-            }
+        if m.since_us.is_some() && !m.echoes_since_join(header) {
+            return None;
         }
         // The ACK echoes the request's timestamp, adjusted by the time the
         // receiver held it: the difference is the network round trip
@@ -601,17 +608,12 @@ impl MakSender {
     /// timers and repair waits derived from it matter, even if no ACK
     /// round has run since the load changed.
     fn nak_sample(&mut self, now: Instant, header: &Header) {
-        if !header.flags.contains(Flags::ACK_VALID) {
-            return;
-        }
         let Ok(i) = self.members.binary_search_by_key(&header.src, |m| m.node) else {
             return;
         };
         let m = &mut self.members[i];
-        if m.since_us
-            .is_some_and(|since| header.tstamp_us.wrapping_sub(since) >= 1 << 31)
-        {
-            return; // a stamp from before the member (re)joined
+        if !m.echoes_since_join(header) {
+            return;
         }
         if let Some(rtt) = echo_rtt(now, header.tstamp_us) {
             m.rtt.sample(rtt);
