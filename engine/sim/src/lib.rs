@@ -34,6 +34,7 @@ mod pool;
 mod report;
 mod sim;
 pub mod sweep;
+pub mod topology;
 
 pub use config::{guarantees_completion, Faults, LinkConfig, Partition, SimConfig, SENDER};
 pub use content::{fill_message, message, message_len};
