@@ -20,6 +20,7 @@
 pub mod check;
 pub mod cost;
 pub mod plan;
+pub mod relay;
 
 pub use cost::{choose, Link, Model};
 pub use plan::{plan, Algorithm, PlanError, Schedule, Shape, Transfer};

@@ -198,8 +198,7 @@ pub struct Schedule {
 impl Schedule {
     /// The bytes of piece `piece`: pieces differ in size by one byte at most.
     pub fn piece_range(&self, piece: u32) -> Range<u64> {
-        let at = |i: u32| (u128::from(self.len) * u128::from(i) / u128::from(self.pieces)) as u64;
-        at(piece)..at(piece + 1)
+        piece_range(self.len, self.pieces, piece)
     }
 
     /// The bytes a transfer carries.
@@ -211,6 +210,13 @@ impl Schedule {
     pub fn transfers(&self) -> usize {
         self.steps.iter().map(Vec::len).sum()
     }
+}
+
+/// The bytes of piece `piece` of a `len`-byte message cut into `pieces`
+/// pieces: piece `i` starts at ⌊i·len/pieces⌋.
+pub fn piece_range(len: u64, pieces: u32, piece: u32) -> Range<u64> {
+    let at = |i: u32| (u128::from(len) * u128::from(i) / u128::from(pieces.max(1))) as u64;
+    at(piece)..at(piece + 1)
 }
 
 /// Why no schedule could be made.

@@ -1,0 +1,1223 @@
+//! The relay: one member's side of broadcast over unicast links, sans I/O.
+//!
+//! A [`Relay`] runs the schedules of [`mod@crate::plan`] for real: the root
+//! sends its own transfers at once, and every other member forwards its
+//! transfers of a message as soon as it holds their pieces, in the order
+//! of the schedule's steps (a lockstep schedule never makes a member wait
+//! for a piece that needs a later transfer of its own). Each root numbers
+//! its messages; every member delivers each root's messages once, in that
+//! order, from where the root started it. Faults are handled here too:
+//! when the view changes, a live root re-sends straight to each member
+//! what it lacks of the messages sent under earlier views, and the
+//! survivors of a departed root agree on its messages in a round of their
+//! own (docs/protocol.md §8.6 specifies all of it).
+//!
+//! The caller gives it views ([`Relay::install`]), messages to publish,
+//! the messages that arrive on its links, and ticks; it takes
+//! [`Output`]s: messages to send on a link, and deliveries. Links must be
+//! reliable and in order between live members (mcastd's Go-Back-N links);
+//! a crashed member's link may lose any suffix of what it sent.
+
+pub mod wire;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::ops::Range;
+
+use crate::cost::{choose, Model};
+use crate::plan::{piece_range, plan, Algorithm, Shape, Transfer};
+use wire::{pieces, Data, Msg};
+
+/// Which algorithm a root uses for a message.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Pick {
+    /// Always this one (the chain's segment count included).
+    Fixed(Algorithm),
+    /// The model's choice for each message's size (`auto`).
+    Auto(Model),
+}
+
+/// A relay's settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Config {
+    /// The algorithm of this member's broadcasts.
+    pub pick: Pick,
+    /// The most messages of this root that may be unstable (not yet
+    /// delivered by every member): [`Relay::publish`] refuses beyond.
+    pub window: u64,
+}
+
+/// A view of the group: its epoch and its members' node ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct View {
+    /// Larger for every later view.
+    pub epoch: u64,
+    /// The members, ascending and distinct: the schedules' linear array.
+    pub members: Vec<u32>,
+}
+
+/// What the relay asks of its caller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Send `msg` on the link to member `to`.
+    Send {
+        /// The receiving member.
+        to: u32,
+        /// The encoded message ([`wire::Msg`]).
+        msg: Vec<u8>,
+    },
+    /// Deliver root `root`'s message `seq` (this member's own included).
+    Deliver {
+        /// The member whose message it is.
+        root: u32,
+        /// Its sequence number.
+        seq: u64,
+        /// The message.
+        data: Vec<u8>,
+    },
+}
+
+/// Why a publish was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PublishError {
+    /// No view holds this member (before the first, or after it left).
+    NotMember,
+    /// The window is full: try again once members have reported.
+    WouldBlock,
+    /// Longer than [`wire::MAX_LEN`].
+    TooLong,
+}
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Messages this member published.
+    pub published: u64,
+    /// Messages delivered (its own included).
+    pub delivered: u64,
+    /// Transfers sent by a schedule (as root or forwarding).
+    pub transfers_sent: u64,
+    /// Whole messages sent straight to a member after a view change.
+    pub refed: u64,
+    /// Pieces or messages that arrived twice or were no longer wanted.
+    pub duplicates: u64,
+    /// Messages of a departed root skipped because no survivor held them.
+    pub skipped: u64,
+    /// Rounds for departed roots this member finished.
+    pub rounds: u64,
+    /// Messages that could not be decoded or made no sense.
+    pub refused: u64,
+}
+
+/// A message kept for re-sending.
+#[derive(Clone, Debug)]
+struct Kept {
+    epoch: u64,
+    algorithm: Algorithm,
+    pieces: u32,
+    data: Vec<u8>,
+}
+
+/// A message being assembled (or complete, waiting for its turn).
+#[derive(Debug)]
+struct Partial {
+    epoch: u64,
+    algorithm: Algorithm,
+    pieces: u32,
+    data: Vec<u8>,
+    have: Vec<bool>,
+    missing: u32,
+    /// This member's transfers of the message (node ids), once known.
+    sends: Option<Vec<Transfer>>,
+    cursor: usize,
+}
+
+/// What a member knows of one root's sequence.
+#[derive(Debug, Default)]
+struct Inbound {
+    /// The first sequence this member is owed, once the root said so.
+    start: Option<u64>,
+    /// The epoch of that start.
+    start_epoch: u64,
+    /// The latest epoch of a start or data from the root: a root missing
+    /// from a view of a later epoch has departed (one missing from an
+    /// earlier view is a member of a later one, not yet installed here).
+    epoch_seen: u64,
+    /// The next sequence to deliver.
+    next: u64,
+    /// The root's stability as last heard.
+    stable: u64,
+    /// The position last reported to the root.
+    reported: u64,
+    partial: BTreeMap<u64, Partial>,
+    /// Delivered messages at or above `stable`, for re-feeding.
+    kept: BTreeMap<u64, Kept>,
+    /// Sequences to skip (a departed root's messages no survivor holds).
+    holes: Vec<Range<u64>>,
+}
+
+/// The survivors' round for one departed root, in one view.
+#[derive(Debug)]
+struct Round {
+    epoch: u64,
+    /// Each member's SYNC (this member's own included).
+    syncs: BTreeMap<u32, Option<(u64, u64)>>,
+    /// The sequence every survivor ends at, once all SYNCs are in.
+    target: Option<u64>,
+    /// This member reached the target and said so.
+    finished: bool,
+    /// Members that said DONE.
+    done: BTreeSet<u32>,
+}
+
+/// One member's relay.
+#[derive(Debug)]
+pub struct Relay {
+    me: u32,
+    cfg: Config,
+    view: Option<View>,
+    /// As a root: the next sequence, each member's position, stability,
+    /// and the messages not yet stable.
+    next_seq: u64,
+    granted: BTreeMap<u32, u64>,
+    stable: u64,
+    sent: BTreeMap<u64, Kept>,
+    roots: BTreeMap<u32, Inbound>,
+    rounds: BTreeMap<u32, Round>,
+    /// Departed roots whose round is over, with the round's epoch: their
+    /// messages of that epoch or before are no longer wanted (the last
+    /// [`GONE`]).
+    gone: BTreeMap<u32, u64>,
+    /// DATA and SYNC of views this member has not installed yet.
+    future: Vec<(u32, Msg)>,
+    /// Schedules of this view, by (root, algorithm, length): this member's
+    /// transfers.
+    cache: HashMap<(u32, Algorithm, u64), Vec<Transfer>>,
+    out: VecDeque<Output>,
+    stats: Stats,
+}
+
+/// Schedules kept per view before the cache is cleared.
+const CACHE: usize = 256;
+
+/// Departed roots remembered after their round.
+const GONE: usize = 1024;
+
+impl Relay {
+    /// A relay for member `me`.
+    pub fn new(me: u32, cfg: Config) -> Relay {
+        Relay {
+            me,
+            cfg,
+            view: None,
+            next_seq: 0,
+            granted: BTreeMap::new(),
+            stable: 0,
+            sent: BTreeMap::new(),
+            roots: BTreeMap::new(),
+            rounds: BTreeMap::new(),
+            gone: BTreeMap::new(),
+            future: Vec::new(),
+            cache: HashMap::new(),
+            out: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// The next output, if any.
+    pub fn poll(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// Messages held: this root's unstable ones, and per other root those
+    /// kept, being assembled, or of views not installed yet.
+    pub fn held(&self) -> usize {
+        self.sent.len()
+            + self.future.len()
+            + self
+                .roots
+                .values()
+                .map(|r| r.kept.len() + r.partial.len())
+                .sum::<usize>()
+    }
+
+    /// Departed roots whose round is not over here.
+    pub fn open_rounds(&self) -> usize {
+        self.rounds.len()
+    }
+
+    fn member(&self) -> bool {
+        self.view
+            .as_ref()
+            .is_some_and(|v| v.members.contains(&self.me))
+    }
+
+    fn send(&mut self, to: u32, msg: &Msg) {
+        self.out.push_back(Output::Send {
+            to,
+            msg: msg.encode(),
+        });
+    }
+
+    fn others(&self) -> Vec<u32> {
+        self.view
+            .as_ref()
+            .map(|v| {
+                v.members
+                    .iter()
+                    .copied()
+                    .filter(|&m| m != self.me)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Broadcasts `data`; returns its sequence number. The root delivers
+    /// its own message at once ([`Output::Deliver`]).
+    pub fn publish(&mut self, data: &[u8]) -> Result<u64, PublishError> {
+        if !self.member() {
+            return Err(PublishError::NotMember);
+        }
+        if data.len() as u64 > wire::MAX_LEN {
+            return Err(PublishError::TooLong);
+        }
+        if self.next_seq - self.stable >= self.cfg.window.max(1) {
+            return Err(PublishError::WouldBlock);
+        }
+        let view = self.view.as_ref().expect("member");
+        let (epoch, p) = (view.epoch, view.members.len() as u32);
+        let len = data.len() as u64;
+        let algorithm = match self.cfg.pick {
+            Pick::Fixed(a) => a,
+            Pick::Auto(model) => choose(&model, p, len).algorithm,
+        };
+        let algorithm = usable(algorithm, p);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let pieces = pieces(algorithm, p);
+        for t in self.transfers(self.me, algorithm, len) {
+            self.send_pieces(t, self.me, seq, epoch, algorithm, pieces, data, false);
+        }
+        self.sent.insert(
+            seq,
+            Kept {
+                epoch,
+                algorithm,
+                pieces,
+                data: data.to_vec(),
+            },
+        );
+        self.stats.published += 1;
+        self.stats.delivered += 1;
+        self.out.push_back(Output::Deliver {
+            root: self.me,
+            seq,
+            data: data.to_vec(),
+        });
+        self.recompute_stable();
+        Ok(seq)
+    }
+
+    /// This member's transfers of `root`'s message in the current view
+    /// (node ids), in step order.
+    fn transfers(&mut self, root: u32, algorithm: Algorithm, len: u64) -> Vec<Transfer> {
+        if let Some(t) = self.cache.get(&(root, algorithm, len)) {
+            return t.clone();
+        }
+        let Some(view) = self.view.as_ref() else {
+            return Vec::new();
+        };
+        let index = |n: u32| view.members.iter().position(|&m| m == n);
+        let (Some(r), Some(me)) = (index(root), index(self.me)) else {
+            return Vec::new();
+        };
+        let p = view.members.len() as u32;
+        let shape = Shape::near_square(p);
+        let mine: Vec<Transfer> = match plan(algorithm, shape, r as u32, len) {
+            Ok(s) => s
+                .steps
+                .iter()
+                .flatten()
+                .filter(|t| t.from == me as u32)
+                .map(|t| Transfer {
+                    from: self.me,
+                    to: view.members[t.to as usize],
+                    ..*t
+                })
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        if self.cache.len() >= CACHE {
+            self.cache.clear();
+        }
+        self.cache.insert((root, algorithm, len), mine.clone());
+        mine
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_pieces(
+        &mut self,
+        t: Transfer,
+        root: u32,
+        seq: u64,
+        epoch: u64,
+        algorithm: Algorithm,
+        pieces: u32,
+        data: &[u8],
+        direct: bool,
+    ) {
+        let len = data.len() as u64;
+        let bytes = piece_range(len, pieces, t.first).start
+            ..piece_range(len, pieces, t.first + t.count - 1).end;
+        let stable = if root == self.me {
+            self.stable
+        } else {
+            self.roots.get(&root).map_or(0, |r| r.stable)
+        };
+        let msg = Msg::Data(Data {
+            root,
+            seq,
+            epoch,
+            stable,
+            direct,
+            algorithm,
+            pieces,
+            len,
+            first: t.first,
+            count: t.count,
+            bytes: data[bytes.start as usize..bytes.end as usize].to_vec(),
+        });
+        if direct {
+            self.stats.refed += 1;
+        } else {
+            self.stats.transfers_sent += 1;
+        }
+        self.send(t.to, &msg);
+    }
+
+    /// Sends a kept message whole, straight to `to`.
+    fn refeed(&mut self, to: u32, root: u32, seq: u64, k: &Kept) {
+        let whole = Transfer {
+            from: self.me,
+            to,
+            first: 0,
+            count: k.pieces,
+        };
+        self.send_pieces(
+            whole,
+            root,
+            seq,
+            k.epoch,
+            k.algorithm,
+            k.pieces,
+            &k.data,
+            true,
+        );
+    }
+
+    /// A message arrived on the link from `from`.
+    pub fn receive(&mut self, from: u32, bytes: &[u8]) {
+        match Msg::decode(bytes) {
+            Ok(m) => self.on_msg(from, m),
+            Err(_) => self.stats.refused += 1,
+        }
+    }
+
+    fn epoch(&self) -> u64 {
+        self.view.as_ref().map_or(0, |v| v.epoch)
+    }
+
+    fn on_msg(&mut self, from: u32, m: Msg) {
+        match m {
+            // Its own message come back: nothing to do.
+            Msg::Data(d) if d.root == self.me => self.stats.duplicates += 1,
+            Msg::Data(d) if d.epoch > self.epoch() && !d.direct => {
+                self.future.push((from, Msg::Data(d)))
+            }
+            Msg::Data(d) => self.on_data(from, d),
+            Msg::Pos { root, next } if root == self.me => {
+                if let Some(g) = self.granted.get_mut(&from) {
+                    *g = (*g).max(next);
+                    self.recompute_stable();
+                }
+            }
+            Msg::Pos { .. } => self.stats.refused += 1,
+            Msg::Start { root, epoch, seq } => self.on_start(root, epoch, seq),
+            Msg::Sync { epoch, .. } if epoch > self.epoch() => self.future.push((from, m)),
+            Msg::Sync { epoch, .. } if epoch < self.epoch() => {}
+            Msg::Sync { epoch, root, has } if root == self.me => {
+                // A member's view changed: re-send what it lacks of the
+                // messages sent under earlier views (the current view's
+                // go by its schedules).
+                if let Some((_, next)) = has {
+                    let again: Vec<(u64, Kept)> = self
+                        .sent
+                        .range(next..)
+                        .filter(|(_, k)| k.epoch < epoch)
+                        .map(|(s, k)| (*s, k.clone()))
+                        .collect();
+                    for (seq, k) in again {
+                        self.refeed(from, self.me, seq, &k);
+                    }
+                    if let Some(g) = self.granted.get_mut(&from) {
+                        *g = (*g).max(next);
+                        self.recompute_stable();
+                    }
+                }
+            }
+            Msg::Sync { epoch, root, has } => self.on_sync(from, epoch, root, has),
+            Msg::Done { epoch, root } => {
+                if let Some(r) = self.rounds.get_mut(&root).filter(|r| r.epoch == epoch) {
+                    r.done.insert(from);
+                }
+                self.close_round(root);
+            }
+        }
+    }
+
+    fn on_start(&mut self, root: u32, epoch: u64, seq: u64) {
+        let r = self.roots.entry(root).or_default();
+        r.epoch_seen = r.epoch_seen.max(epoch);
+        if r.start.is_some() && epoch <= r.start_epoch {
+            return;
+        }
+        r.start_epoch = epoch;
+        // A first start, or a new one after this member was out of the
+        // root's view: its sequence (and what it holds) begins again there.
+        if r.start.is_none() || seq > r.next {
+            r.start = Some(seq);
+            r.next = seq;
+            r.reported = seq;
+            r.kept.clear();
+            r.partial = r.partial.split_off(&seq);
+        }
+        // A start from before this member's view: the messages the root
+        // sent under the older views were not forwarded to this member by
+        // those who had moved on, so ask the root for them, as at a view
+        // change.
+        let now = self.epoch();
+        if epoch < now
+            && self
+                .view
+                .as_ref()
+                .is_some_and(|v| v.members.contains(&root))
+        {
+            let has = Some((seq, self.roots[&root].next));
+            self.send(
+                root,
+                &Msg::Sync {
+                    epoch: now,
+                    root,
+                    has,
+                },
+            );
+        }
+        self.advance(root);
+    }
+
+    fn on_data(&mut self, from: u32, d: Data) {
+        let epoch = self.epoch();
+        let root = d.root;
+        // A departed root: only the survivors' re-sending of the round
+        // counts. Anything else still in flight from the root, or from a
+        // member gone since, would take this member past the position its
+        // SYNC announced, beyond what the others will reach.
+        let in_round = self.rounds.contains_key(&root);
+        let from_survivor = from != root
+            && self
+                .view
+                .as_ref()
+                .is_some_and(|v| v.members.contains(&from));
+        if (in_round && !(d.direct && from_survivor))
+            || self.gone.get(&root).is_some_and(|&e| d.epoch <= e)
+        {
+            self.stats.duplicates += 1;
+            return;
+        }
+        let r = self.roots.entry(root).or_default();
+        r.epoch_seen = r.epoch_seen.max(d.epoch);
+        if d.stable > r.stable {
+            r.stable = d.stable;
+            r.kept = r.kept.split_off(&d.stable);
+        }
+        if (r.start.is_some() && d.seq < r.next) || r.kept.contains_key(&d.seq) {
+            self.stats.duplicates += 1;
+            return;
+        }
+        let whole = d.first == 0 && d.count == d.pieces;
+        let fits = |p: &Partial| {
+            p.epoch == d.epoch && p.pieces == d.pieces && p.data.len() as u64 == d.len
+        };
+        if r.partial.get(&d.seq).is_some_and(|p| !fits(p)) {
+            if !whole {
+                self.stats.refused += 1;
+                return;
+            }
+            r.partial.remove(&d.seq);
+        }
+        let p = r.partial.entry(d.seq).or_insert_with(|| Partial {
+            epoch: d.epoch,
+            algorithm: d.algorithm,
+            pieces: d.pieces,
+            data: vec![0; d.len as usize],
+            have: vec![false; d.pieces as usize],
+            missing: d.pieces,
+            sends: None,
+            cursor: 0,
+        });
+        let mut new = false;
+        for i in d.first..d.first + d.count {
+            if !p.have[i as usize] {
+                p.have[i as usize] = true;
+                p.missing -= 1;
+                new = true;
+            }
+        }
+        if !new {
+            self.stats.duplicates += 1;
+            return;
+        }
+        let base = piece_range(d.len, d.pieces, d.first).start as usize;
+        p.data[base..base + d.bytes.len()].copy_from_slice(&d.bytes);
+        if !d.direct && d.epoch == epoch {
+            self.forward(root, d.seq);
+        }
+        self.advance(root);
+    }
+
+    /// Sends this member's transfers of `root`'s message `seq` whose pieces
+    /// it now holds, in step order.
+    fn forward(&mut self, root: u32, seq: u64) {
+        let Some(p) = self.roots.get(&root).and_then(|r| r.partial.get(&seq)) else {
+            return;
+        };
+        let (algorithm, len) = (p.algorithm, p.data.len() as u64);
+        if p.sends.is_none() {
+            let t = self.transfers(root, algorithm, len);
+            let p = self
+                .roots
+                .get_mut(&root)
+                .and_then(|r| r.partial.get_mut(&seq))
+                .expect("present");
+            p.sends = Some(t);
+        }
+        loop {
+            let p = self
+                .roots
+                .get_mut(&root)
+                .and_then(|r| r.partial.get_mut(&seq))
+                .expect("present");
+            let sends = p.sends.as_ref().expect("set");
+            let Some(&t) = sends.get(p.cursor) else {
+                return;
+            };
+            if !(t.first..t.first + t.count).all(|i| p.have[i as usize]) {
+                return;
+            }
+            p.cursor += 1;
+            let (epoch, pieces, data) = (p.epoch, p.pieces, p.data.clone());
+            self.send_pieces(t, root, seq, epoch, algorithm, pieces, &data, false);
+        }
+    }
+
+    /// Delivers `root`'s messages that are complete and next in order,
+    /// reports the position, and finishes a departed root's round.
+    fn advance(&mut self, root: u32) {
+        let report_every = (self.cfg.window / 4).max(1);
+        let Some(r) = self.roots.get_mut(&root) else {
+            self.finish_round(root);
+            return;
+        };
+        if r.start.is_none() {
+            self.finish_round(root);
+            return;
+        }
+        loop {
+            if let Some(h) = r.holes.iter().find(|h| h.contains(&r.next)) {
+                let end = h.end;
+                self.stats.skipped += end - r.next;
+                r.next = end;
+                continue;
+            }
+            match r.partial.first_key_value() {
+                Some((&s, _)) if s < r.next => {
+                    r.partial.pop_first();
+                    self.stats.duplicates += 1;
+                }
+                Some((&s, p)) if s == r.next && p.missing == 0 => {
+                    let p = r.partial.pop_first().expect("present").1;
+                    self.out.push_back(Output::Deliver {
+                        root,
+                        seq: s,
+                        data: p.data.clone(),
+                    });
+                    self.stats.delivered += 1;
+                    if s >= r.stable {
+                        r.kept.insert(
+                            s,
+                            Kept {
+                                epoch: p.epoch,
+                                algorithm: p.algorithm,
+                                pieces: p.pieces,
+                                data: p.data,
+                            },
+                        );
+                    }
+                    r.next += 1;
+                }
+                _ => break,
+            }
+        }
+        let (next, reported) = (r.next, r.reported);
+        let live = self
+            .view
+            .as_ref()
+            .is_some_and(|v| v.members.contains(&root));
+        if live && next >= reported + report_every {
+            self.roots.get_mut(&root).expect("present").reported = next;
+            self.send(root, &Msg::Pos { root, next });
+        }
+        self.finish_round(root);
+    }
+
+    /// Reports every live root's position that moved since the last report
+    /// (the caller ticks now and then, so an idle root learns stability).
+    pub fn tick(&mut self) {
+        let Some(view) = self.view.clone() else {
+            return;
+        };
+        let due: Vec<(u32, u64)> = self
+            .roots
+            .iter_mut()
+            .filter(|(root, r)| {
+                view.members.contains(root) && r.start.is_some() && r.next > r.reported
+            })
+            .map(|(root, r)| {
+                r.reported = r.next;
+                (*root, r.next)
+            })
+            .collect();
+        for (root, next) in due {
+            self.send(root, &Msg::Pos { root, next });
+        }
+    }
+
+    fn recompute_stable(&mut self) {
+        let others = self.others();
+        self.stable = others
+            .iter()
+            .filter_map(|m| self.granted.get(m))
+            .copied()
+            .min()
+            .unwrap_or(self.next_seq)
+            .min(self.next_seq);
+        self.sent = self.sent.split_off(&self.stable);
+    }
+
+    /// Installs a new view. Views must come in increasing epochs.
+    pub fn install(&mut self, view: View) {
+        if self.view.as_ref().is_some_and(|v| v.epoch >= view.epoch) {
+            return;
+        }
+        let old = self.view.replace(view.clone());
+        self.cache.clear();
+        if !view.members.contains(&self.me) {
+            return;
+        }
+        let epoch = view.epoch;
+        // As a root: a start for every member new to this root's view.
+        let before: BTreeSet<u32> = old
+            .map(|v| v.members.into_iter().collect())
+            .unwrap_or_default();
+        self.granted.retain(|m, _| view.members.contains(m));
+        for &m in &view.members {
+            if m != self.me && (!before.contains(&m) || !self.granted.contains_key(&m)) {
+                self.granted.insert(m, self.next_seq);
+                let seq = self.next_seq;
+                self.send(
+                    m,
+                    &Msg::Start {
+                        root: self.me,
+                        epoch,
+                        seq,
+                    },
+                );
+            }
+        }
+        self.recompute_stable();
+        // As a member: where this member stands with every root.
+        let roots: Vec<(u32, Option<(u64, u64)>)> = self
+            .roots
+            .iter()
+            .filter(|(root, r)| view.members.contains(root) || r.epoch_seen < epoch)
+            .map(|(root, r)| {
+                (
+                    *root,
+                    r.start.map(|s| (s.max(r.stable).min(r.next), r.next)),
+                )
+            })
+            .collect();
+        for &(root, has) in &roots {
+            if view.members.contains(&root) {
+                if has.is_some() {
+                    self.send(root, &Msg::Sync { epoch, root, has });
+                }
+            } else {
+                self.open_round(root, epoch, has);
+            }
+        }
+        // Rounds still open for roots this member never heard from: they
+        // go on in this view too.
+        let open: Vec<u32> = self
+            .rounds
+            .keys()
+            .copied()
+            .filter(|r| !self.roots.contains_key(r))
+            .collect();
+        for root in open {
+            self.open_round(root, epoch, None);
+        }
+        // What waited for this view.
+        let waiting = std::mem::take(&mut self.future);
+        for (from, m) in waiting {
+            self.on_msg(from, m);
+        }
+    }
+
+    /// Starts this view's round for a departed root: this member's SYNC to
+    /// every other member.
+    fn open_round(&mut self, root: u32, epoch: u64, has: Option<(u64, u64)>) {
+        if self.rounds.get(&root).is_some_and(|r| r.epoch >= epoch) {
+            return;
+        }
+        let mut syncs = BTreeMap::new();
+        syncs.insert(self.me, has);
+        // What is held beyond this member's position is let go: the round
+        // re-sends everything any survivor delivered.
+        if let Some(r) = self.roots.get_mut(&root) {
+            r.partial.clear();
+        }
+        self.rounds.insert(
+            root,
+            Round {
+                epoch,
+                syncs,
+                target: None,
+                finished: false,
+                done: BTreeSet::new(),
+            },
+        );
+        for m in self.others() {
+            self.send(m, &Msg::Sync { epoch, root, has });
+        }
+        self.settle_round(root);
+    }
+
+    fn on_sync(&mut self, from: u32, epoch: u64, root: u32, has: Option<(u64, u64)>) {
+        if self
+            .view
+            .as_ref()
+            .is_some_and(|v| v.members.contains(&root))
+        {
+            // A root this member still has in its view: the sender's view
+            // must be older; its round will be redone in a later view.
+            return;
+        }
+        if self.rounds.get(&root).is_none_or(|r| r.epoch < epoch) {
+            // Another member opened the round: answer with this member's
+            // own position (none if it never heard of the root).
+            let mine = self
+                .roots
+                .get(&root)
+                .and_then(|r| r.start.map(|s| (s.max(r.stable).min(r.next), r.next)));
+            self.open_round(root, epoch, mine);
+        }
+        if let Some(r) = self.rounds.get_mut(&root).filter(|r| r.epoch == epoch) {
+            r.syncs.insert(from, has);
+        }
+        self.settle_round(root);
+    }
+
+    /// Once every member's SYNC is in: the target, the holes, and this
+    /// member's share of the re-sending (each missing message from the
+    /// lowest member that delivered it).
+    fn settle_round(&mut self, root: u32) {
+        let others = self.others();
+        let Some(round) = self.rounds.get_mut(&root) else {
+            return;
+        };
+        if round.target.is_some() || !others.iter().all(|m| round.syncs.contains_key(m)) {
+            return;
+        }
+        let holders: Vec<(u32, u64, u64)> = round
+            .syncs
+            .iter()
+            .filter_map(|(m, h)| h.map(|(s, n)| (*m, s, n)))
+            .collect();
+        let target = holders.iter().map(|h| h.2).max().unwrap_or(0);
+        round.target = Some(target);
+        let syncs = round.syncs.clone();
+        let holder_of = |seq: u64| {
+            holders
+                .iter()
+                .find(|h| h.1 <= seq && seq < h.2)
+                .map(|h| h.0)
+        };
+        // This member's holes: what no holder delivered.
+        if let Some(Some((_, mine))) = syncs.get(&self.me) {
+            let mut holes = Vec::new();
+            let mut seq = *mine;
+            while seq < target {
+                let end = (seq..target)
+                    .find(|&s| holder_of(s).is_some())
+                    .unwrap_or(target);
+                if end > seq {
+                    holes.push(seq..end);
+                }
+                seq = (end..target)
+                    .find(|&s| holder_of(s).is_none())
+                    .unwrap_or(target);
+            }
+            let r = self.roots.get_mut(&root).expect("a holder knows the root");
+            r.holes = holes;
+            // Nothing beyond the target will come: what is held there goes.
+            r.partial = std::mem::take(&mut r.partial)
+                .into_iter()
+                .filter(|(s, _)| *s < target)
+                .collect();
+        }
+        // This member's share of the re-sending.
+        for (&m, h) in &syncs {
+            let Some((_, next)) = *h else { continue };
+            if m == self.me {
+                continue;
+            }
+            for seq in next..target {
+                if holder_of(seq) != Some(self.me) {
+                    continue;
+                }
+                let kept = self
+                    .roots
+                    .get(&root)
+                    .and_then(|r| r.kept.get(&seq))
+                    .cloned();
+                match kept {
+                    Some(k) => self.refeed(m, root, seq, &k),
+                    None => self.stats.refused += 1,
+                }
+            }
+        }
+        self.advance(root);
+    }
+
+    /// Says DONE once this member reached the round's target.
+    fn finish_round(&mut self, root: u32) {
+        let next = self.roots.get(&root).and_then(|r| r.start.map(|_| r.next));
+        let Some(round) = self.rounds.get_mut(&root) else {
+            return;
+        };
+        let Some(target) = round.target else { return };
+        if round.finished || next.is_some_and(|n| n < target) {
+            return;
+        }
+        round.finished = true;
+        let epoch = round.epoch;
+        self.stats.rounds += 1;
+        for m in self.others() {
+            self.send(m, &Msg::Done { epoch, root });
+        }
+        self.close_round(root);
+    }
+
+    /// Forgets a departed root once every member finished its round.
+    fn close_round(&mut self, root: u32) {
+        let others = self.others();
+        let Some(r) = self.rounds.get(&root) else {
+            return;
+        };
+        if r.finished && others.iter().all(|m| r.done.contains(m)) {
+            let epoch = r.epoch;
+            self.rounds.remove(&root);
+            self.roots.remove(&root);
+            if self.gone.len() >= GONE {
+                self.gone.pop_first();
+            }
+            self.gone.insert(root, epoch);
+        }
+    }
+
+    /// One line per root this member knows (for logs and failing tests):
+    /// start, next, stability, what is assembling and what is kept.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "member {} epoch {} as root: next {} stable {} granted {:?}",
+            self.me,
+            self.epoch(),
+            self.next_seq,
+            self.stable,
+            self.granted
+        );
+        for (root, r) in &self.roots {
+            let assembling: Vec<(u64, u64, u32)> = r
+                .partial
+                .iter()
+                .map(|(s, p)| (*s, p.epoch, p.missing))
+                .collect();
+            s.push_str(&format!(
+                "\n  root {root}: start {:?} (epoch {}, seen {}) next {} stable {} assembling (seq, epoch, missing) {:?} kept {:?} holes {:?}",
+                r.start,
+                r.start_epoch,
+                r.epoch_seen,
+                r.next,
+                r.stable,
+                assembling,
+                r.kept.keys().collect::<Vec<_>>(),
+                r.holes
+            ));
+        }
+        for (root, r) in &self.rounds {
+            s.push_str(&format!(
+                "\n  round for {root}: epoch {} target {:?} finished {} syncs {:?} done {:?}",
+                r.epoch, r.target, r.finished, r.syncs, r.done
+            ));
+        }
+        s
+    }
+
+    /// What this member has delivered of `root`'s sequence: (start, next).
+    pub fn position(&self, root: u32) -> Option<(u64, u64)> {
+        if root == self.me {
+            return Some((0, self.next_seq));
+        }
+        self.roots
+            .get(&root)
+            .and_then(|r| r.start.map(|s| (s, r.next)))
+    }
+}
+
+/// The algorithm itself, or RSbcast where it needs a power of two the
+/// group is not.
+fn usable(a: Algorithm, p: u32) -> Algorithm {
+    match a {
+        Algorithm::HypercubeNaive | Algorithm::Hypercube if !p.is_power_of_two() => {
+            Algorithm::RsBcast
+        }
+        a => a,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Relays joined by in-order links, with the messages in flight held
+    /// so a test can drop or deliver them.
+    struct Net {
+        relays: BTreeMap<u32, Relay>,
+        flight: VecDeque<(u32, u32, Vec<u8>)>,
+        delivered: BTreeMap<u32, Vec<(u32, u64, Vec<u8>)>>,
+    }
+
+    impl Net {
+        fn new(ids: &[u32], pick: Pick, window: u64) -> Net {
+            let cfg = Config { pick, window };
+            Net {
+                relays: ids.iter().map(|&i| (i, Relay::new(i, cfg))).collect(),
+                flight: VecDeque::new(),
+                delivered: BTreeMap::new(),
+            }
+        }
+        fn add(&mut self, id: u32, pick: Pick, window: u64) {
+            self.relays
+                .insert(id, Relay::new(id, Config { pick, window }));
+        }
+        fn collect(&mut self) {
+            for (&id, r) in &mut self.relays {
+                while let Some(o) = r.poll() {
+                    match o {
+                        Output::Send { to, msg } => self.flight.push_back((id, to, msg)),
+                        Output::Deliver { root, seq, data } => self
+                            .delivered
+                            .entry(id)
+                            .or_default()
+                            .push((root, seq, data)),
+                    }
+                }
+            }
+        }
+        fn install(&mut self, epoch: u64, members: &[u32]) {
+            for m in members {
+                self.relays.get_mut(m).unwrap().install(View {
+                    epoch,
+                    members: members.to_vec(),
+                });
+            }
+            self.collect();
+        }
+        /// Delivers what is in flight (and what that causes) until nothing
+        /// is, except what `drop` refuses.
+        fn run(&mut self, drop: impl Fn(u32, u32, &Msg) -> bool) {
+            while let Some((from, to, bytes)) = self.flight.pop_front() {
+                let msg = Msg::decode(&bytes).unwrap();
+                if drop(from, to, &msg) {
+                    continue;
+                }
+                if let Some(r) = self.relays.get_mut(&to) {
+                    r.receive(from, &bytes);
+                }
+                self.collect();
+            }
+        }
+        fn seqs(&self, at: u32, root: u32) -> Vec<u64> {
+            self.delivered
+                .get(&at)
+                .map(|v| v.iter().filter(|d| d.0 == root).map(|d| d.1).collect())
+                .unwrap_or_default()
+        }
+    }
+
+    #[test]
+    fn a_message_follows_its_schedule_and_everyone_delivers_it_once() {
+        let mut net = Net::new(
+            &[10, 20, 30, 40, 50, 60],
+            Pick::Fixed(Algorithm::RsBcast),
+            8,
+        );
+        net.install(1, &[10, 20, 30, 40, 50, 60]);
+        net.run(|_, _, _| false);
+        let root = net.relays.get_mut(&10).unwrap();
+        assert_eq!(root.publish(b"hello"), Ok(0));
+        net.collect();
+        // RSbcast from member 0 of 6: the root's transfers go to the far end
+        // of the other half at each of its ⌈log₂ 6⌉ steps: members 5, 2, 1.
+        let firsts: Vec<u32> = net.flight.iter().map(|f| f.1).collect();
+        assert_eq!(firsts, vec![60, 30, 20]);
+        net.run(|_, _, _| false);
+        for id in [10, 20, 30, 40, 50, 60] {
+            assert_eq!(net.seqs(id, 10), vec![0], "node {id}");
+        }
+        let sent: u64 = net.relays.values().map(|r| r.stats().transfers_sent).sum();
+        assert_eq!(sent, 5, "one transfer per member but the root");
+    }
+
+    #[test]
+    fn scatter_collect_forwards_pieces_as_they_arrive_and_reassembles_them() {
+        let ids = [1, 2, 3, 4, 5];
+        let mut net = Net::new(&ids, Pick::Fixed(Algorithm::ScatterCollect), 8);
+        net.install(1, &ids);
+        let msg: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+        net.relays.get_mut(&3).unwrap().publish(&msg).unwrap();
+        net.collect();
+        net.run(|_, _, _| false);
+        for id in ids {
+            let d = &net.delivered[&id];
+            assert_eq!(d.len(), 1);
+            assert_eq!(d[0].2, msg, "node {id}");
+        }
+        // Scatter: 4 transfers; ring: 4 steps of 5.
+        let sent: u64 = net.relays.values().map(|r| r.stats().transfers_sent).sum();
+        assert_eq!(sent, 4 + 4 * 5);
+    }
+
+    #[test]
+    fn the_window_holds_a_root_back_until_its_members_report() {
+        let mut net = Net::new(&[1, 2], Pick::Fixed(Algorithm::Iterative), 4);
+        net.install(1, &[1, 2]);
+        net.run(|_, _, _| false);
+        let r = net.relays.get_mut(&1).unwrap();
+        for i in 0..4 {
+            assert_eq!(r.publish(b"x"), Ok(i));
+        }
+        assert_eq!(r.publish(b"x"), Err(PublishError::WouldBlock));
+        net.collect();
+        // Member 2 reports every window/4 = 1 delivery.
+        net.run(|_, _, _| false);
+        assert_eq!(net.relays.get_mut(&1).unwrap().publish(b"x"), Ok(4));
+        let mut lone = Relay::new(
+            9,
+            Config {
+                pick: Pick::Fixed(Algorithm::Mst),
+                window: 4,
+            },
+        );
+        assert_eq!(lone.publish(b"x"), Err(PublishError::NotMember));
+    }
+
+    #[test]
+    fn a_live_root_refeeds_what_a_view_change_left_undelivered() {
+        let ids = [1, 2, 3];
+        let mut net = Net::new(&ids, Pick::Fixed(Algorithm::Iterative), 16);
+        net.install(1, &ids);
+        net.run(|_, _, _| false);
+        net.relays.get_mut(&1).unwrap().publish(b"m0").unwrap();
+        net.collect();
+        // Node 3 never gets m0 under view 1 (its link loses it)...
+        net.run(|_, to, m| to == 3 && matches!(m, Msg::Data(_)));
+        assert_eq!(net.seqs(3, 1), Vec::<u64>::new());
+        // ...and at the next view it asks the root, which sends it straight.
+        net.install(2, &ids);
+        net.run(|_, _, _| false);
+        assert_eq!(net.seqs(3, 1), vec![0]);
+        assert_eq!(net.relays[&1].stats().refed, 1);
+    }
+
+    #[test]
+    fn survivors_agree_on_a_departed_roots_messages_and_skip_what_none_of_them_holds() {
+        let pick = Pick::Fixed(Algorithm::Iterative);
+        let mut net = Net::new(&[1, 2, 3], pick, 16);
+        net.install(1, &[1, 2, 3]);
+        net.run(|_, _, _| false);
+        // m0 reaches only node 3.
+        net.relays.get_mut(&1).unwrap().publish(b"m0").unwrap();
+        net.collect();
+        net.run(|_, to, m| to == 2 && matches!(m, Msg::Data(_)));
+        // Node 4 joins; m1 reaches nodes 2 (which cannot deliver it: m0 is
+        // missing) and 4 (whose start is 1).
+        net.add(4, pick, 16);
+        net.install(2, &[1, 2, 3, 4]);
+        // (The root never answers node 2's SYNC: it is about to crash.)
+        net.run(|_, _, m| matches!(m, Msg::Sync { .. }));
+        net.relays.get_mut(&1).unwrap().publish(b"m1").unwrap();
+        net.collect();
+        net.run(|_, to, m| to == 3 && matches!(m, Msg::Data(_)));
+        assert_eq!(net.seqs(2, 1), Vec::<u64>::new());
+        assert_eq!(net.seqs(4, 1), vec![1]);
+        // The root and node 3 crash: no survivor holds m0.
+        net.relays.remove(&1);
+        net.relays.remove(&3);
+        net.flight.clear();
+        net.install(3, &[2, 4]);
+        net.run(|_, _, _| false);
+        assert_eq!(net.seqs(2, 1), vec![1], "m0 skipped, m1 re-sent by node 4");
+        assert_eq!(net.relays[&2].stats().skipped, 1);
+        for id in [2, 4] {
+            assert_eq!(net.relays[&id].open_rounds(), 0);
+            assert_eq!(
+                net.relays[&id].position(1),
+                None,
+                "the departed root is forgotten"
+            );
+        }
+        // What the departed root still had in flight is not wanted now.
+        let late = Msg::Data(Data {
+            root: 1,
+            seq: 2,
+            epoch: 2,
+            stable: 0,
+            direct: false,
+            algorithm: Algorithm::Iterative,
+            pieces: 1,
+            len: 2,
+            first: 0,
+            count: 1,
+            bytes: b"m2".to_vec(),
+        });
+        net.relays.get_mut(&2).unwrap().receive(1, &late.encode());
+        net.collect();
+        assert_eq!(net.seqs(2, 1), vec![1]);
+    }
+}

@@ -1,0 +1,372 @@
+//! The relay's messages between members, and their encoding.
+//!
+//! They travel over reliable, in-order links between members (mcastd's
+//! links); the link tells the receiver who sent them. All integers are
+//! big-endian; every message is a tag byte, then its fields, and nothing
+//! after them.
+//!
+//! | tag | message | fields after the tag |
+//! |---|---|---|
+//! | 1 | DATA | root u32, seq u64, epoch u64, stable u64, direct u8 (0/1), algorithm u8, k u32, pieces u32, len u64, first u32, count u32, then the carried pieces' bytes |
+//! | 2 | POS | root u32, next u64 |
+//! | 3 | START | root u32, epoch u64, seq u64 |
+//! | 4 | SYNC | epoch u64, root u32, has u8 (0/1), start u64, next u64 |
+//! | 5 | DONE | epoch u64, root u32 |
+//!
+//! `algorithm` is 1 iterative, 2 hypercube-naive, 3 hypercube, 4 mst,
+//! 5 rsbcast, 6 chain (with `k` segments; `k` is 0 otherwise),
+//! 7 scatter-collect, 8 scatter-collect-2d. A decoder rejects a truncated
+//! message, trailing bytes, an unknown tag or algorithm, a boolean other
+//! than 0/1, a DATA whose bytes are not exactly its pieces' bytes, pieces
+//! outside the message, a length above [`MAX_LEN`], and a SYNC whose start
+//! is above its next.
+
+use crate::plan::{piece_range, Algorithm};
+
+/// The largest message a relay carries.
+pub const MAX_LEN: u64 = 1 << 30;
+
+/// One decoded message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg {
+    /// Pieces of one broadcast message.
+    Data(Data),
+    /// A member's position in a root's sequence: it delivered everything
+    /// below `next` (to the root, for its stability count).
+    Pos {
+        /// The root.
+        root: u32,
+        /// The next sequence the member will deliver.
+        next: u64,
+    },
+    /// The root tells a member added to its view where its sequence begins
+    /// for that member.
+    Start {
+        /// The root.
+        root: u32,
+        /// The root's view epoch that added the member.
+        epoch: u64,
+        /// The first sequence the member is owed.
+        seq: u64,
+    },
+    /// After a view change: where the sender stands in `root`'s sequence.
+    Sync {
+        /// The view being installed.
+        epoch: u64,
+        /// The root concerned.
+        root: u32,
+        /// What the sender holds: `None` when it was never given a start.
+        has: Option<(u64, u64)>,
+    },
+    /// The sender finished the round for a departed root in this view.
+    Done {
+        /// The view of the round.
+        epoch: u64,
+        /// The departed root.
+        root: u32,
+    },
+}
+
+/// Pieces of one broadcast message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Data {
+    /// The member whose message it is.
+    pub root: u32,
+    /// Its sequence number in the root's sequence.
+    pub seq: u64,
+    /// The root's view epoch when it sent the message: the schedule's view.
+    pub epoch: u64,
+    /// The root's stability: every member had delivered below it.
+    pub stable: u64,
+    /// A re-feed, sent straight to one member: never forwarded.
+    pub direct: bool,
+    /// The schedule's algorithm.
+    pub algorithm: Algorithm,
+    /// The pieces the message is cut into.
+    pub pieces: u32,
+    /// The message's length.
+    pub len: u64,
+    /// The first piece carried.
+    pub first: u32,
+    /// Pieces carried.
+    pub count: u32,
+    /// The carried pieces' bytes.
+    pub bytes: Vec<u8>,
+}
+
+fn algorithm_code(a: Algorithm) -> (u8, u32) {
+    match a {
+        Algorithm::Iterative => (1, 0),
+        Algorithm::HypercubeNaive => (2, 0),
+        Algorithm::Hypercube => (3, 0),
+        Algorithm::Mst => (4, 0),
+        Algorithm::RsBcast => (5, 0),
+        Algorithm::Chain { segments } => (6, segments),
+        Algorithm::ScatterCollect => (7, 0),
+        Algorithm::ScatterCollect2d => (8, 0),
+    }
+}
+
+fn algorithm_of(code: u8, k: u32) -> Option<Algorithm> {
+    Some(match (code, k) {
+        (1, 0) => Algorithm::Iterative,
+        (2, 0) => Algorithm::HypercubeNaive,
+        (3, 0) => Algorithm::Hypercube,
+        (4, 0) => Algorithm::Mst,
+        (5, 0) => Algorithm::RsBcast,
+        (6, k) if k > 0 => Algorithm::Chain { segments: k },
+        (7, 0) => Algorithm::ScatterCollect,
+        (8, 0) => Algorithm::ScatterCollect2d,
+        _ => return None,
+    })
+}
+
+/// The number of pieces `algorithm` cuts a message into for `p` members.
+pub fn pieces(algorithm: Algorithm, p: u32) -> u32 {
+    match algorithm {
+        Algorithm::Chain { segments } => segments,
+        Algorithm::ScatterCollect | Algorithm::ScatterCollect2d => p,
+        _ => 1,
+    }
+}
+
+impl Msg {
+    /// The message's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        match self {
+            Msg::Data(d) => {
+                let (code, k) = algorithm_code(d.algorithm);
+                v.push(1);
+                v.extend_from_slice(&d.root.to_be_bytes());
+                v.extend_from_slice(&d.seq.to_be_bytes());
+                v.extend_from_slice(&d.epoch.to_be_bytes());
+                v.extend_from_slice(&d.stable.to_be_bytes());
+                v.push(u8::from(d.direct));
+                v.push(code);
+                v.extend_from_slice(&k.to_be_bytes());
+                v.extend_from_slice(&d.pieces.to_be_bytes());
+                v.extend_from_slice(&d.len.to_be_bytes());
+                v.extend_from_slice(&d.first.to_be_bytes());
+                v.extend_from_slice(&d.count.to_be_bytes());
+                v.extend_from_slice(&d.bytes);
+            }
+            Msg::Pos { root, next } => {
+                v.push(2);
+                v.extend_from_slice(&root.to_be_bytes());
+                v.extend_from_slice(&next.to_be_bytes());
+            }
+            Msg::Start { root, epoch, seq } => {
+                v.push(3);
+                v.extend_from_slice(&root.to_be_bytes());
+                v.extend_from_slice(&epoch.to_be_bytes());
+                v.extend_from_slice(&seq.to_be_bytes());
+            }
+            Msg::Sync { epoch, root, has } => {
+                v.push(4);
+                v.extend_from_slice(&epoch.to_be_bytes());
+                v.extend_from_slice(&root.to_be_bytes());
+                let (flag, (start, next)) = match has {
+                    Some(h) => (1, *h),
+                    None => (0, (0, 0)),
+                };
+                v.push(flag);
+                v.extend_from_slice(&start.to_be_bytes());
+                v.extend_from_slice(&next.to_be_bytes());
+            }
+            Msg::Done { epoch, root } => {
+                v.push(5);
+                v.extend_from_slice(&epoch.to_be_bytes());
+                v.extend_from_slice(&root.to_be_bytes());
+            }
+        }
+        v
+    }
+
+    /// Decodes one message (a DATA's pieces checked by [`Data::check`]).
+    pub fn decode(b: &[u8]) -> Result<Msg, String> {
+        let mut r = Reader(b);
+        let msg = match r.u8()? {
+            1 => {
+                let root = r.u32()?;
+                let seq = r.u64()?;
+                let epoch = r.u64()?;
+                let stable = r.u64()?;
+                let direct = r.flag()?;
+                let (code, k) = (r.u8()?, r.u32()?);
+                let algorithm = algorithm_of(code, k).ok_or("unknown algorithm")?;
+                let pieces = r.u32()?;
+                let len = r.u64()?;
+                if len > MAX_LEN {
+                    return Err(format!("message of {len} bytes, above {MAX_LEN}"));
+                }
+                let (first, count) = (r.u32()?, r.u32()?);
+                let d = Data {
+                    root,
+                    seq,
+                    epoch,
+                    stable,
+                    direct,
+                    algorithm,
+                    pieces,
+                    len,
+                    first,
+                    count,
+                    bytes: r.0.to_vec(),
+                };
+                r.0 = &[];
+                d.check()?;
+                Msg::Data(d)
+            }
+            2 => Msg::Pos {
+                root: r.u32()?,
+                next: r.u64()?,
+            },
+            3 => Msg::Start {
+                root: r.u32()?,
+                epoch: r.u64()?,
+                seq: r.u64()?,
+            },
+            4 => {
+                let epoch = r.u64()?;
+                let root = r.u32()?;
+                let has = r.flag()?;
+                let (start, next) = (r.u64()?, r.u64()?);
+                if has && start > next {
+                    return Err("a SYNC whose start is above its next".into());
+                }
+                Msg::Sync {
+                    epoch,
+                    root,
+                    has: has.then_some((start, next)),
+                }
+            }
+            5 => Msg::Done {
+                epoch: r.u64()?,
+                root: r.u32()?,
+            },
+            t => return Err(format!("unknown tag {t}")),
+        };
+        if !r.0.is_empty() {
+            return Err("bytes after the last field".into());
+        }
+        Ok(msg)
+    }
+}
+
+impl Data {
+    /// Checks the pieces: within the message, and the bytes exactly the
+    /// pieces' bytes.
+    pub fn check(&self) -> Result<(), String> {
+        let schedule_pieces = self.pieces;
+        let end = u64::from(self.first) + u64::from(self.count);
+        if self.count == 0 || end > u64::from(schedule_pieces) {
+            return Err(format!(
+                "pieces {}..{end} outside the message's {schedule_pieces}",
+                self.first
+            ));
+        }
+        let want = piece_range(self.len, schedule_pieces, self.first + self.count - 1).end
+            - piece_range(self.len, schedule_pieces, self.first).start;
+        if want != self.bytes.len() as u64 {
+            return Err(format!("{} bytes for pieces of {want}", self.bytes.len()));
+        }
+        Ok(())
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        if self.0.len() < N {
+            return Err("truncated".into());
+        }
+        let (a, rest) = self.0.split_at(N);
+        self.0 = rest;
+        Ok(a.try_into().expect("N bytes"))
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take::<1>()?[0])
+    }
+    fn flag(&mut self) -> Result<bool, String> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            b => Err(format!("a boolean of {b}")),
+        }
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_be_bytes(self.take()?))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_be_bytes(self.take()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_message_round_trips_and_damage_is_refused() {
+        let msgs = [
+            Msg::Data(Data {
+                root: 3,
+                seq: 9,
+                epoch: 2,
+                stable: 4,
+                direct: true,
+                algorithm: Algorithm::Chain { segments: 4 },
+                pieces: 4,
+                len: 10,
+                first: 1,
+                count: 2,
+                bytes: vec![7; 5],
+            }),
+            Msg::Pos { root: 1, next: 5 },
+            Msg::Start {
+                root: 1,
+                epoch: 3,
+                seq: 8,
+            },
+            Msg::Sync {
+                epoch: 4,
+                root: 2,
+                has: Some((1, 6)),
+            },
+            Msg::Sync {
+                epoch: 4,
+                root: 2,
+                has: None,
+            },
+            Msg::Done { epoch: 4, root: 2 },
+        ];
+        for m in &msgs {
+            let b = m.encode();
+            assert_eq!(&Msg::decode(&b).unwrap(), m);
+            if !matches!(m, Msg::Data(_)) {
+                assert!(Msg::decode(&b[..b.len() - 1]).is_err());
+                let mut longer = b.clone();
+                longer.push(0);
+                assert!(Msg::decode(&longer).is_err());
+            }
+        }
+        assert!(Msg::decode(&[9]).unwrap_err().contains("tag"));
+        let Msg::Data(d) = &msgs[0] else {
+            unreachable!()
+        };
+        // Pieces 1..3 of 4 over 10 bytes: bytes 2..7.
+        assert!(d.check().is_ok());
+        let mut two = d.clone();
+        two.pieces = 2;
+        assert!(two.check().unwrap_err().contains("outside"));
+        let mut short = d.clone();
+        short.bytes.pop();
+        assert!(short.check().unwrap_err().contains("bytes"));
+        assert!(Msg::decode(&Msg::Data(short).encode()).is_err());
+        let mut bad = msgs[0].encode();
+        bad[30] = 9; // the algorithm
+        assert!(Msg::decode(&bad).is_err());
+    }
+}
