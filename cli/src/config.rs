@@ -137,6 +137,51 @@ pub enum GroupMode {
     /// multicasts them itself; every member delivers all senders' messages
     /// in the order of their stamps (seed 002, TOC), no sequencer.
     Total,
+    /// No multicast: every member's message spreads over the daemons'
+    /// unicast links by a broadcast schedule (seed 003, `broadcast`);
+    /// every receiver delivers each sender's messages in that sender's
+    /// order.
+    Broadcast,
+}
+
+/// The broadcast algorithm of a `mode = "broadcast"` group (seed 003;
+/// docs/protocol.md §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Broadcast {
+    /// For each message, the fastest by the α–β model for its size and the
+    /// group's size.
+    #[default]
+    Auto,
+    /// Always this one.
+    Fixed(mcast_bcast::Algorithm),
+}
+
+impl FromStr for Broadcast {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "auto" {
+            return Ok(Broadcast::Auto);
+        }
+        mcast_bcast::Algorithm::parse(s)
+            .map(Broadcast::Fixed)
+            .map_err(|e| format!("broadcast = {s:?}: {e}, or \"auto\""))
+    }
+}
+
+impl fmt::Display for Broadcast {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Broadcast::Auto => f.write_str("auto"),
+            Broadcast::Fixed(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Broadcast {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// What happens when a client subscription's ring is full.
@@ -184,7 +229,7 @@ from_str_by_name!(Datapath, "datapath", ["xdp" => Datapath::Xdp, "packet" => Dat
 from_str_by_name!(XdpMode, "xdp_mode", ["auto" => XdpMode::Auto, "native" => XdpMode::Native, "skb" => XdpMode::Skb]);
 from_str_by_name!(Polling, "polling", ["adaptive" => Polling::Adaptive, "busy" => Polling::Busy, "sleep" => Polling::Sleep]);
 from_str_by_name!(SlowSubscriber, "slow_subscriber", ["cutoff" => SlowSubscriber::Cutoff, "hold" => SlowSubscriber::Hold]);
-from_str_by_name!(GroupMode, "mode", ["fifo" => GroupMode::Fifo, "sequenced" => GroupMode::Sequenced, "total" => GroupMode::Total]);
+from_str_by_name!(GroupMode, "mode", ["fifo" => GroupMode::Fifo, "sequenced" => GroupMode::Sequenced, "total" => GroupMode::Total, "broadcast" => GroupMode::Broadcast]);
 from_str_by_name!(LogLevel, "log", ["error" => LogLevel::Error, "warn" => LogLevel::Warn, "info" => LogLevel::Info, "debug" => LogLevel::Debug]);
 
 /// Another node on the segment.
@@ -225,6 +270,9 @@ pub struct GroupConfig {
     /// Overrides `commit`.
     #[serde(default)]
     pub commit: Option<bool>,
+    /// Overrides `broadcast`.
+    #[serde(default)]
+    pub broadcast: Option<Broadcast>,
 }
 
 /// What a group runs with: the daemon's defaults with its `[[group]]` overrides.
@@ -245,6 +293,8 @@ pub struct GroupSettings {
     pub mode: GroupMode,
     /// (Total order) a message is delivered only once every member has it.
     pub commit: bool,
+    /// (Broadcast) the algorithm.
+    pub broadcast: Broadcast,
 }
 
 /// mcastd's configuration. See `docs/mcastd.toml.example` for every key.
@@ -339,6 +389,13 @@ pub struct Config {
     /// order is known (TOC-BE).
     #[serde(default)]
     pub commit: bool,
+    /// Broadcast groups (`mode = "broadcast"`): the algorithm that spreads a
+    /// member's message over the links: "auto" (the default: the α–β
+    /// model's choice for each message), "iterative", "hypercube",
+    /// "hypercube-naive", "mst", "rsbcast", "chain:K", "scatter-collect" or
+    /// "scatter-collect-2d".
+    #[serde(default)]
+    pub broadcast: Broadcast,
     /// Bytes per client subscription ring.
     #[serde(default = "d_buffer")]
     pub subscriber_buffer: u64,
@@ -739,6 +796,18 @@ impl Config {
                 ),
             );
         }
+        // `broadcast` means something to broadcast groups only.
+        if let Some(g) = self.groups.iter().find(|g| {
+            g.broadcast.is_some() && self.group_settings(&g.name).mode != GroupMode::Broadcast
+        }) {
+            return bad(
+                "broadcast",
+                format!(
+                    "broadcast in [[group]] \"{}\" applies to groups with mode = \"broadcast\": set it there, or drop broadcast",
+                    g.name
+                ),
+            );
+        }
         if self.interface.is_empty()
             || self.interface.len() > 15
             || self.interface.contains(['/', ' '])
@@ -974,6 +1043,7 @@ impl Config {
             tree_fanout: g.and_then(|g| g.tree_fanout).unwrap_or(self.tree_fanout),
             mode: g.and_then(|g| g.mode).unwrap_or(self.mode),
             commit: g.and_then(|g| g.commit).unwrap_or(self.commit),
+            broadcast: g.and_then(|g| g.broadcast).unwrap_or(self.broadcast),
         }
     }
 

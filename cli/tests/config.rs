@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use mcast_cli::config::{
-    parse_mac, parse_mode, Algorithm, Config, ConfigError, Datapath, GroupMode, GroupSettings,
-    LogLevel, Overrides, Polling, SlowSubscriber, XdpMode,
+    parse_mac, parse_mode, Algorithm, Broadcast, Config, ConfigError, Datapath, GroupMode,
+    GroupSettings, LogLevel, Overrides, Polling, SlowSubscriber, XdpMode,
 };
 use mcast_wire::MacAddr;
 
@@ -66,6 +66,7 @@ fn the_example_file_parses_and_validates() {
             tree_fanout: 0,
             mode: GroupMode::Fifo,
             commit: false,
+            broadcast: Broadcast::Auto,
         }
     );
     // The example shows the defaults: it equals the minimal file plus its peers and group.
@@ -117,6 +118,7 @@ fn defaults() {
             tree_fanout: 0,
             mode: GroupMode::Fifo,
             commit: false,
+            broadcast: Broadcast::Auto,
         }
     );
     // A group's own fanout overrides the daemon's.
@@ -169,6 +171,42 @@ fn commit_applies_to_total_order_groups_only() {
     );
     assert!(msg.contains("mode = \"total\""), "{msg}");
     invalid(&with("commit = true", ""), "the daemon's default");
+}
+
+#[test]
+fn broadcast_groups_take_an_algorithm_of_seed_003_or_auto() {
+    let cfg = parse(&with(
+        "",
+        "[[group]]\nname = \"wan\"\nmode = \"broadcast\"\n",
+    ));
+    let s = cfg.group_settings("wan");
+    assert_eq!(
+        (s.mode, s.broadcast),
+        (GroupMode::Broadcast, Broadcast::Auto)
+    );
+    let cfg = parse(&with(
+        "broadcast = \"rsbcast\"",
+        "[[group]]\nname = \"big\"\nmode = \"broadcast\"\nbroadcast = \"chain:8\"\n",
+    ));
+    assert_eq!(
+        cfg.group_settings("big").broadcast,
+        Broadcast::Fixed(mcast_bcast::Algorithm::Chain { segments: 8 })
+    );
+    assert_eq!(
+        cfg.group_settings("other").broadcast,
+        Broadcast::Fixed(mcast_bcast::Algorithm::RsBcast)
+    );
+    // An unknown name says which are known.
+    let err = Config::from_toml_str(&with("broadcast = \"flood\"", ""), ORIGIN)
+        .expect_err("an unknown algorithm")
+        .to_string();
+    assert!(err.contains("rsbcast") && err.contains("auto"), "{err}");
+    // Meaningless in a group of another mode: refused, saying what to do.
+    let msg = invalid(
+        &with("", "[[group]]\nname = \"plain\"\nbroadcast = \"mst\"\n"),
+        "broadcast",
+    );
+    assert!(msg.contains("mode = \"broadcast\""), "{msg}");
 }
 
 #[test]

@@ -281,6 +281,7 @@ impl<T: Transport> Daemon<T> {
         }
         self.clients.lingering.clear();
         self.streams.pending_starts.clear();
+        self.mode_early.clear();
         let (registry, epoch) = self.groups.registry_epoch();
         let mut groups = super::membership::fresh_service(&self.cfg);
         groups.adopt_registry(registry, epoch);

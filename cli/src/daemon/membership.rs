@@ -276,13 +276,12 @@ impl<T: Transport> Daemon<T> {
                 root: None,
                 members: Vec::new(),
                 mode: mode::for_group(
-                    s.mode,
+                    &s,
                     group,
                     self.node,
                     self.incarnation,
                     self.streams.send_resume.get(&group).copied(),
                     self.cfg.beacon_us,
-                    s.commit,
                 ),
                 paused: false,
                 slow: s.slow_subscriber,
@@ -301,6 +300,9 @@ impl<T: Transport> Daemon<T> {
             .unwrap_or_default()
         {
             self.stream_start(from, group, start)?;
+        }
+        for (from, body) in self.mode_early.take(group) {
+            self.mode_message(from, group, &body);
         }
         Ok(())
     }

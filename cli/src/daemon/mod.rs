@@ -113,6 +113,10 @@ pub struct Daemon<T: Transport> {
     fds: Vec<RawFd>,
     /// The records a group's mode hands over in one call (reused).
     mode_records: mode::ModeRecords,
+    /// Mode messages for groups this node does not carry yet (the view
+    /// that makes it a member may still be on its way), handed to the
+    /// group's mode when it starts carrying the group.
+    mode_early: mode::EarlyModeMessages,
     /// Per-hop timing, with `trace = true`.
     trace: Option<Box<trace::Trace>>,
 }
@@ -149,6 +153,7 @@ impl<T: Transport> Daemon<T> {
             shutdown,
             fds: Vec::new(),
             mode_records: Default::default(),
+            mode_early: Default::default(),
             trace: cfg.trace.then(Box::default),
             cfg,
         })

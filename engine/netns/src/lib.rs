@@ -173,6 +173,38 @@ impl Netns {
             .expect("run ip netns exec");
         out
     }
+
+    /// Runs `args` inside the namespace with `input` on its standard input
+    /// (e.g. `nft -f -`); Err when the command cannot be run at all.
+    pub fn exec_with_input(
+        &self,
+        args: &[&str],
+        input: &[u8],
+    ) -> Result<std::process::Output, String> {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "cannot run {} (scripts/setup.sh installs the tools): {e}",
+                    args[0]
+                )
+            })?;
+        {
+            use std::io::Write as _;
+            let mut stdin = child.stdin.take().expect("piped");
+            stdin
+                .write_all(input)
+                .map_err(|e| format!("writing to {}: {e}", args[0]))?;
+        }
+        child
+            .wait_with_output()
+            .map_err(|e| format!("waiting for {}: {e}", args[0]))
+    }
 }
 
 /// Sender, bridge and receivers (three by [`Topology::new`], up to
@@ -190,6 +222,18 @@ pub struct Topology {
 
 /// The nftables table of [`Topology::set_loss`], in the bridge namespace.
 const LOSS_TABLE: &str = "mcast_loss";
+
+/// The nftables table of [`Topology::drop_multicast`], in the bridge namespace.
+const NO_MULTICAST_TABLE: &str = "mcast_no_multicast";
+
+/// The packet count of the first counter in `nft list` output.
+fn counter_packets(text: &str) -> u64 {
+    text.split_whitespace()
+        .skip_while(|w| *w != "packets")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
 
 /// The most receivers [`Topology::with_receivers`] builds.
 pub const MAX_RECEIVERS: usize = 16;
@@ -290,25 +334,9 @@ impl Topology {
             "table bridge {LOSS_TABLE} {{\n  chain loss {{\n    type filter hook forward priority 0; policy accept;\n    \
              ether type {ethertype:#06x} numgen random mod 10000 < {per_10k} counter drop\n  }}\n}}\n"
         );
-        let mut nft = Command::new("ip")
-            .args(["netns", "exec", &self.bridge.name, "nft", "-f", "-"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .map_err(|e| {
-                format!("cannot run nft (install nftables: scripts/setup.sh does): {e}")
-            })?;
-        {
-            use std::io::Write as _;
-            let mut stdin = nft.stdin.take().expect("piped");
-            stdin
-                .write_all(rules.as_bytes())
-                .map_err(|e| format!("writing to nft: {e}"))?;
-        }
-        let out = nft
-            .wait_with_output()
-            .map_err(|e| format!("waiting for nft: {e}"))?;
+        let out = self
+            .bridge
+            .exec_with_input(&["nft", "-f", "-"], rules.as_bytes())?;
         if !out.status.success() {
             return Err(format!(
                 "nft refused the loss rule: {}",
@@ -318,17 +346,50 @@ impl Topology {
         Ok(dropped)
     }
 
+    /// Makes the segment a fabric without multicast (`on`), or puts
+    /// multicast back: the bridge drops every frame to a group address
+    /// (the I/G bit of the destination set: multicast and broadcast), as a
+    /// cloud network or a routed fabric with IGMP off does; unicast frames
+    /// go on. An nftables rule in the bridge namespace, like
+    /// [`Topology::set_loss`]'s. Returns the frames it has dropped so far.
+    pub fn drop_multicast(&self, on: bool) -> Result<u64, String> {
+        let dropped = self.multicast_dropped();
+        let _ = self
+            .bridge
+            .exec(&["nft", "delete", "table", "bridge", NO_MULTICAST_TABLE]);
+        if !on {
+            return Ok(dropped);
+        }
+        let rules = format!(
+            "table bridge {NO_MULTICAST_TABLE} {{\n  chain filter {{\n    type filter hook forward priority 0; policy accept;\n    \
+             ether daddr & 01:00:00:00:00:00 == 01:00:00:00:00:00 counter drop\n  }}\n}}\n"
+        );
+        let out = self
+            .bridge
+            .exec_with_input(&["nft", "-f", "-"], rules.as_bytes())?;
+        if !out.status.success() {
+            return Err(format!(
+                "nft refused the rule that drops multicast: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(dropped)
+    }
+
+    /// Frames the rule of [`Topology::drop_multicast`] has dropped so far.
+    pub fn multicast_dropped(&self) -> u64 {
+        let out = self
+            .bridge
+            .exec(&["nft", "list", "table", "bridge", NO_MULTICAST_TABLE]);
+        counter_packets(&String::from_utf8_lossy(&out.stdout))
+    }
+
     /// Frames the loss rule of [`Topology::set_loss`] has dropped so far.
     pub fn loss_dropped(&self) -> u64 {
         let out = self
             .bridge
             .exec(&["nft", "list", "table", "bridge", LOSS_TABLE]);
-        let text = String::from_utf8_lossy(&out.stdout);
-        text.split_whitespace()
-            .skip_while(|w| *w != "packets")
-            .nth(1)
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
+        counter_packets(&String::from_utf8_lossy(&out.stdout))
     }
 
     /// Caps every link at `rate` (a `tc` rate such as `10mbit`) with

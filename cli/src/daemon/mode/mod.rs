@@ -47,6 +47,7 @@
 //!   [`ModeCx::outbox`]; [`GroupMode::on_link`] delivers (through `out`)
 //!   and forwards; [`GroupMode::members_changed`] re-plans the tree.
 
+pub mod broadcast;
 #[cfg(test)]
 mod fake;
 pub mod fifo;
@@ -380,21 +381,28 @@ impl<T: Transport> StreamOps for Engine<T> {
 }
 
 /// The mode of `group`, which this node (`node`, incarnation `epoch`)
-/// starts carrying. `resume`: where this node's send stream in the group stopped
-/// the last time it carried it in this incarnation; `beacon_us` and
-/// `commit`: a total-order group's beacon interval, and whether it delivers
-/// only what every member has.
+/// starts carrying with settings `s`. `resume`: where this node's send
+/// stream (or broadcast sequence) in the group stopped the last time it
+/// carried it in this incarnation; `beacon_us`: a total-order group's
+/// beacon interval.
 pub fn for_group(
-    kind: config::GroupMode,
+    s: &config::GroupSettings,
     group: GroupId,
     node: NodeId,
     epoch: u32,
     resume: Option<Seq>,
     beacon_us: u64,
-    commit: bool,
 ) -> Box<dyn GroupMode> {
     let first_seq = resume.unwrap_or(Seq(0));
-    match kind {
+    let commit = s.commit;
+    match s.mode {
+        config::GroupMode::Broadcast => Box::new(broadcast::BroadcastMode::new(
+            group,
+            node,
+            epoch,
+            resume,
+            s.broadcast,
+        )),
         config::GroupMode::Fifo => Box::new(fifo::PerSenderFifo::new(first_seq)),
         config::GroupMode::Sequenced => Box::new(sequenced::Sequenced::new(node, epoch, first_seq)),
         config::GroupMode::Total => Box::new(
@@ -424,6 +432,53 @@ impl ModeRecords {
         let at = self.bytes.len();
         self.bytes.extend_from_slice(data);
         self.records.push((hdr, at..self.bytes.len(), to));
+    }
+}
+
+/// Mode messages that came before their group was carried here, per group
+/// (at most [`EarlyModeMessages::MAX_PER_GROUP`] each, for at most
+/// [`EarlyModeMessages::MAX_GROUPS`] groups: beyond, the oldest group's go).
+#[derive(Debug, Default)]
+pub(super) struct EarlyModeMessages {
+    groups: std::collections::VecDeque<(GroupId, Vec<ModeMessage>)>,
+}
+
+/// A mode message as it came: from which peer, and its body.
+type ModeMessage = (NodeId, Vec<u8>);
+
+impl EarlyModeMessages {
+    /// Messages kept per group.
+    pub const MAX_PER_GROUP: usize = 4096;
+    /// Groups kept.
+    pub const MAX_GROUPS: usize = 64;
+
+    /// Keeps `body` from `from` for `group`; false when it had to be dropped.
+    fn keep(&mut self, group: GroupId, from: NodeId, body: &[u8]) -> bool {
+        if let Some((_, q)) = self.groups.iter_mut().find(|(g, _)| *g == group) {
+            if q.len() >= Self::MAX_PER_GROUP {
+                return false;
+            }
+            q.push((from, body.to_vec()));
+            return true;
+        }
+        if self.groups.len() >= Self::MAX_GROUPS {
+            self.groups.pop_front();
+        }
+        self.groups.push_back((group, vec![(from, body.to_vec())]));
+        true
+    }
+
+    /// What was kept for `group`, in arrival order.
+    pub(super) fn take(&mut self, group: GroupId) -> Vec<ModeMessage> {
+        match self.groups.iter().position(|(g, _)| *g == group) {
+            Some(i) => self.groups.remove(i).map(|(_, q)| q).unwrap_or_default(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Forgets everything (the node rejoins the cluster).
+    pub(super) fn clear(&mut self) {
+        self.groups.clear();
     }
 }
 
@@ -577,8 +632,22 @@ impl<T: Transport> Daemon<T> {
             .is_none_or(|lg| lg.mode.send_idle(&self.engine, group))
     }
 
-    /// A mode message for `group` from peer `from`.
+    /// A mode message for `group` from peer `from`. One for a group this
+    /// node does not carry yet is kept until it does (its mode may need
+    /// it: a broadcast group's first messages and starts).
     pub(super) fn mode_message(&mut self, from: NodeId, group: GroupId, body: &[u8]) {
+        if !self.local.contains_key(&group) {
+            if self.mode_early.keep(group, from, body) {
+                self.counters.mode_messages_early += 1;
+                return;
+            }
+            self.counters.link_errors += 1;
+            self.log.warn(
+                "a mode message for a group this node does not carry, beyond what is kept for it: dropped",
+                &[("from", &from), ("group", &group)],
+            );
+            return;
+        }
         let r = self.with_mode(group, |m, cx, out| m.on_link(cx, from, body, out));
         let error = match r {
             Some(Ok(())) => return,

@@ -183,6 +183,10 @@ pub struct Relay {
     sent: BTreeMap<u64, Kept>,
     roots: BTreeMap<u32, Inbound>,
     rounds: BTreeMap<u32, Round>,
+    /// Messages this root sent with each algorithm, and `auto`'s last
+    /// reasoning.
+    chosen: BTreeMap<String, u64>,
+    last_choice: Option<String>,
     /// Departed roots whose round is over, with the round's epoch: their
     /// messages of that epoch or before are no longer wanted (the last
     /// [`GONE`]).
@@ -205,13 +209,22 @@ const GONE: usize = 1024;
 impl Relay {
     /// A relay for member `me`.
     pub fn new(me: u32, cfg: Config) -> Relay {
+        Relay::starting_at(me, cfg, 0)
+    }
+
+    /// A relay for member `me` whose messages are numbered from `first`
+    /// (mcastd: its incarnation in the high 32 bits, so a restarted member's
+    /// messages are never taken for its earlier run's).
+    pub fn starting_at(me: u32, cfg: Config, first: u64) -> Relay {
         Relay {
             me,
             cfg,
             view: None,
-            next_seq: 0,
+            next_seq: first,
+            stable: first,
+            chosen: BTreeMap::new(),
+            last_choice: None,
             granted: BTreeMap::new(),
-            stable: 0,
             sent: BTreeMap::new(),
             roots: BTreeMap::new(),
             rounds: BTreeMap::new(),
@@ -248,6 +261,62 @@ impl Relay {
     /// Departed roots whose round is not over here.
     pub fn open_rounds(&self) -> usize {
         self.rounds.len()
+    }
+
+    /// True when every message this member published is stable.
+    pub fn idle(&self) -> bool {
+        self.stable == self.next_seq
+    }
+
+    /// The next sequence number this member will publish.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// The current view's epoch (0 before the first).
+    pub fn epoch(&self) -> u64 {
+        self.view.as_ref().map_or(0, |v| v.epoch)
+    }
+
+    /// True when a [`tick`](Relay::tick) would report a position.
+    pub fn wants_tick(&self) -> bool {
+        let Some(view) = self.view.as_ref() else {
+            return false;
+        };
+        self.roots.iter().any(|(root, r)| {
+            view.members.contains(root) && r.start.is_some() && r.next > r.reported
+        })
+    }
+
+    /// Messages this member sent with each algorithm, and `auto`'s last
+    /// reasoning (None with a fixed algorithm).
+    pub fn choices(&self) -> (&BTreeMap<String, u64>, Option<&str>) {
+        (&self.chosen, self.last_choice.as_deref())
+    }
+
+    /// Member `m` lost what this member sent it (its link was reset): its
+    /// sequence from this root begins again at the next message.
+    pub fn restart_member(&mut self, m: u32) -> bool {
+        let Some(view) = self
+            .view
+            .as_ref()
+            .filter(|v| v.members.contains(&m) && m != self.me)
+        else {
+            return false;
+        };
+        let epoch = view.epoch;
+        self.granted.insert(m, self.next_seq);
+        let seq = self.next_seq;
+        self.send(
+            m,
+            &Msg::Start {
+                root: self.me,
+                epoch,
+                seq,
+            },
+        );
+        self.recompute_stable();
+        true
     }
 
     fn member(&self) -> bool {
@@ -293,9 +362,14 @@ impl Relay {
         let len = data.len() as u64;
         let algorithm = match self.cfg.pick {
             Pick::Fixed(a) => a,
-            Pick::Auto(model) => choose(&model, p, len).algorithm,
+            Pick::Auto(model) => {
+                let c = choose(&model, p, len);
+                self.last_choice = Some(format!("{len} B to {p} members: {}", c.why()));
+                c.algorithm
+            }
         };
         let algorithm = usable(algorithm, p);
+        *self.chosen.entry(algorithm.name().to_owned()).or_default() += 1;
         let seq = self.next_seq;
         self.next_seq += 1;
         let pieces = pieces(algorithm, p);
@@ -427,10 +501,6 @@ impl Relay {
         }
     }
 
-    fn epoch(&self) -> u64 {
-        self.view.as_ref().map_or(0, |v| v.epoch)
-    }
-
     fn on_msg(&mut self, from: u32, m: Msg) {
         match m {
             // Its own message come back: nothing to do.
@@ -482,7 +552,11 @@ impl Relay {
     fn on_start(&mut self, root: u32, epoch: u64, seq: u64) {
         let r = self.roots.entry(root).or_default();
         r.epoch_seen = r.epoch_seen.max(epoch);
-        if r.start.is_some() && epoch <= r.start_epoch {
+        // A start of an older view, or one that moves nothing (the root
+        // starts a member again at its next message, in the same view,
+        // when the member's link was reset).
+        if r.start.is_some() && (epoch < r.start_epoch || (epoch == r.start_epoch && seq <= r.next))
+        {
             return;
         }
         r.start_epoch = epoch;
@@ -714,7 +788,7 @@ impl Relay {
             .copied()
             .min()
             .unwrap_or(self.next_seq)
-            .min(self.next_seq);
+            .clamp(self.stable, self.next_seq);
         self.sent = self.sent.split_off(&self.stable);
     }
 
