@@ -32,6 +32,13 @@ use crate::links::LinkMessage;
 /// member) before a publication waits.
 pub const WINDOW: u64 = 256;
 
+/// Transfers of this many bytes or more leave a node one at a time (the
+/// next once the last one arrived), as seed 003's one-port model has it:
+/// sent together, a node's transfers would share its link and its first
+/// child would wait for all of them. Smaller ones go at once (an answer per
+/// transfer would cost them a round trip each).
+pub const ONE_PORT_BYTES: u64 = 64 * 1024;
+
 /// How often a member reports its positions to the roots while they move.
 const TICK_NS: u64 = 5_000_000;
 
@@ -97,6 +104,7 @@ impl BroadcastMode {
                 RelayConfig {
                     pick,
                     window: WINDOW,
+                    one_port_bytes: ONE_PORT_BYTES,
                 },
                 first,
             ),

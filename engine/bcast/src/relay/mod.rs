@@ -44,6 +44,12 @@ pub struct Config {
     /// The most messages of this root that may be unstable (not yet
     /// delivered by every member): [`Relay::publish`] refuses beyond.
     pub window: u64,
+    /// Transfers of at least this many bytes go out one at a time: the
+    /// next once the receiver said the last arrived (seed 003's one-port
+    /// model: sent all at once, a member's transfers would share its link
+    /// and its first child would wait for all of them). Smaller ones go at
+    /// once. `u64::MAX`: never wait.
+    pub one_port_bytes: u64,
 }
 
 /// A view of the group: its epoch and its members' node ids.
@@ -193,6 +199,10 @@ pub struct Relay {
     gone: BTreeMap<u32, u64>,
     /// DATA and SYNC of views this member has not installed yet.
     future: Vec<(u32, Msg)>,
+    /// Large transfers waiting for this member's port (one at a time), and
+    /// the one in flight: (to, root, seq, first).
+    port: VecDeque<(Port, Vec<u8>)>,
+    in_flight: Option<Port>,
     /// Schedules of this view, by (root, algorithm, length): this member's
     /// transfers.
     cache: HashMap<(u32, Algorithm, u64), Vec<Transfer>>,
@@ -229,6 +239,8 @@ impl Relay {
             roots: BTreeMap::new(),
             rounds: BTreeMap::new(),
             gone: BTreeMap::new(),
+            port: VecDeque::new(),
+            in_flight: None,
             future: Vec::new(),
             cache: HashMap::new(),
             out: VecDeque::new(),
@@ -432,6 +444,8 @@ impl Relay {
         mine
     }
 
+    /// Sends transfer `t` of `root`'s message `seq`, whose whole bytes are
+    /// `data`: only the transfer's pieces are copied, once, into the message.
     #[allow(clippy::too_many_arguments)]
     fn send_pieces(
         &mut self,
@@ -452,25 +466,57 @@ impl Relay {
         } else {
             self.roots.get(&root).map_or(0, |r| r.stable)
         };
-        let msg = Msg::Data(Data {
+        let head = Data {
             root,
             seq,
             epoch,
             stable,
             direct,
+            answer: false,
             algorithm,
             pieces,
             len,
             first: t.first,
             count: t.count,
-            bytes: data[bytes.start as usize..bytes.end as usize].to_vec(),
-        });
+            bytes: Vec::new(),
+        };
         if direct {
             self.stats.refed += 1;
         } else {
             self.stats.transfers_sent += 1;
         }
-        self.send(t.to, &msg);
+        let paced = !direct && bytes.end - bytes.start >= self.cfg.one_port_bytes;
+        let head = Data {
+            answer: paced,
+            ..head
+        };
+        let msg = wire::encode_data(&head, &data[bytes.start as usize..bytes.end as usize]);
+        if paced {
+            self.port.push_back((
+                Port {
+                    to: t.to,
+                    root,
+                    seq,
+                    first: t.first,
+                    epoch,
+                },
+                msg,
+            ));
+            self.pump();
+        } else {
+            self.out.push_back(Output::Send { to: t.to, msg });
+        }
+    }
+
+    /// Sends the next large transfer if none is in flight.
+    fn pump(&mut self) {
+        if self.in_flight.is_some() {
+            return;
+        }
+        if let Some((p, msg)) = self.port.pop_front() {
+            self.out.push_back(Output::Send { to: p.to, msg });
+            self.in_flight = Some(p);
+        }
     }
 
     /// Sends a kept message whole, straight to `to`.
@@ -502,6 +548,17 @@ impl Relay {
     }
 
     fn on_msg(&mut self, from: u32, m: Msg) {
+        // The sender's port waits for this, whatever becomes of the data.
+        if let Msg::Data(d) = &m {
+            if d.answer {
+                let got = Msg::Got {
+                    root: d.root,
+                    seq: d.seq,
+                    first: d.first,
+                };
+                self.send(from, &got);
+            }
+        }
         match m {
             // Its own message come back: nothing to do.
             Msg::Data(d) if d.root == self.me => self.stats.duplicates += 1,
@@ -545,6 +602,15 @@ impl Relay {
                     r.done.insert(from);
                 }
                 self.close_round(root);
+            }
+            Msg::Got { root, seq, first } => {
+                if self
+                    .in_flight
+                    .is_some_and(|p| (p.to, p.root, p.seq, p.first) == (from, root, seq, first))
+                {
+                    self.in_flight = None;
+                    self.pump();
+                }
             }
         }
     }
@@ -680,21 +746,32 @@ impl Relay {
             p.sends = Some(t);
         }
         loop {
-            let p = self
+            // Taken out while its transfer is sent (the message's bytes are
+            // read in place, not copied), then put back.
+            let mut p = self
                 .roots
                 .get_mut(&root)
-                .and_then(|r| r.partial.get_mut(&seq))
+                .and_then(|r| r.partial.remove(&seq))
                 .expect("present");
-            let sends = p.sends.as_ref().expect("set");
-            let Some(&t) = sends.get(p.cursor) else {
-                return;
-            };
-            if !(t.first..t.first + t.count).all(|i| p.have[i as usize]) {
+            let ready = p
+                .sends
+                .as_ref()
+                .expect("set")
+                .get(p.cursor)
+                .copied()
+                .filter(|t| (t.first..t.first + t.count).all(|i| p.have[i as usize]));
+            if let Some(t) = ready {
+                p.cursor += 1;
+                self.send_pieces(t, root, seq, p.epoch, algorithm, p.pieces, &p.data, false);
+            }
+            self.roots
+                .get_mut(&root)
+                .expect("present")
+                .partial
+                .insert(seq, p);
+            if ready.is_none() {
                 return;
             }
-            p.cursor += 1;
-            let (epoch, pieces, data) = (p.epoch, p.pieces, p.data.clone());
-            self.send_pieces(t, root, seq, epoch, algorithm, pieces, &data, false);
         }
     }
 
@@ -799,6 +876,18 @@ impl Relay {
         }
         let old = self.view.replace(view.clone());
         self.cache.clear();
+        // The port: transfers of older views are not forwarded any more
+        // (the members that lack them are re-sent them), and a transfer in
+        // flight to a member gone gets no answer.
+        self.port
+            .retain(|(p, _)| p.epoch >= view.epoch && view.members.contains(&p.to));
+        if self
+            .in_flight
+            .is_some_and(|p| !view.members.contains(&p.to))
+        {
+            self.in_flight = None;
+        }
+        self.pump();
         if !view.members.contains(&self.me) {
             return;
         }
@@ -1073,6 +1162,17 @@ impl Relay {
     }
 }
 
+/// A large transfer at this member's port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Port {
+    to: u32,
+    root: u32,
+    seq: u64,
+    first: u32,
+    /// The message's epoch.
+    epoch: u64,
+}
+
 /// The algorithm itself, or RSbcast where it needs a power of two the
 /// group is not.
 fn usable(a: Algorithm, p: u32) -> Algorithm {
@@ -1098,7 +1198,11 @@ mod tests {
 
     impl Net {
         fn new(ids: &[u32], pick: Pick, window: u64) -> Net {
-            let cfg = Config { pick, window };
+            let cfg = Config {
+                pick,
+                window,
+                one_port_bytes: 100,
+            };
             Net {
                 relays: ids.iter().map(|&i| (i, Relay::new(i, cfg))).collect(),
                 flight: VecDeque::new(),
@@ -1106,8 +1210,17 @@ mod tests {
             }
         }
         fn add(&mut self, id: u32, pick: Pick, window: u64) {
-            self.relays
-                .insert(id, Relay::new(id, Config { pick, window }));
+            self.relays.insert(
+                id,
+                Relay::new(
+                    id,
+                    Config {
+                        pick,
+                        window,
+                        one_port_bytes: 100,
+                    },
+                ),
+            );
         }
         fn collect(&mut self) {
             for (&id, r) in &mut self.relays {
@@ -1216,6 +1329,7 @@ mod tests {
             Config {
                 pick: Pick::Fixed(Algorithm::Mst),
                 window: 4,
+                one_port_bytes: 100,
             },
         );
         assert_eq!(lone.publish(b"x"), Err(PublishError::NotMember));
@@ -1283,6 +1397,7 @@ mod tests {
             epoch: 2,
             stable: 0,
             direct: false,
+            answer: false,
             algorithm: Algorithm::Iterative,
             pieces: 1,
             len: 2,

@@ -7,17 +7,18 @@
 //!
 //! | tag | message | fields after the tag |
 //! |---|---|---|
-//! | 1 | DATA | root u32, seq u64, epoch u64, stable u64, direct u8 (0/1), algorithm u8, k u32, pieces u32, len u64, first u32, count u32, then the carried pieces' bytes |
+//! | 1 | DATA | root u32, seq u64, epoch u64, stable u64, flags u8 (1 direct, 2 answer GOT), algorithm u8, k u32, pieces u32, len u64, first u32, count u32, then the carried pieces' bytes |
 //! | 2 | POS | root u32, next u64 |
 //! | 3 | START | root u32, epoch u64, seq u64 |
 //! | 4 | SYNC | epoch u64, root u32, has u8 (0/1), start u64, next u64 |
 //! | 5 | DONE | epoch u64, root u32 |
+//! | 6 | GOT | root u32, seq u64, first u32: the DATA that asked for it arrived |
 //!
 //! `algorithm` is 1 iterative, 2 hypercube-naive, 3 hypercube, 4 mst,
 //! 5 rsbcast, 6 chain (with `k` segments; `k` is 0 otherwise),
 //! 7 scatter-collect, 8 scatter-collect-2d. A decoder rejects a truncated
 //! message, trailing bytes, an unknown tag or algorithm, a boolean other
-//! than 0/1, a DATA whose bytes are not exactly its pieces' bytes, pieces
+//! than 0/1, DATA flags beyond 1 and 2, a DATA whose bytes are not exactly its pieces' bytes, pieces
 //! outside the message, a length above [`MAX_LEN`], and a SYNC whose start
 //! is above its next.
 
@@ -65,6 +66,15 @@ pub enum Msg {
         /// The departed root.
         root: u32,
     },
+    /// A DATA with `answer` arrived (whatever became of it).
+    Got {
+        /// Its root.
+        root: u32,
+        /// Its sequence.
+        seq: u64,
+        /// Its first piece.
+        first: u32,
+    },
 }
 
 /// Pieces of one broadcast message.
@@ -80,6 +90,9 @@ pub struct Data {
     pub stable: u64,
     /// A re-feed, sent straight to one member: never forwarded.
     pub direct: bool,
+    /// The sender sends its next large transfer once this one arrived:
+    /// answer with [`Msg::Got`] at once.
+    pub answer: bool,
     /// The schedule's algorithm.
     pub algorithm: Algorithm,
     /// The pieces the message is cut into.
@@ -135,22 +148,7 @@ impl Msg {
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::new();
         match self {
-            Msg::Data(d) => {
-                let (code, k) = algorithm_code(d.algorithm);
-                v.push(1);
-                v.extend_from_slice(&d.root.to_be_bytes());
-                v.extend_from_slice(&d.seq.to_be_bytes());
-                v.extend_from_slice(&d.epoch.to_be_bytes());
-                v.extend_from_slice(&d.stable.to_be_bytes());
-                v.push(u8::from(d.direct));
-                v.push(code);
-                v.extend_from_slice(&k.to_be_bytes());
-                v.extend_from_slice(&d.pieces.to_be_bytes());
-                v.extend_from_slice(&d.len.to_be_bytes());
-                v.extend_from_slice(&d.first.to_be_bytes());
-                v.extend_from_slice(&d.count.to_be_bytes());
-                v.extend_from_slice(&d.bytes);
-            }
+            Msg::Data(d) => return encode_data(d, &d.bytes),
             Msg::Pos { root, next } => {
                 v.push(2);
                 v.extend_from_slice(&root.to_be_bytes());
@@ -179,6 +177,12 @@ impl Msg {
                 v.extend_from_slice(&epoch.to_be_bytes());
                 v.extend_from_slice(&root.to_be_bytes());
             }
+            Msg::Got { root, seq, first } => {
+                v.push(6);
+                v.extend_from_slice(&root.to_be_bytes());
+                v.extend_from_slice(&seq.to_be_bytes());
+                v.extend_from_slice(&first.to_be_bytes());
+            }
         }
         v
     }
@@ -192,7 +196,11 @@ impl Msg {
                 let seq = r.u64()?;
                 let epoch = r.u64()?;
                 let stable = r.u64()?;
-                let direct = r.flag()?;
+                let flags = r.u8()?;
+                if flags & !3 != 0 {
+                    return Err(format!("DATA flags {flags:#x}"));
+                }
+                let (direct, answer) = (flags & 1 != 0, flags & 2 != 0);
                 let (code, k) = (r.u8()?, r.u32()?);
                 let algorithm = algorithm_of(code, k).ok_or("unknown algorithm")?;
                 let pieces = r.u32()?;
@@ -207,6 +215,7 @@ impl Msg {
                     epoch,
                     stable,
                     direct,
+                    answer,
                     algorithm,
                     pieces,
                     len,
@@ -245,6 +254,11 @@ impl Msg {
                 epoch: r.u64()?,
                 root: r.u32()?,
             },
+            6 => Msg::Got {
+                root: r.u32()?,
+                seq: r.u64()?,
+                first: r.u32()?,
+            },
             t => return Err(format!("unknown tag {t}")),
         };
         if !r.0.is_empty() {
@@ -253,6 +267,30 @@ impl Msg {
         Ok(msg)
     }
 }
+
+/// A DATA message with `head`'s fields (its own `bytes` ignored) carrying
+/// `bytes`: the pieces are copied once, straight into the message.
+pub fn encode_data(head: &Data, bytes: &[u8]) -> Vec<u8> {
+    let (code, k) = algorithm_code(head.algorithm);
+    let mut v = Vec::with_capacity(DATA_HEAD + bytes.len());
+    v.push(1);
+    v.extend_from_slice(&head.root.to_be_bytes());
+    v.extend_from_slice(&head.seq.to_be_bytes());
+    v.extend_from_slice(&head.epoch.to_be_bytes());
+    v.extend_from_slice(&head.stable.to_be_bytes());
+    v.push(u8::from(head.direct) | u8::from(head.answer) << 1);
+    v.push(code);
+    v.extend_from_slice(&k.to_be_bytes());
+    v.extend_from_slice(&head.pieces.to_be_bytes());
+    v.extend_from_slice(&head.len.to_be_bytes());
+    v.extend_from_slice(&head.first.to_be_bytes());
+    v.extend_from_slice(&head.count.to_be_bytes());
+    v.extend_from_slice(bytes);
+    v
+}
+
+/// The bytes of a DATA message before its pieces.
+pub const DATA_HEAD: usize = 55;
 
 impl Data {
     /// Checks the pieces: within the message, and the bytes exactly the
@@ -317,6 +355,7 @@ mod tests {
                 epoch: 2,
                 stable: 4,
                 direct: true,
+                answer: true,
                 algorithm: Algorithm::Chain { segments: 4 },
                 pieces: 4,
                 len: 10,
@@ -341,6 +380,11 @@ mod tests {
                 has: None,
             },
             Msg::Done { epoch: 4, root: 2 },
+            Msg::Got {
+                root: 2,
+                seq: 9,
+                first: 3,
+            },
         ];
         for m in &msgs {
             let b = m.encode();
