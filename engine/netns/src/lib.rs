@@ -405,6 +405,21 @@ impl Topology {
     /// the bucket (`32kbit`). Only interfaces inside the topology's
     /// namespaces are touched.
     pub fn limit_rate(&self, rate: &str, burst: &str) -> Result<(), String> {
+        self.shape(rate, burst, 1)
+    }
+
+    /// [`Topology::limit_rate`] with every endpoint's output shaped too,
+    /// not only the sender's: each port's ingress goes through an `ifb` of
+    /// its own. Every node then sends and receives at `rate` at most, each
+    /// direction on its own: the full-duplex links of seed 003's model,
+    /// where the members that relay a broadcast share nothing.
+    pub fn limit_rate_every_port(&self, rate: &str, burst: &str) -> Result<(), String> {
+        self.shape(rate, burst, self.receivers.len() + 1)
+    }
+
+    /// Shapes every bridge port's egress, and the ingress of the first
+    /// `senders` ports (each through `ifb<i>`).
+    fn shape(&self, rate: &str, burst: &str, senders: usize) -> Result<(), String> {
         let br = self.bridge.name.as_str();
         let tbf = |dev: &str| -> Vec<String> {
             [
@@ -419,13 +434,17 @@ impl Topology {
             .map(|i| tbf(&format!("p{i}")))
             .collect();
         let words = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
-        cmds.push(words("ip link add ifb0 type ifb"));
-        cmds.push(words("ip link set ifb0 up"));
-        cmds.push(tbf("ifb0"));
-        cmds.push(words("tc qdisc replace dev p0 handle ffff: ingress"));
-        cmds.push(words(
-            "tc filter add dev p0 parent ffff: protocol all u32 match u32 0 0 action mirred egress redirect dev ifb0",
-        ));
+        for i in 0..senders {
+            cmds.push(words(&format!("ip link add ifb{i} type ifb")));
+            cmds.push(words(&format!("ip link set ifb{i} up")));
+            cmds.push(tbf(&format!("ifb{i}")));
+            cmds.push(words(&format!(
+                "tc qdisc replace dev p{i} handle ffff: ingress"
+            )));
+            cmds.push(words(&format!(
+                "tc filter add dev p{i} parent ffff: protocol all u32 match u32 0 0 action mirred egress redirect dev ifb{i}"
+            )));
+        }
         for cmd in cmds {
             let out = Command::new("ip")
                 .args(["netns", "exec", br])
