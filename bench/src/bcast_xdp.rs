@@ -153,7 +153,26 @@ pub fn run(cfg: &XdpConfig, json_out: Option<&str>) -> Result<(), String> {
         r
     });
     result?;
-    let report = report(cfg, &times);
+    let mut report = report(cfg, &times);
+    // What `auto` chose at the publisher, and with what link.
+    if let Ok(mcast_ipc::Response::Json(stats)) = publisher.request(mcast_ipc::Request::Stats) {
+        let auto = stats["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|g| g["name"] == "b-auto")
+            .map(|g| g["mode"].clone())
+            .unwrap_or_default();
+        report.0 += &format!(
+            "auto at node 1: chose {}; link measured {} from {} samples ({}); last: {}\n",
+            auto["chosen"],
+            auto["link_measured"],
+            auto["link_samples"],
+            auto["link_round_trips"],
+            auto["auto_last_choice"]
+        );
+        report.1["auto_stats"] = auto;
+    }
     print!("{}", report.0);
     if let Some(p) = json_out {
         path::write_json(p, &report.1)?;

@@ -180,6 +180,7 @@ impl World {
                 if let Ok(Msg::Start { root, seq, .. }) = Msg::decode(&bytes) {
                     n.start.insert(root, seq);
                 }
+                n.relay.set_now(self.now * 1_000);
                 n.relay.receive(from, &bytes);
                 self.drain(to)?;
             }

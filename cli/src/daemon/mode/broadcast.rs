@@ -46,9 +46,11 @@ const TICK_NS: u64 = 5_000_000;
 /// most this many bytes (FIRST … LAST, reassembled by the client library).
 const RECORD_CHUNK: usize = 16 * 1024;
 
-/// The α and β `auto` uses: the daemons' link as measured through mcastd
-/// on the reference machines (about 50 µs per message, 250 MB/s;
-/// docs/benchmarks.md), not yet on the live links.
+/// The α and β `auto` starts with: the daemons' link as measured through
+/// mcastd on the reference machines (about 50 µs per message, 250 MB/s;
+/// docs/benchmarks.md). Once the relay has timed answered transfers of
+/// sizes far enough apart, it uses what it measured instead
+/// (`mcast_bcast::relay::link`).
 pub const LINK: Link = Link {
     alpha: 50e-6,
     beta: 4e-9,
@@ -116,8 +118,10 @@ impl BroadcastMode {
         }
     }
 
-    /// Installs the daemon's current view in the relay if it is newer.
+    /// Installs the daemon's current view in the relay if it is newer, and
+    /// gives it the time (it measures the links' round trips).
     fn follow_view(&mut self, cx: &ModeCx<'_>) {
+        self.relay.set_now(mcast_engine::sys::monotonic_ns());
         if cx.view_epoch > self.relay.epoch() {
             let mut members: Vec<u32> = cx.remote.to_vec();
             members.push(self.node);
@@ -306,6 +310,7 @@ impl GroupMode for BroadcastMode {
     fn stats_json(&self) -> serde_json::Value {
         let s = self.relay.stats();
         let (chosen, why) = self.relay.choices();
+        let (measured, samples) = self.relay.measured_link();
         json!({
             "mode": self.name(),
             "broadcast": self.setting.to_string(),
@@ -323,6 +328,9 @@ impl GroupMode for BroadcastMode {
             "open_rounds": self.relay.open_rounds(),
             "chosen": chosen,
             "auto_last_choice": why,
+            "link_measured": measured.map(|l| json!({"alpha_us": l.alpha * 1e6, "beta_ns_per_byte": l.beta * 1e9})),
+            "link_samples": samples,
+            "link_round_trips": self.relay.link_estimate().classes().iter().map(|&(b, t, n)| json!({"bytes": b.round(), "rtt_us": t * 1e6, "samples": n})).collect::<Vec<_>>(),
         })
     }
 }

@@ -18,12 +18,13 @@
 //! reliable and in order between live members (mcastd's Go-Back-N links);
 //! a crashed member's link may lose any suffix of what it sent.
 
+pub mod link;
 pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ops::Range;
 
-use crate::cost::{choose, Model};
+use crate::cost::{choose, Link, Model};
 use crate::plan::{piece_range, plan, Algorithm, Shape, Transfer};
 use wire::{pieces, Data, Msg};
 
@@ -203,6 +204,15 @@ pub struct Relay {
     /// the one in flight: (to, root, seq, first).
     port: VecDeque<(Port, Vec<u8>)>,
     in_flight: Option<Port>,
+    /// Transfers whose answer is awaited for a measurement: (to, root,
+    /// seq, first) → (bytes, sent at).
+    timing: HashMap<(u32, u32, u64, u32), (u64, u64)>,
+    /// The caller's clock (ns), as last set.
+    now_ns: u64,
+    /// Unpaced transfers sent since the last one asked to answer.
+    since_probe: u32,
+    /// The links as measured.
+    links: link::LinkEstimate,
     /// Schedules of this view, by (root, algorithm, length): this member's
     /// transfers.
     cache: HashMap<(u32, Algorithm, u64), Vec<Transfer>>,
@@ -212,6 +222,14 @@ pub struct Relay {
 
 /// Schedules kept per view before the cache is cleared.
 const CACHE: usize = 256;
+
+/// One in this many transfers too small to be paced asks for an answer,
+/// to measure the links.
+const PROBE_EVERY: u32 = 16;
+
+/// Transfers awaiting an answer for a measurement, at most (beyond, none
+/// is measured until answers come).
+const MAX_TIMING: usize = 1024;
 
 /// Departed roots remembered after their round.
 const GONE: usize = 1024;
@@ -241,6 +259,10 @@ impl Relay {
             gone: BTreeMap::new(),
             port: VecDeque::new(),
             in_flight: None,
+            timing: HashMap::new(),
+            now_ns: 0,
+            since_probe: 0,
+            links: link::LinkEstimate::default(),
             future: Vec::new(),
             cache: HashMap::new(),
             out: VecDeque::new(),
@@ -273,6 +295,23 @@ impl Relay {
     /// Departed roots whose round is not over here.
     pub fn open_rounds(&self) -> usize {
         self.rounds.len()
+    }
+
+    /// The caller's clock, in nanoseconds (any monotonic origin): the
+    /// round trips of answered transfers are measured with it.
+    pub fn set_now(&mut self, now_ns: u64) {
+        self.now_ns = now_ns;
+    }
+
+    /// The links as measured so far: the fitted α and β (None until the
+    /// samples allow a fit) and the samples taken.
+    pub fn measured_link(&self) -> (Option<Link>, u64) {
+        (self.links.fitted(), self.links.samples())
+    }
+
+    /// The measurements behind [`Relay::measured_link`].
+    pub fn link_estimate(&self) -> &link::LinkEstimate {
+        &self.links
     }
 
     /// True when every message this member published is stable.
@@ -375,6 +414,10 @@ impl Relay {
         let algorithm = match self.cfg.pick {
             Pick::Fixed(a) => a,
             Pick::Auto(model) => {
+                let model = Model {
+                    link: self.links.or(model.link),
+                    ..model
+                };
                 let c = choose(&model, p, len);
                 self.last_choice = Some(format!("{len} B to {p} members: {}", c.why()));
                 c.algorithm
@@ -485,9 +528,23 @@ impl Relay {
         } else {
             self.stats.transfers_sent += 1;
         }
-        let paced = !direct && bytes.end - bytes.start >= self.cfg.one_port_bytes;
+        let size = bytes.end - bytes.start;
+        let paced = !direct && size >= self.cfg.one_port_bytes;
+        // Every paced transfer is answered; one in PROBE_EVERY of the others
+        // too, to measure the links.
+        let probe = !direct && !paced && {
+            self.since_probe += 1;
+            self.since_probe >= PROBE_EVERY
+        };
+        if probe {
+            self.since_probe = 0;
+        }
+        if (paced || probe) && self.timing.len() < MAX_TIMING {
+            self.timing
+                .insert((t.to, root, seq, t.first), (size, self.now_ns));
+        }
         let head = Data {
-            answer: paced,
+            answer: paced || probe,
             ..head
         };
         let msg = wire::encode_data(&head, &data[bytes.start as usize..bytes.end as usize]);
@@ -604,6 +661,11 @@ impl Relay {
                 self.close_round(root);
             }
             Msg::Got { root, seq, first } => {
+                if let Some((bytes, at)) = self.timing.remove(&(from, root, seq, first)) {
+                    if self.now_ns > at {
+                        self.links.sample(bytes, (self.now_ns - at) as f64 * 1e-9);
+                    }
+                }
                 if self
                     .in_flight
                     .is_some_and(|p| (p.to, p.root, p.seq, p.first) == (from, root, seq, first))
@@ -887,6 +949,7 @@ impl Relay {
         {
             self.in_flight = None;
         }
+        self.timing.retain(|k, _| view.members.contains(&k.0));
         self.pump();
         if !view.members.contains(&self.me) {
             return;
@@ -1333,6 +1396,69 @@ mod tests {
             },
         );
         assert_eq!(lone.publish(b"x"), Err(PublishError::NotMember));
+    }
+
+    #[test]
+    fn answered_transfers_measure_the_links_and_auto_uses_what_was_measured() {
+        let model = Model {
+            link: Link {
+                alpha: 1e-3,
+                beta: 1e-6,
+            },
+            fabric: crate::cost::Fabric::Switch,
+        };
+        let cfg = Config {
+            pick: Pick::Auto(model),
+            window: 64,
+            one_port_bytes: 100,
+        };
+        let (mut root, mut member) = (Relay::new(1, cfg), Relay::new(2, cfg));
+        let view = View {
+            epoch: 1,
+            members: vec![1, 2],
+        };
+        root.install(view.clone());
+        member.install(view);
+        while root.poll().is_some() {}
+        while member.poll().is_some() {}
+        // Each transfer is answered 2α + bβ after it left: α = 20 µs, β = 2 ns/B.
+        let mut now = 1_000_000u64;
+        for len in [200usize, 2_000, 200_000, 2_000_000]
+            .into_iter()
+            .cycle()
+            .take(40)
+        {
+            root.set_now(now);
+            root.publish(&vec![7; len]).unwrap();
+            while let Some(o) = root.poll() {
+                if let Output::Send { to: 2, msg } = o {
+                    member.receive(1, &msg);
+                }
+            }
+            now += 40_000 + 2 * len as u64;
+            while let Some(o) = member.poll() {
+                if let Output::Send { to: 1, msg } = o {
+                    root.set_now(now);
+                    root.receive(2, &msg);
+                }
+            }
+        }
+        let (link, samples) = root.measured_link();
+        let link = link.expect("a fit");
+        assert_eq!(samples, 40);
+        assert!(
+            (link.alpha - 20e-6).abs() < 1e-7 && (link.beta - 2e-9).abs() < 1e-11,
+            "{link:?}"
+        );
+        // The configured link (1 ms, 1 µs/B) would make `auto` choose by
+        // it; the measured one is what its reasoning shows now.
+        root.set_now(now);
+        root.publish(b"x").unwrap();
+        let (_, why) = root.choices();
+        assert!(
+            why.unwrap().contains("20.0 us") || why.unwrap().contains("20.1 us"),
+            "{why:?}"
+        );
     }
 
     #[test]
