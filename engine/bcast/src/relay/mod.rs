@@ -418,7 +418,18 @@ impl Relay {
                     link: self.links.or(model.link),
                     ..model
                 };
-                let c = choose(&model, p, len);
+                let mut c = choose(&model, p, len);
+                // Below the one-port size a member's transfers leave
+                // together (none waits for an answer): the iterative
+                // schedule then costs one start-up, not p − 1, and for
+                // small messages it beats every tree.
+                if len < self.cfg.one_port_bytes && p > 1 {
+                    let Link { alpha, beta } = model.link;
+                    let t = alpha + f64::from(p - 1) * len as f64 * beta;
+                    c.considered.push((Algorithm::Iterative, t));
+                    c.considered.sort_by(|a, b| a.1.total_cmp(&b.1));
+                    (c.algorithm, c.time) = c.considered[0];
+                }
                 self.last_choice = Some(format!("{len} B to {p} members: {}", c.why()));
                 c.algorithm
             }
