@@ -33,6 +33,11 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{s}`: too large"))
 }
 
+/// Parses each of `sizes` ([`parse_size`]).
+pub(crate) fn parse_sizes(sizes: &[String]) -> Result<Vec<u64>, String> {
+    sizes.iter().map(|s| parse_size(s)).collect()
+}
+
 /// The fabric the table runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum FabricKind {

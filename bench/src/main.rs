@@ -768,30 +768,26 @@ fn main() -> ExitCode {
                 alpha_us,
                 beta_ns,
                 json,
-            } => sizes
-                .iter()
-                .map(|s| bcast::parse_size(s))
-                .collect::<Result<Vec<u64>, String>>()
-                .and_then(|sizes| {
-                    if !(alpha_us > 0.0 && beta_ns > 0.0) {
-                        return Err("--alpha-us and --beta-ns must be positive".into());
-                    }
-                    let held = bcast::run(&bcast::Settings {
-                        members: &members,
-                        sizes: &sizes,
-                        fabric,
-                        link: mcast_sim::topology::Link {
-                            alpha: alpha_us * 1e-6,
-                            beta: beta_ns * 1e-9,
-                        },
-                        json: json.as_deref(),
-                    })?;
-                    if held {
-                        Ok(())
-                    } else {
-                        Err("a claim of seed 003 did not hold (NOT MET above)".into())
-                    }
-                }),
+            } => bcast::parse_sizes(&sizes).and_then(|sizes| {
+                if !(alpha_us > 0.0 && beta_ns > 0.0) {
+                    return Err("--alpha-us and --beta-ns must be positive".into());
+                }
+                let held = bcast::run(&bcast::Settings {
+                    members: &members,
+                    sizes: &sizes,
+                    fabric,
+                    link: mcast_sim::topology::Link {
+                        alpha: alpha_us * 1e-6,
+                        beta: beta_ns * 1e-9,
+                    },
+                    json: json.as_deref(),
+                })?;
+                if held {
+                    Ok(())
+                } else {
+                    Err("a claim of seed 003 did not hold (NOT MET above)".into())
+                }
+            }),
             Command::BcastXdp {
                 nodes,
                 sizes,
@@ -799,22 +795,18 @@ fn main() -> ExitCode {
                 budget,
                 link_rate,
                 json,
-            } => sizes
-                .iter()
-                .map(|s| bcast::parse_size(s))
-                .collect::<Result<Vec<u64>, String>>()
-                .and_then(|sizes| {
-                    bcast_xdp::run(
-                        &bcast_xdp::XdpConfig {
-                            nodes,
-                            sizes,
-                            trials,
-                            budget: bcast::parse_size(&budget)?,
-                            link_rate,
-                        },
-                        json.as_deref(),
-                    )
-                }),
+            } => bcast::parse_sizes(&sizes).and_then(|sizes| {
+                bcast_xdp::run(
+                    &bcast_xdp::XdpConfig {
+                        nodes,
+                        sizes,
+                        trials,
+                        budget: bcast::parse_size(&budget)?,
+                        link_rate,
+                    },
+                    json.as_deref(),
+                )
+            }),
             Command::Paper {
                 out,
                 quick,
