@@ -349,6 +349,9 @@ impl Families {
                 "events_unplaced",
                 "early",
                 "early_bytes",
+                "held_messages",
+                "open_rounds",
+                "incarnation",
             ];
             for key in levels {
                 if let Some(v) = mode[key].as_f64() {

@@ -738,6 +738,39 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
                 m["duplicates"],
             );
         }
+        if m["mode"] == "broadcast" {
+            // No multicast: what each schedule carried, and why `auto` chose.
+            let by: Vec<String> = m["chosen"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(a, n)| format!("{a} {n}"))
+                .collect();
+            let link = match &m["link_measured"] {
+                Value::Null => format!("not fitted yet ({} samples)", m["link_samples"]),
+                l => format!(
+                    "alpha {:.1} µs  beta {:.2} ns/B ({} samples)",
+                    l["alpha_us"].as_f64().unwrap_or(0.0),
+                    l["beta_ns_per_byte"].as_f64().unwrap_or(0.0),
+                    m["link_samples"]
+                ),
+            };
+            s += &format!(
+                "  broadcast ({}): sent by {}  published {}  delivered {}  transfers {}  re-sent {}  rounds {} (open {})  held {}  link {link}\n",
+                m["broadcast"].as_str().unwrap_or("?"),
+                if by.is_empty() { "-".to_owned() } else { by.join(", ") },
+                m["published"],
+                m["delivered"],
+                m["transfers_sent"],
+                m["refed_after_view_change"],
+                m["departure_rounds"],
+                m["open_rounds"],
+                m["held_messages"],
+            );
+            if let Some(why) = m["auto_last_choice"].as_str() {
+                s += &format!("  auto: {why}\n");
+            }
+        }
         if m["mode"] == "total" {
             // Total order: what waits for the barrier, and who holds it back.
             let lag: Vec<String> = m["barrier_lag_us"]
@@ -882,6 +915,38 @@ mod tests {
         let fifo =
             serde_json::json!({"groups": [{"name": "g", "group": 1, "mode": {"mode": "fifo"}}]});
         assert!(!render_stats(&fifo, None).contains("sequenced:"));
+    }
+
+    #[test]
+    fn stat_shows_what_a_broadcast_groups_schedules_carried_and_why_auto_chose() {
+        let v = serde_json::json!({"groups": [{
+            "name": "g", "group": 1, "algorithm": "mak", "tree": null, "receivers": [],
+            "mode": {"mode": "broadcast", "broadcast": "auto", "published": 7, "delivered": 20,
+                     "transfers_sent": 30, "refed_after_view_change": 2, "departure_rounds": 1,
+                     "open_rounds": 0, "held_messages": 3, "chosen": {"rsbcast": 5, "chain": 2},
+                     "link_measured": {"alpha_us": 41.25, "beta_ns_per_byte": 3.5},
+                     "link_samples": 12,
+                     "auto_last_choice": "1024 B to 6 members: rsbcast (model: rsbcast 160.0 us)"},
+        }]});
+        let text = render_stats(&v, None);
+        assert!(
+            text.contains("broadcast (auto): sent by chain 2, rsbcast 5  published 7  delivered 20  transfers 30  re-sent 2  rounds 1 (open 0)  held 3  link alpha 41.2 µs  beta 3.50 ns/B (12 samples)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  auto: 1024 B to 6 members: rsbcast (model: rsbcast 160.0 us)"),
+            "{text}"
+        );
+        let fixed = serde_json::json!({"groups": [{"name": "g", "group": 1, "mode": {
+            "mode": "broadcast", "broadcast": "mst", "chosen": {}, "link_measured": null,
+            "link_samples": 0, "auto_last_choice": null}}]});
+        let text = render_stats(&fixed, None);
+        assert!(
+            text.contains("broadcast (mst): sent by -")
+                && text.contains("link not fitted yet (0 samples)"),
+            "{text}"
+        );
+        assert!(!text.contains("auto:"), "{text}");
     }
 
     #[test]
