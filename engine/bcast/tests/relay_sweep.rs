@@ -1,8 +1,9 @@
 //! The relays of a group in a seeded, deterministic world: members publish
 //! messages of every size with every algorithm (or `auto`), links are
 //! reliable and in order with random delays, members crash (losing any
-//! suffix of what they had sent), new members join, and each view reaches
-//! each member at its own time. After every delivery and at the end the
+//! suffix of what they had sent) or are partitioned off the majority (one
+//! or several at once, running on under their old view), new members join,
+//! and each view reaches each member at its own time. After every delivery and at the end the
 //! checker holds the relay to docs/protocol.md §8.6:
 //!
 //! - each member delivers each root's messages once, in order, intact;
@@ -236,14 +237,26 @@ impl World {
                     Err(e) => return Err(format!("publish: {e:?}")),
                 }
             }
-            // A crash, or (one time in three) an eviction.
+            // A crash, or (one time in three) a partition.
             Event::Crash(id) => {
                 let alive = self.alive();
                 if alive.len() <= 2 || !alive.contains(&id) {
                     return Ok(());
                 }
                 if self.rng.below(3) == 0 {
-                    self.nodes.get_mut(&id).expect("alive").evicted = true;
+                    // A partition: this node and maybe others are cut off
+                    // from the majority's views while they go on running
+                    // (and talking, among themselves and to the others,
+                    // under the views they had).
+                    let mut cut_off = vec![id];
+                    for &other in &alive {
+                        if other != id && alive.len() - cut_off.len() > 2 && self.rng.below(3) == 0 {
+                            cut_off.push(other);
+                        }
+                    }
+                    for n in cut_off {
+                        self.nodes.get_mut(&n).expect("alive").evicted = true;
+                    }
                 } else {
                     self.nodes.get_mut(&id).expect("alive").alive = false;
                     for &to in &alive {
