@@ -301,7 +301,8 @@ impl<T: Transport> Daemon<T> {
         {
             self.stream_start(from, group, start)?;
         }
-        for (from, body) in self.mode_early.take(group) {
+        let now = mcast_engine::sys::monotonic_ns();
+        for (from, body) in self.mode_early.take(now, group) {
             self.mode_message(from, group, &body);
         }
         Ok(())

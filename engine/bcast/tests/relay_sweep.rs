@@ -250,7 +250,8 @@ impl World {
                     // under the views they had).
                     let mut cut_off = vec![id];
                     for &other in &alive {
-                        if other != id && alive.len() - cut_off.len() > 2 && self.rng.below(3) == 0 {
+                        if other != id && alive.len() - cut_off.len() > 2 && self.rng.below(3) == 0
+                        {
                             cut_off.push(other);
                         }
                     }

@@ -437,43 +437,57 @@ impl ModeRecords {
 
 /// Mode messages that came before their group was carried here, per group
 /// (at most [`EarlyModeMessages::MAX_PER_GROUP`] each, for at most
-/// [`EarlyModeMessages::MAX_GROUPS`] groups: beyond, the oldest group's go).
+/// [`EarlyModeMessages::MAX_GROUPS`] groups: beyond, the oldest group's
+/// go). Only the last [`EarlyModeMessages::MAX_AGE_NS`] of them are handed
+/// over: older ones belong to an earlier membership, not to the view on
+/// its way.
 #[derive(Debug, Default)]
 pub(super) struct EarlyModeMessages {
     groups: std::collections::VecDeque<(GroupId, Vec<ModeMessage>)>,
 }
 
-/// A mode message as it came: from which peer, and its body.
-type ModeMessage = (NodeId, Vec<u8>);
+/// A mode message as it came: when (monotonic ns), from which peer, and
+/// its body.
+type ModeMessage = (u64, NodeId, Vec<u8>);
 
 impl EarlyModeMessages {
     /// Messages kept per group.
     pub const MAX_PER_GROUP: usize = 4096;
     /// Groups kept.
     pub const MAX_GROUPS: usize = 64;
+    /// How old a kept message may be when its group is carried.
+    pub const MAX_AGE_NS: u64 = 2_000_000_000;
 
-    /// Keeps `body` from `from` for `group`; false when it had to be dropped.
-    fn keep(&mut self, group: GroupId, from: NodeId, body: &[u8]) -> bool {
+    /// Keeps `body` from `from` for `group`, come at `now`; false when it
+    /// had to be dropped.
+    fn keep(&mut self, now: u64, group: GroupId, from: NodeId, body: &[u8]) -> bool {
         if let Some((_, q)) = self.groups.iter_mut().find(|(g, _)| *g == group) {
+            q.retain(|m| now.saturating_sub(m.0) <= Self::MAX_AGE_NS);
             if q.len() >= Self::MAX_PER_GROUP {
                 return false;
             }
-            q.push((from, body.to_vec()));
+            q.push((now, from, body.to_vec()));
             return true;
         }
         if self.groups.len() >= Self::MAX_GROUPS {
             self.groups.pop_front();
         }
-        self.groups.push_back((group, vec![(from, body.to_vec())]));
+        self.groups
+            .push_back((group, vec![(now, from, body.to_vec())]));
         true
     }
 
-    /// What was kept for `group`, in arrival order.
-    pub(super) fn take(&mut self, group: GroupId) -> Vec<ModeMessage> {
-        match self.groups.iter().position(|(g, _)| *g == group) {
+    /// What was kept for `group` and is young enough at `now`, in arrival
+    /// order: (from, body).
+    pub(super) fn take(&mut self, now: u64, group: GroupId) -> Vec<(NodeId, Vec<u8>)> {
+        let kept = match self.groups.iter().position(|(g, _)| *g == group) {
             Some(i) => self.groups.remove(i).map(|(_, q)| q).unwrap_or_default(),
             None => Vec::new(),
-        }
+        };
+        kept.into_iter()
+            .filter(|m| now.saturating_sub(m.0) <= Self::MAX_AGE_NS)
+            .map(|(_, from, body)| (from, body))
+            .collect()
     }
 
     /// Forgets everything (the node rejoins the cluster).
@@ -637,7 +651,8 @@ impl<T: Transport> Daemon<T> {
     /// it: a broadcast group's first messages and starts).
     pub(super) fn mode_message(&mut self, from: NodeId, group: GroupId, body: &[u8]) {
         if !self.local.contains_key(&group) {
-            if self.mode_early.keep(group, from, body) {
+            let now = mcast_engine::sys::monotonic_ns();
+            if self.mode_early.keep(now, group, from, body) {
                 self.counters.mode_messages_early += 1;
                 return;
             }
@@ -702,5 +717,27 @@ impl<T: Transport> Daemon<T> {
             }
         }
         Ok(work)
+    }
+}
+
+#[cfg(test)]
+mod early_tests {
+    use super::EarlyModeMessages as E;
+
+    #[test]
+    fn early_mode_messages_are_bounded_and_only_recent_ones_are_handed_over() {
+        let mut e = E::default();
+        assert!(e.keep(0, 7, 2, b"old"));
+        assert!(e.keep(E::MAX_AGE_NS, 7, 3, b"new"));
+        assert_eq!(e.take(E::MAX_AGE_NS + 1, 7), vec![(3, b"new".to_vec())]);
+        assert!(e.take(0, 7).is_empty(), "taken once");
+        for i in 0..E::MAX_PER_GROUP {
+            assert!(e.keep(5, 8, 1, &[i as u8]));
+        }
+        assert!(!e.keep(5, 8, 1, b"one too many"));
+        for g in 100..100 + E::MAX_GROUPS as u32 {
+            assert!(e.keep(5, g, 1, b"x"));
+        }
+        assert!(e.take(5, 8).is_empty(), "the oldest group made room");
     }
 }
