@@ -206,3 +206,88 @@ fn a_member_killed_mid_stream_costs_the_survivors_nothing_and_they_agree_on_its_
     }
     eprintln!("from the victim, each survivor: {from_victim:?}");
 }
+
+#[test]
+fn a_node_whose_only_member_leaves_and_comes_back_gets_a_gapless_suffix_and_the_others_everything()
+{
+    let Some(cluster) = common::start("bcast-churn", &config("chain:3")) else {
+        return;
+    };
+    cluster
+        .topology()
+        .drop_multicast(true)
+        .unwrap_or_else(|e| panic!("{e}"));
+    const N: u64 = 4_000;
+    let mut subs = subscribers(&cluster, &[2, 3, 4], "bcast-churn");
+    for (_, c, m) in &mut subs {
+        mcast_cli::stream::wait_nodes(c, m.group, &m.view, 3, Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut publisher = connect(&cluster, 1, "publisher");
+    let joined = publisher.join("bcast-churn").expect("join");
+    mcast_cli::stream::wait_nodes(
+        &mut publisher,
+        joined.group,
+        &joined.view,
+        4,
+        Duration::from_secs(20),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let group = joined.group;
+    let (_, mut leaver, _) = subs.pop().expect("node 4's");
+    let progress = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        let cluster_ref = &cluster;
+        let steady: Vec<_> = subs
+            .drain(..)
+            .map(|(node, mut c, _)| {
+                s.spawn(move || {
+                    let got = receive(&mut c, node, &[1], N, Duration::from_secs(10), |_| {});
+                    let got = per_sender_in_order(node, &got).get(&1).copied();
+                    if got != Some(N) {
+                        let modes: Vec<String> = (1..=4)
+                            .map(|n| format!("node {n}: {}", mode(cluster_ref, n, group)))
+                            .collect();
+                        panic!("node {node} got {got:?} of {N}:\n{}", modes.join("\n"));
+                    }
+                })
+            })
+            .collect();
+        let (progress, cluster) = (&progress, &cluster);
+        let churn = s.spawn(move || {
+            // Node 4's member takes a third, leaves (its node stops carrying
+            // the group), and a new one joins there and takes the rest.
+            let first = receive(&mut leaver, 4, &[1], N / 3, Duration::from_secs(30), |_| {});
+            progress.store(1, Ordering::Relaxed);
+            leaver.leave(group).expect("leave");
+            drop(leaver);
+            let mut again = connect(&cluster, 4, "subscriber-again");
+            again.join("bcast-churn").expect("join again");
+            let got = receive(&mut again, 4, &[1], N, Duration::from_secs(3), |_| {});
+            (first, got)
+        });
+        for i in 0..N {
+            publisher
+                .publish_blocking(group, &message(1, i), Some(Duration::from_secs(30)))
+                .unwrap_or_else(|e| panic!("publish {i}: {e}"));
+        }
+        for h in steady {
+            h.join().unwrap();
+        }
+        let (first, got) = churn.join().unwrap();
+        // (A batch may take it past a third.)
+        let before = per_sender_in_order(4, &first).get(&1).copied().unwrap_or(0);
+        assert!(before >= N / 3, "node 4's first member got {before}");
+        // From its join point on: consecutive, to the end, nothing twice.
+        let seqs: Vec<u64> = got.iter().filter(|m| m.0 == 1).map(|m| m.1).collect();
+        let from = *seqs.first().expect("the new member got some");
+        assert_eq!(seqs, (from..N).collect::<Vec<_>>(), "node 4's new member");
+        assert!(
+            from >= before,
+            "the new member got what was sent before it joined: {from}"
+        );
+        eprintln!("node 4's new member joined at message {from}");
+    });
+    // Everything published reached every member: the publisher may leave.
+    publisher.leave(group).expect("the publisher leaves");
+}

@@ -338,8 +338,12 @@ impl Relay {
         (&self.chosen, self.last_choice.as_deref())
     }
 
-    /// Member `m` lost what this member sent it (its link was reset): its
-    /// sequence from this root begins again at the next message.
+    /// Member `m` lost what this member sent it (its link was reset, so it
+    /// restarted): its sequence from this root begins at the next message.
+    /// The START says `restart`: a member that still has its start ignores
+    /// it (mcastd asks for one on every start request, and a broadcast
+    /// group's members, having no engine stream, make them; taken, it would
+    /// jump past messages still on their way).
     pub fn restart_member(&mut self, m: u32) -> bool {
         let Some(view) = self
             .view
@@ -348,9 +352,19 @@ impl Relay {
         else {
             return false;
         };
-        let epoch = view.epoch;
-        self.grant(m, epoch);
-        self.recompute_stable();
+        // Its position for stability stays: a member that did restart
+        // soon reports one beyond it, one that did not still needs what it
+        // lacks.
+        let (root, epoch, seq) = (self.me, view.epoch, self.next_seq);
+        self.send(
+            m,
+            &Msg::Start {
+                root,
+                epoch,
+                seq,
+                restart: true,
+            },
+        );
         true
     }
 
@@ -360,7 +374,16 @@ impl Relay {
         let seq = self.next_seq;
         self.granted.insert(m, seq);
         let root = self.me;
-        self.send(m, &Msg::Start { root, epoch, seq });
+        let restart = false;
+        self.send(
+            m,
+            &Msg::Start {
+                root,
+                epoch,
+                seq,
+                restart,
+            },
+        );
     }
 
     fn member(&self) -> bool {
@@ -634,7 +657,17 @@ impl Relay {
                 }
             }
             Msg::Pos { .. } => self.stats.refused += 1,
-            Msg::Start { root, epoch, seq } => self.on_start(root, epoch, seq),
+            Msg::Start {
+                root,
+                epoch,
+                seq,
+                restart,
+            } => {
+                // A restart is for a member that lost its state.
+                if !(restart && self.roots.get(&root).is_some_and(|r| r.start.is_some())) {
+                    self.on_start(root, epoch, seq);
+                }
+            }
             Msg::Sync { epoch, .. } if epoch > self.epoch() => self.future.push((from, m)),
             Msg::Sync { epoch, .. } if epoch < self.epoch() => {}
             Msg::Sync { epoch, root, has } if root == self.me => {
@@ -684,11 +717,9 @@ impl Relay {
     fn on_start(&mut self, root: u32, epoch: u64, seq: u64) {
         let r = self.roots.entry(root).or_default();
         r.epoch_seen = r.epoch_seen.max(epoch);
-        // A start of an older view, or one that moves nothing (the root
-        // starts a member again at its next message, in the same view,
-        // when the member's link was reset).
-        if r.start.is_some() && (epoch < r.start_epoch || (epoch == r.start_epoch && seq <= r.next))
-        {
+        // A member with a start takes only one of a later view (it was out
+        // of the root's view and is back).
+        if r.start.is_some() && epoch <= r.start_epoch {
             return;
         }
         r.start_epoch = epoch;

@@ -214,6 +214,47 @@ fn answered_transfers_measure_the_links_and_auto_uses_what_was_measured() {
 }
 
 #[test]
+fn a_repeated_start_does_not_make_a_member_skip_what_is_on_its_way() {
+    let mut net = Net::new(
+        &[1, 2, 3],
+        Pick::Fixed(Algorithm::Chain { segments: 2 }),
+        64,
+    );
+    net.install(1, &[1, 2, 3]);
+    net.run(|_, _, _| false);
+    for _ in 0..5 {
+        net.relays.get_mut(&1).unwrap().publish(&[9; 300]).unwrap();
+    }
+    // The root starts member 3 again (mcastd does so on a start request)
+    // while its messages are still on their way, after a later view.
+    net.install(2, &[1, 2, 3]);
+    assert!(net.relays.get_mut(&1).unwrap().restart_member(3));
+    net.collect();
+    net.run(|_, _, _| false);
+    assert_eq!(net.seqs(3, 1), vec![0, 1, 2, 3, 4]);
+    // A member that did lose its state takes it: it begins there.
+    net.relays.insert(
+        3,
+        Relay::new(
+            3,
+            Config {
+                pick: Pick::Fixed(Algorithm::Mst),
+                window: 64,
+                one_port_bytes: 100,
+            },
+        ),
+    );
+    net.relays.get_mut(&3).unwrap().install(View {
+        epoch: 1,
+        members: vec![1, 2, 3],
+    });
+    assert!(net.relays.get_mut(&1).unwrap().restart_member(3));
+    net.collect();
+    net.run(|_, _, _| false);
+    assert_eq!(net.relays[&3].position(1), Some((5, 5)));
+}
+
+#[test]
 fn a_live_root_refeeds_what_a_view_change_left_undelivered() {
     let ids = [1, 2, 3];
     let mut net = Net::new(&ids, Pick::Fixed(Algorithm::Iterative), 16);
