@@ -261,7 +261,7 @@ fn a_node_whose_only_member_leaves_and_comes_back_gets_a_gapless_suffix_and_the_
             progress.store(1, Ordering::Relaxed);
             leaver.leave(group).expect("leave");
             drop(leaver);
-            let mut again = connect(&cluster, 4, "subscriber-again");
+            let mut again = connect(cluster, 4, "subscriber-again");
             again.join("bcast-churn").expect("join again");
             let got = receive(&mut again, 4, &[1], N, Duration::from_secs(3), |_| {});
             (first, got)
