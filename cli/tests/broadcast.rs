@@ -59,6 +59,13 @@ fn every_senders_messages_reach_every_member_in_order_with_multicast_dropped() {
     let senders = [1u32, 2, 3, 4];
     let (_orders, group, _members) = all_senders_to_all(&cluster, "bcast", &senders, N, false);
     for node in senders {
+        // No engine stream, so no peer is asked for a stream start.
+        let Ok(mcast_ipc::Response::Json(stats)) =
+            connect(&cluster, node, "stat").request(mcast_ipc::Request::Stats)
+        else {
+            panic!("stats of node {node}")
+        };
+        assert_eq!(stats["daemon"]["start_requests_sent"], 0, "node {node}");
         let m = mode(&cluster, node, group);
         assert_eq!(m["mode"], "broadcast", "{m:#}");
         assert_eq!(m["published"], N, "node {node}: {m:#}");

@@ -430,7 +430,11 @@ impl<T: Transport> Daemon<T> {
     pub(super) fn peer_recovered(&mut self, n: NodeId) -> Result<(), EngineError> {
         let groups = self.groups_with(n);
         for group in groups {
-            if !self.engine.receivers_in(group).contains(&n) {
+            let streams = self
+                .local
+                .get(&group)
+                .is_some_and(|lg| lg.mode.uses_streams());
+            if streams && !self.engine.receivers_in(group).contains(&n) {
                 self.counters.start_requests_sent += 1;
                 self.send_link(n, LinkMessage::StartRequest { group });
             }

@@ -349,6 +349,10 @@ impl<T: Transport> Daemon<T> {
         lg.set_view(view, node);
         self.members_changed(group, &added)?;
         let receivers = self.engine.receivers_in(group);
+        let streams = self
+            .local
+            .get(&group)
+            .is_some_and(|lg| lg.mode.uses_streams());
         let now = mcast_engine::sys::monotonic_ns();
         for &n in &added {
             // Back in the view, alive, with the stream flushed here: the
@@ -357,7 +361,7 @@ impl<T: Transport> Daemon<T> {
             self.flush
                 .flushes
                 .sender_back(group, n, |e| Some(e) == inc, now);
-            if !receivers.contains(&n) {
+            if streams && !receivers.contains(&n) {
                 // Its send stream may count this node a member all along
                 // (its views never showed this node leave): ask for a start.
                 self.counters.start_requests_sent += 1;

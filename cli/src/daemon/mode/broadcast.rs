@@ -250,6 +250,10 @@ impl GroupMode for BroadcastMode {
         Ok(told)
     }
 
+    fn uses_streams(&self) -> bool {
+        false
+    }
+
     fn deliver(&mut self, _f: &Fragment<'_>, _out: &mut Out<'_>) {
         // No stream carries this group's data: nothing comes this way.
     }

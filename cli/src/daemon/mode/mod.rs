@@ -184,6 +184,12 @@ pub trait GroupMode: fmt::Debug {
     /// ring records for the local members.
     fn deliver(&mut self, f: &Fragment<'_>, out: &mut Out<'_>);
 
+    /// False for a mode that never uses the engine's streams (broadcast):
+    /// the daemon then asks no peer for a stream start in its group.
+    fn uses_streams(&self) -> bool {
+        true
+    }
+
     /// Whether [`GroupMode::deliver`] hands every fragment, unchanged, to
     /// every local member as a record from its stream's node, and keeps no
     /// state doing it (the FIFO mode). The daemon then writes a batched
