@@ -310,15 +310,19 @@ fn report(cfg: &XdpConfig, times: &[Vec<Vec<f64>>]) -> (String, Value) {
         beta * 1e9,
         1e-6 / beta.max(1e-15)
     );
-    let model = Model {
-        link: Link {
-            alpha: alpha.max(1e-9),
-            beta: beta.max(1e-15),
-        },
+    // Without a positive α and β (a tbf bucket lets small messages through
+    // at line rate, so the smallest size's copies look free) the model has
+    // nothing to say: no figures rather than wrong ones.
+    let model = (alpha > 0.0 && beta > 0.0).then_some(Model {
+        link: Link { alpha, beta },
         fabric: Fabric::Switch,
-    };
-    out += "the model's speed-up over iterative with them (measured in brackets):\n";
+    });
+    match model {
+        Some(_) => out += "the model's speed-up over iterative with them (measured in brackets):\n",
+        None => out += "no positive alpha and beta: no model figures\n",
+    }
     for (si, &n) in cfg.sizes.iter().enumerate() {
+        let Some(model) = model else { break };
         let base = model.time(Algorithm::Iterative, p, n);
         let mut line = format!("  {}:", human_size(n));
         for (gi, (name, _)) in GROUPS.iter().enumerate().skip(1) {
@@ -345,16 +349,18 @@ fn report(cfg: &XdpConfig, times: &[Vec<Vec<f64>>]) -> (String, Value) {
         .enumerate()
         .find(|&(si, _)| med(3, si) < med(1, si))
         .map(|(_, &n)| human_size(n));
-    let model_cross = (6..=25)
-        .map(|s| 1u64 << s)
-        .find(|&n| {
-            model.time(Algorithm::ScatterCollect, p, n) < model.time(Algorithm::RsBcast, p, n)
-        })
-        .map(human_size);
+    let model_cross = model.map(|model| {
+        (6..=25)
+            .map(|s| 1u64 << s)
+            .find(|&n| {
+                model.time(Algorithm::ScatterCollect, p, n) < model.time(Algorithm::RsBcast, p, n)
+            })
+            .map_or("beyond 32 MiB".to_owned(), human_size)
+    });
     out += &format!(
         "scatter-collect first beats rsbcast at: measured {}, model {}\n",
         measured.as_deref().unwrap_or("no size run"),
-        model_cross.as_deref().unwrap_or("beyond 32 MiB")
+        model_cross.as_deref().unwrap_or("not computed")
     );
     let best = |si: usize, names: &[&str]| {
         GROUPS
@@ -434,8 +440,25 @@ mod tests {
             .find(|r| r["algorithm"] == "scatter-collect" && r["bytes"] == 4 << 20)
             .unwrap();
         assert!((sc["speedup_over_iterative"].as_f64().unwrap() - 3.0).abs() < 1e-9);
+        // 1 KiB costs less than its bytes at the fitted β: no model figures.
+        assert!(
+            text.contains("no positive alpha and beta: no model figures"),
+            "{text}"
+        );
+        assert!(text.contains(", model not computed"), "{text}");
+        assert!(json["crossover"]["model"].is_null());
         // β from the two sizes: (0.9 − 100 µs)/5 per copy over 4 MiB − 1 KiB.
         let beta = json["fitted"]["beta_s_per_byte"].as_f64().unwrap();
         assert!((beta - (0.9 - 100e-6) / 5.0 / ((4 << 20) - 1024) as f64).abs() < 1e-15);
+        // With the baseline's 1 KiB at 1 ms, α is positive (about 156 µs),
+        // and the model's crossing is 3.75 α/β, about 14 KB: 16 KiB.
+        let mut slow = times.clone();
+        slow[0][0] = vec![1e-3; 3];
+        let (text, json) = report(&cfg, &slow);
+        assert!(
+            text.contains("the model's speed-up over iterative"),
+            "{text}"
+        );
+        assert_eq!(json["crossover"]["model"], "16 KiB", "{text}");
     }
 }

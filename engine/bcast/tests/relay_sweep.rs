@@ -426,6 +426,7 @@ fn run(seed: u64) -> Result<Stats, String> {
         // Sometimes every transfer waits for the last one's answer,
         // sometimes only large ones, sometimes none.
         one_port_bytes: [0, 1 + rng.below(3000), u64::MAX][rng.below(3) as usize],
+        deliver_own: true,
     };
     let n0 = 2 + rng.below(6) as u32;
     let mut w = World {

@@ -322,28 +322,11 @@ impl Topology {
         if !(0.0..=1.0).contains(&rate) {
             return Err(format!("loss {rate} is not a fraction from 0 to 1"));
         }
-        let dropped = self.loss_dropped();
-        let _ = self
-            .bridge
-            .exec(&["nft", "delete", "table", "bridge", LOSS_TABLE]);
-        if rate == 0.0 {
-            return Ok(dropped);
-        }
-        let per_10k = (rate * 10_000.0).round() as u32;
-        let rules = format!(
-            "table bridge {LOSS_TABLE} {{\n  chain loss {{\n    type filter hook forward priority 0; policy accept;\n    \
-             ether type {ethertype:#06x} numgen random mod 10000 < {per_10k} counter drop\n  }}\n}}\n"
-        );
-        let out = self
-            .bridge
-            .exec_with_input(&["nft", "-f", "-"], rules.as_bytes())?;
-        if !out.status.success() {
-            return Err(format!(
-                "nft refused the loss rule: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        Ok(dropped)
+        let rule = (rate > 0.0).then(|| {
+            let per_10k = (rate * 10_000.0).round() as u32;
+            format!("ether type {ethertype:#06x} numgen random mod 10000 < {per_10k} counter drop")
+        });
+        self.replace_drop_rule(LOSS_TABLE, rule, "the loss rule")
     }
 
     /// Makes the segment a fabric without multicast (`on`), or puts
@@ -353,43 +336,58 @@ impl Topology {
     /// go on. An nftables rule in the bridge namespace, like
     /// [`Topology::set_loss`]'s. Returns the frames it has dropped so far.
     pub fn drop_multicast(&self, on: bool) -> Result<u64, String> {
-        let dropped = self.multicast_dropped();
+        let rule = on.then(|| {
+            "ether daddr & 01:00:00:00:00:00 == 01:00:00:00:00:00 counter drop".to_owned()
+        });
+        self.replace_drop_rule(NO_MULTICAST_TABLE, rule, "the rule that drops multicast")
+    }
+
+    /// Replaces the bridge namespace's nftables table `table` by one whose
+    /// forward chain holds `rule` (none: the table goes). Returns the
+    /// packets the table's counter had dropped until then.
+    fn replace_drop_rule(
+        &self,
+        table: &str,
+        rule: Option<String>,
+        what: &str,
+    ) -> Result<u64, String> {
+        let dropped = self.table_dropped(table);
         let _ = self
             .bridge
-            .exec(&["nft", "delete", "table", "bridge", NO_MULTICAST_TABLE]);
-        if !on {
+            .exec(&["nft", "delete", "table", "bridge", table]);
+        let Some(rule) = rule else {
             return Ok(dropped);
-        }
+        };
         let rules = format!(
-            "table bridge {NO_MULTICAST_TABLE} {{\n  chain filter {{\n    type filter hook forward priority 0; policy accept;\n    \
-             ether daddr & 01:00:00:00:00:00 == 01:00:00:00:00:00 counter drop\n  }}\n}}\n"
+            "table bridge {table} {{\n  chain filter {{\n    type filter hook forward priority 0; policy accept;\n    {rule}\n  }}\n}}\n"
         );
         let out = self
             .bridge
             .exec_with_input(&["nft", "-f", "-"], rules.as_bytes())?;
         if !out.status.success() {
             return Err(format!(
-                "nft refused the rule that drops multicast: {}",
+                "nft refused {what}: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
         Ok(dropped)
     }
 
+    /// Packets the counter of nftables table `table` has dropped (0 if the
+    /// table is not there).
+    fn table_dropped(&self, table: &str) -> u64 {
+        let out = self.bridge.exec(&["nft", "list", "table", "bridge", table]);
+        counter_packets(&String::from_utf8_lossy(&out.stdout))
+    }
+
     /// Frames the rule of [`Topology::drop_multicast`] has dropped so far.
     pub fn multicast_dropped(&self) -> u64 {
-        let out = self
-            .bridge
-            .exec(&["nft", "list", "table", "bridge", NO_MULTICAST_TABLE]);
-        counter_packets(&String::from_utf8_lossy(&out.stdout))
+        self.table_dropped(NO_MULTICAST_TABLE)
     }
 
     /// Frames the loss rule of [`Topology::set_loss`] has dropped so far.
     pub fn loss_dropped(&self) -> u64 {
-        let out = self
-            .bridge
-            .exec(&["nft", "list", "table", "bridge", LOSS_TABLE]);
-        counter_packets(&String::from_utf8_lossy(&out.stdout))
+        self.table_dropped(LOSS_TABLE)
     }
 
     /// Caps every link at `rate` (a `tc` rate such as `10mbit`) with

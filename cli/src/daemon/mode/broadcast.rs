@@ -72,9 +72,8 @@ pub struct BroadcastMode {
     /// Membership events held until the survivors' rounds for the members
     /// that left are over (their last messages come first).
     events: Vec<Vec<u8>>,
-    /// Link messages the relay sent, and messages delivered locally.
+    /// Link messages the relay sent.
     sent: u64,
-    delivered: u64,
 }
 
 impl BroadcastMode {
@@ -107,6 +106,7 @@ impl BroadcastMode {
                     pick,
                     window: WINDOW,
                     one_port_bytes: ONE_PORT_BYTES,
+                    deliver_own: false,
                 },
                 first,
             ),
@@ -114,7 +114,6 @@ impl BroadcastMode {
             waiting: Vec::new(),
             events: Vec::new(),
             sent: 0,
-            delivered: 0,
         }
     }
 
@@ -151,8 +150,9 @@ impl BroadcastMode {
         }
     }
 
-    /// Sends what the relay asked to send; each delivery to `deliver`
-    /// (this node's own messages left out: the daemon loops those back).
+    /// Sends what the relay asked to send; each delivery to `deliver` (the
+    /// relay hands back none of this node's own: the daemon loops those
+    /// back, `deliver_own` is false).
     fn send_queued(
         &mut self,
         cx: &mut ModeCx<'_>,
@@ -165,7 +165,6 @@ impl BroadcastMode {
                     self.sent += 1;
                     cx.outbox.push((to, LinkMessage::Mode { group, body: msg }));
                 }
-                Output::Deliver { root, .. } if root == self.node => {}
                 Output::Deliver { root, data, .. } => deliver(self, root, data),
             }
         }
@@ -174,7 +173,6 @@ impl BroadcastMode {
     /// One message to the local members, in records of at most
     /// [`RECORD_CHUNK`] bytes.
     fn hand_over(&mut self, root: NodeId, data: &[u8], out: &mut Out<'_>) {
-        self.delivered += 1;
         let n = data.len().div_ceil(RECORD_CHUNK).max(1);
         for i in 0..n {
             let part =

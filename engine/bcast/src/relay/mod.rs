@@ -58,6 +58,10 @@ pub struct Config {
     /// and its first child would wait for all of them). Smaller ones go at
     /// once. `u64::MAX`: never wait.
     pub one_port_bytes: u64,
+    /// The root hands its own messages back as deliveries too. A caller
+    /// that gives its own publications to its local application itself
+    /// (mcastd loops them back) sets false and is spared a copy of each.
+    pub deliver_own: bool,
 }
 
 /// A view of the group: its epoch and its members' node ids.
@@ -185,7 +189,7 @@ pub struct Relay {
     rounds: BTreeMap<u32, Round>,
     /// Messages this root sent with each algorithm, and `auto`'s last
     /// reasoning.
-    chosen: BTreeMap<String, u64>,
+    chosen: BTreeMap<&'static str, u64>,
     last_choice: Option<String>,
     /// Departed roots whose round is over, with the round's epoch: their
     /// messages of that epoch or before are no longer wanted (the last
@@ -334,7 +338,7 @@ impl Relay {
 
     /// Messages this member sent with each algorithm, and `auto`'s last
     /// reasoning (None with a fixed algorithm).
-    pub fn choices(&self) -> (&BTreeMap<String, u64>, Option<&str>) {
+    pub fn choices(&self) -> (&BTreeMap<&'static str, u64>, Option<&str>) {
         (&self.chosen, self.last_choice.as_deref())
     }
 
@@ -412,8 +416,9 @@ impl Relay {
             .unwrap_or_default()
     }
 
-    /// Broadcasts `data`; returns its sequence number. The root delivers
-    /// its own message at once ([`Output::Deliver`]).
+    /// Broadcasts `data`; returns its sequence number. With
+    /// [`Config::deliver_own`] the root delivers its own message at once
+    /// ([`Output::Deliver`]).
     pub fn publish(&mut self, data: &[u8]) -> Result<u64, PublishError> {
         if !self.member() {
             return Err(PublishError::NotMember);
@@ -451,7 +456,7 @@ impl Relay {
             }
         };
         let algorithm = usable(algorithm, p);
-        *self.chosen.entry(algorithm.name().to_owned()).or_default() += 1;
+        *self.chosen.entry(algorithm.name()).or_default() += 1;
         let seq = self.next_seq;
         self.next_seq += 1;
         let pieces = pieces(algorithm, p);
@@ -468,12 +473,14 @@ impl Relay {
             },
         );
         self.stats.published += 1;
-        self.stats.delivered += 1;
-        self.out.push_back(Output::Deliver {
-            root: self.me,
-            seq,
-            data: data.to_vec(),
-        });
+        if self.cfg.deliver_own {
+            self.stats.delivered += 1;
+            self.out.push_back(Output::Deliver {
+                root: self.me,
+                seq,
+                data: data.to_vec(),
+            });
+        }
         self.recompute_stable();
         Ok(seq)
     }
@@ -662,12 +669,7 @@ impl Relay {
                 epoch,
                 seq,
                 restart,
-            } => {
-                // A restart is for a member that lost its state.
-                if !(restart && self.roots.get(&root).is_some_and(|r| r.start.is_some())) {
-                    self.on_start(root, epoch, seq);
-                }
-            }
+            } => self.on_start(root, epoch, seq, restart),
             Msg::Sync { epoch, .. } if epoch > self.epoch() => self.future.push((from, m)),
             Msg::Sync { epoch, .. } if epoch < self.epoch() => {}
             Msg::Sync { epoch, root, has } if root == self.me => {
@@ -714,12 +716,13 @@ impl Relay {
         }
     }
 
-    fn on_start(&mut self, root: u32, epoch: u64, seq: u64) {
+    fn on_start(&mut self, root: u32, epoch: u64, seq: u64, restart: bool) {
         let r = self.roots.entry(root).or_default();
         r.epoch_seen = r.epoch_seen.max(epoch);
         // A member with a start takes only one of a later view (it was out
-        // of the root's view and is back).
-        if r.start.is_some() && epoch <= r.start_epoch {
+        // of the root's view and is back), and never a restart (that is for
+        // a member that lost its state).
+        if r.start.is_some() && (restart || epoch <= r.start_epoch) {
             return;
         }
         r.start_epoch = epoch;

@@ -17,6 +17,7 @@ impl Net {
             pick,
             window,
             one_port_bytes: 100,
+            deliver_own: true,
         };
         Net {
             relays: ids.iter().map(|&i| (i, Relay::new(i, cfg))).collect(),
@@ -33,6 +34,7 @@ impl Net {
                     pick,
                     window,
                     one_port_bytes: 100,
+                    deliver_own: true,
                 },
             ),
         );
@@ -145,6 +147,7 @@ fn the_window_holds_a_root_back_until_its_members_report() {
             pick: Pick::Fixed(Algorithm::Mst),
             window: 4,
             one_port_bytes: 100,
+            deliver_own: true,
         },
     );
     assert_eq!(lone.publish(b"x"), Err(PublishError::NotMember));
@@ -163,6 +166,7 @@ fn answered_transfers_measure_the_links_and_auto_uses_what_was_measured() {
         pick: Pick::Auto(model),
         window: 64,
         one_port_bytes: 100,
+        deliver_own: true,
     };
     let (mut root, mut member) = (Relay::new(1, cfg), Relay::new(2, cfg));
     let view = View {
@@ -241,6 +245,7 @@ fn a_repeated_start_does_not_make_a_member_skip_what_is_on_its_way() {
                 pick: Pick::Fixed(Algorithm::Mst),
                 window: 64,
                 one_port_bytes: 100,
+                deliver_own: true,
             },
         ),
     );
