@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::ordered::{
-    all_senders_to_all, connect, message, mode, per_sender_in_order, receive, subscribers,
+    all_senders_to_all, connect, message, mode, per_sender_in_order, publish_until_killed, receive,
+    subscribers, wait_until,
 };
 use mcast_ipc::Client;
 
@@ -134,26 +135,13 @@ fn a_member_killed_mid_stream_costs_the_survivors_nothing_and_they_agree_on_its_
             })
             .collect();
         for (from, mut p, g) in pubs.drain(..) {
-            s.spawn(move || {
-                for i in 0..N {
-                    let r = p.publish_blocking(g, &message(from, i), Some(Duration::from_secs(30)));
-                    if let (true, Err(e)) = (from == victim, &r) {
-                        eprintln!("the victim's publisher stopped at {i}: {e}");
-                        return;
-                    }
-                    r.unwrap_or_else(|e| panic!("node {from} publish {i}: {e}"));
-                }
-            });
+            s.spawn(move || publish_until_killed(&mut p, from, g, N, victim));
         }
         // Killed once node 1 has half of the four senders' messages.
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while progress.load(Ordering::Relaxed) < 2 * N {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no progress to kill at"
-            );
-            std::thread::yield_now();
-        }
+        wait_until(
+            || progress.load(Ordering::Relaxed) >= 2 * N,
+            || "no progress to kill at".into(),
+        );
         cluster.kill(victim);
         for h in receivers {
             clients.push(h.join().unwrap());

@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::ordered::{
-    all_senders_to_all, assert_one_order, connect, message, messages_only, mode,
-    per_sender_in_order, receive, subscribers,
+    all_senders_to_all, assert_one_order, connect, messages_only, mode, per_sender_in_order,
+    publish_until_killed, receive, subscribers, wait_until,
 };
 use mcast_ipc::Client;
 
@@ -101,27 +101,14 @@ fn the_root_killed_mid_stream_costs_the_survivors_nothing_and_keeps_one_order() 
             })
             .collect();
         for (from, mut p, g) in pubs.drain(..) {
-            s.spawn(move || {
-                for i in 0..N {
-                    let r = p.publish_blocking(g, &message(from, i), Some(Duration::from_secs(30)));
-                    if let (true, Err(e)) = (from == root, &r) {
-                        eprintln!("the root's publisher stopped at {i}: {e}");
-                        return; // its daemon was killed
-                    }
-                    r.unwrap_or_else(|e| panic!("node {from} publish {i}: {e}"));
-                }
-            });
+            s.spawn(move || publish_until_killed(&mut p, from, g, N, root));
         }
         // Killed once a survivor has half of the four senders' messages
         // (the rest are then on their way through the root).
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while progress.load(Ordering::Relaxed) < 2 * N {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no progress to kill at"
-            );
-            std::thread::yield_now();
-        }
+        wait_until(
+            || progress.load(Ordering::Relaxed) >= 2 * N,
+            || "no progress to kill at".into(),
+        );
         eprintln!(
             "the root before it is killed: {}",
             mode(&cluster, root, group)

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use common::ordered::{
     all_senders_to_all, assert_one_order, connect, message, mode, per_sender_in_order, receive,
-    subscribers,
+    subscribers, wait_until,
 };
 use mcast_ipc::{Client, Notice};
 
@@ -188,11 +188,12 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
         // Killed once a survivor has half of the four senders' messages,
         // a tenth of the victim's among them (the victim, the last to join,
         // waits for the others' stamps before its first message).
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while progress.load(Ordering::Relaxed) < 2 * N
-            || from_victim.load(Ordering::Relaxed) < N / 10
-        {
-            if std::time::Instant::now() >= deadline {
+        wait_until(
+            || {
+                progress.load(Ordering::Relaxed) >= 2 * N
+                    && from_victim.load(Ordering::Relaxed) >= N / 10
+            },
+            || {
                 for n in nodes {
                     eprintln!("node {n}: {}", mode(&cluster, n, group));
                     for line in cluster.daemons[n as usize - 1].log_text().lines() {
@@ -201,14 +202,13 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
                         }
                     }
                 }
-                panic!(
+                format!(
                     "no progress to kill at: {} messages at node {watched}, {} of node {victim}",
                     progress.load(Ordering::Relaxed),
                     from_victim.load(Ordering::Relaxed)
-                );
-            }
-            std::thread::yield_now();
-        }
+                )
+            },
+        );
         eprintln!(
             "node {victim} before it is killed: {}",
             mode(&cluster, victim, group)

@@ -312,3 +312,29 @@ pub fn assert_one_order(orders: &Orders) {
         );
     }
 }
+
+/// Publishes messages 0..`n` of node `from` in group `g`. The publisher of
+/// `victim`, the node a test kills mid-stream, stops at its first error
+/// (its daemon is gone) and the call returns false; any other error fails
+/// the test.
+pub fn publish_until_killed(p: &mut Client, from: u32, g: u32, n: u64, victim: u32) -> bool {
+    for i in 0..n {
+        let r = p.publish_blocking(g, &message(from, i), Some(Duration::from_secs(30)));
+        if let (true, Err(e)) = (from == victim, &r) {
+            eprintln!("node {from}'s publisher stopped at {i}: {e}");
+            return false;
+        }
+        r.unwrap_or_else(|e| panic!("node {from} publish {i}: {e}"));
+    }
+    true
+}
+
+/// Waits until `done()` (other threads' progress, read from atomics);
+/// after a minute without it, fails the test with `why()`.
+pub fn wait_until(done: impl Fn() -> bool, why: impl Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "{}", why());
+        std::thread::yield_now();
+    }
+}
