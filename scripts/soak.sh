@@ -91,9 +91,11 @@ Options:
   --seed N       seed of the fault schedule (default: random, printed)
   --tree-fanout K  the MAK groups' ACKs climb a feedback tree of fanout K
                  (mcastd's tree_fanout, docs/protocol.md §3.4; default 0: none)
-  --mode M       the MAK groups' mode: fifo (default) or sequenced (every
+  --mode M       the MAK groups' mode: fifo (default), sequenced (every
                  member's messages through the group's root, one order;
-                 docs/protocol.md §6.3)
+                 docs/protocol.md §6.3), total (one order from timestamps,
+                 §6.4) or broadcast (no multicast: each message spread over
+                 the daemons' unicast links by `broadcast = "auto"`, §8)
   --sabotage     prove the checker: publisher pub-a-1 breaks the rules on
                  purpose every 500 messages (alternately skips a counter
                  and repeats one); the run must then FAIL with violations
@@ -148,7 +150,7 @@ TOTAL=$(awk -v m="$MINUTES" 'BEGIN { if (m + 0 > 0) printf "%d", m * 60; else pr
 [[ "$RATE" =~ ^[0-9]+$ ]] && [ "$RATE" -gt 0 ] || { echo "soak: --rate must be a positive integer" >&2; exit 2; }
 [[ "$CALM" =~ ^[0-9]+$ ]] && [ "$CALM" -ge 5 ] && [ "$CALM" -lt "$TOTAL" ] \
     || { echo "soak: --calm must be an integer from 5 to less than the run" >&2; exit 2; }
-case "$MODE" in fifo | sequenced) ;; *) echo "soak: --mode is fifo or sequenced" >&2; exit 2 ;; esac
+case "$MODE" in fifo | sequenced | total | broadcast) ;; *) echo "soak: --mode is fifo, sequenced, total or broadcast" >&2; exit 2 ;; esac
 IFS=, read -r -a LOSS <<< "$LOSSES"
 for l in "${LOSS[@]}"; do
     awk -v l="$l" 'BEGIN { exit !(l ~ /^[0-9.]+$/ && l + 0 >= 0 && l + 0 < 1) }' \

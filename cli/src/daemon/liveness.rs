@@ -252,8 +252,10 @@ impl<T: Transport> Daemon<T> {
         );
         let mut again: Vec<(ClientId, String)> = Vec::new();
         let groups: Vec<GroupId> = self.local.keys().copied().collect();
+        let mut stale = Vec::new();
         for g in groups {
             let lg = &self.local[&g];
+            stale.push((g, lg.name.clone()));
             let event = json!({"evicted": true, "by": by, "rejoining": true}).to_string();
             let hdr = event_record(g);
             let members = lg.members.clone();
@@ -282,6 +284,7 @@ impl<T: Transport> Daemon<T> {
         self.clients.lingering.clear();
         self.streams.pending_starts.clear();
         self.mode_early.clear();
+        self.mode_early.stale_until_joined(stale);
         let (registry, epoch) = self.groups.registry_epoch();
         let mut groups = super::membership::fresh_service(&self.cfg);
         groups.adopt_registry(registry, epoch);
@@ -377,6 +380,7 @@ impl<T: Transport> Daemon<T> {
                 continue;
             }
             let id = self.clients.next_id();
+            self.mode_early.joining(&name);
             self.groups.join(id, c.0, &name);
             self.live.rejoins.made(id, c, name);
         }

@@ -51,6 +51,10 @@ pub struct DaemonCounters {
     pub link_errors: u64,
     /// Mode messages kept because their group was not carried here yet.
     pub mode_messages_early: u64,
+    /// Mode messages dropped because they came, after this node was
+    /// declared failed, for a group it had not asked to join again yet
+    /// (sent to its previous incarnation).
+    pub mode_messages_stale: u64,
     pub link_backlog_drops: u64,
     pub group_pauses: u64,
     pub suspicions: u64,
@@ -225,6 +229,7 @@ impl<T: Transport> Daemon<T> {
             "local_loopback": c.local_loopback, "link_messages_sent": c.link_messages_sent,
             "link_messages_received": c.link_messages_received, "link_errors": c.link_errors,
             "mode_messages_early": c.mode_messages_early,
+            "mode_messages_stale": c.mode_messages_stale,
             "link_backlog_drops": c.link_backlog_drops, "group_pauses": c.group_pauses,
             "suspicions": c.suspicions, "probes_sent": c.probes_sent,
             "probes_answered": c.probes_answered, "nodes_failed": c.nodes_failed,

@@ -446,10 +446,18 @@ impl ModeRecords {
 /// [`EarlyModeMessages::MAX_GROUPS`] groups: beyond, the oldest group's
 /// go). Only the last [`EarlyModeMessages::MAX_AGE_NS`] of them are handed
 /// over: older ones belong to an earlier membership, not to the view on
-/// its way.
+/// its way. After this node was declared failed, what comes for a group it
+/// is rejoining before it has asked to join it again is dropped instead
+/// ([`EarlyModeMessages::stale_until_joined`]).
 #[derive(Debug, Default)]
 pub(super) struct EarlyModeMessages {
     groups: std::collections::VecDeque<(GroupId, Vec<ModeMessage>)>,
+    /// The groups this node left when it was declared failed, by name,
+    /// until its rejoin asks to join them again: no peer can count this
+    /// incarnation's members before that, so whatever comes for them was
+    /// sent to the previous incarnation (a broadcast group's START, taken
+    /// by the new relay, would make it skip messages).
+    stale: Vec<(GroupId, String)>,
 }
 
 /// A mode message as it came: when (monotonic ns), from which peer, and
@@ -463,6 +471,27 @@ impl EarlyModeMessages {
     pub const MAX_GROUPS: usize = 64;
     /// How old a kept message may be when its group is carried.
     pub const MAX_AGE_NS: u64 = 2_000_000_000;
+
+    /// Messages for `groups` (id, name) are stale until
+    /// [`Self::joining`] names them: this node was declared failed and
+    /// rejoins them as a new incarnation.
+    pub(super) fn stale_until_joined(&mut self, groups: Vec<(GroupId, String)>) {
+        self.stale
+            .retain(|(g, _)| !groups.iter().any(|(h, _)| h == g));
+        self.stale.extend(groups);
+    }
+
+    /// This node asks to join the group named `name`: messages for it may
+    /// be for the membership on its way again.
+    pub(super) fn joining(&mut self, name: &str) {
+        self.stale.retain(|(_, n)| n != name);
+    }
+
+    /// True when what comes for `group` now was sent to an earlier
+    /// incarnation of this node.
+    pub(super) fn is_stale(&self, group: GroupId) -> bool {
+        self.stale.iter().any(|&(g, _)| g == group)
+    }
 
     /// Keeps `body` from `from` for `group`, come at `now`; false when it
     /// had to be dropped.
@@ -657,6 +686,10 @@ impl<T: Transport> Daemon<T> {
     /// it: a broadcast group's first messages and starts).
     pub(super) fn mode_message(&mut self, from: NodeId, group: GroupId, body: &[u8]) {
         if !self.local.contains_key(&group) {
+            if self.mode_early.is_stale(group) {
+                self.counters.mode_messages_stale += 1;
+                return;
+            }
             let now = mcast_engine::sys::monotonic_ns();
             if self.mode_early.keep(now, group, from, body) {
                 self.counters.mode_messages_early += 1;
@@ -745,5 +778,21 @@ mod early_tests {
             assert!(e.keep(5, g, 1, b"x"));
         }
         assert!(e.take(5, 8).is_empty(), "the oldest group made room");
+    }
+
+    #[test]
+    fn after_an_eviction_a_group_is_stale_until_its_join_is_asked_again() {
+        let mut e = E::default();
+        e.stale_until_joined(vec![(7, "a".into()), (8, "b".into())]);
+        assert!(e.is_stale(7) && e.is_stale(8) && !e.is_stale(9));
+        // Its join goes out: what comes now may be for the new membership.
+        e.joining("a");
+        assert!(!e.is_stale(7) && e.is_stale(8));
+        // A second eviction before the joins: stale again, once each.
+        e.stale_until_joined(vec![(7, "a".into()), (8, "b".into())]);
+        e.joining("b");
+        assert!(e.is_stale(7) && !e.is_stale(8));
+        e.joining("a");
+        assert!(!e.is_stale(7));
     }
 }
