@@ -189,6 +189,11 @@ impl<T: Transport> Daemon<T> {
         members: &[ClientId],
     ) {
         let event = json!({"skipped": {"sender": sender, "frames": frames}}).to_string();
+        // In a mode that holds messages back (total order), after those of
+        // the sender from before the jump.
+        if self.place_skipped(group, sender, event.as_bytes()) {
+            return;
+        }
         self.event_to(members, event_record(group), event.as_bytes());
     }
 

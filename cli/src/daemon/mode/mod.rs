@@ -226,6 +226,18 @@ pub trait GroupMode: fmt::Debug {
         false
     }
 
+    /// A `skipped` notice: frames of `sender`'s stream that will never
+    /// reach this node (a stream started again past them, or a flush's
+    /// jump; docs/mcastd.md). True when the mode delivers it itself,
+    /// through `out`, at its place in the group's order: after what it
+    /// still holds of `sender` from before the jump, before anything
+    /// after it. False (the default) when the daemon writes it at once,
+    /// which is that place in a mode that holds nothing back.
+    fn place_skipped(&mut self, sender: NodeId, notice: &[u8], out: &mut Out<'_>) -> bool {
+        let _ = (sender, notice, out);
+        false
+    }
+
     /// True when the mode places every view's membership event in its
     /// order ([`place_event`](GroupMode::place_event) takes them all): a
     /// local member then receives from the event of the view it joined in
@@ -660,6 +672,13 @@ impl<T: Transport> Daemon<T> {
     /// installed: true when the mode delivers it at its place in its order.
     pub(super) fn place_event(&mut self, group: GroupId, event: &[u8]) -> bool {
         self.with_mode(group, |m, cx, _| m.place_event(cx, event))
+            .unwrap_or(false)
+    }
+
+    /// Offers `group`'s mode a `skipped` notice about `sender`'s stream:
+    /// true when the mode delivers it at its place in its order.
+    pub(super) fn place_skipped(&mut self, group: GroupId, sender: NodeId, notice: &[u8]) -> bool {
+        self.with_mode(group, |m, _, out| m.place_skipped(sender, notice, out))
             .unwrap_or(false)
     }
 

@@ -142,6 +142,9 @@ enum Held {
         from: Option<ClientId>,
     },
     Event(Vec<u8>),
+    /// A `skipped` notice about one sender's stream, placed after what
+    /// came of that sender before the jump.
+    Notice(Vec<u8>),
 }
 
 /// Where a held item sits in the order: (stamp, node, 0) for a message;
@@ -151,6 +154,10 @@ type Key = (u64, NodeId, u64);
 
 /// The node an event's key names: above every node.
 const EVENT_NODE: NodeId = NodeId::MAX;
+
+/// The third part of a notice's key: this bit and a count (above every
+/// view epoch, so never an event's key).
+const NOTICE_KEY: u64 = 1 << 63;
 
 /// A view's membership event whose place in the order is not known yet.
 /// Its place is the largest of the view's members' first stamps in a view
@@ -209,6 +216,8 @@ struct Counters {
     cut: u64,
     /// Scatterings this node's clients published.
     scatterings: u64,
+    /// `skipped` notices placed in the order ([`GroupMode::place_skipped`]).
+    skipped_notices: u64,
     /// Nodes reported silent to the failure detector ([`Silence`]).
     silent_reports: u64,
 }
@@ -462,6 +471,9 @@ impl TotalOrder {
                 Held::Event(event) => {
                     self.counters.events += 1;
                     out(event_record(self.group), &event, To::Event(epoch));
+                }
+                Held::Notice(notice) => {
+                    out(event_record(self.group), &notice, To::AllBut(None));
                 }
             }
         }
@@ -998,6 +1010,26 @@ impl GroupMode for TotalOrder {
         true
     }
 
+    /// Held right after the largest stamp come from `sender`: its
+    /// messages from before the jump are at or below it, those after it
+    /// above (stamps grow in a stream), so every member that is told sees
+    /// the notice between the two.
+    fn place_skipped(&mut self, sender: NodeId, notice: &[u8], out: &mut Out<'_>) -> bool {
+        let Some(largest) = self.senders.get(sender) else {
+            // Not (or no longer) in the barrier: nothing of it is held.
+            return false;
+        };
+        self.counters.skipped_notices += 1;
+        let key = (
+            largest.unwrap_or(0),
+            EVENT_NODE,
+            NOTICE_KEY | self.counters.skipped_notices,
+        );
+        self.held.insert(key, Held::Notice(notice.to_vec()));
+        self.release(out);
+        true
+    }
+
     fn place_event(&mut self, cx: &mut ModeCx<'_>, event: &[u8]) -> bool {
         let epoch = cx.view_epoch;
         let mut e = PendingEvent {
@@ -1108,6 +1140,7 @@ impl GroupMode for TotalOrder {
             "events_waiting_for": self.events.iter().map(|e| json!({"epoch": e.epoch, "nodes": e.first_from})).collect::<Vec<_>>(),
             "cut": c.cut,
             "scatterings": c.scatterings,
+            "skipped_notices": c.skipped_notices,
             "silent_reports": c.silent_reports,
             "early": self.early.values().map(Vec::len).sum::<usize>(),
             "early_bytes": self.early_bytes,

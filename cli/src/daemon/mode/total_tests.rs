@@ -641,3 +641,27 @@ fn with_commit_no_report_goes_above_what_is_known_of_a_joining_views_place() {
     assert_eq!(r.mode.stats_json()["events_unplaced"], 0);
     assert_eq!(r.mode.report(), r.mode.barrier().unwrap());
 }
+
+#[test]
+fn a_skipped_notice_comes_after_the_senders_held_messages_from_before_the_jump() {
+    let mut r = Rig::new(1, &[2, 3]);
+    r.beacon(3, 10, 1);
+    r.data(2, 20, b"a");
+    r.data(2, 30, b"b");
+    assert!(r.got.is_empty(), "node 3 may still send below 20");
+    // Node 2's stream jumps here: the notice waits behind "a" and "b".
+    let placed = r.call(|m, _, out| m.place_skipped(2, b"S", out));
+    assert!(placed);
+    assert!(r.got.is_empty(), "not ahead of what it follows");
+    r.data(2, 40, b"c");
+    r.beacon(3, 100, 1);
+    let notice_src = r.got[2].0;
+    assert_eq!(
+        r.texts(),
+        ["2:a", "2:b", &format!("{notice_src}:S"), "2:c"],
+        "the notice between node 2's messages from before and after the jump"
+    );
+    assert_eq!(r.got[2].2, To::AllBut(None), "a notice, not a view's event");
+    // A node the barrier does not wait for: nothing of it is held.
+    assert!(!r.call(|m, _, out| m.place_skipped(9, b"S", out)));
+}
