@@ -302,7 +302,12 @@ impl<T: Transport> Daemon<T> {
             self.stream_start(from, group, start)?;
         }
         let now = mcast_engine::sys::monotonic_ns();
-        for (from, body) in self.mode_early.take(now, group) {
+        let early = self.mode_early.take(now, group);
+        if !self.local[&group].mode.takes_early_messages() {
+            self.counters.mode_messages_stale += early.len() as u64;
+            return Ok(());
+        }
+        for (from, body) in early {
             self.mode_message(from, group, &body);
         }
         Ok(())

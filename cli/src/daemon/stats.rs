@@ -51,9 +51,11 @@ pub struct DaemonCounters {
     pub link_errors: u64,
     /// Mode messages kept because their group was not carried here yet.
     pub mode_messages_early: u64,
-    /// Mode messages dropped because they came, after this node was
-    /// declared failed, for a group it had not asked to join again yet
-    /// (sent to its previous incarnation).
+    /// Mode messages dropped for a group not carried here: they came,
+    /// after this node was declared failed, for a group it had not asked
+    /// to join again yet (sent to its previous incarnation), or the mode
+    /// that then carried the group takes none
+    /// (`GroupMode::takes_early_messages`).
     pub mode_messages_stale: u64,
     pub link_backlog_drops: u64,
     pub group_pauses: u64,

@@ -257,6 +257,12 @@ impl GroupMode for BroadcastMode {
         false
     }
 
+    /// A member's first STARTs and transfers can come before the view that
+    /// adds it here.
+    fn takes_early_messages(&self) -> bool {
+        true
+    }
+
     fn deliver(&mut self, _f: &Fragment<'_>, _out: &mut Out<'_>) {
         // No stream carries this group's data: nothing comes this way.
     }

@@ -190,6 +190,18 @@ pub trait GroupMode: fmt::Debug {
         true
     }
 
+    /// Whether the mode takes the mode messages that came before this node
+    /// carried its group ([`EarlyModeMessages`]): only one whose peers
+    /// start talking to this node on a view it may not have yet, and whose
+    /// messages say by themselves which membership they are for
+    /// (broadcast: every START and transfer names its view). False (the
+    /// default): they are dropped. The sequenced mode must not take them:
+    /// a new root would sequence again FORWARDs meant for an earlier one
+    /// (its members send their unechoed messages to it again anyway).
+    fn takes_early_messages(&self) -> bool {
+        false
+    }
+
     /// Whether [`GroupMode::deliver`] hands every fragment, unchanged, to
     /// every local member as a record from its stream's node, and keeps no
     /// state doing it (the FIFO mode). The daemon then writes a batched
