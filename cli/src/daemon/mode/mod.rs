@@ -191,7 +191,7 @@ pub trait GroupMode: fmt::Debug {
     }
 
     /// Whether the mode takes the mode messages that came before this node
-    /// carried its group ([`EarlyModeMessages`]): only one whose peers
+    /// carried its group (`EarlyModeMessages`): only one whose peers
     /// start talking to this node on a view it may not have yet, and whose
     /// messages say by themselves which membership they are for
     /// (broadcast: every START and transfer names its view). False (the
