@@ -28,13 +28,23 @@ fn config(algorithm: &str) -> String {
     format!("subscriber_buffer = 67108864\nmode = \"broadcast\"\nbroadcast = \"{algorithm}\"")
 }
 
+/// Four daemons whose groups broadcast by `algorithm`, on a segment that
+/// drops every frame to a group address (None: the test skips).
+fn start_without_multicast(test: &str, algorithm: &str) -> Option<common::Cluster> {
+    let cluster = common::start(test, &config(algorithm))?;
+    cluster
+        .topology()
+        .drop_multicast(true)
+        .unwrap_or_else(|e| panic!("{e}"));
+    Some(cluster)
+}
+
 #[test]
 fn every_senders_messages_reach_every_member_in_order_with_multicast_dropped() {
-    let Some(cluster) = common::start("bcast", &config("rsbcast")) else {
+    let Some(cluster) = start_without_multicast("bcast", "rsbcast") else {
         return;
     };
     let topo = cluster.topology();
-    topo.drop_multicast(true).unwrap_or_else(|e| panic!("{e}"));
     // The segment carries no multicast now: a broadcast and a group
     // frame sent from node 1's namespace are dropped on the bridge.
     let raw = topo
@@ -86,13 +96,9 @@ fn every_senders_messages_reach_every_member_in_order_with_multicast_dropped() {
 
 #[test]
 fn a_member_killed_mid_stream_costs_the_survivors_nothing_and_they_agree_on_its_messages() {
-    let Some(mut cluster) = common::start("bcast-kill", &config("scatter-collect")) else {
+    let Some(mut cluster) = start_without_multicast("bcast-kill", "scatter-collect") else {
         return;
     };
-    cluster
-        .topology()
-        .drop_multicast(true)
-        .unwrap_or_else(|e| panic!("{e}"));
     const N: u64 = 3_000;
     let nodes = [1u32, 2, 3, 4];
     let victim = 3;
@@ -205,13 +211,9 @@ fn a_member_killed_mid_stream_costs_the_survivors_nothing_and_they_agree_on_its_
 #[test]
 fn a_node_whose_only_member_leaves_and_comes_back_gets_a_gapless_suffix_and_the_others_everything()
 {
-    let Some(cluster) = common::start("bcast-churn", &config("chain:3")) else {
+    let Some(cluster) = start_without_multicast("bcast-churn", "chain:3") else {
         return;
     };
-    cluster
-        .topology()
-        .drop_multicast(true)
-        .unwrap_or_else(|e| panic!("{e}"));
     const N: u64 = 4_000;
     let mut subs = subscribers(&cluster, &[2, 3, 4], "bcast-churn");
     for (_, c, m) in &mut subs {

@@ -342,52 +342,13 @@ impl Relay {
         (&self.chosen, self.last_choice.as_deref())
     }
 
-    /// Member `m` lost what this member sent it (its link was reset, so it
-    /// restarted): its sequence from this root begins at the next message.
-    /// The START says `restart`: a member that still has its start ignores
-    /// it (mcastd asks for one on every start request, and a broadcast
-    /// group's members, having no engine stream, make them; taken, it would
-    /// jump past messages still on their way).
-    pub fn restart_member(&mut self, m: u32) -> bool {
-        let Some(view) = self
-            .view
-            .as_ref()
-            .filter(|v| v.members.contains(&m) && m != self.me)
-        else {
-            return false;
-        };
-        // Its position for stability stays: a member that did restart
-        // soon reports one beyond it, one that did not still needs what it
-        // lacks.
-        let (root, epoch, seq) = (self.me, view.epoch, self.next_seq);
-        self.send(
-            m,
-            &Msg::Start {
-                root,
-                epoch,
-                seq,
-                restart: true,
-            },
-        );
-        true
-    }
-
     /// Member `m`'s sequence from this root begins at the next message: it
     /// counts there for stability, and a START tells it so.
     fn grant(&mut self, m: u32, epoch: u64) {
         let seq = self.next_seq;
         self.granted.insert(m, seq);
         let root = self.me;
-        let restart = false;
-        self.send(
-            m,
-            &Msg::Start {
-                root,
-                epoch,
-                seq,
-                restart,
-            },
-        );
+        self.send(m, &Msg::Start { root, epoch, seq });
     }
 
     fn member(&self) -> bool {
@@ -664,12 +625,7 @@ impl Relay {
                 }
             }
             Msg::Pos { .. } => self.stats.refused += 1,
-            Msg::Start {
-                root,
-                epoch,
-                seq,
-                restart,
-            } => self.on_start(root, epoch, seq, restart),
+            Msg::Start { root, epoch, seq } => self.on_start(root, epoch, seq),
             Msg::Sync { epoch, .. } if epoch > self.epoch() => self.future.push((from, m)),
             Msg::Sync { epoch, .. } if epoch < self.epoch() => {}
             Msg::Sync { epoch, root, has } if root == self.me => {
@@ -716,13 +672,12 @@ impl Relay {
         }
     }
 
-    fn on_start(&mut self, root: u32, epoch: u64, seq: u64, restart: bool) {
+    fn on_start(&mut self, root: u32, epoch: u64, seq: u64) {
         let r = self.roots.entry(root).or_default();
         r.epoch_seen = r.epoch_seen.max(epoch);
         // A member with a start takes only one of a later view (it was out
-        // of the root's view and is back), and never a restart (that is for
-        // a member that lost its state).
-        if r.start.is_some() && (restart || epoch <= r.start_epoch) {
+        // of the root's view and is back).
+        if r.start.is_some() && epoch <= r.start_epoch {
             return;
         }
         r.start_epoch = epoch;

@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | 1 | DATA | root u32, seq u64, epoch u64, stable u64, flags u8 (1 direct, 2 answer GOT), algorithm u8, k u32, pieces u32, len u64, first u32, count u32, then the carried pieces' bytes |
 //! | 2 | POS | root u32, next u64 |
-//! | 3 | START | root u32, epoch u64, seq u64, restart u8 (0/1: only for a member without a start) |
+//! | 3 | START | root u32, epoch u64, seq u64 |
 //! | 4 | SYNC | epoch u64, root u32, has u8 (0/1), start u64, next u64 |
 //! | 5 | DONE | epoch u64, root u32 |
 //! | 6 | GOT | root u32, seq u64, first u32: the DATA that asked for it arrived |
@@ -49,9 +49,6 @@ pub enum Msg {
         epoch: u64,
         /// The first sequence the member is owed.
         seq: u64,
-        /// For a member that lost its state (its link was reset): one that
-        /// still has a start ignores it.
-        restart: bool,
     },
     /// After a view change: where the sender stands in `root`'s sequence.
     Sync {
@@ -157,17 +154,11 @@ impl Msg {
                 v.extend_from_slice(&root.to_be_bytes());
                 v.extend_from_slice(&next.to_be_bytes());
             }
-            Msg::Start {
-                root,
-                epoch,
-                seq,
-                restart,
-            } => {
+            Msg::Start { root, epoch, seq } => {
                 v.push(3);
                 v.extend_from_slice(&root.to_be_bytes());
                 v.extend_from_slice(&epoch.to_be_bytes());
                 v.extend_from_slice(&seq.to_be_bytes());
-                v.push(u8::from(*restart));
             }
             Msg::Sync { epoch, root, has } => {
                 v.push(4);
@@ -244,7 +235,6 @@ impl Msg {
                 root: r.u32()?,
                 epoch: r.u64()?,
                 seq: r.u64()?,
-                restart: r.flag()?,
             },
             4 => {
                 let epoch = r.u64()?;
@@ -378,7 +368,6 @@ mod tests {
                 root: 1,
                 epoch: 3,
                 seq: 8,
-                restart: true,
             },
             Msg::Sync {
                 epoch: 4,
