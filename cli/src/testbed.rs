@@ -23,8 +23,16 @@ use std::time::{Duration, Instant};
 
 use mcast_netns::{Netns, Topology, IFNAME};
 
-/// Log lines and a signal for each new one.
-pub type SharedLog = Arc<(Mutex<Vec<String>>, Condvar)>;
+/// A child's output lines so far, and whether its end has been read.
+#[derive(Debug, Default)]
+pub struct Lines {
+    pub lines: Vec<String>,
+    /// The pipe reached its end: every line the child wrote is in `lines`.
+    pub ended: bool,
+}
+
+/// Log lines and a signal for each new one (and for the end).
+pub type SharedLog = Arc<(Mutex<Lines>, Condvar)>;
 
 /// One node's daemon.
 #[derive(Debug)]
@@ -64,7 +72,7 @@ impl Daemon {
     }
 
     pub fn log_text(&self) -> String {
-        self.log.0.lock().unwrap().join("")
+        self.log.0.lock().unwrap().lines.join("")
     }
 }
 
@@ -220,14 +228,16 @@ fn spawn(mcastd: &Path, ns: &Netns, config: &Path) -> (Child, SharedLog) {
 /// The lines of `output` (a child's stdout or stderr), collected by a thread
 /// as they come.
 pub fn collect_lines(output: impl Read + Send + 'static) -> SharedLog {
-    let log: SharedLog = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
+    let log: SharedLog = Arc::new((Mutex::new(Lines::default()), Condvar::new()));
     let sink = log.clone();
     std::thread::spawn(move || {
         for line in BufReader::new(output).lines() {
             let Ok(line) = line else { break };
-            sink.0.lock().unwrap().push(line + "\n");
+            sink.0.lock().unwrap().lines.push(line + "\n");
             sink.1.notify_all();
         }
+        sink.0.lock().unwrap().ended = true;
+        sink.1.notify_all();
     });
     log
 }
@@ -301,26 +311,36 @@ impl Cluster {
         stop_child(&mut child);
         let status = child.wait().unwrap();
         // The last lines may still be in the pipe.
-        let _ = wait_line(&d.log, "msg=stopped", Duration::from_secs(5));
+        let _ = wait_ended(&d.log, Duration::from_secs(5));
         (status, d.log_text())
     }
 }
 
 /// The first logged line containing `needle`, waiting up to `timeout` for it.
-pub fn wait_line(
-    log: &(Mutex<Vec<String>>, Condvar),
-    needle: &str,
-    timeout: Duration,
-) -> Option<String> {
+pub fn wait_line(log: &(Mutex<Lines>, Condvar), needle: &str, timeout: Duration) -> Option<String> {
     let deadline = Instant::now() + timeout;
-    let mut lines = log.0.lock().unwrap();
+    let mut got = log.0.lock().unwrap();
     loop {
-        if let Some(l) = lines.iter().find(|l| l.contains(needle)) {
+        if let Some(l) = got.lines.iter().find(|l| l.contains(needle)) {
             return Some(l.clone());
         }
         let left = deadline.checked_duration_since(Instant::now())?;
-        lines = log.1.wait_timeout(lines, left).unwrap().0;
+        got = log.1.wait_timeout(got, left).unwrap().0;
     }
+}
+
+/// Waits up to `timeout` until every line of the output has been read (the
+/// writer closed it: a child that exited); whether it was.
+pub fn wait_ended(log: &(Mutex<Lines>, Condvar), timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    let mut got = log.0.lock().unwrap();
+    while !got.ended {
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            return false;
+        };
+        got = log.1.wait_timeout(got, left).unwrap().0;
+    }
+    true
 }
 
 fn stop_child(child: &mut Child) {

@@ -48,16 +48,25 @@ impl CProgram {
     fn output(&self) -> String {
         format!(
             "stdout:\n{}stderr:\n{}",
-            self.stdout.0.lock().unwrap().join(""),
-            self.stderr.0.lock().unwrap().join("")
+            self.stdout.0.lock().unwrap().lines.join(""),
+            self.stderr.0.lock().unwrap().lines.join("")
         )
     }
 
-    /// Waits up to `timeout` for it to exit.
+    /// Waits up to `timeout` for it to exit and for its last lines (still
+    /// in the pipes when it exits) to be read.
     fn wait(&mut self, timeout: Duration) -> ExitStatus {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(s) = self.child.try_wait().unwrap() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let read = common::wait_ended(&self.stdout, left)
+                    && common::wait_ended(&self.stderr, Duration::from_secs(1));
+                assert!(
+                    read,
+                    "the C program's output never ended\n{}",
+                    self.output()
+                );
                 return s;
             }
             assert!(
