@@ -269,6 +269,9 @@ impl<T: Transport> Daemon<T> {
             if !members.is_empty() {
                 self.streams.rejoin_groups.insert(g);
             }
+            if let Some(d) = self.local[&g].mode.delivered() {
+                self.streams.note_recalled(g, d);
+            }
             self.retire(g)?;
         }
         for (_, p) in std::mem::take(&mut self.clients.pending) {

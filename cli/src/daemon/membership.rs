@@ -255,6 +255,17 @@ impl<T: Transport> Daemon<T> {
             return Ok(());
         }
         let s = self.cfg.group_settings(name);
+        let mut mode = mode::for_group(
+            &s,
+            group,
+            self.node,
+            self.incarnation,
+            self.streams.send_resume.get(&group).copied(),
+            self.cfg.beacon_us,
+        );
+        if let Some(d) = self.streams.recalled.remove(&group) {
+            mode.recall_delivered(d);
+        }
         self.engine.add_group(
             group,
             GroupOptions {
@@ -275,14 +286,7 @@ impl<T: Transport> Daemon<T> {
                 remote: Vec::new(),
                 root: None,
                 members: Vec::new(),
-                mode: mode::for_group(
-                    &s,
-                    group,
-                    self.node,
-                    self.incarnation,
-                    self.streams.send_resume.get(&group).copied(),
-                    self.cfg.beacon_us,
-                ),
+                mode,
                 paused: false,
                 slow: s.slow_subscriber,
                 closed: Vec::new(),

@@ -5,8 +5,9 @@
 //! message is delivered twice.
 //!
 //! Owns: [`Streams`]: starts waiting for their group, stopped positions,
-//! the groups a rejoin will want them for, and where this node's send
-//! streams stopped.
+//! the groups a rejoin will want them for, where this node's send
+//! streams stopped, and what each group's mode had delivered at a rejoin
+//! (for a mode that delivers by origin, not by stream: the sequenced one).
 //! Does not touch: views ([`membership`](super::membership) installs them),
 //! the send streams (the group's [`mode`](super::mode) opens them).
 
@@ -18,6 +19,7 @@ use mcast_groups::Limits;
 use mcast_wire::{GroupId, NodeId, Seq};
 
 use super::flush::Kept;
+use super::mode::Delivered;
 use super::stats::MAX_RETIRED;
 use super::Daemon;
 use crate::config::Config;
@@ -51,6 +53,10 @@ pub(super) struct Streams {
     /// within one incarnation (the streams' epoch) no sequence number names
     /// two frames.
     pub(super) send_resume: HashMap<GroupId, Seq>,
+    /// What each group's mode had delivered when this node was declared
+    /// failed ([`GroupMode::delivered`](super::mode::GroupMode::delivered)),
+    /// for the mode that carries the group again after the rejoin.
+    pub(super) recalled: HashMap<GroupId, Delivered>,
 }
 
 impl Streams {
@@ -62,6 +68,7 @@ impl Streams {
             ),
             rejoin_groups: HashSet::new(),
             send_resume: HashMap::new(),
+            recalled: HashMap::new(),
         }
     }
 
@@ -73,6 +80,16 @@ impl Streams {
             self.send_resume.clear();
         }
         self.send_resume.insert(group, seq);
+    }
+
+    /// Remembers what `group`'s mode had delivered at a rejoin.
+    pub(super) fn note_recalled(&mut self, group: GroupId, delivered: Delivered) {
+        if self.recalled.len() >= MAX_SEND_RESUME && !self.recalled.contains_key(&group) {
+            // Bounded as the send positions are: a group rejoined after
+            // this may deliver again what a paused root delivered.
+            self.recalled.clear();
+        }
+        self.recalled.insert(group, delivered);
     }
 }
 

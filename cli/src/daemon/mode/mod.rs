@@ -73,6 +73,10 @@ use super::Daemon;
 use crate::config;
 use crate::links::LinkMessage;
 
+/// Per origin node: its incarnation and the number of its next message not
+/// yet delivered here ([`GroupMode::delivered`]).
+pub type Delivered = std::collections::HashMap<NodeId, (u32, u64)>;
+
 /// What became of a message a local client published.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Published {
@@ -248,6 +252,26 @@ pub trait GroupMode: fmt::Debug {
     fn place_skipped(&mut self, sender: NodeId, notice: &[u8], out: &mut Out<'_>) -> bool {
         let _ = (sender, notice, out);
         false
+    }
+
+    /// Per origin, how far this node delivered the group's messages, taken
+    /// when this node is declared failed and rejoins: the daemon hands it
+    /// to the group's next mode ([`recall_delivered`](GroupMode::recall_delivered)),
+    /// so what the clients had before the eviction event is not delivered
+    /// again after it. None (the default) in a mode whose receive streams
+    /// already say it (the daemon keeps their stopped positions). The
+    /// sequenced mode keeps one: a root paused past the failure detector
+    /// delivers the forwards waiting for it when it wakes, and the new root
+    /// sequences the same messages again (their origins send them to it).
+    fn delivered(&self) -> Option<Delivered> {
+        None
+    }
+
+    /// What [`delivered`](GroupMode::delivered) kept, handed to the mode
+    /// that carries the group again after this node's rejoin, before any
+    /// view: messages at or below it are not delivered here again.
+    fn recall_delivered(&mut self, delivered: Delivered) {
+        let _ = delivered;
     }
 
     /// True when the mode places every view's membership event in its

@@ -23,7 +23,7 @@ use mcast_wire::{GroupId, NodeId, Seq};
 use serde_json::json;
 
 use super::send_stream::SendStream;
-use super::{GroupMode, ModeCx, Out, Published, StreamOps, To};
+use super::{Delivered, GroupMode, ModeCx, Out, Published, StreamOps, To};
 use crate::daemon::deliver::data_record;
 use crate::links::LinkMessage;
 
@@ -143,6 +143,9 @@ struct Counters {
     echoed: u64,
     /// Messages delivered or forwarded here before, dropped.
     duplicates: u64,
+    /// Messages the clients here had before this node's rejoin, not
+    /// delivered again.
+    recalled: u64,
     /// Messages of an origin that came after a hole in its numbering.
     gaps: u64,
     /// Fragments of the root's stream without a valid header, dropped.
@@ -178,6 +181,10 @@ pub struct Sequenced {
     own_queued_bytes: usize,
     /// Per origin: its incarnation and the number of its next message.
     seen: HashMap<NodeId, (u32, u64)>,
+    /// What this node's clients had before it was declared failed and
+    /// rejoined ([`GroupMode::recall_delivered`]): not delivered here again,
+    /// though a root multicasts it (the others may not have it).
+    recalled: Delivered,
     current: HashMap<NodeId, Current>,
     /// Former roots still in the view whose HANDOFF this node waits for,
     /// each with the view epoch at which it stopped being the root here:
@@ -222,6 +229,7 @@ impl Sequenced {
             own_queued: 0,
             own_queued_bytes: 0,
             seen: HashMap::new(),
+            recalled: Delivered::new(),
             current: HashMap::new(),
             former_roots: Vec::new(),
             handed_off: Vec::new(),
@@ -303,6 +311,13 @@ impl Sequenced {
         self.root == Some(self.node)
     }
 
+    /// True when this node's clients had `o` before its rejoin.
+    fn was_recalled(&self, o: Origin) -> bool {
+        self.recalled
+            .get(&o.node)
+            .is_some_and(|&(epoch, next)| epoch == o.epoch && o.seq < next)
+    }
+
     /// True when `o` was delivered here already.
     fn is_duplicate(&self, o: Origin) -> bool {
         self.seen
@@ -370,11 +385,15 @@ impl Sequenced {
         self.note_seen(o);
         self.counters.sequenced += 1;
         self.counters.sequenced_own += u64::from(o.node == self.node);
-        out(
-            data_record(cx.group, o.node, true, true),
-            msg,
-            To::AllBut(except),
-        );
+        if self.was_recalled(o) {
+            self.counters.recalled += 1;
+        } else {
+            out(
+                data_record(cx.group, o.node, true, true),
+                msg,
+                To::AllBut(except),
+            );
+        }
         Ok(Published::Sent)
     }
 
@@ -677,6 +696,30 @@ impl GroupMode for Sequenced {
         self.stream.resume_member(cx, to)
     }
 
+    /// What was delivered here (and what an earlier rejoin recalled): a
+    /// root paused past the failure detector delivers the forwards waiting
+    /// for it when it wakes, and the next root sequences them again.
+    fn delivered(&self) -> Option<Delivered> {
+        let mut d = self.recalled.clone();
+        for (&n, &(epoch, next)) in &self.seen {
+            match d.get_mut(&n) {
+                Some(at) if at.0 == epoch => at.1 = at.1.max(next),
+                Some(at) if at.0 > epoch => {}
+                _ => {
+                    d.insert(n, (epoch, next));
+                }
+            }
+        }
+        Some(d)
+    }
+
+    /// Others' messages only: this node's own of an earlier incarnation
+    /// are stale here anyway (see `deliver`).
+    fn recall_delivered(&mut self, mut delivered: Delivered) {
+        delivered.remove(&self.node);
+        self.recalled = delivered;
+    }
+
     /// A fragment of a root's stream: the first of a message names its
     /// origin (a message delivered here before is skipped whole); the
     /// message goes to the local members as the origin's.
@@ -689,6 +732,11 @@ impl GroupMode for Sequenced {
                 }
                 Some((o, _)) if self.is_duplicate(o) => {
                     self.counters.duplicates += 1;
+                    Current::Skip
+                }
+                Some((o, _)) if self.was_recalled(o) => {
+                    self.note_seen(o);
+                    self.counters.recalled += 1;
                     Current::Skip
                 }
                 Some((o, _)) if o.node == self.node && o.epoch != self.epoch => {
@@ -849,6 +897,7 @@ impl GroupMode for Sequenced {
             "sequenced_own": c.sequenced_own,
             "echoed": c.echoed,
             "duplicates": c.duplicates,
+            "recalled": c.recalled,
             "gaps": c.gaps,
             "malformed": c.malformed,
             "stale_own": c.stale_own,

@@ -315,6 +315,82 @@ fn its_own_messages_from_before_a_rejoin_are_not_delivered_here() {
     assert_eq!(mode.stats_json()["stale_own"], 1);
 }
 
+#[test]
+fn what_a_paused_root_delivered_before_the_rejoin_is_not_delivered_again() {
+    // Node 2 is the root; paused past the failure detector, it wakes and
+    // sequences node 3's forwards 0-2 that waited for it, delivering them
+    // here, before it learns it was declared failed.
+    let mut root = Sequenced::new(2, 7, Seq(0));
+    let (mut streams, mut outbox, mut got): (Fake, Vec<_>, Got) = Default::default();
+    let remote = [1, 3];
+    {
+        let mut c = cx(2, &remote, &mut streams, &mut outbox);
+        c.root = Some(2);
+        let mut out = |h: RecordHeader, d: &[u8], e: To| got.push((h, d.to_vec(), e.except()));
+        root.members_changed(&mut c, &[]).unwrap();
+        for n in [1, 3] {
+            root.on_link(&mut c, n, &word(TAG_READY, 1), &mut out)
+                .unwrap();
+        }
+        for seq in 0..3 {
+            root.on_link(&mut c, 3, &forward(3, seq, b"m"), &mut out)
+                .unwrap();
+        }
+    }
+    assert_eq!(got.len(), 3);
+    // The rejoin: a new incarnation carries the group again with what the
+    // old one delivered. Node 1's stream, the new root's, brings 0-4 of
+    // node 3 (node 3 sent its unechoed ones to node 1): only 3 and 4 are
+    // new here.
+    let mut mode = Sequenced::new(2, 8, Seq(0));
+    mode.recall_delivered(root.delivered().unwrap());
+    let mut got: Got = Vec::new();
+    let mut out = |h: RecordHeader, d: &[u8], e: To| got.push((h, d.to_vec(), e.except()));
+    for seq in 0..5 {
+        mode.deliver(
+            &frag(1, true, true, &framed(TAG_DATA, 3, seq, b"m")),
+            &mut out,
+        );
+    }
+    let seqs = |got: &Got| -> Vec<u8> { got.iter().map(|(_, d, _)| d[0]).collect() };
+    assert_eq!(got.len(), 2, "{:?}", seqs(&got));
+    assert_eq!(mode.stats_json()["recalled"], 3);
+    // Should this node become the root before node 1 sequenced them, it
+    // multicasts them for the others but does not deliver them here.
+    let mut mode = Sequenced::new(2, 8, Seq(0));
+    mode.recall_delivered(root.delivered().unwrap());
+    let (mut streams, mut outbox, mut got): (Fake, Vec<_>, Got) = Default::default();
+    {
+        let mut c = cx(2, &remote, &mut streams, &mut outbox);
+        c.root = Some(2);
+        let mut out = |h: RecordHeader, d: &[u8], e: To| got.push((h, d.to_vec(), e.except()));
+        mode.members_changed(&mut c, &[]).unwrap();
+        for n in [1, 3] {
+            mode.on_link(&mut c, n, &word(TAG_READY, 1), &mut out)
+                .unwrap();
+        }
+        for seq in 1..4 {
+            mode.on_link(
+                &mut c,
+                3,
+                &encode_forward(
+                    Origin {
+                        node: 3,
+                        epoch: 7,
+                        seq,
+                    },
+                    1,
+                    b"m",
+                ),
+                &mut out,
+            )
+            .unwrap();
+        }
+    }
+    assert_eq!(streams.published.len(), 3);
+    assert_eq!(got.len(), 1, "only message 3 is new here");
+}
+
 fn at_seq(seq: u32) -> StreamStart {
     StreamStart {
         epoch: 7,
