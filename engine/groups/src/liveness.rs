@@ -118,6 +118,16 @@ impl Liveness {
         self.detector.next_deadline()
     }
 
+    /// True when this node declared `node` failed in the incarnation it
+    /// still has: it has not come back as a new one yet (its beats are
+    /// telling it to). What it says about groups meanwhile comes from a
+    /// state every view has moved on from: a paused node wakes with work
+    /// its old incarnation then sends. (Set only while this node sees a
+    /// majority, as the telling is.)
+    pub fn declared_failed(&self, node: NodeId) -> bool {
+        self.evicted.contains_key(&node)
+    }
+
     /// After a rejoin: a new incarnation, so every peer drops the old state.
     pub fn rejoined(&mut self) {
         self.incarnation += 1;
@@ -254,5 +264,45 @@ impl Liveness {
             b[14..18].copy_from_slice(&inc.to_be_bytes());
         }
         b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A beat payload of incarnation `inc`, as node `from` sends it.
+    fn beat(inc: u32) -> [u8; BEAT_LEN] {
+        let mut b = [0u8; BEAT_LEN];
+        b[0] = BEAT;
+        b[1..5].copy_from_slice(&inc.to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn a_peer_is_declared_failed_until_its_beats_carry_a_new_incarnation() {
+        let mut live = Liveness::new(1, &[2, 3], DetectorConfig::default(), 0);
+        let reg = (1, 0);
+        let mut out = Vec::new();
+        live.on_beat(2, &beat(5), 0, reg, &mut out);
+        live.on_beat(3, &beat(9), 0, reg, &mut out);
+        // Node 3 beats on, node 2 falls silent past the detection bound.
+        let step = live.detector.config().interval;
+        let mut now = 0;
+        while !out.contains(&LiveEvent::Failed(2)) {
+            assert!(now < 100 * step, "node 2 never failed: {out:?}");
+            now += step / 2;
+            live.on_beat(3, &beat(9), now, reg, &mut out);
+            live.poll(now, reg, &mut out);
+        }
+        assert!(live.declared_failed(2) && !live.declared_failed(3));
+        // Heard again in the same incarnation (a pause): still failed here,
+        // and told so; its new incarnation ends it.
+        out.clear();
+        live.on_beat(2, &beat(5), now, reg, &mut out);
+        assert!(live.declared_failed(2));
+        live.on_beat(2, &beat(6), now + 1, reg, &mut out);
+        assert!(out.contains(&LiveEvent::Restarted(2)), "{out:?}");
+        assert!(!live.declared_failed(2));
     }
 }
