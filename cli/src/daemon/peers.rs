@@ -183,6 +183,16 @@ impl<T: Transport> Daemon<T> {
         for (from, bytes) in inbound {
             self.live.tracker.heard(from, now);
             self.counters.link_messages_received += 1;
+            if self.live.tracker.declared_failed(from) {
+                // Its old incarnation, woken from a pause: every view it
+                // was in has moved on without it, and its beats are telling
+                // it to rejoin as a new one. Taken, its SYNC had the agent
+                // add its members back with their streams far behind (the
+                // members skipped what they missed), and its FORWARDs went
+                // to a sequenced root as a departed origin's.
+                self.counters.link_messages_from_failed += 1;
+                continue;
+            }
             match LinkMessage::decode(&bytes) {
                 Ok(LinkMessage::Groups(b)) => {
                     if let Err(e) = self.groups.handle_message(from, &b) {

@@ -48,6 +48,9 @@ pub struct DaemonCounters {
     pub local_loopback: u64,
     pub link_messages_sent: u64,
     pub link_messages_received: u64,
+    /// Link messages from a peer this node declared failed, before it came
+    /// back as a new incarnation: dropped (`Liveness::declared_failed`).
+    pub link_messages_from_failed: u64,
     pub link_errors: u64,
     /// Mode messages kept because their group was not carried here yet.
     pub mode_messages_early: u64,
@@ -57,9 +60,6 @@ pub struct DaemonCounters {
     /// that then carried the group takes none
     /// (`GroupMode::takes_early_messages`).
     pub mode_messages_stale: u64,
-    /// Mode messages from a peer this node declared failed, before it came
-    /// back as a new incarnation: dropped (`Liveness::declared_failed`).
-    pub mode_messages_from_failed: u64,
     pub link_backlog_drops: u64,
     pub group_pauses: u64,
     pub suspicions: u64,
@@ -233,9 +233,9 @@ impl<T: Transport> Daemon<T> {
             "fragments_delivered": c.fragments_delivered, "fragments_overflowed": c.fragments_overflowed,
             "local_loopback": c.local_loopback, "link_messages_sent": c.link_messages_sent,
             "link_messages_received": c.link_messages_received, "link_errors": c.link_errors,
+            "link_messages_from_failed": c.link_messages_from_failed,
             "mode_messages_early": c.mode_messages_early,
             "mode_messages_stale": c.mode_messages_stale,
-            "mode_messages_from_failed": c.mode_messages_from_failed,
             "link_backlog_drops": c.link_backlog_drops, "group_pauses": c.group_pauses,
             "suspicions": c.suspicions, "probes_sent": c.probes_sent,
             "probes_answered": c.probes_answered, "nodes_failed": c.nodes_failed,

@@ -740,14 +740,6 @@ impl<T: Transport> Daemon<T> {
     /// node does not carry yet is kept until it does (its mode may need
     /// it: a broadcast group's first messages and starts).
     pub(super) fn mode_message(&mut self, from: NodeId, group: GroupId, body: &[u8]) {
-        if self.live.tracker.declared_failed(from) {
-            // Its old incarnation, woken from a pause: every view it was
-            // in has moved on without it, and it rejoins as a new one. A
-            // sequenced root took its FORWARDs as a departed origin's and
-            // delivered them after the event that named it joined again.
-            self.counters.mode_messages_from_failed += 1;
-            return;
-        }
         if !self.local.contains_key(&group) {
             if self.mode_early.is_stale(group) {
                 self.counters.mode_messages_stale += 1;
