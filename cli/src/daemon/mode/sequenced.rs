@@ -313,9 +313,12 @@ impl Sequenced {
 
     /// True when this node's clients had `o` before its rejoin.
     fn was_recalled(&self, o: Origin) -> bool {
-        self.recalled
-            .get(&o.node)
-            .is_some_and(|&(epoch, next)| epoch == o.epoch && o.seq < next)
+        // Empty but after a rejoin: no lookup per message otherwise.
+        !self.recalled.is_empty()
+            && self
+                .recalled
+                .get(&o.node)
+                .is_some_and(|&(epoch, next)| epoch == o.epoch && o.seq < next)
     }
 
     /// True when `o` was delivered here already.
