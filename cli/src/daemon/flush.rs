@@ -242,6 +242,7 @@ impl<T: Transport> Daemon<T> {
             if self.flush.flushes.pending_in(key.group) {
                 continue;
             }
+            self.poll_mode(key.group, now)?;
             let Some(lg) = self.local.get_mut(&key.group) else {
                 continue;
             };

@@ -790,24 +790,34 @@ impl<T: Transport> Daemon<T> {
             .map(|(&g, _)| g)
             .collect();
         for group in groups {
-            let polled = self.with_mode(group, |m, cx, out| {
-                m.poll(cx, now, out).map(|w| (w, m.silent(now)))
-            });
-            let Some((w, silent)) = polled.transpose()? else {
-                continue;
-            };
-            work |= w;
-            for n in silent {
-                let registry = self.groups.registry_epoch();
-                let events = &mut self.live.events;
-                let why = mcast_groups::liveness::Report::Silent;
-                if self.live.tracker.reported(n, why, now, registry, events) {
-                    self.counters.beacon_suspicions += 1;
-                    self.log.info(
-                        "a total-order group waited ten beacon intervals on a peer that sent nothing: probing it",
-                        &[("node", &n), ("group", &group)],
-                    );
-                }
+            work |= self.poll_mode(group, now)?;
+        }
+        Ok(work)
+    }
+
+    /// Polls `group`'s mode: its timers and held work, and what it reports
+    /// silent to the failure detector. Also called as soon as the group's
+    /// last flush ends, before any frame is delivered: a mode that keeps
+    /// departed nodes until no flush runs (the total-order mode's barrier)
+    /// lets them go before a new incarnation's stream, started as the
+    /// flush ended, brings stamps it would take for the old one's.
+    pub(super) fn poll_mode(&mut self, group: GroupId, now: u64) -> Result<bool, EngineError> {
+        let polled = self.with_mode(group, |m, cx, out| {
+            m.poll(cx, now, out).map(|w| (w, m.silent(now)))
+        });
+        let Some((work, silent)) = polled.transpose()? else {
+            return Ok(false);
+        };
+        for n in silent {
+            let registry = self.groups.registry_epoch();
+            let events = &mut self.live.events;
+            let why = mcast_groups::liveness::Report::Silent;
+            if self.live.tracker.reported(n, why, now, registry, events) {
+                self.counters.beacon_suspicions += 1;
+                self.log.info(
+                    "a total-order group waited ten beacon intervals on a peer that sent nothing: probing it",
+                    &[("node", &n), ("group", &group)],
+                );
             }
         }
         Ok(work)

@@ -30,7 +30,7 @@ use crate::links::LinkMessage;
 /// Bytes before the message: tag, origin node, origin epoch, origin sequence.
 pub const HEADER_LEN: usize = 1 + 4 + 4 + 8;
 /// A message in the root's stream.
-const TAG_DATA: u8 = b'S';
+pub const TAG_DATA: u8 = b'S';
 /// A member's message on its way to the root (a link message's body).
 const TAG_FORWARD: u8 = b'F';
 /// A former root to the members: every member holds its stream to its end
@@ -82,20 +82,37 @@ pub fn decode(tag: u8, buf: &[u8]) -> Option<(Origin, &[u8])> {
 }
 
 /// A FORWARD's bytes: the header with tag `F`, then `base` (u64), then
-/// the message.
-pub fn encode_forward(origin: Origin, base: u64, msg: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(HEADER_LEN + 8 + msg.len());
+/// the epoch of the view the member sent it in (u64), then the message.
+pub fn encode_forward(origin: Origin, base: u64, view: u64, msg: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(HEADER_LEN + 16 + msg.len());
     encode(TAG_FORWARD, origin, &[], &mut v);
     v.extend_from_slice(&base.to_be_bytes());
+    v.extend_from_slice(&view.to_be_bytes());
     v.extend_from_slice(msg);
     v
 }
 
-/// The origin, base and message of a FORWARD.
-pub fn decode_forward(buf: &[u8]) -> Option<(Origin, u64, &[u8])> {
-    let (o, rest) = decode(TAG_FORWARD, buf)?;
+/// What a FORWARD carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Forward<'a> {
+    pub origin: Origin,
+    pub base: u64,
+    /// The epoch of the view its member sent it in.
+    pub view: u64,
+    pub msg: &'a [u8],
+}
+
+/// A FORWARD's fields (None: malformed, or `base` beyond its sequence).
+pub fn decode_forward(buf: &[u8]) -> Option<Forward<'_>> {
+    let (origin, rest) = decode(TAG_FORWARD, buf)?;
     let base = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
-    (base <= o.seq).then_some((o, base, &rest[8..]))
+    let view = u64::from_be_bytes(rest.get(8..16)?.try_into().ok()?);
+    (base <= origin.seq).then_some(Forward {
+        origin,
+        base,
+        view,
+        msg: &rest[16..],
+    })
 }
 
 /// A message held here: this node's own on its way through the root, or a
@@ -106,6 +123,9 @@ struct Held {
     /// The origin's oldest message on its way when it sent this one: those
     /// before came back to it through a root. (Its own, here: itself.)
     base: u64,
+    /// The epoch of the view its member sent it in (the root's own: the
+    /// root's view then).
+    view: u64,
     /// The local client that published it (it does not get it back).
     from: Option<ClientId>,
     msg: Vec<u8>,
@@ -116,6 +136,9 @@ struct Held {
 enum Readiness {
     Ready,
     Duplicate,
+    /// Of an earlier incarnation of its origin than one already
+    /// multicast: after it, it would reorder the origin's messages.
+    Stale,
     Wait,
 }
 
@@ -157,6 +180,9 @@ struct Counters {
     dropped: u64,
     /// HANDOFFs sent as a former root.
     handoffs: u64,
+    /// Forwards of an origin's earlier incarnation, dropped (one of its
+    /// next was multicast, or it came back as a new member).
+    stale: u64,
 }
 
 /// A group in the root's order.
@@ -207,8 +233,17 @@ pub struct Sequenced {
     early_ready: Vec<(NodeId, u64)>,
     /// A new view here: READY is owed to the root once no flush runs.
     ready_owed: bool,
+    /// The root moved: this node's messages still on their way go to the
+    /// new root once it knows which of them an earlier root multicast (no
+    /// flush runs here and every former root still in the view handed
+    /// off), and before its READY.
+    resend_owed: bool,
     /// The view's other nodes at the last view change.
     last_remote: Vec<NodeId>,
+    /// Nodes that left the view here, each with the epoch of the view that
+    /// removed it: its forwards sent in earlier views are its old
+    /// incarnation's (a new one forwards from the view that adds it).
+    removed_at: HashMap<NodeId, u64>,
     /// The buffer a message is framed in for the root's stream.
     scratch: Vec<u8>,
     counters: Counters,
@@ -238,7 +273,9 @@ impl Sequenced {
             awaiting_ready: Vec::new(),
             early_ready: Vec::new(),
             ready_owed: false,
+            resend_owed: false,
             last_remote: Vec::new(),
+            removed_at: HashMap::new(),
             scratch: Vec::new(),
             counters: Counters::default(),
         }
@@ -265,7 +302,8 @@ impl Sequenced {
     /// departed roots' last ones).
     fn send_ready(&mut self, cx: &mut ModeCx<'_>) -> bool {
         let root = cx.root.unwrap_or(cx.node);
-        if !self.ready_owed || !cx.settled || root == cx.node {
+        self.send_resend(cx);
+        if !self.ready_owed || self.resend_owed || !cx.settled || root == cx.node {
             return false;
         }
         self.ready_owed = false;
@@ -279,6 +317,20 @@ impl Sequenced {
             },
         ));
         true
+    }
+
+    /// As a member whose root moved: once every earlier root's stream has
+    /// ended here (flushed, or handed off), this node knows which of its
+    /// messages one multicast; the others go to the new root. (Sent at
+    /// once, a message an earlier root multicast before a root that joined
+    /// later started its stream would be taken by that root as new, and
+    /// delivered to its clients out of the order.)
+    fn send_resend(&mut self, cx: &mut ModeCx<'_>) {
+        let root = cx.root.unwrap_or(cx.node);
+        if self.resend_owed && cx.settled && self.former_roots.is_empty() && root != cx.node {
+            self.resend_owed = false;
+            self.resend(cx, root);
+        }
     }
 
     /// As a former root: once every member holds this node's stream to its
@@ -406,9 +458,16 @@ impl Sequenced {
     /// duplicate, or one that must wait for those before it (a forward that
     /// came to this node in an earlier root's term, before its origin sent
     /// its earlier messages here again). A departed origin's messages wait
-    /// for nothing: what is missing before them is lost with it.
-    fn readiness(&self, o: Origin, base: u64, remote: &[NodeId]) -> Readiness {
-        let departed = o.node != self.node && !remote.contains(&o.node);
+    /// for nothing: what is missing before them is lost with it. One sent
+    /// in a view this node has not installed yet waits for it (a joining
+    /// member's: sequenced before this root's stream starts for the member,
+    /// it would not reach the member's own clients).
+    fn readiness(&self, h: &Held, cx: &ModeCx<'_>) -> Readiness {
+        let (o, base) = (h.origin, h.base);
+        if h.view > cx.view_epoch && !self.is_duplicate(o) {
+            return Readiness::Wait;
+        }
+        let departed = o.node != self.node && !cx.remote.contains(&o.node);
         match self.seen.get(&o.node) {
             Some(&(epoch, next)) if epoch == o.epoch => {
                 if o.seq < next {
@@ -419,7 +478,7 @@ impl Sequenced {
                     Readiness::Wait
                 }
             }
-            Some(&(epoch, _)) if epoch > o.epoch => Readiness::Ready,
+            Some(&(epoch, _)) if epoch > o.epoch => Readiness::Stale,
             _ if o.seq == base || departed => Readiness::Ready,
             _ => Readiness::Wait,
         }
@@ -436,15 +495,14 @@ impl Sequenced {
         let mut work = false;
         let mut i = 0;
         while i < self.queue.len() {
-            let h = &self.queue[i];
-            match self.readiness(h.origin, h.base, cx.remote) {
+            match self.readiness(&self.queue[i], cx) {
                 Readiness::Wait => {
                     i += 1;
                     continue;
                 }
-                Readiness::Duplicate => {
+                r @ (Readiness::Duplicate | Readiness::Stale) => {
                     let h = self.queue.remove(i).expect("in the queue");
-                    self.counters.duplicates += 1;
+                    self.count_dropped(r);
                     self.unqueued(&h);
                     continue;
                 }
@@ -470,6 +528,14 @@ impl Sequenced {
         Ok(work)
     }
 
+    /// A forward dropped as a duplicate or stale.
+    fn count_dropped(&mut self, r: Readiness) {
+        match r {
+            Readiness::Stale => self.counters.stale += 1,
+            _ => self.counters.duplicates += 1,
+        }
+    }
+
     /// `h` left the queue.
     fn unqueued(&mut self, h: &Held) {
         self.queue_bytes -= h.msg.len();
@@ -493,7 +559,8 @@ impl Sequenced {
         self.pending_bytes = self.pending.iter().map(|h| h.msg.len()).sum();
         let base = self.pending.front().map(|h| h.origin.seq);
         for h in &self.pending {
-            let body = encode_forward(h.origin, base.unwrap_or(h.origin.seq), &h.msg);
+            let base = base.unwrap_or(h.origin.seq);
+            let body = encode_forward(h.origin, base, cx.view_epoch, &h.msg);
             cx.outbox.push((
                 root,
                 LinkMessage::Mode {
@@ -550,6 +617,7 @@ impl GroupMode for Sequenced {
             self.queue.push_back(Held {
                 origin: o,
                 base: o.seq,
+                view: cx.view_epoch,
                 from: Some(from),
                 msg: msg.to_vec(),
             });
@@ -561,21 +629,25 @@ impl GroupMode for Sequenced {
         }
         self.next += 1;
         let base = self.pending.front().map_or(o.seq, |h| h.origin.seq);
-        cx.outbox.push((
-            root,
-            LinkMessage::Mode {
-                group: cx.group,
-                body: encode_forward(o, base, msg),
-            },
-        ));
+        // (While a resend is owed it goes with the resend.)
+        if !self.resend_owed {
+            cx.outbox.push((
+                root,
+                LinkMessage::Mode {
+                    group: cx.group,
+                    body: encode_forward(o, base, cx.view_epoch, msg),
+                },
+            ));
+            self.counters.forwarded += 1;
+        }
         self.pending.push_back(Held {
             origin: o,
             base,
+            view: cx.view_epoch,
             from: Some(from),
             msg: msg.to_vec(),
         });
         self.pending_bytes += msg.len();
-        self.counters.forwarded += 1;
         Ok(Published::Sent)
     }
 
@@ -623,6 +695,7 @@ impl GroupMode for Sequenced {
             };
             self.root = Some(root);
             if root == cx.node {
+                self.resend_owed = false;
                 for mut h in std::mem::take(&mut self.pending).into_iter().rev() {
                     // Its own go in its order: each is ready in its turn.
                     h.base = h.origin.seq;
@@ -642,7 +715,7 @@ impl GroupMode for Sequenced {
                     }
                     (self.queue_bytes, self.own_queued, self.own_queued_bytes) = (0, 0, 0);
                 }
-                self.resend(cx, root);
+                self.resend_owed = true;
             }
         }
         // The root multicasts once every member is READY for this view: its
@@ -665,6 +738,27 @@ impl GroupMode for Sequenced {
             self.awaiting_ready.clear();
         }
         self.ready_owed = root != cx.node;
+        // A node that left and is back is a new incarnation: what its old
+        // one forwarded and is still queued is lost with it (sequenced
+        // now, it could follow the new one's messages).
+        for n in self.last_remote.iter().filter(|n| !cx.remote.contains(n)) {
+            self.removed_at.insert(*n, cx.view_epoch);
+        }
+        let back: Vec<(NodeId, u64)> = cx
+            .remote
+            .iter()
+            .filter_map(|n| Some((*n, self.removed_at.remove(n)?)))
+            .collect();
+        if !back.is_empty() {
+            let before = self.queue.len();
+            self.queue.retain(|h| {
+                !back
+                    .iter()
+                    .any(|&(n, at)| h.origin.node == n && h.view < at)
+            });
+            self.counters.stale += (before - self.queue.len()) as u64;
+            self.queue_bytes = self.queue.iter().map(|h| h.msg.len()).sum();
+        }
         self.last_remote = cx.remote.to_vec();
         // A former root that left: its flush ends its stream instead.
         let remote = cx.remote;
@@ -821,19 +915,29 @@ impl GroupMode for Sequenced {
                 self.handed_off.retain(|&(n, _)| n != from);
                 self.handed_off.push((from, epoch));
             }
+            // (A member's resend and READY may wait for it.)
+            self.send_ready(cx);
             return self.drain(cx, out).map(|_| ()).map_err(|e| e.to_string());
         }
-        let (o, base, msg) =
+        let f =
             decode_forward(body).ok_or_else(|| format!("a malformed forward from node {from}"))?;
+        let (o, msg) = (f.origin, f.msg);
         if o.node != from {
             return Err(format!(
                 "node {from} forwarded a message of node {}",
                 o.node
             ));
         }
-        let ready = self.readiness(o, base, cx.remote);
-        if ready == Readiness::Duplicate {
-            self.counters.duplicates += 1;
+        let held = |msg: Vec<u8>| Held {
+            origin: o,
+            base: f.base,
+            view: f.view,
+            from: None,
+            msg,
+        };
+        let ready = self.readiness(&held(Vec::new()), cx);
+        if matches!(ready, Readiness::Duplicate | Readiness::Stale) {
+            self.count_dropped(ready);
             return Ok(());
         }
         if self.may_sequence(cx) && self.queue.is_empty() && ready == Readiness::Ready {
@@ -850,17 +954,15 @@ impl GroupMode for Sequenced {
             }
         }
         self.queue_bytes += msg.len();
-        self.queue.push_back(Held {
-            origin: o,
-            base,
-            from: None,
-            msg: msg.to_vec(),
-        });
+        self.queue.push_back(held(msg.to_vec()));
         self.drain(cx, out).map(|_| ()).map_err(|e| e.to_string())
     }
 
     fn wants_round(&self) -> bool {
-        self.is_root() && !self.queue.is_empty() || self.handing_off.is_some() || self.ready_owed
+        self.is_root() && !self.queue.is_empty()
+            || self.handing_off.is_some()
+            || self.ready_owed
+            || self.resend_owed
     }
 
     fn poll(
@@ -906,6 +1008,7 @@ impl GroupMode for Sequenced {
             "stale_own": c.stale_own,
             "dropped": c.dropped,
             "handoffs": c.handoffs,
+            "stale": c.stale,
             "awaiting": self.former_roots.iter().map(|&(n, _)| n).collect::<Vec<_>>(),
             "awaiting_ready": self.awaiting_ready,
         })

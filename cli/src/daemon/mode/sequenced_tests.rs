@@ -50,14 +50,15 @@ fn framed(tag: u8, node: NodeId, seq: u64, msg: &[u8]) -> Vec<u8> {
     v
 }
 
-/// A FORWARD of node `node`'s message `seq`, its oldest on the way.
+/// A FORWARD of node `node`'s message `seq`, its oldest on the way, sent
+/// in the first view.
 fn forward(node: NodeId, seq: u64, msg: &[u8]) -> Vec<u8> {
     let o = Origin {
         node,
         epoch: 7,
         seq,
     };
-    encode_forward(o, seq, msg)
+    encode_forward(o, seq, 1, msg)
 }
 
 /// A READY or HANDOFF for view epoch `epoch`.
@@ -86,16 +87,22 @@ fn the_header_round_trips_and_a_short_or_foreign_buffer_is_refused() {
     assert_eq!((o.node, o.epoch, o.seq, msg), (4, 7, 1 << 40, &b"hi"[..]));
     assert!(decode(TAG_FORWARD, &v).is_none());
     assert!(decode(TAG_DATA, &v[..HEADER_LEN - 1]).is_none());
-    // A FORWARD carries its base, never past its own number.
+    // A FORWARD carries its base, never past its own number, and its view.
     let o = Origin {
         node: 4,
         epoch: 7,
         seq: 9,
     };
-    let f = encode_forward(o, 5, b"m");
-    assert_eq!(decode_forward(&f), Some((o, 5, &b"m"[..])));
-    assert!(decode_forward(&encode_forward(o, 10, b"m")).is_none());
-    assert!(decode_forward(&f[..HEADER_LEN + 7]).is_none());
+    let f = encode_forward(o, 5, 1 << 33, b"m");
+    let want = Forward {
+        origin: o,
+        base: 5,
+        view: 1 << 33,
+        msg: b"m",
+    };
+    assert_eq!(decode_forward(&f), Some(want));
+    assert!(decode_forward(&encode_forward(o, 10, 1, b"m")).is_none());
+    assert!(decode_forward(&f[..HEADER_LEN + 15]).is_none());
 }
 
 #[test]
@@ -385,6 +392,7 @@ fn what_a_paused_root_delivered_before_the_rejoin_is_not_delivered_again() {
                         seq,
                     },
                     1,
+                    1,
                     &[b'0' + seq as u8],
                 ),
                 &mut out,
@@ -401,4 +409,130 @@ fn at_seq(seq: u32) -> StreamStart {
         epoch: 7,
         seq: Seq(seq),
     }
+}
+
+/// A FORWARD with every field given.
+fn forward_of(o: (NodeId, u32, u64), base: u64, view: u64, msg: &[u8]) -> Vec<u8> {
+    let (node, epoch, seq) = o;
+    encode_forward(Origin { node, epoch, seq }, base, view, msg)
+}
+
+#[test]
+fn a_root_holds_a_forward_of_a_view_it_lacks_and_drops_an_old_incarnations() {
+    let mut mode = Sequenced::new(1, 7, Seq(0));
+    let (mut streams, mut outbox, mut got): (Fake, Vec<_>, Got) = Default::default();
+    let mut out = |h: RecordHeader, d: &[u8], e: To| got.push((h, d.to_vec(), e.except()));
+    let mut c = cx(1, &[2, 3], &mut streams, &mut outbox);
+    mode.members_changed(&mut c, &[]).unwrap();
+    for n in [2, 3] {
+        mode.on_link(&mut c, n, &word(TAG_READY, 1), &mut out)
+            .unwrap();
+    }
+    // Node 4 joined in view 2, which has not reached the root: sequenced
+    // now, it would come before the root's stream starts for node 4.
+    mode.on_link(&mut c, 4, &forward_of((4, 1, 0), 0, 2, b"new"), &mut out)
+        .unwrap();
+    // Node 3's message 5, sent after its 4 (which has not come): it waits.
+    mode.on_link(&mut c, 3, &forward_of((3, 7, 5), 4, 1, b"old"), &mut out)
+        .unwrap();
+    assert_eq!(mode.stats_json()["sequenced"], 0);
+    c.view_epoch = 2;
+    c.remote = &[2, 3, 4];
+    mode.members_changed(&mut c, &[4]).unwrap();
+    mode.poll(&mut c, 0, &mut out).unwrap();
+    assert_eq!(
+        mode.stats_json()["sequenced"],
+        1,
+        "node 4's, once the view has it"
+    );
+    // Node 3 leaves (evicted) and comes back as a new incarnation before
+    // the root could multicast its waiting message (no READY yet): that
+    // one is lost with the old incarnation, not sequenced after the new
+    // one's.
+    c.view_epoch = 3;
+    c.remote = &[2, 4];
+    mode.members_changed(&mut c, &[]).unwrap();
+    c.view_epoch = 4;
+    c.remote = &[2, 3, 4];
+    mode.members_changed(&mut c, &[3]).unwrap();
+    let s = mode.stats_json();
+    assert_eq!(
+        (s["stale"].as_u64(), s["queued"].as_u64()),
+        (Some(1), Some(0))
+    );
+    for n in [2, 4] {
+        mode.on_link(&mut c, n, &word(TAG_READY, 4), &mut out)
+            .unwrap();
+    }
+    mode.on_link(
+        &mut c,
+        3,
+        &forward_of((3, 8, 0), 0, 4, b"3 again"),
+        &mut out,
+    )
+    .unwrap();
+    // A late one of the old incarnation, after the new one's: dropped.
+    mode.on_link(&mut c, 3, &forward_of((3, 7, 6), 6, 1, b"late"), &mut out)
+        .unwrap();
+    mode.poll(&mut c, 0, &mut out).unwrap();
+    assert_eq!(
+        streams.published,
+        [
+            framed_as(TAG_DATA, (4, 1, 0), b"new"),
+            framed_as(TAG_DATA, (3, 8, 0), b"3 again"),
+        ]
+    );
+    let s = mode.stats_json();
+    assert_eq!(
+        (s["stale"].as_u64(), s["queued"].as_u64()),
+        (Some(2), Some(0))
+    );
+}
+
+/// [`framed`] of any origin.
+fn framed_as(tag: u8, o: (NodeId, u32, u64), msg: &[u8]) -> Vec<u8> {
+    let (node, epoch, seq) = o;
+    let mut v = Vec::new();
+    encode(tag, Origin { node, epoch, seq }, msg, &mut v);
+    v
+}
+
+#[test]
+fn a_member_sends_the_new_root_only_what_the_former_root_did_not_multicast() {
+    let mut mode = Sequenced::new(2, 7, Seq(0));
+    let (mut streams, mut outbox, mut got): (Fake, Vec<_>, Got) = Default::default();
+    let mut out = |h: RecordHeader, d: &[u8], e: To| got.push((h, d.to_vec(), e.except()));
+    let mut c = cx(2, &[1, 3], &mut streams, &mut outbox);
+    mode.members_changed(&mut c, &[]).unwrap();
+    mode.publish(&mut c, ClientId(5), b"a", &mut out).unwrap();
+    c.outbox.clear();
+    // The root moves to node 3; node 1 stays, and its stream may still
+    // hold "a" (a root that joined later would not know it, and would
+    // multicast it again as new): nothing goes to node 3 until node 1 has
+    // handed off, not even what is published meanwhile.
+    c.root = Some(3);
+    c.view_epoch = 2;
+    mode.members_changed(&mut c, &[]).unwrap();
+    mode.publish(&mut c, ClientId(5), b"b", &mut out).unwrap();
+    assert!(c.outbox.is_empty() && mode.wants_round());
+    mode.deliver(
+        &frag(1, true, true, &framed(TAG_DATA, 2, 0, b"a")),
+        &mut out,
+    );
+    mode.poll(&mut c, 0, &mut out).unwrap();
+    assert!(c.outbox.is_empty());
+    mode.on_link(&mut c, 1, &word(TAG_HANDOFF, 2), &mut out)
+        .unwrap();
+    assert_eq!(tags(c.outbox), [(3, TAG_FORWARD), (3, TAG_READY)]);
+    match &c.outbox[0].1 {
+        LinkMessage::Mode { body, .. } => {
+            assert_eq!(*body, forward_of((2, 7, 1), 1, 2, b"b"))
+        }
+        other => panic!("{other:?}"),
+    }
+    let s = mode.stats_json();
+    assert_eq!(
+        (s["forwarded"].as_u64(), s["resent"].as_u64()),
+        (Some(1), Some(1))
+    );
 }

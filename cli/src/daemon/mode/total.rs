@@ -174,6 +174,10 @@ struct PendingEvent {
     /// Nodes gone from the view: their messages stamped above the event's
     /// place are dropped everywhere (their failure stamp).
     gone: Vec<NodeId>,
+    /// The held messages of gone nodes that came back as new members
+    /// before the event's place was known: those above it are dropped (the
+    /// new incarnation's are not cut).
+    gone_keys: Vec<Key>,
     /// The largest of the stamps known so far: the event's place is at
     /// or above it.
     at: u64,
@@ -235,6 +239,10 @@ pub struct TotalOrder {
     senders: Least,
     /// Nodes gone from the view, still in the barrier until no flush runs.
     departing: Vec<NodeId>,
+    /// The epoch of the view each departing node left in: a stamp of it
+    /// for that view or a later one is a new incarnation's (the old one
+    /// never installed the view), kept until the view adds it again.
+    departed_in: BTreeMap<NodeId, u64>,
     /// What came from nodes not in the barrier here (their stream started
     /// before the view that adds them reached this node), in order: (stamp,
     /// view epoch, the message or None for a beacon). Taken in when the
@@ -328,6 +336,7 @@ impl TotalOrder {
             beacon_ns,
             senders: Least::default(),
             departing: Vec::new(),
+            departed_in: BTreeMap::new(),
             early: BTreeMap::new(),
             early_bytes: 0,
             joined_epoch: None,
@@ -571,6 +580,9 @@ impl TotalOrder {
     fn place_events(&mut self) {
         while self.events.front().is_some_and(|e| e.first_from.is_empty()) {
             let e = self.events.pop_front().expect("there");
+            for k in e.gone_keys.into_iter().filter(|k| k.0 > e.at) {
+                self.drop_held(k);
+            }
             for d in e.gone {
                 // A node gone in an earlier view keeps that view's place.
                 let cut = *self.cuts.entry(d).or_insert(e.at);
@@ -611,7 +623,8 @@ impl TotalOrder {
     /// A stamp from `node`, with its message (None: a beacon's): held, or
     /// kept for when the view adds the node.
     fn arrived(&mut self, node: NodeId, ts: u64, epoch: u64, msg: Option<Message>) {
-        if !self.senders.contains(node) {
+        let reborn = self.departed_in.get(&node).is_some_and(|&e| epoch >= e);
+        if !self.senders.contains(node) || reborn {
             let kept = self.early.entry(node).or_default();
             match msg {
                 // Only the latest beacon matters.
@@ -853,6 +866,7 @@ impl GroupMode for TotalOrder {
         for n in self.senders.nodes() {
             if !remote.contains(&n) && !self.departing.contains(&n) {
                 self.departing.push(n);
+                self.departed_in.insert(n, cx.view_epoch);
                 self.counted.remove(n);
             }
         }
@@ -860,13 +874,21 @@ impl GroupMode for TotalOrder {
             if self.departing.contains(&n) {
                 // Back before its flush ended: a new member from here on.
                 self.departing.retain(|&d| d != n);
+                self.departed_in.remove(&n);
                 self.senders.remove(n);
                 self.left_barrier(n);
             }
             if self.senders.add(n) {
                 self.counted.set(n, self.reports.get(&n).copied());
-                // A new member: nothing of it is cut.
+                // A new member: nothing of it is cut, but for its old
+                // incarnation's messages (all it holds of the node now)
+                // above the place of an event that says it left.
                 self.cuts.remove(&n);
+                let old: Vec<Key> = self.held.keys().filter(|k| k.1 == n).copied().collect();
+                for e in self.events.iter_mut().filter(|e| e.gone.contains(&n)) {
+                    e.gone.retain(|&d| d != n);
+                    e.gone_keys.extend(&old);
+                }
                 for (ts, epoch, msg) in self.early.remove(&n).unwrap_or_default() {
                     self.early_bytes -= msg.as_ref().map_or(0, |m| m.bytes.len());
                     self.arrived(n, ts, epoch, msg);
@@ -1037,6 +1059,7 @@ impl GroupMode for TotalOrder {
             event: event.to_vec(),
             first_from: Vec::new(),
             gone: self.departing.clone(),
+            gone_keys: Vec::new(),
             at: 0,
             adds: std::mem::take(&mut self.view_adds),
         };
@@ -1061,6 +1084,7 @@ impl GroupMode for TotalOrder {
     ) -> Result<bool, EngineError> {
         let mut work = false;
         if cx.settled && !self.departing.is_empty() {
+            self.departed_in.clear();
             for d in std::mem::take(&mut self.departing) {
                 self.gone_unready(d);
                 self.senders.remove(d);
