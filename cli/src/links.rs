@@ -2,8 +2,9 @@
 //!
 //! Every daemon has an inbox: the unicast-only group `LINK_BASE | node`. A
 //! daemon's Go-Back-N send stream to peer P lives in P's inbox group; P
-//! accepts a receive stream from any node that sends there (from sequence
-//! 0, restarting on a newer epoch). All groups' control traffic shares these
+//! accepts a receive stream from any of its configured peers that sends
+//! there (from sequence 0, restarting on a newer epoch; another node's
+//! frames open nothing, `engine.rx_sender_refused`). All groups' control traffic shares these
 //! links, multiplexed by the group number inside each message (seed 004).
 //!
 //! A link message is one engine message (reassembled from its fragments):

@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 
-use mcast_engine::{EngineError, GroupOptions, ProtocolConfig, Transport};
+use mcast_engine::{Accept, EngineError, GroupOptions, ProtocolConfig, Transport};
 use mcast_groups::detector::PeerState;
 use mcast_groups::{GroupEvent, GroupService, Limits, View};
 use mcast_ipc::{ClientId, ErrorCode, Notice, Response};
@@ -273,7 +273,7 @@ impl<T: Transport> Daemon<T> {
                 protocol: ProtocolConfig::default(),
                 window_frames: s.window_frames,
                 subscribe: true,
-                accept_any_sender: false,
+                accept_senders: Accept::Opened,
                 max_queued_frames: (s.window_frames as usize).max(256),
                 batch_messages: s.batch,
             },

@@ -12,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use mcast_engine::{
-    Engine, EngineError, Fragment, GroupOptions, ProtocolConfig, PublishError, StreamStart,
+    Accept, Engine, EngineError, Fragment, GroupOptions, ProtocolConfig, PublishError, StreamStart,
     Transport,
 };
 use mcast_groups::detector::PeerState;
@@ -49,7 +49,9 @@ impl Links {
         engine.add_group(
             inbox(cfg.node),
             GroupOptions {
-                accept_any_sender: true,
+                // Only the configured peers' frames open a link: where frames
+                // are not authenticated, anyone can claim any sender id.
+                accept_senders: Accept::Only(cfg.peers.iter().map(|p| p.node).collect()),
                 ..link.clone()
             },
         )?;
@@ -242,7 +244,7 @@ fn link_options() -> GroupOptions {
         protocol,
         window_frames: 64,
         subscribe: false,
-        accept_any_sender: false,
+        accept_senders: Accept::Opened,
         max_queued_frames: 4096,
         batch_messages: true,
     }

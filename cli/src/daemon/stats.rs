@@ -287,6 +287,7 @@ impl<T: Transport> Daemon<T> {
                 "rx_frames": e.rx_frames, "tx_frames": e.tx_frames, "tx_batches": e.tx_batches,
                 "rx_checksum_failures": e.rx_checksum_failures, "rx_malformed": e.rx_malformed,
                 "rx_other_group": e.rx_other_group, "rx_unrouted": e.rx_unrouted, "rx_paused": e.rx_paused,
+                "rx_sender_refused": e.rx_sender_refused,
                 "tx_no_frame": e.tx_no_frame, "tx_no_route": e.tx_no_route, "tx_deferred": e.tx_deferred,
                 "publish_would_block": e.publish_would_block, "polls": e.polls, "sleeps": e.sleeps,
             },

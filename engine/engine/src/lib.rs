@@ -33,8 +33,8 @@ pub mod sys;
 pub mod transport;
 
 pub use engine::{
-    AuthConfig, Batch, Deliver, Engine, EngineConfig, EngineCounters, EngineStats, Fragment,
-    FrameLedger, GroupOptions, GroupStats, Message, RawFrame, SendTally, ShutdownReport,
+    Accept, AuthConfig, Batch, Deliver, Engine, EngineConfig, EngineCounters, EngineStats,
+    Fragment, FrameLedger, GroupOptions, GroupStats, Message, RawFrame, SendTally, ShutdownReport,
     StreamStart, MAX_SENDERS,
 };
 pub use error::{EngineError, PublishError};

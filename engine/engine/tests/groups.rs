@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use mcast_engine::{
-    sys, Algorithm, Engine, EngineConfig, Fragment, GroupOptions, MemorySegment, MemoryTransport,
-    Message, ProtocolConfig, StreamStart,
+    sys, Accept, Algorithm, Engine, EngineConfig, Fragment, GroupOptions, MemorySegment,
+    MemoryTransport, Message, ProtocolConfig, StreamStart,
 };
 use mcast_wire::{node_mac, GroupId, NodeId, Seq};
 
@@ -28,7 +28,7 @@ fn opts(algorithm: Algorithm) -> GroupOptions {
         protocol: ProtocolConfig::default(),
         window_frames: 256,
         subscribe: true,
-        accept_any_sender: false,
+        accept_senders: Accept::Opened,
         max_queued_frames: 512,
         batch_messages: true,
     }
@@ -274,7 +274,7 @@ fn a_unicast_link_accepts_its_peer_and_restarts_with_a_newer_epoch() {
     let inbox = 0x8000_0002;
     let link = GroupOptions {
         subscribe: false,
-        accept_any_sender: true,
+        accept_senders: Accept::Any,
         ..opts(Algorithm::Iterative)
     };
     a.add_group(inbox, link.clone()).unwrap();
@@ -304,6 +304,38 @@ fn a_unicast_link_accepts_its_peer_and_restarts_with_a_newer_epoch() {
     });
     assert_eq!(datas(&got[1], inbox), expected(inbox, 0..80));
     assert_eq!(b.stats().engine.rx_streams_restarted, 1);
+    for e in [a, b] {
+        check_clean(e);
+    }
+}
+
+#[test]
+fn a_link_that_accepts_only_its_peers_opens_no_stream_for_another_sender() {
+    let seg = MemorySegment::new();
+    let (mut a, mut b, mut c) = (engine(&seg, 1), engine(&seg, 2), engine(&seg, 3));
+    let inbox = 0x8000_0002;
+    let link = GroupOptions {
+        subscribe: false,
+        accept_senders: Accept::Only(vec![1]),
+        ..opts(Algorithm::Iterative)
+    };
+    for e in [&mut a, &mut b, &mut c] {
+        e.add_group(inbox, link.clone()).unwrap();
+    }
+    // Node 3 is not one of node 2's peers (where frames are not
+    // authenticated, anyone can claim to be it).
+    for e in [&mut a, &mut c] {
+        e.open_sender_in(inbox, &[2], start(0)).unwrap();
+        publish_all(e, inbox, 0..20);
+    }
+    let mut got = vec![Vec::new(), Vec::new(), Vec::new()];
+    pump(&mut [&mut a, &mut b, &mut c], &mut got, |e, g| {
+        g[1].len() == 20 && e[0].send_idle() && e[1].stats().engine.rx_sender_refused > 0
+    });
+    let counters = b.stats().engine;
+    assert_eq!(counters.rx_streams_opened, 1, "node 1's only");
+    assert!(got[1].iter().all(|m| m.stream == 1));
+    assert!(!c.send_idle(), "nothing of node 3's acknowledged");
     for e in [a, b] {
         check_clean(e);
     }

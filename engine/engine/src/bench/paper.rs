@@ -16,7 +16,9 @@ use crate::harness::netns::Topology;
 use crate::harness::runs::xdp;
 use crate::harness::scenario::{self, GROUP, SENDER};
 use crate::sys::monotonic_ns;
-use crate::{Algorithm, Engine, EngineConfig, GroupOptions, PublishError, StreamStart, Transport};
+use crate::{
+    Accept, Algorithm, Engine, EngineConfig, GroupOptions, PublishError, StreamStart, Transport,
+};
 
 use super::{send_blast_batch, spec, BLAST_SPIN, FRAME_COUNT, STAMP_LEN};
 
@@ -217,12 +219,12 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
     };
     // The replies' stream: Go-Back-N (the iterative machine to one member),
     // unicast; the sender opens its receive stream on the first reply.
-    let echo_group = |c: &EngineConfig, accept_any_sender: bool| GroupOptions {
+    let echo_group = |c: &EngineConfig, accept_senders: Accept| GroupOptions {
         algorithm: Algorithm::Iterative,
         protocol: c.protocol,
         window_frames: 64,
         subscribe: false,
-        accept_any_sender,
+        accept_senders,
         max_queued_frames: c.max_queued_frames,
         batch_messages: c.batch_messages,
     };
@@ -244,7 +246,7 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
                     e.open_receiver(SENDER).expect("open receiver");
                     let replies = echo && ri == replier;
                     if replies {
-                        e.add_group(ECHO_GROUP, echo_group(&c, false))
+                        e.add_group(ECHO_GROUP, echo_group(&c, Accept::Opened))
                             .expect("echo group");
                         let from_zero = StreamStart {
                             epoch: c.epoch,
@@ -297,7 +299,7 @@ fn paper_protocol(topo: &Topology, algorithm: Algorithm, run: &PaperRun) -> Pape
             let members: Vec<NodeId> = spec.receivers.iter().map(|r| r.0).collect();
             e.open_sender(&members).expect("open sender");
             if echo {
-                e.add_group(ECHO_GROUP, echo_group(&c, true))
+                e.add_group(ECHO_GROUP, echo_group(&c, Accept::Any))
                     .expect("echo group");
             }
             let mut msg = vec![0x5au8; len];

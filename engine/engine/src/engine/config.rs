@@ -136,9 +136,40 @@ impl EngineConfig {
             protocol: self.protocol,
             window_frames: self.window_frames,
             subscribe: true,
-            accept_any_sender: false,
+            accept_senders: Accept::Opened,
             max_queued_frames: self.max_queued_frames,
             batch_messages: self.batch_messages,
+        }
+    }
+}
+
+/// Whose first data frame opens a receive stream in a group by itself,
+/// from sequence 0, and starts it afresh when the sender's frames show a
+/// newer epoch (a restarted peer): for the daemons' unicast links, where
+/// the sender always starts at 0.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Accept {
+    /// Nobody's: receive streams are opened only by
+    /// [`Engine::open_receiver_in`].
+    #[default]
+    Opened,
+    /// Any node's.
+    Any,
+    /// These nodes' only (a daemon's configured peers): a data frame of
+    /// another node is dropped (`rx_sender_refused`), so frames claiming a
+    /// million sender ids, where frames are not authenticated, open no
+    /// stream.
+    Only(Vec<NodeId>),
+}
+
+impl Accept {
+    /// True when a data frame of `sender` may open its receive stream.
+    #[inline]
+    pub fn admits(&self, sender: NodeId) -> bool {
+        match self {
+            Accept::Opened => false,
+            Accept::Any => true,
+            Accept::Only(nodes) => nodes.contains(&sender),
         }
     }
 }
@@ -152,12 +183,8 @@ pub struct GroupOptions {
     pub window_frames: u32,
     /// Receive frames sent to the group's MAC (false for unicast-only groups).
     pub subscribe: bool,
-    /// Open a receive stream, from sequence 0, for any node whose data frame
-    /// arrives, and start it afresh when that node's frames show a newer
-    /// epoch (a restarted peer). For the daemons' unicast links, where the
-    /// sender always starts at 0. Otherwise receive streams are opened only by
-    /// [`Engine::open_receiver_in`].
-    pub accept_any_sender: bool,
+    /// Whose data frames open a receive stream by themselves.
+    pub accept_senders: Accept,
     /// Fragments queued ahead of the group's send window at most.
     pub max_queued_frames: usize,
     /// Pack small messages into the frame waiting at the back of the send

@@ -93,7 +93,7 @@ mod tx;
 
 pub use auth::{AuthConfig, MAX_SENDERS};
 pub use beats::MAX_BEAT;
-pub use config::{EngineConfig, GroupOptions, StreamStart};
+pub use config::{Accept, EngineConfig, GroupOptions, StreamStart};
 pub use delivery::{Batch, Deliver, Fragment, Message, RawFrame};
 pub use frames::{FrameLedger, ShutdownReport};
 pub use stats::{EngineCounters, EngineStats, GroupStats, SendTally};

@@ -6,14 +6,14 @@
 //! Owns: the per-frame receive decisions (including which frames to drop
 //! when frames to receive into run short) and the peers the frames teach.
 //! May not touch: the TX batches; it opens receive streams only through the
-//! stream table (`accept_any_sender`).
+//! stream table (`GroupOptions::accept_senders`).
 
 use mcast_proto::{stream_of, BufId, Endpoint, Instant, RxBody};
 use mcast_wire::{batch, Flags, Frame, Kind, RangeList, WireError, FRAME_OVERHEAD};
 
 use super::beats::{MAX_BEAT, MAX_BEATS};
 use super::frames::Place;
-use super::Engine;
+use super::{Accept, Engine};
 use crate::transport::{RxDesc, Transport};
 use crate::EngineError;
 
@@ -116,8 +116,16 @@ impl<T: Transport> Engine<T> {
             self.free(f);
             return Ok(());
         }
-        if data && stream != self.cfg.node && self.groups[gi].opts.accept_any_sender {
-            self.accept_sender(gi, stream, header.epoch)?;
+        if data && stream != self.cfg.node {
+            match &self.groups[gi].opts.accept_senders {
+                Accept::Opened => {}
+                a if a.admits(stream) => self.accept_sender(gi, stream, header.epoch)?,
+                _ => {
+                    self.counters.rx_sender_refused += 1;
+                    self.free(f);
+                    return Ok(());
+                }
+            }
         }
         // Short of frames to receive into: only a frame delivered at once is
         // kept (see below).

@@ -38,8 +38,11 @@ pub struct EngineCounters {
     pub rx_beats_dropped: u64,
     /// Beat frames sent.
     pub tx_beats: u64,
-    /// Receive streams opened on their first frame (`accept_any_sender`).
+    /// Receive streams opened on their first frame (`accept_senders`).
     pub rx_streams_opened: u64,
+    /// Data frames of a node the group's `accept_senders` does not name,
+    /// dropped (no stream opened for it).
+    pub rx_sender_refused: u64,
     /// Receive streams started afresh for a newer epoch of their sender.
     pub rx_streams_restarted: u64,
     /// Frames of a stream this engine neither sends nor receives, and beats

@@ -406,7 +406,7 @@ impl<T: Transport> Engine<T> {
         });
     }
 
-    /// `accept_any_sender`: a data frame from `sender` in `epoch` came; make
+    /// `accept_senders`: a data frame from `sender` in `epoch` came; make
     /// sure a receive stream of that epoch exists (a newer epoch replaces the
     /// old stream: the peer restarted).
     #[inline]
