@@ -317,10 +317,9 @@ impl<T: Transport> Daemon<T> {
     pub(super) fn peer_restarted(&mut self, n: NodeId) -> Result<(), EngineError> {
         let groups = self.groups_with(n);
         for group in groups {
-            self.local
-                .get_mut(&group)
-                .expect("listed")
-                .drop_node(n, self.node);
+            let lg = self.local.get_mut(&group).expect("listed");
+            lg.mode.peer_restarted(n);
+            lg.drop_node(n, self.node);
             self.members_changed(group, &[])?;
             let remote = self.remote_nodes(group);
             let mut out = Vec::new();

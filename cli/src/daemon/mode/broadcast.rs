@@ -230,6 +230,12 @@ impl GroupMode for BroadcastMode {
         Ok(())
     }
 
+    /// Its new relay gets a new start from this node's relay as a root at
+    /// the next view that holds it.
+    fn peer_restarted(&mut self, n: NodeId) {
+        self.relay.member_restarted(n);
+    }
+
     /// A view's event waits for the rounds of the members it removed, so a
     /// departed member's last messages come before the event that says it
     /// left (as the flush makes them in the other modes).

@@ -178,6 +178,16 @@ pub trait GroupMode: fmt::Debug {
     fn members_changed(&mut self, cx: &mut ModeCx<'_>, added: &[NodeId])
         -> Result<(), EngineError>;
 
+    /// Remote member `n` restarted (a new incarnation), whatever the views
+    /// say yet: called before [`members_changed`](GroupMode::members_changed)
+    /// without it. A mode whose peers keep state per member of their own
+    /// forgets it here (the broadcast relay's start grants), since the view
+    /// that lists the new incarnation may be one the old was in already
+    /// (the view without it skipped here while the agent moved).
+    fn peer_restarted(&mut self, n: NodeId) {
+        let _ = n;
+    }
+
     /// Remote member `to` lost what this node sends it while this node kept
     /// counting it (it asked, or was heard again after a reset link): tell
     /// it where to go on. True when it was told.

@@ -924,6 +924,14 @@ impl Relay {
         self.sent = self.sent.split_off(&self.stable);
     }
 
+    /// Member `m` restarted (a new incarnation: its relay starts afresh),
+    /// whatever the views say yet: as a root, this relay grants it a new
+    /// start at the next view that holds it, though that view may hold it
+    /// already (the view without it skipped here, while the agent moved).
+    pub fn member_restarted(&mut self, m: u32) {
+        self.granted.remove(&m);
+    }
+
     /// Installs a new view. Views must come in increasing epochs.
     pub fn install(&mut self, view: View) {
         if self.view.as_ref().is_some_and(|v| v.epoch >= view.epoch) {

@@ -317,3 +317,31 @@ fn survivors_agree_on_a_departed_roots_messages_and_skip_what_none_of_them_holds
     net.collect();
     assert_eq!(net.seqs(2, 1), vec![1]);
 }
+
+#[test]
+fn a_member_back_as_a_new_relay_gets_a_start_though_its_roots_skipped_the_view_without_it() {
+    let ids = [1, 2, 3];
+    let mut net = Net::new(&ids, Pick::Fixed(Algorithm::Iterative), 16);
+    net.install(1, &ids);
+    net.run(|_, _, _| false);
+    net.relays.get_mut(&1).unwrap().publish(b"m0").unwrap();
+    net.collect();
+    net.run(|_, _, _| false);
+    assert_eq!(net.seqs(3, 1), vec![0]);
+    // Member 3 is declared failed and comes back as a new incarnation: a
+    // fresh relay. Members 1 and 2 never install the view without it (the
+    // agent moved: views skipped); their daemons learn of the restart from
+    // its beats and say so.
+    net.add(3, Pick::Fixed(Algorithm::Iterative), 16);
+    net.delivered.remove(&3);
+    for m in [1, 2] {
+        net.relays.get_mut(&m).unwrap().member_restarted(3);
+    }
+    net.install(3, &ids);
+    net.run(|_, _, _| false);
+    net.relays.get_mut(&1).unwrap().publish(b"m1").unwrap();
+    net.collect();
+    net.run(|_, _, _| false);
+    assert_eq!(net.seqs(3, 1), vec![1], "the new relay from its start on");
+    assert_eq!(net.seqs(2, 1), vec![0, 1]);
+}
