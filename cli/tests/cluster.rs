@@ -1322,6 +1322,16 @@ fn paused_past_the_bound(test: &str, algorithm: &str, steady: u64, after_evicted
         panic!()
     };
     assert_eq!(stats["daemon"]["rejoins"], 1, "{stats:#}");
+    // The others, which declared it failed, asked nothing of its old
+    // incarnation when they heard it again.
+    let asked_nothing = cluster.daemons[..2].iter().any(|d| {
+        let mut c = Client::connect(&d.socket, "check").unwrap();
+        let Response::Json(v) = c.request(Request::Stats).unwrap() else {
+            panic!()
+        };
+        v["daemon"]["recovered_evicted"].as_u64() >= Some(1)
+    });
+    assert!(asked_nothing, "{}", dump(&cluster));
     let ran: Vec<_> = stats["groups"]
         .as_array()
         .unwrap()

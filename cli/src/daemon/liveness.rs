@@ -429,11 +429,18 @@ impl<T: Transport> Daemon<T> {
         self.reset_link(n)
     }
 
-    /// Node `n`, declared failed here, is heard again. The link to it was
+    /// Node `n`, taken as failed here, is heard again. The link to it was
     /// reset, so a start or a start request to it may have been dropped:
     /// ask it again for the streams this node lacks, and tell it again
-    /// where this node's own streams go on.
+    /// where this node's own streams go on. Not when this node declared it
+    /// failed (evicted it): it is told so, and rejoins as a new incarnation
+    /// whose streams start afresh; its old one's answers would be dropped
+    /// anyway (`daemon.link_messages_from_failed`).
     pub(super) fn peer_recovered(&mut self, n: NodeId) -> Result<(), EngineError> {
+        if self.live.tracker.declared_failed(n) {
+            self.counters.recovered_evicted += 1;
+            return Ok(());
+        }
         let groups = self.groups_with(n);
         for group in groups {
             let streams = self

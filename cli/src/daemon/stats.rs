@@ -67,6 +67,9 @@ pub struct DaemonCounters {
     pub probes_answered: u64,
     pub nodes_failed: u64,
     pub nodes_recovered: u64,
+    /// Of those, peers this node had declared failed: they rejoin as a new
+    /// incarnation, so nothing is asked of or resumed for the old one.
+    pub recovered_evicted: u64,
     /// Receive streams of a peer's older incarnation closed when its beats
     /// showed a newer one (it restarted unnoticed).
     pub dead_streams_closed: u64,
@@ -239,7 +242,8 @@ impl<T: Transport> Daemon<T> {
             "link_backlog_drops": c.link_backlog_drops, "group_pauses": c.group_pauses,
             "suspicions": c.suspicions, "probes_sent": c.probes_sent,
             "probes_answered": c.probes_answered, "nodes_failed": c.nodes_failed,
-            "nodes_recovered": c.nodes_recovered, "evictions": c.evictions,
+            "nodes_recovered": c.nodes_recovered, "recovered_evicted": c.recovered_evicted,
+            "evictions": c.evictions,
             "link_resets": c.link_resets, "role_moves": c.role_moves, "rejoins": c.rejoins,
             "data_path_suspicions": c.data_path_suspicions,
             "beacon_suspicions": c.beacon_suspicions,
