@@ -861,14 +861,13 @@ impl World {
             }
             for (&other, m) in self.nodes.range(..id) {
                 let theirs = m.got.get(&SUBSCRIBER).unwrap_or(&empty);
-                let (a, b) = (common(got, theirs), common(theirs, got));
-                if a != b {
-                    return Err(format!(
+                same_order(got, theirs).map_err(|(a, b)| {
+                    format!(
                         "nodes {id} and {other} delivered their common messages in different orders: {:?} and {:?}",
                         show(&a),
                         show(&b)
-                    ));
-                }
+                    )
+                })?;
             }
             // Across evictions nothing twice and each origin's in its order;
             // what the clients had before each pause in the order of every
@@ -897,17 +896,15 @@ impl World {
                     .filter(|(s, m)| *s != 0 && !unstable.is_some_and(|u| u.contains(m)))
                     .cloned()
                     .collect();
-                let before = &before;
                 for (&other, m) in &self.nodes {
                     let theirs = m.got.get(&SUBSCRIBER).unwrap_or(&empty);
-                    let (a, b) = (common(before, theirs), common(theirs, before));
-                    if a != b {
-                        return Err(format!(
+                    same_order(&before, theirs).map_err(|(a, b)| {
+                        format!(
                             "what node {id} delivered before its pause and what node {other} delivered are in different orders: {:?} and {:?}",
                             show(&a),
                             show(&b)
-                        ));
-                    }
+                        )
+                    })?;
                 }
             }
             let mut next: BTreeMap<NodeId, u64> = BTreeMap::new();
@@ -1102,6 +1099,17 @@ impl World {
             }
         }
         Ok(())
+    }
+}
+
+/// Ok when `a` and `b` deliver the messages they share in the same order;
+/// else those messages in each one's order.
+fn same_order(a: &Received, b: &Received) -> Result<(), (Received, Received)> {
+    let (x, y) = (common(a, b), common(b, a));
+    if x == y {
+        Ok(())
+    } else {
+        Err((x, y))
     }
 }
 
