@@ -320,6 +320,11 @@ pub struct Config {
     /// The control socket's mode, octal (e.g. "0660").
     #[serde(default = "d_socket_mode")]
     pub socket_mode: String,
+    /// Where the daemon keeps what must survive a restart: the incarnation
+    /// and authentication session it took (`epochs`), so the next run takes
+    /// larger ones even if the wall clock was set back.
+    #[serde(default = "d_state_dir")]
+    pub state_dir: PathBuf,
     /// Uids allowed to connect (SO_PEERCRED); empty = root and the daemon's own uid.
     #[serde(default)]
     pub allow_uids: Vec<u32>,
@@ -450,6 +455,9 @@ fn d_registry() -> u32 {
 }
 fn d_socket() -> PathBuf {
     PathBuf::from("/run/mcastd/mcastd.sock")
+}
+fn d_state_dir() -> PathBuf {
+    PathBuf::from("/var/lib/mcastd")
 }
 fn d_socket_mode() -> String {
     "0660".to_owned()

@@ -23,6 +23,7 @@
 pub mod config;
 pub mod daemon;
 pub mod doctor;
+pub mod epochs;
 pub mod keys;
 pub mod links;
 pub mod log;

@@ -176,8 +176,14 @@ impl Cluster {
             } else {
                 format!("key_file = \"{}\"\n", key.display())
             };
+            // Each cluster its own state (the incarnations its runs took).
+            let state = if extra.contains("state_dir") {
+                String::new()
+            } else {
+                format!("state_dir = \"{}\"\n", dir.display())
+            };
             let mut cfg = format!(
-            "node = {node}\ninterface = \"{IFNAME}\"\nregistry = 1\nsocket = \"{}\"\ndatapath = \"xdp\"\nxdp_mode = \"skb\"\nlog = \"info\"\n{key_line}{extra}\n",
+            "node = {node}\ninterface = \"{IFNAME}\"\nregistry = 1\nsocket = \"{}\"\ndatapath = \"xdp\"\nxdp_mode = \"skb\"\nlog = \"info\"\n{key_line}{state}{extra}\n",
             socket.display(),
         );
             for (j, peer) in endpoints.iter().enumerate() {

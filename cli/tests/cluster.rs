@@ -1344,3 +1344,56 @@ fn paused_past_the_bound(test: &str, algorithm: &str, steady: u64, after_evicted
         "{stats:#}"
     );
 }
+
+/// Node `n`'s incarnation, as its `mcast stat` says.
+fn incarnation_of(cluster: &common::Cluster, n: u32) -> u64 {
+    let mut c = connect(cluster, n, "incarnation");
+    let Response::Json(v) = c.request(Request::Stats).unwrap() else {
+        panic!()
+    };
+    v["incarnation"].as_u64().expect("an incarnation")
+}
+
+#[test]
+fn a_node_restarted_after_its_clock_went_back_takes_a_larger_incarnation_and_is_heard() {
+    let extra = format!("{FLOOD}\n[[group]]\nname = \"cb\"");
+    let Some(mut cluster) = common::start("clockback", &extra) else {
+        return;
+    };
+    let before = incarnation_of(&cluster, 2);
+    cluster.kill(2);
+    // The run that just died took `before` and stored it; as if the wall
+    // clock had been an hour ahead during that run (set back since), its
+    // stored epochs are an hour beyond what the clock gives now.
+    let state = mcast_cli::epochs::path(&cluster.dir, 2);
+    let stored = mcast_cli::epochs::load(&state).unwrap().expect("stored");
+    assert_eq!(u64::from(stored.incarnation), before);
+    let ahead = mcast_cli::epochs::Epochs {
+        incarnation: stored.incarnation + 3600,
+        session: stored.session + 3_600_000_000,
+    };
+    mcast_cli::epochs::store(&state, ahead).unwrap();
+    cluster.restart(2);
+    // The new run takes one more than the stored one, not the clock's.
+    assert_eq!(
+        incarnation_of(&cluster, 2),
+        u64::from(ahead.incarnation) + 1
+    );
+    cluster.daemons[0].wait_log("msg=\"peer restarted", Duration::from_secs(10));
+    // And is heard: node 1's messages reach a member on node 2 (its
+    // authenticated frames, under the new session, are taken both ways).
+    let mut p = connect(&cluster, 1, "publisher");
+    let mp = p.join("cb").unwrap();
+    let mut s = connect(&cluster, 2, "subscriber");
+    let ms = s.join("cb").unwrap();
+    wait_nodes(&mut p, mp.group, &mp.view, 2);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for i in 0..1000 {
+                p.publish_blocking(mp.group, &numbered(i, 64), Some(Duration::from_secs(20)))
+                    .unwrap();
+            }
+        });
+        assert_eq!(receive_numbered(&mut s, ms.group, 1000, 64), 0);
+    });
+}

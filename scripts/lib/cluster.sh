@@ -24,8 +24,9 @@ cluster_topology() {
 }
 
 # node_config WORK I: node I's mcastd.toml on standard output: registry 1,
-# the cluster key WORK/cluster.key, the socket WORK/nI.sock, AF_XDP in SKB
-# mode, the three other nodes as peers. The caller appends its [[group]]s.
+# the cluster key WORK/cluster.key, the socket WORK/nI.sock, the state in
+# WORK, AF_XDP in SKB mode, the three other nodes as peers. The caller
+# appends its [[group]]s.
 node_config() {
     local WORK=$1 i=$2 j
     echo "node = $i"
@@ -33,6 +34,7 @@ node_config() {
     echo 'registry = 1'
     echo "key_file = \"$WORK/cluster.key\""
     echo "socket = \"$WORK/n$i.sock\""
+    echo "state_dir = \"$WORK\""
     echo 'datapath = "xdp"'
     echo 'xdp_mode = "skb"'
     echo 'log = "info"'

@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::Parser;
 use mcast_cli::config::{Algorithm, Config, Datapath, LogLevel, Overrides, Polling, XdpMode};
 use mcast_cli::daemon::Daemon;
+use mcast_cli::epochs::Epochs;
 use mcast_cli::log::{Level, Logger};
 use mcast_cli::metrics::Exporter;
 use mcast_engine::auth::Keys;
@@ -90,39 +91,32 @@ fn wall_clock() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// This run's authentication session: the start time in microseconds, so
-/// that a later run's is larger and peers refuse this run's frames replayed
-/// after it (docs/protocol.md §1.9).
-#[allow(
-    clippy::disallowed_methods,
-    reason = "the session is the start time, as the incarnation is"
-)]
-fn session() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(1)
-}
-
-/// This run's incarnation (its session epoch, docs/mcastd.md): the first
-/// whole second of the wall clock after the start, waited for. A run's
+/// This run's incarnation and authentication session as the wall clock
+/// gives them (`mcast_cli::epochs`: the state file keeps them growing if the
+/// clock was set back). The incarnation (its session epoch, docs/mcastd.md)
+/// is the first whole second after the start, waited for: a run's
 /// incarnation is then a second in which it was alive, so a run started
 /// after it, even within the same second, takes a larger one. Peers tell a
 /// restarted daemon by its new incarnation; a daemon killed and restarted
 /// within the second it started in used to take the same one, and was told
 /// by the peers that had declared its previous run failed that it had been
-/// declared failed itself.
+/// declared failed itself. The session is the start in microseconds, so a
+/// later run's is larger and peers refuse this run's frames replayed after
+/// it (docs/protocol.md §1.9).
 #[allow(
     clippy::disallowed_methods,
     reason = "the session epoch is the start time; the wait is the point"
 )]
-fn incarnation() -> u32 {
+fn clock_epochs() -> Epochs {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     let next = std::time::Duration::from_secs(now.as_secs() + 1);
     std::thread::sleep(next - now);
-    next.as_secs() as u32
+    Epochs {
+        incarnation: next.as_secs() as u32,
+        session: (now.as_micros() as u64).max(1),
+    }
 }
 
 fn main() -> ExitCode {
@@ -162,7 +156,16 @@ fn main() -> ExitCode {
     }
     // Before anything is opened: clients and peers see this run only once
     // it has its incarnation.
-    let incarnation = incarnation();
+    let state = mcast_cli::epochs::path(&cfg.state_dir, cfg.node);
+    let last = mcast_cli::epochs::load(&state).unwrap_or_else(|e| {
+        eprintln!("mcastd: warning: {e}; the wall clock alone gives this run's incarnation");
+        None
+    });
+    let epochs = mcast_cli::epochs::next(clock_epochs(), last);
+    if let Err(e) = mcast_cli::epochs::store(&state, epochs) {
+        eprintln!("mcastd: warning: {e}; a restart after the wall clock is set back will not be recognised");
+    }
+    let incarnation = epochs.incarnation;
     let level = match cfg.log {
         LogLevel::Error => Level::Error,
         LogLevel::Warn => Level::Warn,
@@ -188,11 +191,17 @@ fn main() -> ExitCode {
         path: args.config.clone(),
         overrides: overrides.clone(),
     };
+    let run = Run {
+        incarnation,
+        session: epochs.session,
+    };
     let result = match cfg.datapath {
-        Datapath::Xdp => open_xdp(&cfg)
-            .and_then(|t| serve(cfg, keys, t, incarnation, log, shutdown, reload.clone())),
-        Datapath::Packet => open_packet(&cfg)
-            .and_then(|t| serve(cfg, keys, t, incarnation, log, shutdown, reload.clone())),
+        Datapath::Xdp => {
+            open_xdp(&cfg).and_then(|t| serve(cfg, keys, t, run, log, shutdown, reload.clone()))
+        }
+        Datapath::Packet => {
+            open_packet(&cfg).and_then(|t| serve(cfg, keys, t, run, log, shutdown, reload.clone()))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -237,11 +246,18 @@ fn open_packet(cfg: &Config) -> Result<PacketTransport, String> {
         .map_err(|e| format!("cannot open AF_PACKET on {}: {e}", cfg.interface))
 }
 
+/// This run's epochs, as `mcast_cli::epochs` chose them.
+#[derive(Clone, Copy)]
+struct Run {
+    incarnation: u32,
+    session: u64,
+}
+
 fn serve<T: Transport>(
     cfg: Config,
     keys: Option<Keys>,
     transport: T,
-    incarnation: u32,
+    run: Run,
     log: Logger,
     shutdown: Arc<AtomicBool>,
     reload: Reload,
@@ -271,7 +287,7 @@ fn serve<T: Transport>(
     }
     ec.auth = keys.map(|keys| AuthConfig {
         keys,
-        session: session(),
+        session: run.session,
     });
     let engine = Engine::new(transport, ec).map_err(|e| e.to_string())?;
     let access = Access {
@@ -298,8 +314,8 @@ fn serve<T: Transport>(
         })?;
     server.set_trace(cfg.trace);
     let metrics = cfg.metrics_addr().map(Exporter::start).transpose()?;
-    let mut daemon =
-        Daemon::new(cfg, engine, server, incarnation, log, shutdown).map_err(|e| e.to_string())?;
+    let mut daemon = Daemon::new(cfg, engine, server, run.incarnation, log, shutdown)
+        .map_err(|e| e.to_string())?;
     if let Some(exporter) = metrics {
         daemon.serve_metrics(exporter);
     }

@@ -250,6 +250,7 @@ impl<T: Transport> Daemon<T> {
             "this node was declared failed: rejoining as a new member",
             &[("by", &by), ("incarnation", &self.incarnation)],
         );
+        self.store_incarnation();
         let mut again: Vec<(ClientId, String)> = Vec::new();
         let groups: Vec<GroupId> = self.local.keys().copied().collect();
         let mut stale = Vec::new();
@@ -306,6 +307,21 @@ impl<T: Transport> Daemon<T> {
         let at = mcast_engine::sys::monotonic_ns() + 3 * interval;
         self.live.rejoins.restart(again, at);
         Ok(())
+    }
+
+    /// Keeps the incarnation a rejoin took in the state file, so the next
+    /// run takes a larger one (`crate::epochs`).
+    fn store_incarnation(&mut self) {
+        let path = crate::epochs::path(&self.cfg.state_dir, self.node);
+        let last = crate::epochs::load(&path).ok().flatten();
+        let e = crate::epochs::Epochs {
+            incarnation: self.incarnation.max(last.map_or(0, |l| l.incarnation)),
+            session: last.map_or(0, |l| l.session),
+        };
+        if let Err(err) = crate::epochs::store(&path, e) {
+            self.log
+                .warn("the rejoin's incarnation is not stored", &[("error", &err)]);
+        }
     }
 
     /// Peer `n` restarted: its old incarnation has left every group here,
