@@ -458,16 +458,18 @@ impl Sequenced {
     /// duplicate, or one that must wait for those before it (a forward that
     /// came to this node in an earlier root's term, before its origin sent
     /// its earlier messages here again). A departed origin's messages wait
-    /// for nothing: what is missing before them is lost with it. One sent
-    /// in a view this node has not installed yet waits for it (a joining
-    /// member's: sequenced before this root's stream starts for the member,
-    /// it would not reach the member's own clients).
+    /// for nothing: what is missing before them is lost with it. One of a
+    /// node not in this node's view, sent in a view this node has not
+    /// installed yet, waits for it (a joining member's: sequenced before
+    /// this root's stream starts for the member, it would not reach the
+    /// member's own clients). A member of the view is never held so: its
+    /// messages go on whatever epoch it is at.
     fn readiness(&self, h: &Held, cx: &ModeCx<'_>) -> Readiness {
         let (o, base) = (h.origin, h.base);
-        if h.view > cx.view_epoch && !self.is_duplicate(o) {
+        let departed = o.node != self.node && !cx.remote.contains(&o.node);
+        if departed && h.view > cx.view_epoch && !self.is_duplicate(o) {
             return Readiness::Wait;
         }
-        let departed = o.node != self.node && !cx.remote.contains(&o.node);
         match self.seen.get(&o.node) {
             Some(&(epoch, next)) if epoch == o.epoch => {
                 if o.seq < next {
