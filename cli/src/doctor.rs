@@ -155,6 +155,12 @@ pub fn run(iface: Option<&str>, cfg: Option<&Config>) -> Report {
         fs::read_to_string("/proc/mounts").ok().as_deref(),
     ));
     checks.push(check_socket_dir(&socket, &status));
+    let state_dir = cfg.map_or_else(|| PathBuf::from("/var/lib/mcastd"), |c| c.state_dir.clone());
+    checks.push(check_state_dir(
+        &state_dir,
+        cfg.map_or(1, |c| c.node),
+        &status,
+    ));
     checks.push(check_key(cfg));
     Report { checks }
 }
@@ -781,6 +787,46 @@ fn check_socket_dir(socket: &Path, status: &str) -> Check {
     }
 }
 
+/// The state directory (`state_dir`, docs/mcastd.md "Failure detection"):
+/// mcastd stores each run's incarnation and session there, so a restart
+/// after the wall clock was set back is still recognised.
+fn check_state_dir(dir: &Path, node: u32, status: &str) -> Check {
+    const NAME: &str = "state dir";
+    let lost = "a restart after the wall clock is set back would not be recognised";
+    let (uid, gids) = parse_ids(status).unwrap_or((u32::MAX, Vec::new()));
+    match fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => Check::new(NAME, Status::Warn, format!("{} is not a directory: {lost}", dir.display()))
+            .fix("set state_dir to a directory"),
+        Ok(m) if may_write(&m, uid, &gids) => {
+            let file = crate::epochs::path(dir, node);
+            match crate::epochs::load(&file) {
+                Ok(Some(e)) => Check::new(NAME, Status::Ok, format!("{} is writable; node {node}'s last run took incarnation {}", dir.display(), e.incarnation)),
+                Ok(None) => Check::new(NAME, Status::Ok, format!("{} is writable", dir.display())),
+                Err(e) => Check::new(NAME, Status::Warn, format!("{e}: mcastd will replace it, and the clock alone gives its next incarnation"))
+                    .fix(format!("remove {} if mcastd is not running", file.display())),
+            }
+        }
+        Ok(m) => Check::new(
+            NAME,
+            Status::Warn,
+            format!("{} (owner {}:{}, mode {:o}) is not writable by this process (uid {uid}): {lost}", dir.display(), m.uid(), m.gid(), m.mode() & 0o7777),
+        )
+        .fix("run mcastd as the directory's owner (systemd's StateDirectory=mcastd makes it so) or change the directory"),
+        Err(_) => {
+            let parent_ok = dir
+                .parent()
+                .and_then(|p| fs::metadata(p).ok())
+                .is_some_and(|m| may_write(&m, uid, &gids));
+            if parent_ok {
+                Check::new(NAME, Status::Ok, format!("{} does not exist; mcastd will create it", dir.display()))
+            } else {
+                Check::new(NAME, Status::Warn, format!("{} does not exist and this process cannot create it: {lost}", dir.display()))
+                    .fix(format!("StateDirectory=mcastd in the systemd unit creates it, or `mkdir -p {}`", dir.display()))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -856,6 +902,35 @@ mod tests {
             check_bpffs(Some("sysfs /sys sysfs rw 0 0\n")).status,
             Status::Warn
         );
+    }
+
+    #[test]
+    fn state_dir_check() {
+        let root = "Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nGroups:\t\n";
+        let dir = std::env::temp_dir().join(format!("mcast-doctor-state-{}", std::process::id()));
+        // Absent, under a writable parent: mcastd makes it.
+        let c = check_state_dir(&dir, 3, root);
+        assert_eq!(c.status, Status::Ok, "{c:?}");
+        assert!(c.detail.contains("will create it"), "{c:?}");
+        let e = crate::epochs::Epochs {
+            incarnation: 42,
+            session: 7,
+        };
+        crate::epochs::store(&crate::epochs::path(&dir, 3), e).unwrap();
+        let c = check_state_dir(&dir, 3, root);
+        assert!(
+            c.status == Status::Ok && c.detail.contains("incarnation 42"),
+            "{c:?}"
+        );
+        std::fs::write(crate::epochs::path(&dir, 3), b"garbage").unwrap();
+        assert_eq!(check_state_dir(&dir, 3, root).status, Status::Warn);
+        let nobody =
+            "Uid:\t65534\t65534\t65534\t65534\nGid:\t65534\t65534\t65534\t65534\nGroups:\t\n";
+        let c = check_state_dir(Path::new("/proc"), 3, nobody);
+        assert!(c.status == Status::Warn && c.fix.unwrap().contains("StateDirectory"));
+        let c = check_state_dir(Path::new("/proc/absent/deeper"), 3, nobody);
+        assert_eq!(c.status, Status::Warn, "{c:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
