@@ -738,6 +738,14 @@ fn may_write(meta: &fs::Metadata, uid: u32, gids: &[u32]) -> bool {
     }
 }
 
+/// True if `uid`/`gids` could create `dir` (its parent exists and is
+/// writable by them).
+fn parent_writable(dir: &Path, uid: u32, gids: &[u32]) -> bool {
+    dir.parent()
+        .and_then(|p| fs::metadata(p).ok())
+        .is_some_and(|m| may_write(&m, uid, gids))
+}
+
 fn check_socket_dir(socket: &Path, status: &str) -> Check {
     let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) else {
         return Check::new(
@@ -769,10 +777,7 @@ fn check_socket_dir(socket: &Path, status: &str) -> Check {
         )
         .fix("run mcastd as the directory's owner (systemd's RuntimeDirectory=mcastd makes it so) or change the directory"),
         Err(_) => {
-            let parent_ok = dir
-                .parent()
-                .and_then(|p| fs::metadata(p).ok())
-                .is_some_and(|m| may_write(&m, uid, &gids));
+            let parent_ok = parent_writable(dir, uid, &gids);
             Check::new(
                 "socket dir",
                 Status::Warn,
@@ -813,11 +818,7 @@ fn check_state_dir(dir: &Path, node: u32, status: &str) -> Check {
         )
         .fix("run mcastd as the directory's owner (systemd's StateDirectory=mcastd makes it so) or change the directory"),
         Err(_) => {
-            let parent_ok = dir
-                .parent()
-                .and_then(|p| fs::metadata(p).ok())
-                .is_some_and(|m| may_write(&m, uid, &gids));
-            if parent_ok {
+            if parent_writable(dir, uid, &gids) {
                 Check::new(NAME, Status::Ok, format!("{} does not exist; mcastd will create it", dir.display()))
             } else {
                 Check::new(NAME, Status::Warn, format!("{} does not exist and this process cannot create it: {lost}", dir.display()))

@@ -243,14 +243,21 @@ fn a_repeated_start_does_not_make_a_member_skip_what_is_on_its_way() {
     assert_eq!(net.seqs(3, 1), vec![0, 1, 2, 3, 4]);
 }
 
-#[test]
-fn a_live_root_refeeds_what_a_view_change_left_undelivered() {
+/// Members 1, 2 and 3 in view 1, root 1's m0 sent (on its way).
+fn three_with_m0_sent() -> Net {
     let ids = [1, 2, 3];
     let mut net = Net::new(&ids, Pick::Fixed(Algorithm::Iterative), 16);
     net.install(1, &ids);
     net.run(|_, _, _| false);
     net.relays.get_mut(&1).unwrap().publish(b"m0").unwrap();
     net.collect();
+    net
+}
+
+#[test]
+fn a_live_root_refeeds_what_a_view_change_left_undelivered() {
+    let ids = [1, 2, 3];
+    let mut net = three_with_m0_sent();
     // Node 3 never gets m0 under view 1 (its link loses it)...
     net.run(|_, to, m| to == 3 && matches!(m, Msg::Data(_)));
     assert_eq!(net.seqs(3, 1), Vec::<u64>::new());
@@ -321,11 +328,7 @@ fn survivors_agree_on_a_departed_roots_messages_and_skip_what_none_of_them_holds
 #[test]
 fn a_member_back_as_a_new_relay_gets_a_start_though_its_roots_skipped_the_view_without_it() {
     let ids = [1, 2, 3];
-    let mut net = Net::new(&ids, Pick::Fixed(Algorithm::Iterative), 16);
-    net.install(1, &ids);
-    net.run(|_, _, _| false);
-    net.relays.get_mut(&1).unwrap().publish(b"m0").unwrap();
-    net.collect();
+    let mut net = three_with_m0_sent();
     net.run(|_, _, _| false);
     assert_eq!(net.seqs(3, 1), vec![0]);
     // Member 3 is declared failed and comes back as a new incarnation: a
