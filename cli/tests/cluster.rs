@@ -1322,6 +1322,14 @@ fn paused_past_the_bound(test: &str, algorithm: &str, steady: u64, after_evicted
         panic!()
     };
     assert_eq!(stats["daemon"]["rejoins"], 1, "{stats:#}");
+    // The rejoin's incarnation is stored: a restart takes a larger one.
+    let stored = mcast_cli::epochs::load(&mcast_cli::epochs::path(&cluster.dir, 3))
+        .unwrap()
+        .expect("stored");
+    assert_eq!(
+        Some(u64::from(stored.incarnation)),
+        stats["incarnation"].as_u64()
+    );
     // The others, which declared it failed, asked nothing of its old
     // incarnation when they heard it again.
     let asked_nothing = cluster.daemons[..2].iter().any(|d| {
