@@ -1332,13 +1332,8 @@ fn paused_past_the_bound(test: &str, algorithm: &str, steady: u64, after_evicted
     );
     // The others, which declared it failed, asked nothing of its old
     // incarnation when they heard it again.
-    let asked_nothing = cluster.daemons[..2].iter().any(|d| {
-        let mut c = Client::connect(&d.socket, "check").unwrap();
-        let Response::Json(v) = c.request(Request::Stats).unwrap() else {
-            panic!()
-        };
-        v["daemon"]["recovered_evicted"].as_u64() >= Some(1)
-    });
+    let asked_nothing =
+        (1..=2).any(|n| stats_of(&cluster, n)["daemon"]["recovered_evicted"].as_u64() >= Some(1));
     assert!(asked_nothing, "{}", dump(&cluster));
     let ran: Vec<_> = stats["groups"]
         .as_array()
@@ -1353,13 +1348,20 @@ fn paused_past_the_bound(test: &str, algorithm: &str, steady: u64, after_evicted
     );
 }
 
-/// Node `n`'s incarnation, as its `mcast stat` says.
-fn incarnation_of(cluster: &common::Cluster, n: u32) -> u64 {
-    let mut c = connect(cluster, n, "incarnation");
+/// Node `n`'s `mcast stat --json`.
+fn stats_of(cluster: &common::Cluster, n: u32) -> serde_json::Value {
+    let mut c = connect(cluster, n, "stats");
     let Response::Json(v) = c.request(Request::Stats).unwrap() else {
         panic!()
     };
-    v["incarnation"].as_u64().expect("an incarnation")
+    v
+}
+
+/// Node `n`'s incarnation, as its `mcast stat` says.
+fn incarnation_of(cluster: &common::Cluster, n: u32) -> u64 {
+    stats_of(cluster, n)["incarnation"]
+        .as_u64()
+        .expect("an incarnation")
 }
 
 #[test]

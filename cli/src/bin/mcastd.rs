@@ -165,7 +165,6 @@ fn main() -> ExitCode {
     if let Err(e) = mcast_cli::epochs::store(&state, epochs) {
         eprintln!("mcastd: warning: {e}; a restart after the wall clock is set back will not be recognised");
     }
-    let incarnation = epochs.incarnation;
     let level = match cfg.log {
         LogLevel::Error => Level::Error,
         LogLevel::Warn => Level::Warn,
@@ -191,17 +190,12 @@ fn main() -> ExitCode {
         path: args.config.clone(),
         overrides: overrides.clone(),
     };
-    let run = Run {
-        incarnation,
-        session: epochs.session,
-    };
     let result = match cfg.datapath {
         Datapath::Xdp => {
-            open_xdp(&cfg).and_then(|t| serve(cfg, keys, t, run, log, shutdown, reload.clone()))
+            open_xdp(&cfg).and_then(|t| serve(cfg, keys, t, epochs, log, shutdown, reload.clone()))
         }
-        Datapath::Packet => {
-            open_packet(&cfg).and_then(|t| serve(cfg, keys, t, run, log, shutdown, reload.clone()))
-        }
+        Datapath::Packet => open_packet(&cfg)
+            .and_then(|t| serve(cfg, keys, t, epochs, log, shutdown, reload.clone())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -246,18 +240,11 @@ fn open_packet(cfg: &Config) -> Result<PacketTransport, String> {
         .map_err(|e| format!("cannot open AF_PACKET on {}: {e}", cfg.interface))
 }
 
-/// This run's epochs, as `mcast_cli::epochs` chose them.
-#[derive(Clone, Copy)]
-struct Run {
-    incarnation: u32,
-    session: u64,
-}
-
 fn serve<T: Transport>(
     cfg: Config,
     keys: Option<Keys>,
     transport: T,
-    run: Run,
+    run: Epochs,
     log: Logger,
     shutdown: Arc<AtomicBool>,
     reload: Reload,

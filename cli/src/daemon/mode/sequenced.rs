@@ -30,7 +30,7 @@ use crate::links::LinkMessage;
 /// Bytes before the message: tag, origin node, origin epoch, origin sequence.
 pub const HEADER_LEN: usize = 1 + 4 + 4 + 8;
 /// A message in the root's stream.
-pub const TAG_DATA: u8 = b'S';
+pub(super) const TAG_DATA: u8 = b'S';
 /// A member's message on its way to the root (a link message's body).
 const TAG_FORWARD: u8 = b'F';
 /// A former root to the members: every member holds its stream to its end

@@ -238,11 +238,10 @@ pub struct TotalOrder {
     /// yet in this view).
     senders: Least,
     /// Nodes gone from the view, still in the barrier until no flush runs.
-    departing: Vec<NodeId>,
-    /// The epoch of the view each departing node left in: a stamp of it
-    /// for that view or a later one is a new incarnation's (the old one
-    /// never installed the view), kept until the view adds it again.
-    departed_in: BTreeMap<NodeId, u64>,
+    /// Each with the epoch of the view it left in: a stamp of it for that
+    /// view or a later one is a new incarnation's (the old one never
+    /// installed the view), kept until the view adds it again.
+    departing: BTreeMap<NodeId, u64>,
     /// What came from nodes not in the barrier here (their stream started
     /// before the view that adds them reached this node), in order: (stamp,
     /// view epoch, the message or None for a beacon). Taken in when the
@@ -335,8 +334,7 @@ impl TotalOrder {
             stream: SendStream::new(first_seq),
             beacon_ns,
             senders: Least::default(),
-            departing: Vec::new(),
-            departed_in: BTreeMap::new(),
+            departing: BTreeMap::new(),
             early: BTreeMap::new(),
             early_bytes: 0,
             joined_epoch: None,
@@ -623,7 +621,7 @@ impl TotalOrder {
     /// A stamp from `node`, with its message (None: a beacon's): held, or
     /// kept for when the view adds the node.
     fn arrived(&mut self, node: NodeId, ts: u64, epoch: u64, msg: Option<Message>) {
-        let reborn = self.departed_in.get(&node).is_some_and(|&e| epoch >= e);
+        let reborn = self.departing.get(&node).is_some_and(|&e| epoch >= e);
         if !self.senders.contains(node) || reborn {
             let kept = self.early.entry(node).or_default();
             match msg {
@@ -864,17 +862,14 @@ impl GroupMode for TotalOrder {
         self.beacon_owed = !cx.remote.is_empty();
         let remote = cx.remote;
         for n in self.senders.nodes() {
-            if !remote.contains(&n) && !self.departing.contains(&n) {
-                self.departing.push(n);
-                self.departed_in.insert(n, cx.view_epoch);
+            if !remote.contains(&n) && !self.departing.contains_key(&n) {
+                self.departing.insert(n, cx.view_epoch);
                 self.counted.remove(n);
             }
         }
         for &n in remote {
-            if self.departing.contains(&n) {
+            if self.departing.remove(&n).is_some() {
                 // Back before its flush ended: a new member from here on.
-                self.departing.retain(|&d| d != n);
-                self.departed_in.remove(&n);
                 self.senders.remove(n);
                 self.left_barrier(n);
             }
@@ -884,10 +879,12 @@ impl GroupMode for TotalOrder {
                 // incarnation's messages (all it holds of the node now)
                 // above the place of an event that says it left.
                 self.cuts.remove(&n);
-                let old: Vec<Key> = self.held.keys().filter(|k| k.1 == n).copied().collect();
-                for e in self.events.iter_mut().filter(|e| e.gone.contains(&n)) {
-                    e.gone.retain(|&d| d != n);
-                    e.gone_keys.extend(&old);
+                if self.events.iter().any(|e| e.gone.contains(&n)) {
+                    let old: Vec<Key> = self.held.keys().filter(|k| k.1 == n).copied().collect();
+                    for e in self.events.iter_mut().filter(|e| e.gone.contains(&n)) {
+                        e.gone.retain(|&d| d != n);
+                        e.gone_keys.extend(&old);
+                    }
                 }
                 for (ts, epoch, msg) in self.early.remove(&n).unwrap_or_default() {
                     self.early_bytes -= msg.as_ref().map_or(0, |m| m.bytes.len());
@@ -1011,7 +1008,7 @@ impl GroupMode for TotalOrder {
             };
             senders
                 .iter()
-                .filter(|(n, _)| !departing.contains(n))
+                .filter(|(n, _)| !departing.contains_key(n))
                 .filter_map(|(n, largest)| {
                     let largest = largest?;
                     let report = reports.get(&n).copied().unwrap_or(0);
@@ -1058,7 +1055,7 @@ impl GroupMode for TotalOrder {
             epoch,
             event: event.to_vec(),
             first_from: Vec::new(),
-            gone: self.departing.clone(),
+            gone: self.departing.keys().copied().collect(),
             gone_keys: Vec::new(),
             at: 0,
             adds: std::mem::take(&mut self.view_adds),
@@ -1084,8 +1081,7 @@ impl GroupMode for TotalOrder {
     ) -> Result<bool, EngineError> {
         let mut work = false;
         if cx.settled && !self.departing.is_empty() {
-            self.departed_in.clear();
-            for d in std::mem::take(&mut self.departing) {
+            for d in std::mem::take(&mut self.departing).into_keys() {
                 self.gone_unready(d);
                 self.senders.remove(d);
                 // A last message cut short: no survivor has it whole.
@@ -1149,7 +1145,7 @@ impl GroupMode for TotalOrder {
             "own_held_bytes": self.own_held_bytes,
             "barrier_lag_us": lag,
             "awaiting": self.awaiting,
-            "departing": self.departing,
+            "departing": self.departing.keys().collect::<Vec<_>>(),
             "published": c.published,
             "delivered": c.delivered,
             "beacons_sent": c.beacons_sent,

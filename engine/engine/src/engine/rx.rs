@@ -116,16 +116,15 @@ impl<T: Transport> Engine<T> {
             self.free(f);
             return Ok(());
         }
-        if data && stream != self.cfg.node {
-            match &self.groups[gi].opts.accept_senders {
-                Accept::Opened => {}
-                a if a.admits(stream) => self.accept_sender(gi, stream, header.epoch)?,
-                _ => {
-                    self.counters.rx_sender_refused += 1;
-                    self.free(f);
-                    return Ok(());
-                }
-            }
+        let opens = !matches!(self.groups[gi].opts.accept_senders, Accept::Opened);
+        if data
+            && stream != self.cfg.node
+            && opens
+            && !self.accept_sender(gi, stream, header.epoch)?
+        {
+            self.counters.rx_sender_refused += 1;
+            self.free(f);
+            return Ok(());
         }
         // Short of frames to receive into: only a frame delivered at once is
         // kept (see below).

@@ -408,27 +408,29 @@ impl<T: Transport> Engine<T> {
 
     /// `accept_senders`: a data frame from `sender` in `epoch` came; make
     /// sure a receive stream of that epoch exists (a newer epoch replaces the
-    /// old stream: the peer restarted).
+    /// old stream: the peer restarted). False when the group does not
+    /// admit `sender` (asked only when it has no stream yet, not per frame).
     #[inline]
     pub(super) fn accept_sender(
         &mut self,
         gi: usize,
         sender: NodeId,
         epoch: u32,
-    ) -> Result<(), EngineError> {
+    ) -> Result<bool, EngineError> {
         let g = &mut self.groups[gi];
         match g.receivers.iter().position(|r| r.sender == sender) {
-            Some(i) if g.receivers[i].epoch >= epoch => return Ok(()),
+            Some(i) if g.receivers[i].epoch >= epoch => return Ok(true),
             Some(i) => {
                 let mut old = g.receivers.swap_remove(i);
                 old.machine.release_all();
                 self.absorb_releases(&mut old.machine)?;
                 self.counters.rx_streams_restarted += 1;
             }
+            None if !g.opts.accept_senders.admits(sender) => return Ok(false),
             None => self.counters.rx_streams_opened += 1,
         }
         self.push_receiver(gi, sender, StreamStart { epoch, seq: Seq(0) });
-        Ok(())
+        Ok(true)
     }
 }
 
