@@ -106,7 +106,7 @@ mod tests {
     use super::*;
     use crate::plan::{plan, Algorithm, Shape, Transfer};
 
-    const ALL: [Algorithm; 8] = [
+    const ALL: [Algorithm; 11] = [
         Algorithm::Iterative,
         Algorithm::HypercubeNaive,
         Algorithm::Hypercube,
@@ -115,6 +115,9 @@ mod tests {
         Algorithm::Chain { segments: 7 },
         Algorithm::ScatterCollect,
         Algorithm::ScatterCollect2d,
+        Algorithm::Def { segments: 1 },
+        Algorithm::Def { segments: 2 },
+        Algorithm::Def { segments: 9 },
     ];
 
     #[test]

@@ -13,8 +13,17 @@
 //! | hypercube, mst, rsbcast (no conflicts) | ⌈log₂ p⌉(α + nβ) |
 //! | hypercube-naive on an r×c mesh | log₂ p · α + (r − 1 + c − 1) nβ |
 //! | chain with k segments | (p + k − 2)(α + ⌈n/k⌉β), best k ≈ √((p − 2) nβ / α) |
+//! | def with k segments, r, c ≥ 2 | (2k + r + c − 3 + [k even])(α + ⌈n/k⌉β), best k ≈ √((r + c − 3) nβ / 2α) |
 //! | scatter-collect | ⌈log₂ p⌉α + S(p)·nβ + (p − 1)(α + ⌈n/p⌉β) |
 //! | scatter-collect-2d | (⌈log₂ r⌉ + ⌈log₂ c⌉ + r + c − 2)α + 2(p − 1)/p · nβ |
+//!
+//! DEF sends each segment twice from the root (east, then south), so its
+//! pipeline fills at one segment per two steps: a member of row 0 or
+//! column 0 has a single neighbour to receive from, whose link to it works
+//! every other step. The seed counts r + c + k steps; under the one-port
+//! rule of these schedules (one send and one receive per member and step)
+//! no schedule on the mesh's east and south links does better than 2k − 1
+//! steps for the root's east neighbour alone.
 //!
 //! S(p) is the scatter's share: 1/2 + 1/4 + … = (p − 1)/p for a power of two,
 //! in general the largest block sent at each halving step, summed.
@@ -23,7 +32,7 @@
 //! fastest among those that never conflict on the fabric (the group option
 //! `auto`, as MPICH and Open MPI choose their broadcast), and says why.
 
-use crate::plan::{Algorithm, Shape};
+use crate::plan::{def_steps, Algorithm, Shape};
 
 /// The measured cost of one link.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -91,6 +100,9 @@ impl Model {
             },
             Algorithm::Hypercube | Algorithm::Mst | Algorithm::RsBcast => log2_ceil(p) * whole,
             Algorithm::Chain { segments } => f64::from(p + segments - 2) * piece(segments),
+            Algorithm::Def { segments } => {
+                f64::from(def_steps(self.shape(p), segments)) * piece(segments)
+            }
             Algorithm::ScatterCollect => {
                 log2_ceil(p) * alpha + scatter_bytes(p, nf) * beta + (pf - 1.0) * piece(p)
             }
@@ -119,36 +131,64 @@ impl Model {
     /// the seed's optimum √((p − 2) nβ / α), rounded to the better
     /// neighbouring integer, at least 1 and at most one per byte.
     pub fn best_segments(&self, p: u32, n: u64) -> u32 {
+        let fill = f64::from(p.saturating_sub(2));
+        self.best_k(fill, 1.0, n, |k| {
+            self.time(Algorithm::Chain { segments: k }, p, n)
+        })
+    }
+
+    /// The number of DEF segments that minimizes its time on the model's
+    /// mesh for `p` members: √((r + c − 3) nβ / 2α) (the minimum of
+    /// (2k + r + c − 3)(α + nβ/k)), the best of the integers around it.
+    pub fn best_def_segments(&self, p: u32, n: u64) -> u32 {
+        let s = self.shape(p);
+        if s.rows < 2 {
+            return self.best_segments(p, n);
+        }
+        let fill = f64::from(s.rows + s.cols - 3);
+        self.best_k(fill, 2.0, n, |k| {
+            self.time(Algorithm::Def { segments: k }, p, n)
+        })
+    }
+
+    /// The k minimizing a pipeline of (`per` · k + `fill`) steps of
+    /// α + ⌈n/k⌉β: near √(fill · nβ / (per · α)), the best of the integers
+    /// around it by `time` (⌈n/k⌉ and DEF's parity make it jagged); at
+    /// least 1 and at most one segment per byte.
+    fn best_k(&self, fill: f64, per: f64, n: u64, time: impl Fn(u32) -> f64) -> u32 {
         let Link { alpha, beta } = self.link;
         let real = if alpha > 0.0 {
-            (f64::from(p.saturating_sub(2)) * n as f64 * beta / alpha).sqrt()
+            (fill * n as f64 * beta / (per * alpha)).sqrt()
         } else {
             n as f64
         };
         let cap = n.clamp(1, u64::from(u32::MAX)) as u32;
         let lo = (real.floor() as u32).clamp(1, cap);
-        let hi = (lo + 1).min(cap);
-        let t = |k| self.time(Algorithm::Chain { segments: k }, p, n);
-        if t(hi) < t(lo) {
-            hi
-        } else {
-            lo
-        }
+        (lo.saturating_sub(1).max(1)..=(lo + 2).min(cap))
+            .min_by(|&a, &b| time(a).total_cmp(&time(b)))
+            .unwrap_or(lo)
     }
 
     /// The algorithms `auto` chooses among: those that never put two
-    /// transfers of a step on one link, with the chain's best k. The 2-D
-    /// scatter-collect arranges the members as the fabric's mesh, or on a
-    /// switch as the squarest logical one (its rings are shorter there too).
+    /// transfers of a step on one link, with the pipelines' best k. The 2-D
+    /// algorithms arrange the members as the fabric's mesh, or on a switch
+    /// as the squarest logical one (their rings and fences are shorter
+    /// there too); DEF only where that mesh has two rows or more.
     pub fn candidates(&self, p: u32, n: u64) -> Vec<Algorithm> {
-        vec![
+        let mut v = vec![
             Algorithm::RsBcast,
             Algorithm::Chain {
                 segments: self.best_segments(p, n),
             },
             Algorithm::ScatterCollect,
             Algorithm::ScatterCollect2d,
-        ]
+        ];
+        if self.shape(p).rows >= 2 {
+            v.push(Algorithm::Def {
+                segments: self.best_def_segments(p, n),
+            });
+        }
+        v
     }
 }
 
@@ -220,7 +260,7 @@ mod tests {
             "{}",
             c.why()
         );
-        assert_eq!(c.considered.len(), 4);
+        assert_eq!(c.considered.len(), 5);
         // On one switch the 2-D rings are shorter too: at 1,024 members and
         // 4 MiB they beat the 1-D ring's 1,023 start-ups.
         assert_eq!(
@@ -241,6 +281,22 @@ mod tests {
             assert!(t(k) <= best * 1.001, "p {p} n {n} k {k}: {} > {best}", t(k));
         }
         assert_eq!(m.best_segments(1024, 1), 1);
+        for (p, n) in [
+            (6, 1 << 20),
+            (100, 64 << 20),
+            (4, 1000),
+            (1024, 64),
+            (64, 300_000),
+        ] {
+            let k = m.best_def_segments(p, n);
+            let t = |k| m.time(Algorithm::Def { segments: k }, p, n);
+            let best = (1..=4 * k).map(t).fold(f64::INFINITY, f64::min);
+            assert!(
+                t(k) <= best * 1.001,
+                "def p {p} n {n} k {k}: {} > {best}",
+                t(k)
+            );
+        }
     }
 
     #[test]

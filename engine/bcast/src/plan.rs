@@ -102,6 +102,19 @@ pub enum Algorithm {
         /// k, the number of segments.
         segments: u32,
     },
+    /// The pipeline on an r×c mesh along the seed's two edge-disjoint
+    /// fences (DEF): the message cut into `segments` pieces, every member
+    /// sends only to its east and south neighbours (the root taken as the
+    /// mesh's corner), black members (by checkerboard colour) east on even
+    /// steps and south on odd ones, white members the other way round.
+    /// Even segments run along row 0 and down every column, odd ones down
+    /// column 0 and along every row: 2k + r + c − 3 steps, one more for
+    /// even k but on a 2×2 or 2×3 mesh ([`def_steps`]). On one row or one
+    /// column it is the chain.
+    Def {
+        /// k, the number of segments.
+        segments: u32,
+    },
     /// Scatter by recursive splitting (each member ends with its own piece
     /// of the message), then collect around a logical ring of all members.
     ScatterCollect,
@@ -121,13 +134,14 @@ impl Algorithm {
             Algorithm::Mst => "mst",
             Algorithm::RsBcast => "rsbcast",
             Algorithm::Chain { .. } => "chain",
+            Algorithm::Def { .. } => "def",
             Algorithm::ScatterCollect => "scatter-collect",
             Algorithm::ScatterCollect2d => "scatter-collect-2d",
         }
     }
 
-    /// Parses a name of [`Algorithm::name`]; `chain` takes its segment count
-    /// as `chain:K`.
+    /// Parses a name of [`Algorithm::name`]; the pipelines take their
+    /// segment count as `chain:K` and `def:K`.
     pub fn parse(s: &str) -> Result<Algorithm, String> {
         let alg = match s {
             "iterative" => Algorithm::Iterative,
@@ -137,19 +151,29 @@ impl Algorithm {
             "rsbcast" => Algorithm::RsBcast,
             "scatter-collect" => Algorithm::ScatterCollect,
             "scatter-collect-2d" => Algorithm::ScatterCollect2d,
-            _ => match s.strip_prefix("chain:") {
-                Some(k) => Algorithm::Chain {
-                    segments: k.parse().ok().filter(|&k| k > 0).ok_or_else(|| {
+            _ => {
+                let (name, k) = s.split_once(':').unwrap_or((s, ""));
+                let segments = || {
+                    k.parse().ok().filter(|&k| k > 0).ok_or_else(|| {
                         format!("`{s}`: the segment count must be a positive integer")
-                    })?,
-                },
-                None => {
-                    return Err(format!(
-                        "unknown broadcast algorithm `{s}` (known: iterative, hypercube-naive, \
-                         hypercube, mst, rsbcast, chain:K, scatter-collect, scatter-collect-2d)"
-                    ))
+                    })
+                };
+                match name {
+                    "chain" => Algorithm::Chain {
+                        segments: segments()?,
+                    },
+                    "def" => Algorithm::Def {
+                        segments: segments()?,
+                    },
+                    _ => {
+                        return Err(format!(
+                            "unknown broadcast algorithm `{s}` (known: iterative, \
+                             hypercube-naive, hypercube, mst, rsbcast, chain:K, def:K, \
+                             scatter-collect, scatter-collect-2d)"
+                        ))
+                    }
                 }
-            },
+            }
         };
         Ok(alg)
     }
@@ -159,6 +183,7 @@ impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Algorithm::Chain { segments } => write!(f, "chain:{segments}"),
+            Algorithm::Def { segments } => write!(f, "def:{segments}"),
             other => f.write_str(other.name()),
         }
     }
@@ -310,6 +335,10 @@ pub fn plan(
             chain(&mut b, p, root, segments.max(1));
             segments.max(1)
         }
+        Algorithm::Def { segments } => {
+            def(&mut b, shape, root, segments.max(1));
+            segments.max(1)
+        }
         Algorithm::ScatterCollect => {
             let rp = root as usize;
             let depth = halve(&mut b, &line, rp, 0, Rule::Farthest, &|r| {
@@ -323,6 +352,10 @@ pub fn plan(
             p
         }
     };
+    // A step in which no member sends costs nothing and says nothing (DEF
+    // on a 2×2 or 2×3 mesh has one); later steps move up, which keeps every
+    // rule.
+    b.0.retain(|step| !step.is_empty());
     Ok(Schedule {
         algorithm,
         p,
@@ -483,6 +516,91 @@ fn chain(b: &mut Steps, p: u32, root: u32, k: u32) {
     }
 }
 
+/// The steps DEF takes for `k` segments on `shape`: the chain's p + k − 2
+/// on a line; else the last segment's arrival at the far corner, 2k + r +
+/// c − 3, one step later when the last segment is odd (odd segments turn
+/// at column 0, a step later than even ones turn at row 0). On a 2×2 or
+/// 2×3 mesh nothing else happens in the step that segment waits, and the
+/// empty step is dropped.
+pub fn def_steps(shape: Shape, k: u32) -> u32 {
+    let (r, c) = (shape.rows, shape.cols);
+    match (r, c) {
+        _ if r * c < 2 => 0,
+        (1, _) | (_, 1) => r * c + k - 2,
+        _ => {
+            let small = r == 2 && c <= 3;
+            2 * k + r + c - 3 + u32::from(k % 2 == 0 && !small)
+        }
+    }
+}
+
+/// The seed's DEF pipeline. The mesh is taken from the root's place, so the
+/// root is its corner: logical (i, j) is the member at row (r₀ + i) mod r,
+/// column (c₀ + j) mod c (on a mesh fabric a root off the corner makes the
+/// wrapping transfers cross it). A member (i, j) is black when i + j is
+/// even; its east link works in steps of the parity of i + j and its south
+/// link in the others, so a member sends at most once a step and receives
+/// from the west and the north in alternate steps.
+///
+/// Row 0 and column 0 carry every segment (their members have a single
+/// neighbour to hear from); even segments leave row 0 down every column,
+/// odd ones leave column 0 along every row, so every other member receives
+/// each segment once. Segment s reaches (0, j) at the end of step
+/// 2s + j − 1, (i, 0) at 2s + i, and (i, j) at 2s + i + j (even s) or
+/// 2s + i + j + 1 (odd s). On one row or one column DEF is the chain.
+fn def(b: &mut Steps, shape: Shape, root: u32, k: u32) {
+    let (r, c) = (shape.rows, shape.cols);
+    if r == 1 || c == 1 {
+        return chain(b, r * c, root, k);
+    }
+    let (r0, c0) = shape.at(root);
+    let at = |i: u32, j: u32| shape.node((r0 + i) % r, (c0 + j) % c);
+    // The first step at or after `t` in which (i, j)'s link toward `east`
+    // (or south) works.
+    let slot = |i: u32, j: u32, east: bool, t: u32| {
+        let want = (i + j + u32::from(!east)) % 2;
+        t + (t + want) % 2
+    };
+    let mut send = |t: u32, (i, j): (u32, u32), east: bool, seg: u32| {
+        let to = if east { at(i, j + 1) } else { at(i + 1, j) };
+        b.push(
+            t as usize,
+            Transfer {
+                from: at(i, j),
+                to,
+                first: seg,
+                count: 1,
+            },
+        );
+    };
+    for s in 0..k {
+        // When (i, j) holds segment s: the step after its arrival.
+        let held = |i: u32, j: u32| match (i, j) {
+            (0, 0) => 0,
+            (0, j) => 2 * s + j,
+            (i, 0) => 2 * s + i + 1,
+            (i, j) => 2 * s + i + j + 1 + s % 2,
+        };
+        for i in 0..r {
+            for j in 0..c {
+                let east = j + 1 < c && (i == 0 || s % 2 == 1);
+                let south = i + 1 < r && (j == 0 || s % 2 == 0);
+                if i == 0 && j == 0 {
+                    send(2 * s, (0, 0), true, s);
+                    send(2 * s + 1, (0, 0), false, s);
+                    continue;
+                }
+                if east {
+                    send(slot(i, j, true, held(i, j)), (i, j), true, s);
+                }
+                if south {
+                    send(slot(i, j, false, held(i, j)), (i, j), false, s);
+                }
+            }
+        }
+    }
+}
+
 /// A ring collect over `line` from step `s`: position `j` starts with
 /// `block(j)`; at each of the |line|−1 steps every member passes the block
 /// it received last (its own first) to the next member around the ring.
@@ -601,6 +719,53 @@ mod tests {
     }
 
     #[test]
+    fn def_follows_the_colour_rule_and_takes_the_steps_its_formula_says() {
+        for rows in 1..=7u32 {
+            for cols in 1..=7u32 {
+                let shape = Shape { rows, cols };
+                for k in 1..=9 {
+                    for root in [0, shape.nodes() / 2, shape.nodes() - 1] {
+                        let s = plan(Algorithm::Def { segments: k }, shape, root, 5000).unwrap();
+                        let steps = crate::check::verify(&s)
+                            .unwrap_or_else(|e| panic!("{shape} k {k} root {root}: {e}"))
+                            .steps;
+                        assert_eq!(steps as u32, def_steps(shape, k), "{shape} k {k}");
+                        // (On 2×2 and 2×3 with even k one empty step is
+                        // dropped and the steps after it move up: the colour
+                        // rule is checked where none is.)
+                        let dropped = rows == 2 && cols <= 3 && k % 2 == 0;
+                        if rows < 2 || cols < 2 || root != 0 || dropped {
+                            continue;
+                        }
+                        // From the corner: every transfer goes to the east or
+                        // the south neighbour, black members (i + j even) east
+                        // on even steps and south on odd ones, white ones the
+                        // other way round; every member but the root receives
+                        // each segment exactly once.
+                        let mut got = vec![0u32; shape.nodes() as usize];
+                        for (t, step) in s.steps.iter().enumerate() {
+                            for x in step {
+                                let ((i, j), to) = (shape.at(x.from), shape.at(x.to));
+                                let east = to == (i, j + 1);
+                                assert!(east || to == (i + 1, j), "{shape}: {x:?}");
+                                assert_eq!((t as u32 + i + j + u32::from(east)) % 2, 1);
+                                got[x.to as usize] += x.count;
+                            }
+                        }
+                        assert!(got[1..].iter().all(|&g| g == k), "{shape} k {k}: {got:?}");
+                    }
+                }
+            }
+        }
+        // The formula: 2k + r + c − 3 for odd k, one more for even k.
+        assert_eq!(def_steps(Shape { rows: 4, cols: 5 }, 3), 12);
+        assert_eq!(def_steps(Shape { rows: 4, cols: 5 }, 4), 15);
+        assert_eq!(def_steps(Shape { rows: 2, cols: 5 }, 4), 13);
+        assert_eq!(def_steps(Shape { rows: 2, cols: 3 }, 4), 10);
+        assert_eq!(def_steps(Shape::line(6), 4), 8);
+    }
+
+    #[test]
     fn pieces_cover_the_message_exactly_and_differ_by_at_most_a_byte() {
         let s = plan(Algorithm::ScatterCollect, Shape::line(7), 0, 100).unwrap();
         let mut at = 0;
@@ -629,6 +794,13 @@ mod tests {
             Algorithm::parse("chain:12").unwrap(),
             Algorithm::Chain { segments: 12 }
         );
+        assert_eq!(
+            Algorithm::parse("def:3").unwrap(),
+            Algorithm::Def { segments: 3 }
+        );
+        assert!(Algorithm::parse("def").unwrap_err().contains("positive"));
+        assert!(Algorithm::parse("def:x").is_err());
+        assert_eq!(Algorithm::Def { segments: 3 }.to_string(), "def:3");
         for a in [
             "iterative",
             "hypercube",

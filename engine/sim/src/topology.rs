@@ -210,6 +210,27 @@ mod tests {
     }
 
     #[test]
+    fn def_from_the_corner_keeps_its_two_fences_apart_on_the_mesh() {
+        for rows in 2..=9u32 {
+            for cols in 2..=9u32 {
+                let shape = Shape { rows, cols };
+                for k in [1, 2, 7, 40] {
+                    let r = on_mesh(Algorithm::Def { segments: k }, shape, 0, 1 << 20);
+                    assert_eq!(r.conflicts, 0, "def:{k} on {shape}");
+                    // Neighbours only: each transfer crosses one link.
+                    assert_eq!(r.link_hops, r.transfers as u64, "def:{k} on {shape}");
+                    let m = Model {
+                        link: LINK,
+                        fabric: Fabric::Mesh(shape),
+                    };
+                    let model = m.time(Algorithm::Def { segments: k }, shape.nodes(), 1 << 20);
+                    assert!((r.time / model - 1.0).abs() < 0.01, "{shape} k {k}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn mst_by_corresponding_position_conflicts_on_some_meshes_where_rsbcast_does_not() {
         let mut found = 0;
         for p in 2..=64u32 {
@@ -239,6 +260,9 @@ mod tests {
                     Algorithm::Chain { segments: k },
                     Algorithm::ScatterCollect,
                     Algorithm::ScatterCollect2d,
+                    Algorithm::Def {
+                        segments: m.best_def_segments(p, len),
+                    },
                 ];
                 if p.is_power_of_two() {
                     algs.push(Algorithm::Hypercube);

@@ -33,7 +33,7 @@ use std::ops::Range;
 use crate::cost::{choose, Link, Model};
 use crate::plan::{piece_range, plan, Algorithm, Shape, Transfer};
 use round::Round;
-use wire::{pieces, Data, Msg};
+use wire::{pieces, Data, Has, Msg, MAX_SKIPS};
 
 /// Which algorithm a root uses for a message.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -171,6 +171,43 @@ struct Inbound {
     kept: BTreeMap<u64, Kept>,
     /// Sequences to skip (a departed root's messages no survivor holds).
     holes: Vec<Range<u64>>,
+    /// The holes skipped so far, merged, ascending: this member holds none
+    /// of them, and its SYNCs say so, so that a later round never counts
+    /// on it for them.
+    skipped: Vec<Range<u64>>,
+}
+
+impl Inbound {
+    /// What this member holds of the root's sequence, for a SYNC: from its
+    /// start (or the root's stability, below which nothing is kept) to its
+    /// next, but the ranges it skipped.
+    fn has(&self) -> Option<Has> {
+        let start = self.start?.max(self.stable).min(self.next);
+        let skipped = self
+            .skipped
+            .iter()
+            .filter(|r| r.end > start)
+            .map(|r| (r.start.max(start), r.end))
+            .collect();
+        Some(Has {
+            start,
+            next: self.next,
+            skipped,
+        })
+    }
+
+    /// Skips `range` (a hole), merging it with the last skipped range.
+    fn skip(&mut self, range: Range<u64>) {
+        match self.skipped.last_mut() {
+            Some(last) if last.end == range.start => last.end = range.end,
+            _ => self.skipped.push(range),
+        }
+        // Bounded: the oldest ranges go first; a SYNC then claims them, and
+        // the round's re-sender finds them missing and counts a refusal.
+        if self.skipped.len() > MAX_SKIPS {
+            self.skipped.remove(0);
+        }
+    }
 }
 
 /// One member's relay.
@@ -632,7 +669,7 @@ impl Relay {
                 // A member's view changed: re-send what it lacks of the
                 // messages sent under earlier views (the current view's
                 // go by its schedules).
-                if let Some((_, next)) = has {
+                if let Some(Has { next, .. }) = has {
                     let again: Vec<(u64, Kept)> = self
                         .sent
                         .range(next..)
@@ -701,7 +738,11 @@ impl Relay {
                 .as_ref()
                 .is_some_and(|v| v.members.contains(&root))
         {
-            let has = Some((seq, self.roots[&root].next));
+            let has = Some(Has {
+                start: seq,
+                next: self.roots[&root].next,
+                skipped: Vec::new(),
+            });
             self.send(
                 root,
                 &Msg::Sync {
@@ -846,6 +887,8 @@ impl Relay {
             if let Some(h) = r.holes.iter().find(|h| h.contains(&r.next)) {
                 let end = h.end;
                 self.stats.skipped += end - r.next;
+                let from = r.next;
+                r.skip(from..end);
                 r.next = end;
                 continue;
             }
@@ -968,18 +1011,13 @@ impl Relay {
         }
         self.recompute_stable();
         // As a member: where this member stands with every root.
-        let roots: Vec<(u32, Option<(u64, u64)>)> = self
+        let roots: Vec<(u32, Option<Has>)> = self
             .roots
             .iter()
             .filter(|(root, r)| view.members.contains(root) || r.epoch_seen < epoch)
-            .map(|(root, r)| {
-                (
-                    *root,
-                    r.start.map(|s| (s.max(r.stable).min(r.next), r.next)),
-                )
-            })
+            .map(|(root, r)| (*root, r.has()))
             .collect();
-        for &(root, has) in &roots {
+        for (root, has) in roots {
             if view.members.contains(&root) {
                 if has.is_some() {
                     self.send(root, &Msg::Sync { epoch, root, has });

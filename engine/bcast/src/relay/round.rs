@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::wire::Msg;
+use super::wire::{Has, Msg};
 use super::{Relay, GONE};
 
 /// The survivors' round for one departed root, in one view.
@@ -13,7 +13,7 @@ use super::{Relay, GONE};
 pub(super) struct Round {
     pub(super) epoch: u64,
     /// Each member's SYNC (this member's own included).
-    pub(super) syncs: BTreeMap<u32, Option<(u64, u64)>>,
+    pub(super) syncs: BTreeMap<u32, Option<Has>>,
     /// The sequence every survivor ends at, once all SYNCs are in.
     pub(super) target: Option<u64>,
     /// This member reached the target and said so.
@@ -25,12 +25,12 @@ pub(super) struct Round {
 impl Relay {
     /// Starts this view's round for a departed root: this member's SYNC to
     /// every other member.
-    pub(super) fn open_round(&mut self, root: u32, epoch: u64, has: Option<(u64, u64)>) {
+    pub(super) fn open_round(&mut self, root: u32, epoch: u64, has: Option<Has>) {
         if self.rounds.get(&root).is_some_and(|r| r.epoch >= epoch) {
             return;
         }
         let mut syncs = BTreeMap::new();
-        syncs.insert(self.me, has);
+        syncs.insert(self.me, has.clone());
         // What is held beyond this member's position is let go: the round
         // re-sends everything any survivor delivered.
         if let Some(r) = self.roots.get_mut(&root) {
@@ -46,13 +46,14 @@ impl Relay {
                 done: BTreeSet::new(),
             },
         );
+        let sync = Msg::Sync { epoch, root, has };
         for m in self.others() {
-            self.send(m, &Msg::Sync { epoch, root, has });
+            self.send(m, &sync);
         }
         self.settle_round(root);
     }
 
-    pub(super) fn on_sync(&mut self, from: u32, epoch: u64, root: u32, has: Option<(u64, u64)>) {
+    pub(super) fn on_sync(&mut self, from: u32, epoch: u64, root: u32, has: Option<Has>) {
         if self
             .view
             .as_ref()
@@ -65,10 +66,7 @@ impl Relay {
         if self.rounds.get(&root).is_none_or(|r| r.epoch < epoch) {
             // Another member opened the round: answer with this member's
             // own position (none if it never heard of the root).
-            let mine = self
-                .roots
-                .get(&root)
-                .and_then(|r| r.start.map(|s| (s.max(r.stable).min(r.next), r.next)));
+            let mine = self.roots.get(&root).and_then(|r| r.has());
             self.open_round(root, epoch, mine);
         }
         if let Some(r) = self.rounds.get_mut(&root).filter(|r| r.epoch == epoch) {
@@ -88,24 +86,20 @@ impl Relay {
         if round.target.is_some() || !others.iter().all(|m| round.syncs.contains_key(m)) {
             return;
         }
-        let holders: Vec<(u32, u64, u64)> = round
+        let holders: Vec<(u32, Has)> = round
             .syncs
             .iter()
-            .filter_map(|(m, h)| h.map(|(s, n)| (*m, s, n)))
+            .filter_map(|(m, h)| h.clone().map(|h| (*m, h)))
             .collect();
-        let target = holders.iter().map(|h| h.2).max().unwrap_or(0);
+        let target = holders.iter().map(|h| h.1.next).max().unwrap_or(0);
         round.target = Some(target);
-        let syncs = round.syncs.clone();
-        let holder_of = |seq: u64| {
-            holders
-                .iter()
-                .find(|h| h.1 <= seq && seq < h.2)
-                .map(|h| h.0)
-        };
+        // A member that skipped a sequence in an earlier round holds it
+        // not: it is a hole for everyone (no survivor delivered it).
+        let holder_of = |seq: u64| holders.iter().find(|h| h.1.holds(seq)).map(|h| h.0);
         // This member's holes: what no holder delivered.
-        if let Some(Some((_, mine))) = syncs.get(&self.me) {
+        if let Some((_, mine)) = holders.iter().find(|h| h.0 == self.me) {
             let mut holes = Vec::new();
-            let mut seq = *mine;
+            let mut seq = mine.next;
             while seq < target {
                 let end = (seq..target)
                     .find(|&s| holder_of(s).is_some())
@@ -126,8 +120,8 @@ impl Relay {
                 .collect();
         }
         // This member's share of the re-sending.
-        for (&m, h) in &syncs {
-            let Some((_, next)) = *h else { continue };
+        for &(m, ref h) in &holders {
+            let next = h.next;
             if m == self.me {
                 continue;
             }

@@ -10,22 +10,49 @@
 //! | 1 | DATA | root u32, seq u64, epoch u64, stable u64, flags u8 (1 direct, 2 answer GOT), algorithm u8, k u32, pieces u32, len u64, first u32, count u32, then the carried pieces' bytes |
 //! | 2 | POS | root u32, next u64 |
 //! | 3 | START | root u32, epoch u64, seq u64 |
-//! | 4 | SYNC | epoch u64, root u32, has u8 (0/1), start u64, next u64 |
+//! | 4 | SYNC | epoch u64, root u32, has u8 (0/1), start u64, next u64, skips u32, then skips × (from u64, to u64) |
 //! | 5 | DONE | epoch u64, root u32 |
 //! | 6 | GOT | root u32, seq u64, first u32: the DATA that asked for it arrived |
 //!
 //! `algorithm` is 1 iterative, 2 hypercube-naive, 3 hypercube, 4 mst,
 //! 5 rsbcast, 6 chain (with `k` segments; `k` is 0 otherwise),
-//! 7 scatter-collect, 8 scatter-collect-2d. A decoder rejects a truncated
+//! 7 scatter-collect, 8 scatter-collect-2d, 9 def (with `k` segments, as
+//! the chain). A decoder rejects a truncated
 //! message, trailing bytes, an unknown tag or algorithm, a boolean other
 //! than 0/1, DATA flags beyond 1 and 2, a DATA whose bytes are not exactly its pieces' bytes, pieces
-//! outside the message, a length above [`MAX_LEN`], and a SYNC whose start
-//! is above its next.
+//! outside the message, a length above [`MAX_LEN`], a SYNC whose start
+//! is above its next, and a SYNC whose skipped ranges are more than
+//! [`MAX_SKIPS`], empty, out of order, overlapping or outside start..next
+//! (or present without `has`).
 
 use crate::plan::{piece_range, Algorithm};
 
 /// The largest message a relay carries.
 pub const MAX_LEN: u64 = 1 << 30;
+
+/// The most skipped ranges a SYNC carries.
+pub const MAX_SKIPS: usize = 1024;
+
+/// Where a member stands in one root's sequence, as its SYNC says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Has {
+    /// The first sequence it holds or skipped.
+    pub start: u64,
+    /// The next sequence it will deliver.
+    pub next: u64,
+    /// Ranges of start..next it skipped because no survivor held them in
+    /// an earlier round (a departed root's): it holds none of them, and no
+    /// survivor delivered them. Ascending and disjoint.
+    pub skipped: Vec<(u64, u64)>,
+}
+
+impl Has {
+    /// Whether the member holds `seq`: delivered it and did not skip it.
+    pub fn holds(&self, seq: u64) -> bool {
+        (self.start..self.next).contains(&seq)
+            && !self.skipped.iter().any(|&(a, b)| (a..b).contains(&seq))
+    }
+}
 
 /// One decoded message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,7 +84,7 @@ pub enum Msg {
         /// The root concerned.
         root: u32,
         /// What the sender holds: `None` when it was never given a start.
-        has: Option<(u64, u64)>,
+        has: Option<Has>,
     },
     /// The sender finished the round for a departed root in this view.
     Done {
@@ -117,6 +144,7 @@ fn algorithm_code(a: Algorithm) -> (u8, u32) {
         Algorithm::Chain { segments } => (6, segments),
         Algorithm::ScatterCollect => (7, 0),
         Algorithm::ScatterCollect2d => (8, 0),
+        Algorithm::Def { segments } => (9, segments),
     }
 }
 
@@ -130,6 +158,7 @@ fn algorithm_of(code: u8, k: u32) -> Option<Algorithm> {
         (6, k) if k > 0 => Algorithm::Chain { segments: k },
         (7, 0) => Algorithm::ScatterCollect,
         (8, 0) => Algorithm::ScatterCollect2d,
+        (9, k) if k > 0 => Algorithm::Def { segments: k },
         _ => return None,
     })
 }
@@ -137,7 +166,7 @@ fn algorithm_of(code: u8, k: u32) -> Option<Algorithm> {
 /// The number of pieces `algorithm` cuts a message into for `p` members.
 pub fn pieces(algorithm: Algorithm, p: u32) -> u32 {
     match algorithm {
-        Algorithm::Chain { segments } => segments,
+        Algorithm::Chain { segments } | Algorithm::Def { segments } => segments,
         Algorithm::ScatterCollect | Algorithm::ScatterCollect2d => p,
         _ => 1,
     }
@@ -164,13 +193,16 @@ impl Msg {
                 v.push(4);
                 v.extend_from_slice(&epoch.to_be_bytes());
                 v.extend_from_slice(&root.to_be_bytes());
-                let (flag, (start, next)) = match has {
-                    Some(h) => (1, *h),
-                    None => (0, (0, 0)),
-                };
-                v.push(flag);
-                v.extend_from_slice(&start.to_be_bytes());
-                v.extend_from_slice(&next.to_be_bytes());
+                let none = Has::default();
+                let h = has.as_ref().unwrap_or(&none);
+                v.push(u8::from(has.is_some()));
+                v.extend_from_slice(&h.start.to_be_bytes());
+                v.extend_from_slice(&h.next.to_be_bytes());
+                v.extend_from_slice(&(h.skipped.len() as u32).to_be_bytes());
+                for (a, b) in &h.skipped {
+                    v.extend_from_slice(&a.to_be_bytes());
+                    v.extend_from_slice(&b.to_be_bytes());
+                }
             }
             Msg::Done { epoch, root } => {
                 v.push(5);
@@ -244,10 +276,28 @@ impl Msg {
                 if has && start > next {
                     return Err("a SYNC whose start is above its next".into());
                 }
+                let skips = r.u32()? as usize;
+                if skips > MAX_SKIPS || (skips > 0 && !has) {
+                    return Err(format!("a SYNC with {skips} skipped ranges"));
+                }
+                let mut skipped = Vec::with_capacity(skips);
+                let mut at = start;
+                for _ in 0..skips {
+                    let (a, b) = (r.u64()?, r.u64()?);
+                    if a < at || b <= a || b > next {
+                        return Err(format!("a SYNC's skipped range {a}..{b} out of place"));
+                    }
+                    skipped.push((a, b));
+                    at = b;
+                }
                 Msg::Sync {
                     epoch,
                     root,
-                    has: has.then_some((start, next)),
+                    has: has.then_some(Has {
+                        start,
+                        next,
+                        skipped,
+                    }),
                 }
             }
             5 => Msg::Done {
@@ -372,7 +422,20 @@ mod tests {
             Msg::Sync {
                 epoch: 4,
                 root: 2,
-                has: Some((1, 6)),
+                has: Some(Has {
+                    start: 1,
+                    next: 6,
+                    skipped: vec![],
+                }),
+            },
+            Msg::Sync {
+                epoch: 4,
+                root: 2,
+                has: Some(Has {
+                    start: 1,
+                    next: 9,
+                    skipped: vec![(2, 4), (4, 5), (7, 9)],
+                }),
             },
             Msg::Sync {
                 epoch: 4,
@@ -410,7 +473,69 @@ mod tests {
         assert!(short.check().unwrap_err().contains("bytes"));
         assert!(Msg::decode(&Msg::Data(short).encode()).is_err());
         let mut bad = msgs[0].encode();
-        bad[30] = 9; // the algorithm
+        bad[30] = 10; // the algorithm
         assert!(Msg::decode(&bad).is_err());
+        // Skipped ranges out of place: reversed, overlapping, beyond next,
+        // below start, or without `has`.
+        for (skipped, start, next) in [
+            (vec![(4, 2)], 1, 9),
+            (vec![(2, 5), (4, 6)], 1, 9),
+            (vec![(7, 10)], 1, 9),
+            (vec![(0, 2)], 1, 9),
+        ] {
+            let m = Msg::Sync {
+                epoch: 1,
+                root: 1,
+                has: Some(Has {
+                    start,
+                    next,
+                    skipped: skipped.clone(),
+                }),
+            };
+            let e = Msg::decode(&m.encode()).unwrap_err();
+            assert!(e.contains("out of place"), "{skipped:?}: {e}");
+        }
+        let mut bare = Msg::Sync {
+            epoch: 1,
+            root: 1,
+            has: None,
+        }
+        .encode();
+        bare.truncate(bare.len() - 4);
+        bare.extend_from_slice(&1u32.to_be_bytes());
+        bare.extend_from_slice(&[0; 16]);
+        assert!(Msg::decode(&bare).unwrap_err().contains("skipped ranges"));
+        let held = Has {
+            start: 1,
+            next: 9,
+            skipped: vec![(2, 4)],
+        };
+        assert!(held.holds(1) && !held.holds(2) && !held.holds(3) && held.holds(4));
+        assert!(!held.holds(9) && !held.holds(0));
+    }
+
+    #[test]
+    fn every_algorithm_has_its_own_code_and_only_the_pipelines_carry_k() {
+        let all = [
+            Algorithm::Iterative,
+            Algorithm::HypercubeNaive,
+            Algorithm::Hypercube,
+            Algorithm::Mst,
+            Algorithm::RsBcast,
+            Algorithm::Chain { segments: 3 },
+            Algorithm::ScatterCollect,
+            Algorithm::ScatterCollect2d,
+            Algorithm::Def { segments: 5 },
+        ];
+        let mut codes = std::collections::BTreeSet::new();
+        for a in all {
+            let (code, k) = algorithm_code(a);
+            assert!(codes.insert(code), "{a}: code {code} twice");
+            assert_eq!(algorithm_of(code, k), Some(a));
+        }
+        assert_eq!(algorithm_of(9, 0), None);
+        assert_eq!(algorithm_of(6, 0), None);
+        assert_eq!(algorithm_of(5, 1), None);
+        assert_eq!(pieces(Algorithm::Def { segments: 5 }, 8), 5);
     }
 }
