@@ -64,7 +64,8 @@ struct Cell {
     model: f64,
 }
 
-/// The algorithms of a row: the chain with the model's best k.
+/// The algorithms of a row: the pipelines with the model's best k, DEF
+/// where the mesh has two rows or more.
 fn algorithms(model: &Model, p: u32, n: u64) -> Vec<Algorithm> {
     let mut v = vec![Algorithm::Iterative];
     if p.is_power_of_two() {
@@ -79,6 +80,11 @@ fn algorithms(model: &Model, p: u32, n: u64) -> Vec<Algorithm> {
         Algorithm::ScatterCollect,
         Algorithm::ScatterCollect2d,
     ]);
+    if model.shape(p).rows >= 2 {
+        v.push(Algorithm::Def {
+            segments: model.best_def_segments(p, n),
+        });
+    }
     v
 }
 
@@ -111,6 +117,7 @@ pub(crate) fn run(cfg: &Settings<'_>) -> Result<bool, String> {
         "chain",
         "scatter-collect",
         "scatter-collect-2d",
+        "def",
     ];
     let mut out = String::new();
     let _ = writeln!(
@@ -183,7 +190,9 @@ pub(crate) fn run(cfg: &Settings<'_>) -> Result<bool, String> {
                             worst_model = worst_model.max((ratio - 1.0).abs());
                         }
                         let k = match c.algorithm {
-                            Algorithm::Chain { segments } => format!(" k={segments}"),
+                            Algorithm::Chain { segments } | Algorithm::Def { segments } => {
+                                format!(" k={segments}")
+                            }
                             _ => String::new(),
                         };
                         let conflicts = match c.run.conflicts {
@@ -286,8 +295,8 @@ pub(crate) fn run(cfg: &Settings<'_>) -> Result<bool, String> {
 }
 
 /// Where `auto`'s choice changes as the message grows: "rsbcast to 32 KiB,
-/// scatter-collect-2d to 256 KiB, chain above" (the chain's k grows with
-/// the size and is left out).
+/// scatter-collect-2d to 256 KiB, chain above" (the pipelines' k grows
+/// with the size and is left out).
 fn crossovers(model: &Model, p: u32) -> String {
     let mut spans: Vec<(&'static str, u64)> = Vec::new();
     for shift in 6..=26 {
@@ -349,8 +358,9 @@ mod tests {
         let cells: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         std::fs::remove_file(&json).unwrap();
-        // 6 members: 6 algorithms (no hypercubes); 16: 8. Two sizes each.
-        assert_eq!(cells.as_array().unwrap().len(), 2 * 6 + 2 * 8);
+        // 6 members: 7 algorithms (no hypercubes; DEF on 2×3); 16: 9. Two
+        // sizes each.
+        assert_eq!(cells.as_array().unwrap().len(), 2 * 7 + 2 * 9);
         let naive = cells
             .as_array()
             .unwrap()

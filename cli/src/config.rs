@@ -397,7 +397,7 @@ pub struct Config {
     /// Broadcast groups (`mode = "broadcast"`): the algorithm that spreads a
     /// member's message over the links: "auto" (the default: the α–β
     /// model's choice for each message), "iterative", "hypercube",
-    /// "hypercube-naive", "mst", "rsbcast", "chain:K", "scatter-collect" or
+    /// "hypercube-naive", "mst", "rsbcast", "chain:K", "def:K", "scatter-collect" or
     /// "scatter-collect-2d".
     #[serde(default)]
     pub broadcast: Broadcast,
