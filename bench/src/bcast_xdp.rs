@@ -46,8 +46,10 @@ pub struct XdpConfig {
     pub link_rate: Option<String>,
 }
 
-/// The groups: (name, what the algorithm is, its `[[group]]` lines).
-const GROUPS: [(&str, &str); 6] = [
+/// The groups: (name, what the algorithm is, its `[[group]]` lines). DEF
+/// runs with 8 segments, near the model's best k from 256 KiB to 4 MiB on
+/// six members (2×3) at the daemons' α and β.
+const GROUPS: [(&str, &str); 7] = [
     ("iterative", "algorithm = \"iterative\""),
     ("rsbcast", "mode = \"broadcast\"\nbroadcast = \"rsbcast\""),
     ("mst", "mode = \"broadcast\"\nbroadcast = \"mst\""),
@@ -60,6 +62,7 @@ const GROUPS: [(&str, &str); 6] = [
         "mode = \"broadcast\"\nbroadcast = \"scatter-collect-2d\"",
     ),
     ("auto", "mode = \"broadcast\"\nbroadcast = \"auto\""),
+    ("def:8", "mode = \"broadcast\"\nbroadcast = \"def:8\""),
 ];
 
 /// A receipt: (group index, message id, when, whole and intact).
@@ -331,6 +334,7 @@ fn report(cfg: &XdpConfig, times: &[Vec<Vec<f64>>]) -> (String, Value) {
                 "mst" => Algorithm::Mst,
                 "scatter-collect" => Algorithm::ScatterCollect,
                 "scatter-collect-2d" => Algorithm::ScatterCollect2d,
+                "def:8" => Algorithm::Def { segments: 8 },
                 _ => mcast_bcast::choose(&model, p, n).algorithm,
             };
             line += &format!(
@@ -418,6 +422,7 @@ mod tests {
             at(400e-6, 0.3),  // scatter-collect: 3x at 4 MiB
             at(300e-6, 0.45), // scatter-collect-2d
             at(200e-6, 0.25), // auto
+            at(150e-6, 0.5),  // def:8
         ];
         let (text, json) = report(&cfg, &times);
         assert!(text.contains("capped at 200mbit"), "{text}");
