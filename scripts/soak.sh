@@ -96,6 +96,8 @@ Options:
                  docs/protocol.md §6.3), total (one order from timestamps,
                  §6.4) or broadcast (no multicast: each message spread over
                  the daemons' unicast links by `broadcast = "auto"`, §8)
+  --broadcast A  with --mode broadcast: the algorithm instead of auto
+                 (rsbcast, mst, chain:K, def:K, scatter-collect, ...)
   --sabotage     prove the checker: publisher pub-a-1 breaks the rules on
                  purpose every 500 messages (alternately skips a counter
                  and repeats one); the run must then FAIL with violations
@@ -125,6 +127,7 @@ KILL_NODES="2,3,4"
 SABOTAGE=()
 TREE_FANOUT=0
 MODE=fifo
+BROADCAST=""
 while [ $# -gt 0 ]; do
     case "$1" in
         -h | --help) usage; exit 0 ;;
@@ -134,6 +137,7 @@ while [ $# -gt 0 ]; do
         --seed) SEED="$2"; shift 2 ;;
         --tree-fanout) TREE_FANOUT="$2"; shift 2 ;;
         --mode) MODE="$2"; shift 2 ;;
+        --broadcast) BROADCAST="$2"; shift 2 ;;
         --kill-nodes) KILL_NODES="$2"; shift 2 ;;
         --sabotage) SABOTAGE=(--sabotage 500); shift ;;
         --keep) KEEP=1; shift ;;
@@ -151,6 +155,8 @@ TOTAL=$(awk -v m="$MINUTES" 'BEGIN { if (m + 0 > 0) printf "%d", m * 60; else pr
 [[ "$CALM" =~ ^[0-9]+$ ]] && [ "$CALM" -ge 5 ] && [ "$CALM" -lt "$TOTAL" ] \
     || { echo "soak: --calm must be an integer from 5 to less than the run" >&2; exit 2; }
 case "$MODE" in fifo | sequenced | total | broadcast) ;; *) echo "soak: --mode is fifo, sequenced, total or broadcast" >&2; exit 2 ;; esac
+[ -z "$BROADCAST" ] || [ "$MODE" = broadcast ] || { echo "soak: --broadcast goes with --mode broadcast" >&2; exit 2; }
+[[ "$BROADCAST" =~ ^[a-z0-9:-]*$ ]] || { echo "soak: --broadcast takes an algorithm name such as def:4" >&2; exit 2; }
 IFS=, read -r -a LOSS <<< "$LOSSES"
 for l in "${LOSS[@]}"; do
     awk -v l="$l" 'BEGIN { exit !(l ~ /^[0-9.]+$/ && l + 0 >= 0 && l + 0 < 1) }' \
@@ -272,7 +278,9 @@ for i in 1 2 3 4; do
     {
         node_config "$WORK" "$i"
         printf '[[group]]\nname = "soak-a"\ntree_fanout = %d\nmode = "%s"\n' "$TREE_FANOUT" "$MODE"
+        [ -z "$BROADCAST" ] || printf 'broadcast = "%s"\n' "$BROADCAST"
         printf '[[group]]\nname = "soak-b"\nslow_subscriber = "hold"\ntree_fanout = %d\nmode = "%s"\n' "$TREE_FANOUT" "$MODE"
+        [ -z "$BROADCAST" ] || printf 'broadcast = "%s"\n' "$BROADCAST"
         printf '[[group]]\nname = "soak-c"\nalgorithm = "ack"\n'
     } > "$WORK/n$i.toml"
 done
@@ -427,7 +435,7 @@ DPID=()
 
 # ---- the verdict ----
 echo
-echo "=== soak: $MINUTES min, seed $SEED, rate $RATE msg/s per publisher, loss drawn from $LOSSES"
+echo "=== soak: $MINUTES min, seed $SEED, mode $MODE${BROADCAST:+ ($BROADCAST)}, rate $RATE msg/s per publisher, loss drawn from $LOSSES"
 CHECK=0
 "$BIN/mcast-bench" soak check "$WORK" > "$WORK/check.txt" || CHECK=$?
 cat "$WORK/check.txt"
