@@ -4,33 +4,69 @@
 //!
 //! A sample is a transfer of `b` bytes and the time from its sending to
 //! its answer: about α + bβ one way and α back (the answer is tiny), so
-//! 2α + bβ. Samples are kept per power-of-two size class as a moving
-//! average; α and β come from a least-squares line through the classes'
-//! averages (β the slope, α half the intercept) once two classes far
-//! enough apart have samples. Until then, or if the fit makes no sense
-//! (β or α not positive), the configured link stands.
+//! 2α + bβ, plus whatever the transfer waited behind others on the way
+//! (the member's other transfers on the same link, the receiver's queue).
+//! That wait only ever adds, and grows with the load, not with `b`, so
+//! each power-of-two size class keeps the **least** round trip of its
+//! recent samples (a windowed minimum over the last 16 to 32 of them, as
+//! TCP's and BBR's minimum RTT filters do): the sample that waited least.
+//! α and β come from a least-squares line through the classes' minima (β
+//! the slope, α half the intercept) once two classes far enough apart
+//! have samples. Until then, or if the fit makes no sense (β or α not
+//! positive), the configured link stands.
+//!
+//! Until 2026-11-28 a class kept a moving average. Under a 200 Mbit/s cap
+//! the averages of 12 KB to 113 KB transfers were 16–185 ms against
+//! 0.5–4.5 ms of wire time (docs/benchmarks.md, issue 21's AF_XDP runs):
+//! the fit came out with α of milliseconds or negative, and `auto` fell
+//! back to the configured link.
 
 use crate::cost::Link;
 
 /// Size classes: 2^0 .. 2^39 bytes.
 const CLASSES: usize = 40;
 
-/// The weight of a new sample in its class's average.
-const GAIN: f64 = 0.125;
+/// Samples per window of a class's minimum: the least round trip of the
+/// current window and the one before stands.
+const WINDOW: u64 = 16;
+
+/// The least round trip of one window of a class: (bytes, seconds).
+type Least = Option<(f64, f64)>;
+
+/// One size class.
+#[derive(Clone, Copy, Debug, Default)]
+struct Class {
+    /// The window being filled.
+    current: Least,
+    /// The window before.
+    previous: Least,
+    /// Samples in the current window.
+    in_window: u64,
+    /// Samples ever.
+    samples: u64,
+}
+
+impl Class {
+    /// The least round trip of the two windows.
+    fn least(&self) -> Least {
+        match (self.current, self.previous) {
+            (Some(a), Some(b)) => Some(if a.1 <= b.1 { a } else { b }),
+            (a, b) => a.or(b),
+        }
+    }
+}
 
 /// The measured link.
 #[derive(Clone, Debug)]
 pub struct LinkEstimate {
-    /// Per size class: (average bytes, average round trip in seconds,
-    /// samples).
-    classes: [(f64, f64, u64); CLASSES],
+    classes: [Class; CLASSES],
     samples: u64,
 }
 
 impl Default for LinkEstimate {
     fn default() -> LinkEstimate {
         LinkEstimate {
-            classes: [(0.0, 0.0, 0); CLASSES],
+            classes: [Class::default(); CLASSES],
             samples: 0,
         }
     }
@@ -42,15 +78,17 @@ impl LinkEstimate {
         if !(rtt_s.is_finite() && rtt_s >= 0.0) {
             return;
         }
-        let c = (64 - bytes.max(1).leading_zeros() as usize - 1).min(CLASSES - 1);
-        let (b, t, n) = &mut self.classes[c];
-        if *n == 0 {
-            (*b, *t) = (bytes as f64, rtt_s);
-        } else {
-            *b += GAIN * (bytes as f64 - *b);
-            *t += GAIN * (rtt_s - *t);
+        let c =
+            &mut self.classes[(64 - bytes.max(1).leading_zeros() as usize - 1).min(CLASSES - 1)];
+        if c.in_window == WINDOW {
+            c.previous = c.current.take();
+            c.in_window = 0;
         }
-        *n += 1;
+        if c.current.is_none_or(|(_, t)| rtt_s < t) {
+            c.current = Some((bytes as f64, rtt_s));
+        }
+        c.in_window += 1;
+        c.samples += 1;
         self.samples += 1;
     }
 
@@ -59,21 +97,19 @@ impl LinkEstimate {
         self.samples
     }
 
-    /// Each size class with samples: (average bytes, average round trip in
-    /// seconds, samples).
+    /// Each size class with samples: (the bytes of its least recent round
+    /// trip, that round trip in seconds, samples ever).
     pub fn classes(&self) -> Vec<(f64, f64, u64)> {
-        self.classes.iter().copied().filter(|c| c.2 > 0).collect()
+        self.classes
+            .iter()
+            .filter_map(|c| c.least().map(|(b, t)| (b, t, c.samples)))
+            .collect()
     }
 
     /// α and β fitted from the samples, if they allow it: two size classes
     /// at least 16 times apart, a positive slope and intercept.
     pub fn fitted(&self) -> Option<Link> {
-        let pts: Vec<(f64, f64)> = self
-            .classes
-            .iter()
-            .filter(|c| c.2 > 0)
-            .map(|c| (c.0, c.1))
-            .collect();
+        let pts: Vec<(f64, f64)> = self.classes.iter().filter_map(Class::least).collect();
         let (lo, hi) = (pts.first()?.0, pts.last()?.0);
         if pts.len() < 2 || hi < 16.0 * lo.max(1.0) {
             return None;
@@ -114,6 +150,40 @@ mod tests {
             "{l:?}"
         );
         assert_eq!(e.samples(), 200);
+    }
+
+    #[test]
+    fn transfers_that_waited_behind_others_do_not_bias_the_fit() {
+        // 200 Mbit/s (43 ns/B as the bench's cap measures it), α 60 µs; most
+        // transfers wait behind others for up to 200 times their wire time,
+        // one in eight goes through unqueued.
+        let (alpha, beta) = (60e-6, 43e-9);
+        let mut e = LinkEstimate::default();
+        let mut x = 7u64;
+        for i in 0..400u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let b = [1024u64, 2731, 11_908, 27_567, 53_824, 113_360][(i % 6) as usize];
+            let wire = 2.0 * alpha + b as f64 * beta;
+            let wait = if (x >> 33) % 8 == 0 {
+                0.0
+            } else {
+                wire * ((x >> 40) % 200) as f64
+            };
+            e.sample(b, wire + wait);
+        }
+        let l = e.fitted().expect("a fit");
+        assert!((l.alpha / alpha - 1.0).abs() < 0.05, "{l:?}");
+        assert!((l.beta / beta - 1.0).abs() < 0.05, "{l:?}");
+        // The minimum follows the link: when every transfer takes twice as
+        // long from now on, two windows later the fit says so.
+        for i in 0..(2 * WINDOW * 6) {
+            let b = [1024u64, 2731, 11_908, 27_567, 53_824, 113_360][(i % 6) as usize];
+            e.sample(b, 2.0 * (2.0 * alpha + b as f64 * beta));
+        }
+        let l = e.fitted().expect("a fit");
+        assert!((l.beta / (2.0 * beta) - 1.0).abs() < 0.05, "{l:?}");
     }
 
     #[test]
