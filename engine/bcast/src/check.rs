@@ -106,19 +106,12 @@ mod tests {
     use super::*;
     use crate::plan::{plan, Algorithm, Shape, Transfer};
 
-    const ALL: [Algorithm; 11] = [
-        Algorithm::Iterative,
-        Algorithm::HypercubeNaive,
-        Algorithm::Hypercube,
-        Algorithm::Mst,
-        Algorithm::RsBcast,
-        Algorithm::Chain { segments: 7 },
-        Algorithm::ScatterCollect,
-        Algorithm::ScatterCollect2d,
-        Algorithm::Def { segments: 1 },
-        Algorithm::Def { segments: 2 },
-        Algorithm::Def { segments: 9 },
-    ];
+    /// Every algorithm, the pipelines with several segment counts.
+    fn all() -> Vec<Algorithm> {
+        let mut v = crate::plan::every(7).to_vec();
+        v.extend([1, 2, 9].map(|segments| Algorithm::Def { segments }));
+        v
+    }
 
     #[test]
     fn every_algorithm_broadcasts_from_every_root_for_every_group_size_and_shape() {
@@ -126,7 +119,7 @@ mod tests {
             let shapes = [Shape::line(p), Shape::near_square(p)];
             for shape in shapes {
                 for root in 0..p {
-                    for alg in ALL {
+                    for alg in all() {
                         let s = match plan(alg, shape, root, 1000) {
                             Ok(s) => s,
                             Err(_) => {

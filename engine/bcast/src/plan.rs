@@ -189,6 +189,22 @@ impl fmt::Display for Algorithm {
     }
 }
 
+/// Every algorithm once, the pipelines with `k` segments (for tests).
+#[cfg(test)]
+pub(crate) fn every(k: u32) -> [Algorithm; 9] {
+    [
+        Algorithm::Iterative,
+        Algorithm::HypercubeNaive,
+        Algorithm::Hypercube,
+        Algorithm::Mst,
+        Algorithm::RsBcast,
+        Algorithm::Chain { segments: k },
+        Algorithm::ScatterCollect,
+        Algorithm::ScatterCollect2d,
+        Algorithm::Def { segments: k },
+    ]
+}
+
 /// One transfer of a step: `count` pieces from `first` on, sent by member
 /// `from` to member `to`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

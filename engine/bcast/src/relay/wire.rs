@@ -516,19 +516,8 @@ mod tests {
 
     #[test]
     fn every_algorithm_has_its_own_code_and_only_the_pipelines_carry_k() {
-        let all = [
-            Algorithm::Iterative,
-            Algorithm::HypercubeNaive,
-            Algorithm::Hypercube,
-            Algorithm::Mst,
-            Algorithm::RsBcast,
-            Algorithm::Chain { segments: 3 },
-            Algorithm::ScatterCollect,
-            Algorithm::ScatterCollect2d,
-            Algorithm::Def { segments: 5 },
-        ];
         let mut codes = std::collections::BTreeSet::new();
-        for a in all {
+        for a in crate::plan::every(5) {
             let (code, k) = algorithm_code(a);
             assert!(codes.insert(code), "{a}: code {code} twice");
             assert_eq!(algorithm_of(code, k), Some(a));
