@@ -10,9 +10,11 @@
 //! each power-of-two size class keeps the **least** round trip of its
 //! recent samples (a windowed minimum over the last 16 to 32 of them, as
 //! TCP's and BBR's minimum RTT filters do): the sample that waited least.
-//! α and β come from a least-squares line through the classes' minima (β
-//! the slope, α half the intercept) once two classes far enough apart
-//! have samples. Until then, or if the fit makes no sense (β or α not
+//! α and β come from a line through the classes' minima (β the slope, α
+//! half the intercept), fitted by Siegel's repeated median so that a class
+//! whose recent transfers all waited (seen in the AF_XDP bench: 110 ms for
+//! 86 KB transfers whose wire time is 4 ms) does not tilt it, once two
+//! classes far enough apart have samples. Until then, or if the fit makes no sense (β or α not
 //! positive), the configured link stands.
 //!
 //! Until 2026-11-28 a class kept a moving average. Under a 200 Mbit/s cap
@@ -53,6 +55,17 @@ impl Class {
             (Some(a), Some(b)) => Some(if a.1 <= b.1 { a } else { b }),
             (a, b) => a.or(b),
         }
+    }
+}
+
+/// The median of `v` (the mean of the two middle values for an even
+/// count; NaN for none).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
 
@@ -114,13 +127,23 @@ impl LinkEstimate {
         if pts.len() < 2 || hi < 16.0 * lo.max(1.0) {
             return None;
         }
-        let k = pts.len() as f64;
-        let (sx, sy) = pts.iter().fold((0.0, 0.0), |a, p| (a.0 + p.0, a.1 + p.1));
-        let (sxx, sxy) = pts
-            .iter()
-            .fold((0.0, 0.0), |a, p| (a.0 + p.0 * p.0, a.1 + p.0 * p.1));
-        let beta = (k * sxy - sx * sy) / (k * sxx - sx * sx);
-        let alpha = (sy - beta * sx) / k / 2.0;
+        // Siegel's repeated median: for each point the median slope to the
+        // others, then the median of those; the intercept likewise. Up to
+        // half the classes may be off the line (a class whose recent
+        // transfers all waited) without moving it.
+        let beta = median(
+            pts.iter()
+                .map(|&(x1, y1)| {
+                    median(
+                        pts.iter()
+                            .filter(|p| p.0 != x1)
+                            .map(|&(x2, y2)| (y2 - y1) / (x2 - x1))
+                            .collect(),
+                    )
+                })
+                .collect(),
+        );
+        let alpha = median(pts.iter().map(|&(x, y)| y - beta * x).collect()) / 2.0;
         (beta > 0.0 && alpha > 0.0).then_some(Link { alpha, beta })
     }
 
@@ -184,6 +207,27 @@ mod tests {
         }
         let l = e.fitted().expect("a fit");
         assert!((l.beta / (2.0 * beta) - 1.0).abs() < 0.05, "{l:?}");
+    }
+
+    #[test]
+    fn one_size_class_far_off_the_line_does_not_tilt_it() {
+        // Round trips on a line 2α + bβ (α 30 µs, β 45 ns/B) but for the
+        // 86 KB class, whose recent transfers all waited: an AF_XDP bench
+        // run under a 200 Mbit/s cap had its minimum at 110 ms against 4 ms
+        // of wire time (docs/benchmarks.md, 2026-11-28). A least-squares
+        // line through these points has β 354 ns/B and α 1 ms.
+        let mut e = LinkEstimate::default();
+        for b in [1024u64, 2731, 11_651, 16_384, 50_533, 85_598, 131_072] {
+            let rtt = if b == 85_598 {
+                110e-3
+            } else {
+                60e-6 + b as f64 * 45e-9
+            };
+            e.sample(b, rtt);
+        }
+        let l = e.fitted().expect("a fit");
+        assert!((l.beta / 45e-9 - 1.0).abs() < 0.01, "{l:?}");
+        assert!((l.alpha / 30e-6 - 1.0).abs() < 0.01, "{l:?}");
     }
 
     #[test]
