@@ -128,8 +128,8 @@ impl Model {
     }
 
     /// The number of pipeline segments that minimizes the chain's time:
-    /// the seed's optimum √((p − 2) nβ / α), rounded to the better
-    /// neighbouring integer, at least 1 and at most one per byte.
+    /// the seed's optimum √((p − 2) nβ / α), the best of the integers
+    /// around it, at least 1 and at most one per byte.
     pub fn best_segments(&self, p: u32, n: u64) -> u32 {
         let fill = f64::from(p.saturating_sub(2));
         self.best_k(fill, 1.0, n, |k| {
@@ -173,7 +173,9 @@ impl Model {
     /// transfers of a step on one link, with the pipelines' best k. The 2-D
     /// algorithms arrange the members as the fabric's mesh, or on a switch
     /// as the squarest logical one (their rings and fences are shorter
-    /// there too); DEF only where that mesh has two rows or more.
+    /// there too). DEF only on a switch, where the logical mesh has two
+    /// rows or more: on a mesh fabric a root off the corner makes its
+    /// wrapping transfers cross the mesh, and they may conflict.
     pub fn candidates(&self, p: u32, n: u64) -> Vec<Algorithm> {
         let mut v = vec![
             Algorithm::RsBcast,
@@ -183,7 +185,7 @@ impl Model {
             Algorithm::ScatterCollect,
             Algorithm::ScatterCollect2d,
         ];
-        if self.shape(p).rows >= 2 {
+        if self.fabric == Fabric::Switch && self.shape(p).rows >= 2 {
             v.push(Algorithm::Def {
                 segments: self.best_def_segments(p, n),
             });
@@ -261,6 +263,12 @@ mod tests {
             c.why()
         );
         assert_eq!(c.considered.len(), 5);
+        let mesh = model(Fabric::Mesh(Shape { rows: 8, cols: 8 }));
+        assert_eq!(
+            choose(&mesh, 64, 64).considered.len(),
+            4,
+            "no DEF on a mesh"
+        );
         // On one switch the 2-D rings are shorter too: at 1,024 members and
         // 4 MiB they beat the 1-D ring's 1,023 start-ups.
         assert_eq!(

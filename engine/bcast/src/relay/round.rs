@@ -93,8 +93,8 @@ impl Relay {
             .collect();
         let target = holders.iter().map(|h| h.1.next).max().unwrap_or(0);
         round.target = Some(target);
-        // A member that skipped a sequence in an earlier round holds it
-        // not: it is a hole for everyone (no survivor delivered it).
+        // A member that skipped a sequence in an earlier round does not
+        // hold it: it is a hole for everyone (no survivor delivered it).
         let holder_of = |seq: u64| holders.iter().find(|h| h.1.holds(seq)).map(|h| h.0);
         // This member's holes: what no holder delivered.
         if let Some((_, mine)) = holders.iter().find(|h| h.0 == self.me) {
