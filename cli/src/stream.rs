@@ -756,13 +756,14 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
                 ),
             };
             s += &format!(
-                "  broadcast ({}): sent by {}  published {}  delivered {}  transfers {}  re-sent {}  rounds {} (open {})  held {}  link {link}\n",
+                "  broadcast ({}): sent by {}  published {}  delivered {}  transfers {}  re-sent {} (asked of ancestors {})  rounds {} (open {})  held {}  link {link}\n",
                 m["broadcast"].as_str().unwrap_or("?"),
                 if by.is_empty() { "-".to_owned() } else { by.join(", ") },
                 m["published"],
                 m["delivered"],
                 m["transfers_sent"],
                 m["refed_after_view_change"],
+                m["refeeds_delegated"],
                 m["departure_rounds"],
                 m["open_rounds"],
                 m["held_messages"],
@@ -922,7 +923,7 @@ mod tests {
         let v = serde_json::json!({"groups": [{
             "name": "g", "group": 1, "algorithm": "mak", "tree": null, "receivers": [],
             "mode": {"mode": "broadcast", "broadcast": "auto", "published": 7, "delivered": 20,
-                     "transfers_sent": 30, "refed_after_view_change": 2, "departure_rounds": 1,
+                     "transfers_sent": 30, "refed_after_view_change": 2, "refeeds_delegated": 5, "departure_rounds": 1,
                      "open_rounds": 0, "held_messages": 3, "chosen": {"rsbcast": 5, "chain": 2},
                      "link_measured": {"alpha_us": 41.25, "beta_ns_per_byte": 3.5},
                      "link_samples": 12,
@@ -930,7 +931,7 @@ mod tests {
         }]});
         let text = render_stats(&v, None);
         assert!(
-            text.contains("broadcast (auto): sent by chain 2, rsbcast 5  published 7  delivered 20  transfers 30  re-sent 2  rounds 1 (open 0)  held 3  link alpha 41.2 µs  beta 3.50 ns/B (12 samples)"),
+            text.contains("broadcast (auto): sent by chain 2, rsbcast 5  published 7  delivered 20  transfers 30  re-sent 2 (asked of ancestors 5)  rounds 1 (open 0)  held 3  link alpha 41.2 µs  beta 3.50 ns/B (12 samples)"),
             "{text}"
         );
         assert!(

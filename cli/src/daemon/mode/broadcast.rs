@@ -339,6 +339,8 @@ impl GroupMode for BroadcastMode {
             "transfers_sent": s.transfers_sent,
             "link_messages_sent": self.sent,
             "refed_after_view_change": s.refed,
+            "refeeds_delegated": s.delegated,
+            "refeed_delegations_returned": s.delegations_returned,
             "duplicates": s.duplicates,
             "skipped_departed": s.skipped,
             "departure_rounds": s.rounds,

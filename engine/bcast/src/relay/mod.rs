@@ -7,15 +7,17 @@
 //! for a piece that needs a later transfer of its own). Each root numbers
 //! its messages; every member delivers each root's messages once, in that
 //! order, from where the root started it. Faults are handled here too:
-//! when the view changes, a live root re-sends straight to each member
-//! what it lacks of the messages sent under earlier views, and the
+//! when the view changes, what a member lacks of a live root's messages
+//! sent under earlier views reaches it straight from its nearest live
+//! ancestor in the message's tree (or the root), and the
 //! survivors of a departed root agree on its messages in a round of their
 //! own (docs/protocol.md §8.6 specifies all of it).
 //!
 //! This module owns the member's sequence as a root (window, stability,
 //! starts), assembly, forwarding in step order through its one port, and
 //! delivery; [`wire`] the messages, `round` the survivors' round for a
-//! departed root, [`link`] the measurement of α and β.
+//! departed root, `refeed` who re-feeds a member after a view change,
+//! [`link`] the measurement of α and β.
 //!
 //! The caller gives it views ([`Relay::install`]), messages to publish,
 //! the messages that arrive on its links, and ticks; it takes
@@ -24,6 +26,7 @@
 //! a crashed member's link may lose any suffix of what it sent.
 
 pub mod link;
+mod refeed;
 mod round;
 pub mod wire;
 
@@ -114,8 +117,15 @@ pub struct Stats {
     pub delivered: u64,
     /// Transfers sent by a schedule (as root or forwarding).
     pub transfers_sent: u64,
-    /// Whole messages sent straight to a member after a view change.
+    /// Whole messages sent straight to a member after a view change (as
+    /// its root, or as the nearest live ancestor the root asked).
     pub refed: u64,
+    /// As a root: re-feeds it asked a member's nearest live ancestor to
+    /// send instead of sending them itself.
+    pub delegated: u64,
+    /// As a root: such requests handed back (the ancestor did not hold
+    /// the message), which it then sent itself.
+    pub delegations_returned: u64,
     /// Pieces or messages that arrived twice or were no longer wanted.
     pub duplicates: u64,
     /// Messages of a departed root skipped because no survivor held them.
@@ -220,6 +230,12 @@ pub struct Relay {
     /// and the messages not yet stable.
     next_seq: u64,
     granted: BTreeMap<u32, u64>,
+    /// The first sequence each member is owed (its START): it holds what
+    /// it delivered from there.
+    starts: BTreeMap<u32, u64>,
+    /// The members of the views this root's unstable messages were sent
+    /// in, by epoch (`refeed`).
+    past_views: BTreeMap<u64, Vec<u32>>,
     stable: u64,
     sent: BTreeMap<u64, Kept>,
     roots: BTreeMap<u32, Inbound>,
@@ -287,6 +303,8 @@ impl Relay {
             chosen: BTreeMap::new(),
             last_choice: None,
             granted: BTreeMap::new(),
+            starts: BTreeMap::new(),
+            past_views: BTreeMap::new(),
             sent: BTreeMap::new(),
             roots: BTreeMap::new(),
             rounds: BTreeMap::new(),
@@ -384,6 +402,7 @@ impl Relay {
     fn grant(&mut self, m: u32, epoch: u64) {
         let seq = self.next_seq;
         self.granted.insert(m, seq);
+        self.starts.insert(m, seq);
         let root = self.me;
         self.send(m, &Msg::Start { root, epoch, seq });
     }
@@ -670,15 +689,7 @@ impl Relay {
                 // messages sent under earlier views (the current view's
                 // go by its schedules).
                 if let Some(Has { next, .. }) = has {
-                    let again: Vec<(u64, Kept)> = self
-                        .sent
-                        .range(next..)
-                        .filter(|(_, k)| k.epoch < epoch)
-                        .map(|(s, k)| (*s, k.clone()))
-                        .collect();
-                    for (seq, k) in again {
-                        self.refeed(from, self.me, seq, &k);
-                    }
+                    self.refeed_missed(from, next, epoch);
                     if let Some(g) = self.granted.get_mut(&from) {
                         *g = (*g).max(next);
                         self.recompute_stable();
@@ -686,6 +697,7 @@ impl Relay {
                 }
             }
             Msg::Sync { epoch, root, has } => self.on_sync(from, epoch, root, has),
+            Msg::Refeed { root, seq, to } => self.on_refeed(from, root, seq, to),
             Msg::Done { epoch, root } => {
                 if let Some(r) = self.rounds.get_mut(&root).filter(|r| r.epoch == epoch) {
                     r.done.insert(from);
@@ -973,6 +985,7 @@ impl Relay {
     /// already (the view without it skipped here, while the agent moved).
     pub fn member_restarted(&mut self, m: u32) {
         self.granted.remove(&m);
+        self.starts.remove(&m);
     }
 
     /// Installs a new view. Views must come in increasing epochs.
@@ -1004,6 +1017,8 @@ impl Relay {
             .map(|v| v.members.into_iter().collect())
             .unwrap_or_default();
         self.granted.retain(|m, _| view.members.contains(m));
+        self.starts.retain(|m, _| view.members.contains(m));
+        self.remember_view(epoch, &view.members);
         for &m in &view.members {
             if m != self.me && (!before.contains(&m) || !self.granted.contains_key(&m)) {
                 self.grant(m, epoch);

@@ -348,3 +348,68 @@ fn a_member_back_as_a_new_relay_gets_a_start_though_its_roots_skipped_the_view_w
     assert_eq!(net.seqs(3, 1), vec![1], "the new relay from its start on");
     assert_eq!(net.seqs(2, 1), vec![0, 1]);
 }
+
+#[test]
+fn a_subtree_whose_interior_member_died_is_refed_by_its_nearest_live_ancestor() {
+    let ids: Vec<u32> = (1..=8).collect();
+    let mut net = Net::new(&ids, Pick::Fixed(Algorithm::RsBcast), 16);
+    net.install(1, &ids);
+    net.run(|_, _, _| false);
+    // An interior member of the tree below one of the root's children.
+    let s = plan(Algorithm::RsBcast, Shape::near_square(8), 0, 2).unwrap();
+    let parent: BTreeMap<u32, u32> = s.steps.iter().flatten().map(|t| (t.to, t.from)).collect();
+    let x = (1..8)
+        .find(|&i| parent[&i] != 0 && parent.values().any(|&p| p == i))
+        .expect("a tree of 8 has one");
+    let (dead, ancestor) = (ids[x as usize], ids[parent[&x] as usize]);
+    // m0 reaches the dead member, which dies before forwarding it.
+    net.relays.get_mut(&1).unwrap().publish(b"m0").unwrap();
+    net.collect();
+    net.run(|from, _, m| from == dead && matches!(m, Msg::Data(_)));
+    let orphans: Vec<u32> = ids
+        .iter()
+        .copied()
+        .filter(|&i| i != dead && net.seqs(i, 1).is_empty())
+        .collect();
+    assert!(!orphans.is_empty());
+    // Positions reach the root (a tick reports what moved).
+    for r in net.relays.values_mut() {
+        r.tick();
+    }
+    net.collect();
+    net.run(|_, _, _| false);
+    net.relays.remove(&dead);
+    let alive: Vec<u32> = ids.iter().copied().filter(|&i| i != dead).collect();
+    net.install(2, &alive);
+    net.run(|_, _, _| false);
+    for &i in &alive {
+        assert_eq!(net.seqs(i, 1), vec![0], "node {i}");
+    }
+    // The dead member's parent re-fed its whole subtree; the root none.
+    let root = net.relays[&1].stats();
+    assert_eq!((root.refed, root.delegated), (0, orphans.len() as u64));
+    assert_eq!(net.relays[&ancestor].stats().refed, orphans.len() as u64);
+}
+
+#[test]
+fn a_refeed_request_the_member_cannot_serve_goes_back_to_the_root() {
+    let mut net = three_with_m0_sent();
+    // Node 3 never gets m0.
+    net.run(|_, to, m| to == 3 && matches!(m, Msg::Data(_)));
+    // The root asks node 3 to re-feed node 2: node 3 hands it back and the
+    // root sends it itself.
+    let ask = Msg::Refeed {
+        root: 1,
+        seq: 0,
+        to: 2,
+    };
+    net.relays.get_mut(&3).unwrap().receive(1, &ask.encode());
+    net.collect();
+    net.run(|_, _, _| false);
+    let root = net.relays[&1].stats();
+    assert_eq!((root.delegations_returned, root.refed), (1, 1));
+    // Only the root asks: the same request from node 2 is refused.
+    let before = net.relays[&3].stats().refused;
+    net.relays.get_mut(&3).unwrap().receive(2, &ask.encode());
+    assert_eq!(net.relays[&3].stats().refused, before + 1);
+}

@@ -13,6 +13,7 @@
 //! | 4 | SYNC | epoch u64, root u32, has u8 (0/1), start u64, next u64, skips u32, then skips × (from u64, to u64) |
 //! | 5 | DONE | epoch u64, root u32 |
 //! | 6 | GOT | root u32, seq u64, first u32: the DATA that asked for it arrived |
+//! | 7 | REFEED | root u32, seq u64, to u32: re-feed member `to` the root's message `seq` (the root to a nearer holder, or handed back) |
 //!
 //! `algorithm` is 1 iterative, 2 hypercube-naive, 3 hypercube, 4 mst,
 //! 5 rsbcast, 6 chain (with `k` segments; `k` is 0 otherwise),
@@ -92,6 +93,17 @@ pub enum Msg {
         epoch: u64,
         /// The departed root.
         root: u32,
+    },
+    /// The root asks a member to re-feed `to` its message `seq` (the
+    /// member's nearest live ancestor in the message's tree), or a member
+    /// that does not hold it hands the request back.
+    Refeed {
+        /// The root.
+        root: u32,
+        /// Its sequence.
+        seq: u64,
+        /// The member to re-feed.
+        to: u32,
     },
     /// A DATA with `answer` arrived (whatever became of it).
     Got {
@@ -215,6 +227,12 @@ impl Msg {
                 v.extend_from_slice(&seq.to_be_bytes());
                 v.extend_from_slice(&first.to_be_bytes());
             }
+            Msg::Refeed { root, seq, to } => {
+                v.push(7);
+                v.extend_from_slice(&root.to_be_bytes());
+                v.extend_from_slice(&seq.to_be_bytes());
+                v.extend_from_slice(&to.to_be_bytes());
+            }
         }
         v
     }
@@ -308,6 +326,11 @@ impl Msg {
                 root: r.u32()?,
                 seq: r.u64()?,
                 first: r.u32()?,
+            },
+            7 => Msg::Refeed {
+                root: r.u32()?,
+                seq: r.u64()?,
+                to: r.u32()?,
             },
             t => return Err(format!("unknown tag {t}")),
         };
@@ -448,6 +471,11 @@ mod tests {
                 seq: 9,
                 first: 3,
             },
+            Msg::Refeed {
+                root: 2,
+                seq: 9,
+                to: 4,
+            },
         ];
         for m in &msgs {
             let b = m.encode();
@@ -459,7 +487,7 @@ mod tests {
                 assert!(Msg::decode(&longer).is_err());
             }
         }
-        assert!(Msg::decode(&[9]).unwrap_err().contains("tag"));
+        assert!(Msg::decode(&[8]).unwrap_err().contains("tag"));
         let Msg::Data(d) = &msgs[0] else {
             unreachable!()
         };
