@@ -211,7 +211,9 @@ fn a_member_killed_mid_stream_costs_the_survivors_nothing_and_they_agree_on_its_
 #[test]
 fn a_node_whose_only_member_leaves_and_comes_back_gets_a_gapless_suffix_and_the_others_everything()
 {
-    let Some(cluster) = start_without_multicast("bcast-churn", "chain:3") else {
+    // DEF with 3 segments: seed 003's fences on the 2×2 mesh of four
+    // members, the chain it becomes on a line while node 4 is out.
+    let Some(cluster) = start_without_multicast("bcast-churn", "def:3") else {
         return;
     };
     const N: u64 = 4_000;
@@ -285,6 +287,8 @@ fn a_node_whose_only_member_leaves_and_comes_back_gets_a_gapless_suffix_and_the_
         );
         eprintln!("node 4's new member joined at message {from}");
     });
+    let m = mode(&cluster, 1, group);
+    assert_eq!(m["chosen"]["def"], N, "every message by DEF: {m:#}");
     // Everything published reached every member: the publisher may leave.
     publisher.leave(group).expect("the publisher leaves");
 }
