@@ -934,7 +934,7 @@ fn mode_sweep_regressions() {
     for seed in [5, 85, 158, 346, 393, 770] {
         run(Kind::Sequenced, seed).unwrap_or_else(|e| panic!("{e}"));
     }
-    for seed in [1, 3, 162, 182, 313, 919, 3846, 9548] {
+    for seed in [1, 3, 162, 182, 313, 919, 3846, 9548, 83551] {
         run(Kind::Total { commit: false }, seed).unwrap_or_else(|e| panic!("{e}"));
     }
 }

@@ -757,7 +757,9 @@ impl TotalOrder {
 
     /// A local client's message (a scattering's parts when `scatter`),
     /// stamped, into the stream, and held here until the barrier passes it
-    /// (WouldBlock while this node joins, or holds too much of its own).
+    /// (WouldBlock while this node joins, or holds too much of its own,
+    /// and a scattering while an event of a view installed here waits for
+    /// its place: [`Self::scatter_waits`]).
     fn publish_stamped(
         &mut self,
         cx: &mut ModeCx<'_>,
@@ -767,7 +769,11 @@ impl TotalOrder {
         out: &mut Out<'_>,
     ) -> Result<Published, EngineError> {
         let full = self.own_held_bytes > 0 && self.own_held_bytes + msg.len() > MAX_OWN_HELD_BYTES;
-        if !self.awaiting.is_empty() || self.join_event_unplaced() || full {
+        if !self.awaiting.is_empty()
+            || self.join_event_unplaced()
+            || full
+            || (scatter && self.scatter_waits())
+        {
             self.counters.blocked += 1;
             return Ok(Published::WouldBlock);
         }
@@ -796,6 +802,21 @@ impl TotalOrder {
         self.hold(ts, self.node, msg, Some(from));
         self.release(out);
         Ok(Published::Sent)
+    }
+
+    /// A scattering is stamped only once this node's stamps are ready for
+    /// every view it installed. Its parts are for members of the installed
+    /// view, one of which may have joined in it; stamped earlier, it would
+    /// sort before that node's join event, where the joining node lets its
+    /// part through (its client takes nothing else from before) without
+    /// knowing what the others cut there: if this node then fails with its
+    /// stamps never ready for an earlier view that added a node, the
+    /// survivors drop what it stamped above that event's place
+    /// ([`Self::gone_unready`]) and the joining node delivers its part.
+    /// Found by the total-order sweep (seed 83551); the wait lasts until
+    /// the pending events are placed, a view change at most.
+    fn scatter_waits(&self) -> bool {
+        self.ready() < self.installed
     }
 
     /// Notes the oldest held message at `now_ns`.
