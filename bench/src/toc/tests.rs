@@ -3,11 +3,12 @@
 
 use super::world::{run, Kind, Params};
 
-const KINDS: [Kind; 4] = [
+const KINDS: [Kind; 5] = [
     Kind::Fifo,
     Kind::Total { commit: false },
     Kind::Total { commit: true },
     Kind::Sequenced,
+    Kind::Token,
 ];
 
 #[test]
@@ -113,4 +114,20 @@ fn silence_sweep() {
         assert!(intervals < 16.0, "{intervals} intervals: {p:?}");
         assert_eq!(o.false_reports, 0, "{p:?}");
     }
+}
+
+/// The token baseline sends one node at a time: saturated on 8 nodes it
+/// carries at most one sender's frame rate, with a gap at every turn,
+/// where FIFO's senders together fill every receiver's port.
+#[test]
+fn the_token_ring_sends_one_node_at_a_time() {
+    let tput = |kind| {
+        let mut p = Params::new(kind, 8);
+        p.messages = 200;
+        run(&p).expect("a run").throughput()
+    };
+    let (fifo, token) = (tput(Kind::Fifo), tput(Kind::Token));
+    // One sender's frame rate at most: 1 / 881.6 ns.
+    assert!(token <= 1.0 / 881.6e-9 * 1.05, "token {token}");
+    assert!(token < fifo * 0.75, "token {token} against fifo {fifo}");
 }

@@ -66,6 +66,9 @@ pub enum Kind {
     Total { commit: bool },
     /// Every message through the root (`mode = "sequenced"`).
     Sequenced,
+    /// One sender at a time, in turns (seed 002's token baseline; the
+    /// model's own, [`super::token`]).
+    Token,
 }
 
 impl Kind {
@@ -75,6 +78,7 @@ impl Kind {
             Kind::Total { commit: false } => "total",
             Kind::Total { commit: true } => "total+commit",
             Kind::Sequenced => "sequenced",
+            Kind::Token => "token",
         }
     }
 
@@ -304,6 +308,7 @@ pub fn run(p: &Params) -> Result<Outcome, String> {
         let mode: Box<dyn GroupMode> = match p.kind {
             Kind::Fifo => Box::new(PerSenderFifo::new(Seq(0))),
             Kind::Sequenced => Box::new(Sequenced::new(v, 1, Seq(0))),
+            Kind::Token => Box::new(super::token::TokenRing::new(GROUP, v)),
             Kind::Total { commit } => {
                 let now = Rc::clone(&now);
                 let wall = Box::new(move || now.get() + skew);
