@@ -36,6 +36,9 @@ pub const IDLE_NS: u64 = 2_000;
 const TAG_MESSAGE: u8 = b'M';
 const TAG_END: u8 = b'E';
 
+/// A later turn's message from its holder (None: the turn's end).
+type Waiting = (NodeId, Option<Vec<u8>>);
+
 /// One node's side of the token ring.
 #[derive(Debug)]
 pub struct TokenRing {
@@ -55,8 +58,8 @@ pub struct TokenRing {
     active_at: u64,
     /// The end marker could not be sent (a full window): retried.
     end_owed: bool,
-    /// Later turns' messages (None: the turn's end), in stream order.
-    waiting: BTreeMap<u64, Vec<(NodeId, Option<Vec<u8>>)>>,
+    /// Later turns' messages, in stream order.
+    waiting: BTreeMap<u64, Vec<Waiting>>,
     turns_held: u64,
 }
 
