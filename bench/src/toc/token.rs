@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 
 use mcast_cli::daemon::mode::send_stream::SendStream;
-use mcast_cli::daemon::mode::{GroupMode, ModeCx, Out, Published, StreamOps, To};
+use mcast_cli::daemon::mode::{GroupMode, ModeCx, Out, Published, To};
 use mcast_engine::{EngineError, Fragment};
 use mcast_ipc::ring::{FIRST, LAST};
 use mcast_ipc::{ClientId, RecordHeader};
@@ -244,14 +244,6 @@ impl GroupMode for TokenRing {
             return Ok(true);
         }
         Ok(false)
-    }
-
-    fn send_idle(&self, streams: &dyn StreamOps, group: GroupId) -> bool {
-        streams.send_idle(group)
-    }
-
-    fn retire(&mut self, streams: &dyn StreamOps, group: GroupId) -> Option<Seq> {
-        streams.sender_position(group).map(|at| at.seq)
     }
 
     fn stats_json(&self) -> serde_json::Value {

@@ -11,11 +11,11 @@
 
 use mcast_engine::{EngineError, Fragment};
 use mcast_ipc::ClientId;
-use mcast_wire::{GroupId, NodeId, Seq};
+use mcast_wire::{NodeId, Seq};
 use serde_json::json;
 
 use super::send_stream::SendStream;
-use super::{GroupMode, ModeCx, Out, Published, StreamOps, To};
+use super::{GroupMode, ModeCx, Out, Published, To};
 use crate::daemon::deliver::data_record;
 
 /// A group in per-sender FIFO order.
@@ -76,14 +76,6 @@ impl GroupMode for PerSenderFifo {
 
     fn delivers_verbatim(&self) -> bool {
         true
-    }
-
-    fn send_idle(&self, streams: &dyn StreamOps, group: GroupId) -> bool {
-        streams.send_idle(group)
-    }
-
-    fn retire(&mut self, streams: &dyn StreamOps, group: GroupId) -> Option<Seq> {
-        streams.sender_position(group).map(|at| at.seq)
     }
 
     fn stats_json(&self) -> serde_json::Value {

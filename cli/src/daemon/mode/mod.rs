@@ -328,12 +328,19 @@ pub trait GroupMode: fmt::Debug {
 
     /// True when everything published here has reached every member (a
     /// leave waits for it).
-    fn send_idle(&self, streams: &dyn StreamOps, group: GroupId) -> bool;
+    /// (The default: the group's send stream is idle, for a mode that
+    /// sends nothing else.)
+    fn send_idle(&self, streams: &dyn StreamOps, group: GroupId) -> bool {
+        streams.send_idle(group)
+    }
 
     /// The node stops carrying the group: where its send stream stopped, so
     /// that a stream opened again within this incarnation goes on from
     /// there and no sequence number names two frames.
-    fn retire(&mut self, streams: &dyn StreamOps, group: GroupId) -> Option<Seq>;
+    /// (The default: where the group's send stream is.)
+    fn retire(&mut self, streams: &dyn StreamOps, group: GroupId) -> Option<Seq> {
+        streams.sender_position(group).map(|at| at.seq)
+    }
 
     /// The mode's own state for `mcast stat`.
     fn stats_json(&self) -> serde_json::Value;

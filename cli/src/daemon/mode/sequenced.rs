@@ -984,10 +984,6 @@ impl GroupMode for Sequenced {
             && streams.send_idle(group)
     }
 
-    fn retire(&mut self, streams: &dyn StreamOps, group: GroupId) -> Option<Seq> {
-        streams.sender_position(group).map(|at| at.seq)
-    }
-
     fn stats_json(&self) -> serde_json::Value {
         let c = &self.counters;
         json!({

@@ -40,7 +40,7 @@ use super::hlc::{Hlc, Wall};
 use super::least::Least;
 use super::send_stream::SendStream;
 use super::silence::Silence;
-use super::{GroupMode, ModeCx, Out, Published, StreamOps, To};
+use super::{GroupMode, ModeCx, Out, Published, To};
 use crate::daemon::deliver::{data_record, event_record};
 
 /// Bytes before a message: tag, stamp (u64), the sender's ready epoch
@@ -1131,14 +1131,6 @@ impl GroupMode for TotalOrder {
         self.release(out);
         self.watch_oldest(now_ns);
         Ok(work || self.counters.delivered + self.counters.events != before)
-    }
-
-    fn send_idle(&self, streams: &dyn StreamOps, group: GroupId) -> bool {
-        streams.send_idle(group)
-    }
-
-    fn retire(&mut self, streams: &dyn StreamOps, group: GroupId) -> Option<Seq> {
-        streams.sender_position(group).map(|at| at.seq)
     }
 
     fn stats_json(&self) -> serde_json::Value {
