@@ -235,7 +235,7 @@ pub struct Relay {
     starts: BTreeMap<u32, u64>,
     /// The members of the views this root's unstable messages were sent
     /// in, by epoch (`refeed`).
-    past_views: BTreeMap<u64, Vec<u32>>,
+    past_views: BTreeMap<u64, refeed::PastView>,
     stable: u64,
     sent: BTreeMap<u64, Kept>,
     roots: BTreeMap<u32, Inbound>,

@@ -18,6 +18,16 @@ use super::wire::Msg;
 use super::{Kept, Relay};
 use crate::plan::{plan, Algorithm, Shape};
 
+/// A view this root's unstable messages were sent in: its members, and the
+/// trees planned from it so far, each member's parent by algorithm (a
+/// tree's shape does not depend on the message's length), planned once for
+/// every orphan and message that asks.
+#[derive(Debug)]
+pub(super) struct PastView {
+    members: Vec<u32>,
+    parents: HashMap<Algorithm, Vec<Option<u32>>>,
+}
+
 impl Relay {
     /// As the root: member `to`, whose SYNC for view `epoch` said it will
     /// deliver `next`, lacks what this root sent under earlier views from
@@ -48,7 +58,7 @@ impl Relay {
     /// nearest, the algorithm is not a tree (pipelines and scatter-collect
     /// spread pieces from many members: the root re-feeds), or the view
     /// of the message is no longer known.
-    fn nearest_holder(&self, to: u32, seq: u64, k: &Kept) -> Option<u32> {
+    fn nearest_holder(&mut self, to: u32, seq: u64, k: &Kept) -> Option<u32> {
         let tree = matches!(
             k.algorithm,
             Algorithm::Mst | Algorithm::RsBcast | Algorithm::Hypercube | Algorithm::HypercubeNaive
@@ -56,25 +66,28 @@ impl Relay {
         if !tree {
             return None;
         }
-        let members = self.past_views.get(&k.epoch)?;
-        let view = self.view.as_ref()?;
-        let index = |n: u32| members.iter().position(|&m| m == n).map(|i| i as u32);
-        let (r, mut x) = (index(self.me)?, index(to)?);
-        let shape = Shape::near_square(members.len() as u32);
-        let schedule = plan(k.algorithm, shape, r, k.data.len() as u64).ok()?;
-        // In a tree every member but the root receives the message once.
-        let parent: HashMap<u32, u32> = schedule
-            .steps
-            .iter()
-            .flatten()
-            .map(|t| (t.to, t.from))
-            .collect();
+        let me = self.me;
+        let past = self.past_views.get_mut(&k.epoch)?;
+        let index = |n: u32| past.members.iter().position(|&m| m == n).map(|i| i as u32);
+        let (r, mut x) = (index(me)?, index(to)?);
+        if !past.parents.contains_key(&k.algorithm) {
+            let shape = Shape::near_square(past.members.len() as u32);
+            let schedule = plan(k.algorithm, shape, r, 1).ok()?;
+            // In a tree every member but the root receives the message once.
+            let mut parent = vec![None; past.members.len()];
+            for t in schedule.steps.iter().flatten() {
+                parent[t.to as usize] = Some(t.from);
+            }
+            past.parents.insert(k.algorithm, parent);
+        }
+        let (past, view) = (&self.past_views[&k.epoch], self.view.as_ref()?);
+        let parent = &past.parents[&k.algorithm];
         loop {
-            x = *parent.get(&x)?;
+            x = parent[x as usize]?;
             if x == r {
                 return None;
             }
-            let node = members[x as usize];
+            let node = past.members[x as usize];
             let holds = self.starts.get(&node).is_some_and(|&s| s <= seq)
                 && self.granted.get(&node).is_some_and(|&g| g > seq);
             if holds && view.members.contains(&node) {
@@ -117,6 +130,12 @@ impl Relay {
     pub(super) fn remember_view(&mut self, epoch: u64, members: &[u32]) {
         let oldest = self.sent.values().map(|k| k.epoch).min().unwrap_or(epoch);
         self.past_views.retain(|&e, _| e >= oldest.min(epoch));
-        self.past_views.insert(epoch, members.to_vec());
+        self.past_views.insert(
+            epoch,
+            PastView {
+                members: members.to_vec(),
+                parents: HashMap::new(),
+            },
+        );
     }
 }
