@@ -1,32 +1,50 @@
 //! The feedback tree (seed 004 §2.1): the group's nodes arranged as a
-//! complete k-ary tree rooted at one node (the group agent in mcastd), over
-//! which MAK's ACKs are aggregated instead of all reaching the sender.
+//! k-ary tree rooted at one node (the group agent in mcastd), over which
+//! MAK's ACKs are aggregated instead of all reaching the sender.
 //!
-//! Position 0 is the root; the other nodes follow in node order, so every
-//! node that holds the same view computes the same tree. Position `i`'s
-//! children are `k·i + 1 ..= k·i + k`, its parent `(i − 1) / k`. The tree
-//! is undirected for feedback: an ACK travels toward the data's source,
-//! whoever it is, so each node's *upstream* for a source is its neighbour
-//! on the path to that source, and its *downstream* are its other
+//! Every node has a *place*: place 0 is the root, and place `i`'s children
+//! are `k·i + 1 ..= k·i + k`, its parent `(i − 1) / k`, as in a heap. A
+//! place may be vacant (its node left): a node's parent is then its
+//! nearest occupied ancestor place, so the children of a node that leaves
+//! are adopted by its parent and keep their own subtrees (seed 004 §2.2,
+//! Figure 4), and a node that takes the vacant place later becomes their
+//! parent again. mcastd carries the places in the group's view (the agent
+//! chooses them); [`FeedbackTree::new`] places the nodes in node order.
+//! The tree is undirected for feedback: an ACK travels toward the data's
+//! source, whoever it is, so each node's *upstream* for a source is its
+//! neighbour on the path to that source, and its *downstream* are its other
 //! neighbours (seed 004: "the direction depends on the source").
 //!
 //! Owns: the tree's shape and the paths in it. May not touch: any machine's
-//! state (the MAK receiver and sender ask it for their neighbours).
+//! state (the MAK receiver and sender ask it for their neighbours), who
+//! takes which place (the group agent decides).
 
 use mcast_wire::NodeId;
+
+/// Places at or beyond this are not honoured: such a node takes the lowest
+/// vacant place instead (a view names at most 16,384 members, and a place
+/// table this long stays small).
+pub const MAX_PLACE: u32 = 1 << 16;
 
 /// The tree of a view: who is whose neighbour.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeedbackTree {
-    /// The nodes by position: the root, then the others in node order.
-    order: Vec<NodeId>,
+    /// The node at each place (0: vacant); place 0 is the root, never vacant.
+    places: Vec<NodeId>,
+    /// Every node and its place, by node: the lookups.
+    index: Vec<(NodeId, usize)>,
+    /// Each occupied place's parent: its nearest occupied ancestor place.
+    parent: Vec<Option<usize>>,
+    /// Each occupied place's children (the places whose parent it is), in
+    /// place order.
+    children: Vec<Vec<usize>>,
     fanout: usize,
 }
 
 impl FeedbackTree {
     /// The tree of `nodes` (any order, duplicates and 0 ignored) rooted at
     /// `root` (added if `nodes` lacks it) with `fanout` children a node
-    /// (at least 1: a chain).
+    /// (at least 1: a chain), the others at places 1, 2, … in node order.
     pub fn new(root: NodeId, nodes: &[NodeId], fanout: u16) -> FeedbackTree {
         let mut rest: Vec<NodeId> = nodes
             .iter()
@@ -35,12 +53,104 @@ impl FeedbackTree {
             .collect();
         rest.sort_unstable();
         rest.dedup();
-        let mut order = Vec::with_capacity(rest.len() + 1);
-        order.push(root);
-        order.extend(rest);
+        let mut places = Vec::with_capacity(rest.len() + 1);
+        places.push(root);
+        places.extend(rest);
+        FeedbackTree::shape(places, fanout)
+    }
+
+    /// The tree of `placed` (node, place) pairs rooted at `root` with
+    /// `fanout`: every node at its place, vacant places skipped (a node's
+    /// parent is its nearest occupied ancestor place). Every node that holds
+    /// the same pairs computes the same tree, and it is a tree whatever the
+    /// pairs say:
+    /// - the root takes place 0; a node that held place 0 takes the root's
+    ///   former place (the agent role moved);
+    /// - a node listed twice keeps its lowest place; of two nodes claiming
+    ///   one place the lower node keeps it;
+    /// - a node without a place (a conflict, or one at [`MAX_PLACE`] or
+    ///   beyond) takes the lowest vacant place, in node order, as a joining
+    ///   node would; node 0 is ignored.
+    pub fn with_places(root: NodeId, placed: &[(NodeId, u32)], fanout: u16) -> FeedbackTree {
+        let mut pairs: Vec<(NodeId, u32)> =
+            placed.iter().copied().filter(|&(n, _)| n != 0).collect();
+        // Each node's lowest place.
+        pairs.sort_unstable();
+        pairs.dedup_by_key(|&mut (n, _)| n);
+        let root_place = pairs.iter().find(|&&(n, _)| n == root).map(|&(_, p)| p);
+        let mut by_place: Vec<(u32, NodeId)> = Vec::with_capacity(pairs.len());
+        for &(n, p) in &pairs {
+            let p = if n == root {
+                0
+            } else if p == 0 {
+                // The former root takes the new root's place (or none).
+                root_place.filter(|&q| q != 0).unwrap_or(MAX_PLACE)
+            } else {
+                p
+            };
+            by_place.push((p, n));
+        }
+        if root_place.is_none() {
+            by_place.push((0, root));
+        }
+        by_place.sort_unstable();
+        let mut places: Vec<NodeId> = Vec::new();
+        let mut unplaced: Vec<NodeId> = Vec::new();
+        for (p, n) in by_place {
+            let p = p as usize;
+            if p >= MAX_PLACE as usize || places.get(p).is_some_and(|&o| o != 0) {
+                unplaced.push(n);
+                continue;
+            }
+            if places.len() <= p {
+                places.resize(p + 1, 0);
+            }
+            places[p] = n;
+        }
+        unplaced.sort_unstable();
+        let mut p = 0;
+        for n in unplaced {
+            p += 1;
+            while places.get(p).is_some_and(|&o| o != 0) {
+                p += 1;
+            }
+            if places.len() <= p {
+                places.resize(p + 1, 0);
+            }
+            places[p] = n;
+        }
+        FeedbackTree::shape(places, fanout)
+    }
+
+    /// Derives the parents and children of `places` (place 0 occupied).
+    fn shape(places: Vec<NodeId>, fanout: u16) -> FeedbackTree {
+        let fanout = usize::from(fanout.max(1));
+        let mut parent = vec![None; places.len()];
+        let mut children = vec![Vec::new(); places.len()];
+        for i in 1..places.len() {
+            if places[i] == 0 {
+                continue;
+            }
+            let mut p = (i - 1) / fanout;
+            while p != 0 && places[p] == 0 {
+                p = (p - 1) / fanout;
+            }
+            parent[i] = Some(p);
+            children[p].push(i);
+        }
+        let mut index: Vec<(NodeId, usize)> = places
+            .iter()
+            .enumerate()
+            .filter(|&(_, &n)| n != 0)
+            .map(|(i, &n)| (n, i))
+            .collect();
+        index.sort_unstable();
         FeedbackTree {
-            order,
-            fanout: usize::from(fanout.max(1)),
+            places,
+            index,
+            parent,
+            children,
+            fanout,
         }
     }
 
@@ -69,17 +179,18 @@ impl FeedbackTree {
 
     /// The root.
     pub fn root(&self) -> NodeId {
-        self.order[0]
+        self.places[0]
     }
 
-    /// Children a node.
+    /// Children a node, vacant places aside (a node that adopted the
+    /// children of a vacant place has more).
     pub fn fanout(&self) -> u16 {
         self.fanout as u16
     }
 
     /// Nodes in the tree.
     pub fn len(&self) -> usize {
-        self.order.len()
+        self.index.len()
     }
 
     /// Never: the root is always there.
@@ -87,20 +198,27 @@ impl FeedbackTree {
         false
     }
 
+    /// Places, occupied or vacant, up to the last occupied one.
+    pub fn places(&self) -> usize {
+        self.places.len()
+    }
+
+    /// The place of `node` (`None`: not in the tree).
+    pub fn place(&self, node: NodeId) -> Option<usize> {
+        self.position(node)
+    }
+
     fn position(&self, node: NodeId) -> Option<usize> {
-        if node == self.order[0] {
-            return Some(0);
-        }
-        self.order[1..].binary_search(&node).ok().map(|i| i + 1)
+        let i = self.index.binary_search_by_key(&node, |&(n, _)| n).ok()?;
+        Some(self.index[i].1)
     }
 
     fn parent_of(&self, i: usize) -> Option<usize> {
-        (i > 0).then(|| (i - 1) / self.fanout)
+        self.parent[i]
     }
 
     fn children_of(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
-        let first = i * self.fanout + 1;
-        (first..first + self.fanout).take_while(|&c| c < self.order.len())
+        self.children[i].iter().copied()
     }
 
     fn neighbours_of(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
@@ -116,13 +234,13 @@ impl FeedbackTree {
     /// node not in the tree).
     pub fn parent(&self, node: NodeId) -> Option<NodeId> {
         let i = self.position(node)?;
-        self.parent_of(i).map(|p| self.order[p])
+        self.parent_of(i).map(|p| self.places[p])
     }
 
     /// The children of `node` in the rooted tree.
     pub fn children(&self, node: NodeId) -> Vec<NodeId> {
         match self.position(node) {
-            Some(i) => self.children_of(i).map(|c| self.order[c]).collect(),
+            Some(i) => self.children_of(i).map(|c| self.places[c]).collect(),
             None => Vec::new(),
         }
     }
@@ -140,11 +258,11 @@ impl FeedbackTree {
         let mut i = s;
         while let Some(p) = self.parent_of(i) {
             if p == l {
-                return Some(self.order[i]);
+                return Some(self.places[i]);
             }
             i = p;
         }
-        self.parent_of(l).map(|p| self.order[p])
+        self.parent_of(l).map(|p| self.places[p])
     }
 
     /// `local`'s neighbours other than its upstream for `source`: the nodes
@@ -154,10 +272,10 @@ impl FeedbackTree {
             return Vec::new();
         };
         let up = self.upstream(source, local);
-        let parent = self.parent_of(l).map(|p| self.order[p]);
+        let parent = self.parent_of(l).map(|p| self.places[p]);
         parent
             .into_iter()
-            .chain(self.children_of(l).map(|c| self.order[c]))
+            .chain(self.children_of(l).map(|c| self.places[c]))
             .filter(|&n| Some(n) != up)
             .collect()
     }
@@ -196,7 +314,7 @@ mod tests {
         let mut out = Vec::new();
         let mut stack = vec![(n, l)];
         while let Some((i, from)) = stack.pop() {
-            out.push(t.order[i]);
+            out.push(t.places[i]);
             let next: Vec<usize> = t.neighbours_of(i).filter(|&c| c != from).collect();
             stack.extend(next.into_iter().map(|c| (c, i)));
         }
@@ -264,6 +382,94 @@ mod tests {
                         assert_eq!(at, source);
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn a_vacant_places_children_are_adopted_by_its_parent_and_a_joiner_takes_it_back() {
+        // Root 1; places 1..=6 held by 2..=7 (binary): 2 has 4 and 5.
+        let full: Vec<(NodeId, u32)> = (1..=7).map(|n| (n, n - 1)).collect();
+        let t = FeedbackTree::with_places(1, &full, 2);
+        assert_eq!(t, tree(7, 1, 2), "places in node order are the plain tree");
+        assert_eq!(t.children(2), vec![4, 5]);
+        // 2 leaves: 4 and 5 move to the root, nobody else moves.
+        let left: Vec<(NodeId, u32)> = full.iter().copied().filter(|&(n, _)| n != 2).collect();
+        let t = FeedbackTree::with_places(1, &left, 2);
+        assert_eq!(t.children(1), vec![3, 4, 5]);
+        assert_eq!((t.parent(4), t.parent(5)), (Some(1), Some(1)));
+        assert_eq!(t.children(3), vec![6, 7]);
+        assert_eq!((t.len(), t.places(), t.place(4)), (6, 7, Some(3)));
+        // A vacant leaf place is skipped, and so are vacant places in a row:
+        // 7 at place 6 with 3 (place 2) gone hangs off the root.
+        let t = FeedbackTree::with_places(1, &[(1, 0), (4, 3), (7, 6)], 2);
+        assert_eq!(t.children(1), vec![4, 7]);
+        // 9 joins at the vacant place 1 and takes 4 and 5 back.
+        let mut joined = left.clone();
+        joined.push((9, 1));
+        let t = FeedbackTree::with_places(1, &joined, 2);
+        assert_eq!((t.children(1), t.children(9)), (vec![9, 3], vec![4, 5]));
+    }
+
+    #[test]
+    fn the_root_takes_place_zero_and_bad_places_fall_back_to_the_lowest_vacancy() {
+        let full: Vec<(NodeId, u32)> = (1..=7).map(|n| (n, n - 1)).collect();
+        // The agent role moved from 1 to 5 (place 4): 1 takes place 4.
+        let t = FeedbackTree::with_places(5, &full, 2);
+        assert_eq!((t.root(), t.place(1), t.parent(1)), (5, Some(4), Some(2)));
+        // A root without a place gets 0; the former holder of 0 is unplaced
+        // and takes the lowest vacancy (none here: it becomes a leaf).
+        let t = FeedbackTree::with_places(9, &full, 2);
+        assert_eq!((t.root(), t.place(1), t.len()), (9, Some(7), 8));
+        // Two nodes at one place: the lower keeps it, the other takes the
+        // lowest vacancy; a node listed twice keeps its lowest place; a
+        // place out of range counts as none; node 0 is ignored.
+        let t = FeedbackTree::with_places(
+            1,
+            &[
+                (1, 0),
+                (3, 2),
+                (2, 2),
+                (4, 9),
+                (4, 5),
+                (6, MAX_PLACE),
+                (0, 1),
+            ],
+            2,
+        );
+        assert_eq!(
+            [2, 3, 4, 6].map(|n| t.place(n)),
+            [Some(2), Some(1), Some(5), Some(3)]
+        );
+        assert!(!t.contains(0));
+    }
+
+    #[test]
+    fn any_placement_is_a_tree_every_node_reaches_every_source_through() {
+        // Pseudo-random layouts with vacancies, conflicts and a moved root.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for _ in 0..300 {
+            let n = next(40) as u32 + 1;
+            let k = next(3) as u16 + 1;
+            let placed: Vec<(NodeId, u32)> = (1..=n).map(|v| (v, next(60) as u32)).collect();
+            let root = next(u64::from(n)) as u32 + 1;
+            let t = FeedbackTree::with_places(root, &placed, k);
+            assert_eq!((t.len(), t.root()), (n as usize, root));
+            for source in 1..=n {
+                let mut seen: Vec<NodeId> = t
+                    .downstream(source, source)
+                    .into_iter()
+                    .flat_map(|nb| beyond(&t, source, nb))
+                    .collect();
+                seen.sort_unstable();
+                let others: Vec<NodeId> = (1..=n).filter(|&v| v != source).collect();
+                assert_eq!(seen, others, "{placed:?} root {root} k {k} source {source}");
             }
         }
     }
