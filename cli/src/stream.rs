@@ -715,9 +715,10 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
                 p => p.to_string(),
             };
             s += &format!(
-                "  tree: root {}  fanout {}  parent {parent}  children {}  reports in {}  polls {}\n",
+                "  tree: root {}  fanout {}  place {}  parent {parent}  children {}  reports in {}  polls {}\n",
                 t["root"],
                 t["fanout"],
+                t["place"],
                 t["children"],
                 over_receivers("acks_received"),
                 over_receivers("ack_reqs_sent"),
@@ -864,11 +865,11 @@ mod tests {
                 ],
             }]})
         };
-        let tree = serde_json::json!({"root": 2, "fanout": 2, "nodes": 4, "parent": null, "children": [1, 3]});
+        let tree = serde_json::json!({"root": 2, "fanout": 2, "nodes": 4, "place": 0, "parent": null, "children": [1, 3]});
         let text = render_stats(&group(tree), None);
         assert!(
             text.contains(
-                "tree: root 2  fanout 2  parent -  children [1,3]  reports in 7  polls 1"
+                "tree: root 2  fanout 2  place 0  parent -  children [1,3]  reports in 7  polls 1"
             ),
             "{text}"
         );

@@ -216,11 +216,13 @@ fn view() -> View {
                 rank: 0,
                 node: 1,
                 member: 10,
+                place: 0,
             },
             Member {
                 rank: 1,
                 node: 2,
                 member: 20,
+                place: 1,
             },
         ],
     }

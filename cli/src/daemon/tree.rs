@@ -21,9 +21,11 @@ use super::Daemon;
 /// The tree of `view` for a group with feedback fanout `fanout` (0: none),
 /// as node `local` computes it; every node of the view computes the same
 /// one. Its root is the group agent when the agent has members in the view
-/// (else the lowest node), and it is widened to at most
-/// [`MakConfig::tree_max_depth`] levels. `None` when the view is not known
-/// or holds no other node.
+/// (else the lowest node); every other node sits at the place the agent
+/// gave it (`Member::place`), so a node that leaves hands its children to
+/// its parent and a joining node takes a vacant place (seed 004 §2.2). It
+/// is widened to at most [`MakConfig::tree_max_depth`] levels over its
+/// places. `None` when the view is not known or holds no other node.
 pub(super) fn feedback_tree(
     view: Option<&View>,
     fanout: u16,
@@ -34,9 +36,13 @@ pub(super) fn feedback_tree(
         return None;
     }
     let root = root_of(view)?;
+    let placed: Vec<(NodeId, u32)> = view?.members.iter().map(|m| (m.node, m.place)).collect();
     let depth = MakConfig::default().tree_max_depth;
-    let fanout = FeedbackTree::fanout_for(nodes.len(), fanout, depth);
-    Some(FeedbackTree::new(root, &nodes, fanout))
+    // The fanout follows the places (vacant ones included): a tree whose
+    // nodes kept their places after others left is no deeper than before.
+    let places = FeedbackTree::with_places(root, &placed, 1).places();
+    let fanout = FeedbackTree::fanout_for(places.max(nodes.len()), fanout, depth);
+    Some(FeedbackTree::with_places(root, &placed, fanout))
 }
 
 /// The root of the hybrid tree of `view`: the group agent when the agent
@@ -71,6 +77,7 @@ impl<T: Transport> Daemon<T> {
                 "root": t.root(),
                 "fanout": t.fanout(),
                 "nodes": t.len(),
+                "place": t.place(self.node),
                 "parent": t.parent(self.node),
                 "children": t.children(self.node),
             }),
@@ -84,22 +91,80 @@ mod tests {
     use super::*;
     use mcast_groups::Member;
 
+    /// The view after `nodes` joined in turn, each taking the place the
+    /// agent gives it.
     fn view(agent: NodeId, nodes: &[NodeId]) -> View {
-        View {
+        let mut v = View {
             group: 7,
             name: "g".into(),
             epoch: 1,
             agent,
-            members: nodes
-                .iter()
-                .enumerate()
-                .map(|(i, &node)| Member {
-                    rank: i as u32,
-                    node,
-                    member: i as u64,
-                })
-                .collect(),
+            members: Vec::new(),
+        };
+        for &node in nodes {
+            join(&mut v, node);
         }
+        v
+    }
+
+    fn join(v: &mut View, node: NodeId) {
+        let rank = v.members.len() as u32;
+        let place = v.place_for(node);
+        v.members.push(Member {
+            rank,
+            node,
+            member: u64::from(rank),
+            place,
+        });
+    }
+
+    fn parents(t: &FeedbackTree, nodes: impl Iterator<Item = NodeId>) -> Vec<Option<NodeId>> {
+        nodes.map(|n| t.parent(n)).collect()
+    }
+
+    #[test]
+    fn a_leaving_node_hands_its_children_to_its_parent_and_a_joiner_takes_its_place() {
+        // Agent 1 at the root; 2..=7 at places 1..=6 (binary): 2 has 4, 5.
+        let mut v = view(1, &[1, 2, 3, 4, 5, 6, 7]);
+        let t = feedback_tree(Some(&v), 2, 1).unwrap();
+        assert_eq!(t.children(2), vec![4, 5]);
+        // 2 leaves: 4 and 5 are the root's now; every other node keeps its
+        // parent (a view recomputed in node order would move 4, 5, 6, 7).
+        v.members.retain(|m| m.node != 2);
+        let after = feedback_tree(Some(&v), 2, 1).unwrap();
+        assert_eq!((after.parent(4), after.parent(5)), (Some(1), Some(1)));
+        assert_eq!(parents(&after, 6..=7), parents(&t, 6..=7));
+        assert_eq!(after.parent(3), t.parent(3));
+        // 9 joins: it takes place 1 and its children back; a second joiner,
+        // with no place vacant, becomes a leaf.
+        join(&mut v, 9);
+        let t9 = feedback_tree(Some(&v), 2, 1).unwrap();
+        assert_eq!((t9.place(9), t9.children(9)), (Some(1), vec![4, 5]));
+        join(&mut v, 8);
+        let t8 = feedback_tree(Some(&v), 2, 1).unwrap();
+        assert_eq!((t8.place(8), t8.children(8)), (Some(7), vec![]));
+        assert_eq!(t8.parent(8), Some(4), "place 7 is under place 3");
+        // A second member of a node shares its place.
+        join(&mut v, 4);
+        assert_eq!(feedback_tree(Some(&v), 2, 1).unwrap(), t8);
+    }
+
+    #[test]
+    fn the_root_moves_with_the_agent_role() {
+        // The agent 1 fails; 5 (place 4) takes the role over: it becomes
+        // the root, and place 4 is vacant for the next joiner.
+        let mut v = view(1, &[1, 2, 3, 4, 5, 6, 7]);
+        v.members.retain(|m| m.node != 1);
+        v.agent = 5;
+        v.make_root(5);
+        let t = feedback_tree(Some(&v), 2, 5).unwrap();
+        assert_eq!((t.root(), t.children(5)), (5, vec![2, 3]));
+        assert_eq!(v.place_for(8), 4);
+        // Every node computes it, whether or not the view's places say so.
+        let mut unmoved = view(1, &[1, 2, 3, 4, 5, 6, 7]);
+        unmoved.members.retain(|m| m.node != 1);
+        unmoved.agent = 5;
+        assert_eq!(feedback_tree(Some(&unmoved), 2, 5).unwrap().root(), 5);
     }
 
     #[test]

@@ -134,10 +134,12 @@ impl GroupService {
         // missed before (a daemon since restarted) no longer count.
         a.missed.remove(&from);
         a.view.epoch += 1;
+        let place = a.view.place_for(from);
         a.view.members.push(Member {
             rank,
             node: from,
             member,
+            place,
         });
         let view = a.view.clone();
         self.publish(&view, Some(from));

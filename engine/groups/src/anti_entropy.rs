@@ -180,10 +180,12 @@ impl GroupService {
                 && a.view.members.len() < max_members
                 && a.next_rank < u32::MAX
             {
+                let place = a.view.place_for(from);
                 a.view.members.push(Member {
                     rank: a.next_rank,
                     node: from,
                     member,
+                    place,
                 });
                 a.next_rank += 1;
                 changed += 1;

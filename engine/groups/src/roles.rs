@@ -281,6 +281,8 @@ impl GroupService {
             let mut view = old.clone();
             view.members.retain(|m| !self.failed.contains(&m.node));
             view.agent = self.node;
+            // The root moves with the agent role (seed 004 §2.2).
+            view.make_root(self.node);
             // A takeover starts a new generation of epochs (the high bits):
             // every survivor accepts it, even one that saw views of the old
             // agent this node missed.

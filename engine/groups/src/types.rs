@@ -28,6 +28,12 @@ pub struct Member {
     pub node: NodeId,
     /// The member's daemon-local client id.
     pub member: MemberId,
+    /// The place of the member's node in the group's feedback tree (seed
+    /// 004 §2.2; `mcast_proto::FeedbackTree::with_places`), chosen by the
+    /// agent when the node's first member joins ([`View::place_for`]) and
+    /// the same for every member of that node: a node that leaves leaves
+    /// its place vacant, and the next node to join takes it.
+    pub place: u32,
 }
 
 /// A group's membership at one epoch, as its agent decided it.
@@ -57,6 +63,47 @@ impl View {
     /// Whether `node` has at least one member in this view.
     pub fn has_node(&self, node: NodeId) -> bool {
         self.members.iter().any(|m| m.node == node)
+    }
+
+    /// The place in the feedback tree of a member of `node` joining this
+    /// view: the place of the node's members already in it, else the lowest
+    /// place no member holds (place 0, the root's, only for the agent).
+    pub fn place_for(&self, node: NodeId) -> u32 {
+        if let Some(m) = self.members.iter().find(|m| m.node == node) {
+            return m.place;
+        }
+        let mut held: Vec<u32> = self.members.iter().map(|m| m.place).collect();
+        held.sort_unstable();
+        held.dedup();
+        let mut p = u32::from(node != self.agent);
+        for h in held {
+            if h == p {
+                p += 1;
+            } else if h > p {
+                break;
+            }
+        }
+        p
+    }
+
+    /// Makes `node` (the new agent) the root of the tree: its members take
+    /// place 0, and whoever held place 0 takes the place they left.
+    pub fn make_root(&mut self, node: NodeId) {
+        let Some(old) = self
+            .members
+            .iter()
+            .find(|m| m.node == node)
+            .map(|m| m.place)
+        else {
+            return;
+        };
+        for m in &mut self.members {
+            if m.node == node {
+                m.place = 0;
+            } else if m.place == 0 {
+                m.place = old;
+            }
+        }
     }
 
     /// The member `(node, member)` of this view, if it is in it.

@@ -31,7 +31,7 @@
 //! | 18 | RESIGN | registry → GA | group u32, canonical group u32, agent u32 (of the canonical group) |
 //!
 //! `view` is: group u32, epoch u64, agent u32, name str, count u32 (≤ 16384), then
-//! count × (rank u32, node u32, member u64), sorted by rank.
+//! count × (rank u32, node u32, member u64, place u32), sorted by rank.
 //!
 //! `error` is a code u8 and its fields:
 //!
@@ -76,7 +76,7 @@ pub const MAX_VIEW_MEMBERS: usize = 16384;
 /// The most groups a list on the wire carries.
 pub const MAX_LIST_GROUPS: usize = 4096;
 
-const MEMBER_LEN: usize = 16;
+const MEMBER_LEN: usize = 20;
 const SUMMARY_MIN_LEN: usize = 13;
 
 /// What the registry answers to a lookup.
@@ -287,6 +287,7 @@ impl Writer {
             self.u32(m.rank);
             self.u32(m.node);
             self.u64(m.member);
+            self.u32(m.place);
         }
     }
     fn error(&mut self, e: &GroupError) {
@@ -799,6 +800,7 @@ impl<'a> Reader<'a> {
                 rank: self.u32()?,
                 node: self.u32()?,
                 member: self.u64()?,
+                place: self.u32()?,
             });
         }
         Ok(View {

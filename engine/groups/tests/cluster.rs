@@ -841,6 +841,7 @@ fn views_from_anyone_but_the_agent_are_ignored() {
         rank: 99,
         node: 3,
         member: 1,
+        place: 0,
     });
     let bytes = mcast_groups::wire::Message::View(forged.clone()).encode();
     c.svc(3).handle_message(1, &bytes).unwrap();
@@ -1206,4 +1207,49 @@ fn a_restarted_node_holds_its_registry_requests_until_it_learns_where_the_role_w
             other => panic!("seed {seed}: {other:?}"),
         }
     }
+}
+
+/// The places of the feedback tree (seed 004 §2.2) as the agent hands
+/// them out: the agent's node at the root's place 0, a joining node at the
+/// lowest vacant place, a node's later members at its place, and the root's
+/// place to the node that takes the agent role over.
+#[test]
+fn the_agent_hands_out_tree_places_and_a_joiner_takes_a_vacant_one() {
+    fn places(v: &View) -> Vec<(NodeId, u32)> {
+        let mut p: Vec<(NodeId, u32)> = v.members.iter().map(|m| (m.node, m.place)).collect();
+        p.sort_unstable();
+        p.dedup();
+        p
+    }
+    let mut c = Cluster::new(5, 1, Limits::default(), 3);
+    let (g, _) = c.joined(2, 1, "t");
+    for n in [3, 4, 5] {
+        c.joined(n, 1, "t");
+    }
+    c.joined(4, 2, "t");
+    let v = c.agent_view(g).unwrap();
+    assert_eq!(v.agent, 2);
+    assert_eq!(places(&v), vec![(2, 0), (3, 1), (4, 2), (5, 3)]);
+    // Every node holds the agent's places.
+    assert_eq!(places(c.get(5).view(g).unwrap()), places(&v));
+    // 3 leaves: place 1 is vacant, nobody else moves; 1 joins into it.
+    c.left(3, 1, g);
+    assert_eq!(
+        places(&c.agent_view(g).unwrap()),
+        vec![(2, 0), (4, 2), (5, 3)]
+    );
+    c.joined(1, 1, "t");
+    assert_eq!(
+        places(&c.agent_view(g).unwrap()),
+        vec![(1, 1), (2, 0), (4, 2), (5, 3)]
+    );
+    // The agent dies: the lowest live node (1) takes the role over and the
+    // root's place with it; its place 1 is vacant for the next joiner.
+    for n in [1, 3, 4, 5] {
+        c.svc(n).node_failed(2);
+    }
+    c.settle();
+    let v = c.get(1).agent_view(g).unwrap().clone();
+    assert_eq!((v.agent, places(&v)), (1, vec![(1, 0), (4, 2), (5, 3)]));
+    assert_eq!(v.place_for(3), 1);
 }

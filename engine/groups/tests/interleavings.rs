@@ -100,6 +100,7 @@ impl Probe {
             rank,
             node: self.svc.node(),
             member,
+            place: 0,
         });
         let view = View {
             group,
@@ -166,6 +167,7 @@ fn two_names_under_one_number_stay_apart_and_only_the_renumbered_one_moves() {
             rank: 0,
             node: 4,
             member: 40,
+            place: 0,
         }],
     );
     assert_eq!(p.svc.named_view(7, "red"), Some(&red));
@@ -213,11 +215,13 @@ fn two_names_under_one_number_stay_apart_and_only_the_renumbered_one_moves() {
                 rank: 0,
                 node: 4,
                 member: 40,
+                place: 0,
             },
             Member {
                 rank: 1,
                 node: 3,
                 member: 20,
+                place: 0,
             },
         ],
     };
@@ -336,6 +340,7 @@ fn an_agent_drops_its_own_member_that_left_before_it_took_the_role_over() {
         rank: 0,
         node: 3,
         member: 30,
+        place: 0,
     };
     let view = p.join(1, 1, 10, "red", 7, 1, &[other]);
     assert_eq!(view.members.len(), 2);
@@ -435,11 +440,13 @@ fn a_join_whose_reply_is_lost_completes_from_the_agents_view() {
                 rank: 3,
                 node: 5,
                 member: 56,
+                place: 0,
             },
             Member {
                 rank: 4,
                 node: 3,
                 member: 48,
+                place: 0,
             },
         ],
     };

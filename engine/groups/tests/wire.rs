@@ -21,11 +21,14 @@ fn view() -> impl Strategy<Value = View> {
         any::<u64>(),
         any::<u32>(),
         proptest::collection::vec(
-            (any::<u32>(), any::<u32>(), any::<u64>()).prop_map(|(rank, node, member)| Member {
-                rank,
-                node,
-                member,
-            }),
+            (any::<u32>(), any::<u32>(), any::<u64>(), any::<u32>()).prop_map(
+                |(rank, node, member, place)| Member {
+                    rank,
+                    node,
+                    member,
+                    place,
+                },
+            ),
             0..20,
         ),
     )
@@ -370,6 +373,7 @@ fn a_full_view_and_list_fit_in_a_message() {
                 rank: i,
                 node: i,
                 member: u64::from(i),
+                place: 0,
             })
             .collect(),
     };
