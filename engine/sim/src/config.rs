@@ -177,6 +177,24 @@ pub struct SimConfig {
     /// The root of MAK's feedback tree (the group agent in mcastd); the
     /// tree's fanout is the protocol's `mak.tree_fanout` (0: no tree).
     pub tree_root: NodeId,
+    /// A re-parenting mid-run (seed 004 §2.2), with a tree only.
+    pub retree: Option<Retree>,
+}
+
+/// A node leaves its place in the feedback tree and takes a new leaf place,
+/// as a node that left and joined again does in mcastd: its children are
+/// adopted by its parent (when it was the root, the node at the lowest
+/// place becomes the root, as the agent role moves). Views reach nodes at
+/// different times, so each node installs the new tree at its own instant
+/// in `at ..= at + spread`, while the rounds of the old tree are in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retree {
+    /// The node that moves.
+    pub node: NodeId,
+    /// When the first node may install the new tree.
+    pub at: Instant,
+    /// How much later the last one may.
+    pub spread: Duration,
 }
 
 impl Default for SimConfig {
@@ -203,6 +221,7 @@ impl Default for SimConfig {
             receiver_latency: Vec::new(),
             batch: false,
             tree_root: SENDER,
+            retree: None,
         }
     }
 }
@@ -281,6 +300,16 @@ impl SimConfig {
                 _ => 2,
             };
             cfg.tree_root = rng.range(1, u64::from(receivers) + 1) as NodeId;
+            // A re-parenting in half of the tree runs, at any time while
+            // frames are sent, to any node (the sender and the root too).
+            if cfg.protocol.mak.tree_fanout > 0 && rng.chance(0.5) {
+                let busy = cfg.wire_time().max(cfg.last_offer_time() - Instant::ZERO);
+                cfg.retree = Some(Retree {
+                    node: rng.range(1, u64::from(receivers) + 1) as NodeId,
+                    at: Instant::ZERO + Duration::from_nanos(rng.range(0, nanos(busy) + 2_000_000)),
+                    spread: Duration::from_nanos(rng.range(0, 2_000_000)),
+                });
+            }
         }
         if !guarantees_completion(algorithm) {
             // Plain NAK never frees the tail of its window: give it room for
@@ -442,6 +471,9 @@ impl SimConfig {
         opt!("trace-lines", self.trace_lines, d.trace_lines);
         opt!("batch", self.batch, d.batch);
         opt!("tree-root", self.tree_root, d.tree_root);
+        if let Some(r) = self.retree {
+            let _ = write!(s, " --retree {}@{}+{}", r.node, r.at.0, nanos(r.spread));
+        }
         for (node, extra) in &self.receiver_latency {
             let _ = write!(s, " --latency-at {node}={}", nanos(*extra));
         }
@@ -565,6 +597,16 @@ impl SimConfig {
                 }
                 "--tree-fanout" => cfg.protocol.mak.tree_fanout = num(flag, v)?,
                 "--tree-root" => cfg.tree_root = num(flag, v)?,
+                "--retree" => {
+                    let bad = || format!("{flag}: expected NODE@AT_NS+SPREAD_NS, got {v:?}");
+                    let (node, rest) = v.split_once('@').ok_or_else(bad)?;
+                    let (at, spread) = rest.split_once('+').ok_or_else(bad)?;
+                    cfg.retree = Some(Retree {
+                        node: num(flag, node)?,
+                        at: Instant(num(flag, at)?),
+                        spread: Duration::from_nanos(num(flag, spread)?),
+                    });
+                }
                 "--tree-max-depth" => cfg.protocol.mak.tree_max_depth = num(flag, v)?,
                 "--latency-at" => {
                     let (n, ns) = v
@@ -619,6 +661,20 @@ impl SimConfig {
                 self.tree_root,
                 self.receivers + 1
             ));
+        }
+        if let Some(r) = self.retree {
+            if self.protocol.mak.tree_fanout == 0 || self.algorithm != Algorithm::Mak {
+                return Err(
+                    "a re-parenting (--retree) needs MAK with a tree (--tree-fanout)".into(),
+                );
+            }
+            if !(1..=self.receivers + 1).contains(&r.node) {
+                return Err(format!(
+                    "re-parented node {} is not a node (1 is the sender, 2..={} the receivers)",
+                    r.node,
+                    self.receivers + 1
+                ));
+            }
         }
         for &(node, _) in &self.receiver_latency {
             if !(2..=self.receivers + 1).contains(&node) {

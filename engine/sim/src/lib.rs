@@ -36,7 +36,7 @@ mod sim;
 pub mod sweep;
 pub mod topology;
 
-pub use config::{guarantees_completion, Faults, LinkConfig, Partition, SimConfig, SENDER};
+pub use config::{guarantees_completion, Faults, LinkConfig, Partition, Retree, SimConfig, SENDER};
 pub use content::{fill_message, message, message_len};
 pub use mcast_proto::any::{Algorithm, ProtocolConfig};
 pub use report::{SimFailure, SimReport, StopReason, WireStats};

@@ -22,8 +22,8 @@ mod world;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use mcast_proto::{
-    stream_of, Counters, Endpoint, FeedbackTree, Instant, Kind, NodeId, RangeList, Rng, RxBody,
-    Sender, Seq, StreamConfig,
+    stream_of, Counters, Duration, Endpoint, FeedbackTree, Instant, Kind, NodeId, RangeList, Rng,
+    RxBody, Sender, Seq, StreamConfig,
 };
 use mcast_wire::{Frame, ETHERTYPE_DEFAULT};
 
@@ -82,6 +82,7 @@ where
         }
     };
     let (mut sender, mut receivers) = (sender, receivers);
+    let mut retree = None;
     if cfg.protocol.mak.tree_fanout > 0 {
         // Every node computes the same tree from the same view.
         let mut nodes = members.clone();
@@ -93,12 +94,23 @@ where
         for r in &mut receivers {
             r.set_tree(Some(&tree));
         }
+        if let Some(r) = cfg.retree {
+            // Each node takes the new view at its own instant.
+            let mut rng = Rng::new(cfg.seed ^ 0x7e7e_0000_0000_0000);
+            for node in nodes.iter().copied() {
+                let spread = u64::try_from(r.spread.as_nanos()).unwrap_or(u64::MAX - 1);
+                let late = rng.range(0, spread + 1);
+                world.push(r.at + Duration::from_nanos(late), What::Retree { node });
+            }
+            retree = Some(moved(&tree, &nodes, r.node));
+        }
     }
     let mut sim = Sim {
         sender,
         receivers,
         w: world,
         batch: None,
+        retree,
     };
     // A panic inside a machine (a failed assertion) is a failure like any
     // other: it gets the seed, the step and the replay command.
@@ -109,6 +121,33 @@ where
             .w
             .failure(format!("panicked: {}", panic_message(&*panic)))),
     }
+}
+
+/// `tree` after `node` left its place and took a new leaf place (seed 004
+/// §2.2): its children are adopted by its parent; when it was the root, the
+/// node at the lowest place takes the root's place (the agent role moved).
+fn moved(tree: &FeedbackTree, nodes: &[NodeId], node: NodeId) -> FeedbackTree {
+    let at = |n: NodeId| tree.place(n).expect("in the tree") as u32;
+    let placed: Vec<(NodeId, u32)> = nodes
+        .iter()
+        .map(|&n| {
+            (
+                n,
+                if n == node {
+                    tree.places() as u32
+                } else {
+                    at(n)
+                },
+            )
+        })
+        .collect();
+    let root = if node == tree.root() {
+        let others = nodes.iter().copied().filter(|&n| n != node);
+        others.min_by_key(|&n| at(n)).unwrap_or(node)
+    } else {
+        tree.root()
+    };
+    FeedbackTree::with_places(root, &placed, tree.fanout())
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
@@ -127,6 +166,8 @@ struct Sim<'c, S, R> {
     w: World<'c>,
     /// A batch of copies being delivered at the current instant.
     batch: Option<Box<Batch>>,
+    /// The tree each node installs at its `Retree` event.
+    retree: Option<FeedbackTree>,
 }
 
 impl<S: Sender, R: Endpoint> Sim<'_, S, R> {
@@ -254,6 +295,21 @@ impl<S: Sender, R: Endpoint> Sim<'_, S, R> {
                     self.copy_arrives(from, to, &bytes)?;
                 }
                 What::Batch(b) => self.batch = Some(b),
+                What::Retree { node } => {
+                    self.w.step += 1;
+                    let tree = self.retree.as_ref();
+                    self.w
+                        .trace_line(|| format!("{node} installs the re-parented tree"));
+                    if node == SENDER {
+                        self.sender.set_tree(tree);
+                        self.sender_step(None)?;
+                    } else {
+                        let ep = &mut self.receivers[node as usize - 2];
+                        ep.set_tree(tree);
+                        drain(ep, &mut self.w, node)?;
+                        self.w.check_node(ep, node)?;
+                    }
+                }
             }
         };
         Ok(stop)

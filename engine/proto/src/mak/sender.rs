@@ -23,6 +23,11 @@ use crate::{
 };
 use mcast_wire::{Flags, Header, Kind, NodeId, RangeList, Seq};
 
+/// ACK-wait expiries a member stays silent through, its tree neighbour
+/// answering, before the sender asks the member itself (docs/protocol.md
+/// §3.4, "The sender").
+const ASK_DIRECT_AFTER: u32 = 3;
+
 /// The sender's states (seed 000 Figure 6). RESEND is passed through, never
 /// rested in: a resend is queued and the sender returns to its previous state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -589,7 +594,11 @@ impl MakSender {
                 .is_ok_and(|i| heard_since(&self.members[i]));
             // A silent neighbour is asked again too, so the tree recovers.
             ask.push(hop);
-            if !alive {
+            // A member still silent after its neighbour answered for it
+            // [`ASK_DIRECT_AFTER`] times is asked itself: the neighbour
+            // may have merged a report made for an older tree, whose
+            // subtree did not hold the member (a re-parenting in flight).
+            if !alive || m.unanswered >= ASK_DIRECT_AFTER {
                 ask.push(m.node);
             }
         }

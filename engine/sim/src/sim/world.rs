@@ -95,6 +95,8 @@ pub(super) enum What {
     NicReady { node: NodeId },
     /// The next message becomes available to the sender's application.
     AppWake,
+    /// `node` installs the re-parented feedback tree (`SimConfig::retree`).
+    Retree { node: NodeId },
 }
 
 pub(super) struct Batch {
