@@ -146,9 +146,22 @@ fn acks_climb_the_tree_and_every_message_arrives_once_in_order() {
 }
 
 #[test]
-fn an_interior_node_killed_mid_stream_loses_the_survivors_nothing() {
-    let Some(mut cluster) =
-        common::start("tree-kill", "subscriber_buffer = 67108864\ntree_fanout = 2")
+fn the_root_killed_mid_stream_loses_the_survivors_nothing() {
+    kill_mid_stream("tree-kill-root", true);
+}
+
+/// Seed 004 §2.2, Figure 4: an interior node that fails has its children
+/// adopted by its parent, and no other node moves.
+#[test]
+fn an_interior_node_killed_mid_stream_hands_its_children_to_its_parent() {
+    kill_mid_stream("tree-kill", false);
+}
+
+/// Kills the tree's root (`root`) or an interior node that is neither the
+/// root nor the publisher's node half-way through 20,000 messages: every
+/// survivor still receives every message once, in order.
+fn kill_mid_stream(name: &str, root: bool) {
+    let Some(mut cluster) = common::start(name, "subscriber_buffer = 67108864\ntree_fanout = 2")
     else {
         return;
     };
@@ -156,35 +169,45 @@ fn an_interior_node_killed_mid_stream_loses_the_survivors_nothing() {
     let mut subscribers: Vec<(u32, Client)> = (2..=4)
         .map(|n| {
             let mut c = connect(&cluster, n, "subscriber");
-            c.join("tree-kill").expect("join");
+            c.join(name).expect("join");
             (n, c)
         })
         .collect();
     let mut p = connect(&cluster, 1, "publisher");
-    let m = p.join("tree-kill").expect("join");
+    let m = p.join(name).expect("join");
     mcast_cli::stream::wait_nodes(&mut p, m.group, &m.view, 4, Duration::from_secs(20))
         .unwrap_or_else(|e| panic!("{e}"));
-    // An interior node of the tree other than the publisher's: the root, or
-    // a node with children (every node's tree is the same: the first test).
+    // Every node's tree is the same (the first test): read each node's place.
     let trees: Vec<Value> = (1..=4)
         .map(|n| group(&stats(&cluster, n), m.group)["tree"].clone())
         .collect();
     let victim = (2..=4u32)
         .find(|&n| {
             let t = &trees[n as usize - 1];
-            t["parent"].is_null() || !t["children"].as_array().unwrap().is_empty()
+            let interior = !t["children"].as_array().unwrap().is_empty();
+            if root {
+                t["parent"].is_null()
+            } else {
+                !t["parent"].is_null() && interior
+            }
         })
-        .unwrap_or_else(|| panic!("no interior node but the publisher: {trees:?}"));
+        .unwrap_or_else(|| panic!("no such node (root: {root}) but the publisher: {trees:?}"));
     let survivors: Vec<(u32, Client)> = subscribers
         .drain(..)
         .filter(|(n, _)| *n != victim)
         .collect();
-    std::thread::scope(|s| {
-        for (node, mut c) in survivors {
-            s.spawn(move || {
-                receive_all(&mut c, node, N);
-            });
-        }
+    // The subscribers stay members until the trees are read (a client that
+    // goes leaves the group, and its node the tree).
+    let _members: Vec<Client> = std::thread::scope(|s| {
+        let receivers: Vec<_> = survivors
+            .into_iter()
+            .map(|(node, mut c)| {
+                s.spawn(move || {
+                    receive_all(&mut c, node, N);
+                    c
+                })
+            })
+            .collect();
         for i in 0..N {
             if i == N / 2 {
                 cluster.kill(victim);
@@ -192,12 +215,46 @@ fn an_interior_node_killed_mid_stream_loses_the_survivors_nothing() {
             p.publish_blocking(m.group, &message(i), Some(Duration::from_secs(30)))
                 .unwrap_or_else(|e| panic!("publish {i} (node {victim} killed at {}): {e}", N / 2));
         }
+        receivers.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    // The survivors' tree no longer holds the victim.
-    let t = group(&stats(&cluster, 1), m.group)["tree"].clone();
-    assert_eq!(t["nodes"], 3, "{t:#}");
+    // Every survivor's tree no longer holds the victim: its children hang
+    // from its parent now (the agent's successor is the root when it was the
+    // root), and every other node kept its parent.
+    let alive: Vec<u32> = (1..=4).filter(|&n| n != victim).collect();
+    let after = |n: u32| group(&stats(&cluster, n), m.group)["tree"].clone();
+    // The publisher's view changed (its stream went on); the others' views
+    // may still be on their way: ask each node until it has installed it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    for &n in &alive {
+        while after(n)["nodes"] != 3 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {n}: {}",
+                after(n)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let victim_parent = trees[victim as usize - 1]["parent"].clone();
+    for &n in &alive {
+        let (before, now) = (&trees[n as usize - 1], after(n));
+        assert_ne!(now["root"], victim, "node {n}: {now}");
+        if !root {
+            let expected = if before["parent"] == victim {
+                victim_parent.clone()
+            } else {
+                before["parent"].clone()
+            };
+            assert_eq!(
+                now["parent"], expected,
+                "node {n} before {before} now {now}"
+            );
+        }
+    }
     eprintln!(
-        "killed interior node {victim} at message {}: tree now {t}",
-        N / 2
+        "killed {} node {victim} at message {}: node 1's tree now {}",
+        if root { "root" } else { "interior" },
+        N / 2,
+        after(1)
     );
 }
