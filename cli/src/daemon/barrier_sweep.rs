@@ -3,7 +3,10 @@
 //! number of barriers, reliable FIFO links between every pair (the daemons'
 //! links), views that reach each node at its own time, and crashes of any
 //! node, the root (the agent) included, which moves the root to the lowest
-//! surviving node. The order of every event is drawn from the seed.
+//! surviving node. The tree is the daemon's: each node at the place the
+//! view gives it, so a crashed node's children are re-parented to its parent
+//! (seed 004 §2.2) while barriers are in flight. The order of every event
+//! is drawn from the seed.
 //!
 //! Checked at every release and at the end: nobody leaves barrier k before
 //! every member still alive has called it k times; each call is answered
@@ -30,10 +33,55 @@ const ROUNDS: u64 = 4;
 /// A barrier message in flight: what, number, node ids.
 type Msg = (BarrierMsg, u64, Vec<NodeId>);
 
+/// A view: its nodes, and each node's place in the tree.
+#[derive(Clone, Debug)]
+struct View {
+    nodes: Vec<NodeId>,
+    places: Vec<(NodeId, u32)>,
+}
+
+impl View {
+    /// Nodes 1..=n at places 0..n.
+    fn first(n: u32) -> View {
+        View {
+            nodes: (1..=n).collect(),
+            places: (1..=n).map(|v| (v, v - 1)).collect(),
+        }
+    }
+
+    /// The view without `victim`, whose place falls vacant; when it was
+    /// the root, the lowest survivor takes the root's place (the agent role
+    /// moves, as `View::make_root` does in the group service).
+    fn without(&self, victim: NodeId) -> View {
+        let nodes: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .copied()
+            .filter(|&n| n != victim)
+            .collect();
+        let mut places: Vec<(NodeId, u32)> = self
+            .places
+            .iter()
+            .copied()
+            .filter(|&(n, _)| n != victim)
+            .collect();
+        if self.places.contains(&(victim, 0)) {
+            if let Some(&root) = nodes.first() {
+                for p in &mut places {
+                    if p.0 == root {
+                        p.1 = 0;
+                    }
+                }
+            }
+        }
+        View { nodes, places }
+    }
+}
+
 struct Node {
     barrier: GroupBarrier,
     /// The view this node holds (it lags the truth until updated).
-    view: Vec<NodeId>,
+    view: View,
     /// The node carries the group: false until its first view arrives (a
     /// joining node), and barrier messages to it are lost meanwhile, as
     /// the daemon drops those of a group it does not carry.
@@ -50,8 +98,10 @@ struct World {
     nodes: BTreeMap<NodeId, Node>,
     /// FIFO per (from, to).
     links: BTreeMap<(NodeId, NodeId), VecDeque<Msg>>,
+    /// The agent's view.
+    agent_view: View,
     /// Views not yet delivered, per node, in order.
-    views: BTreeMap<NodeId, VecDeque<Vec<NodeId>>>,
+    views: BTreeMap<NodeId, VecDeque<View>>,
     crashes_left: u32,
     log: Vec<String>,
     /// Virtual time, for [`timed`]: None in the sweep.
@@ -90,11 +140,11 @@ impl World {
             return Ok(());
         }
         // The agent is the lowest node of the view (the root moves with it).
-        let root = n.view[0];
-        let tree = FeedbackTree::new(root, &n.view, self.fanout);
+        let root = n.view.nodes[0];
+        let tree = FeedbackTree::with_places(root, &n.view.places, self.fanout);
         let children = tree.children(node);
         let members = [ClientId(u64::from(node))];
-        let view = n.view.clone();
+        let view = n.view.nodes.clone();
         let at = Place {
             node,
             parent: tree.parent(node),
@@ -171,7 +221,8 @@ impl World {
         self.nodes.remove(&victim);
         self.views.remove(&victim);
         self.links.retain(|&(a, b), _| a != victim && b != victim);
-        let view = self.truth();
+        self.agent_view = self.agent_view.without(victim);
+        let view = self.agent_view.clone();
         for q in self.views.values_mut() {
             q.push_back(view.clone());
         }
@@ -235,7 +286,7 @@ impl World {
                     .get_mut(&node)
                     .and_then(VecDeque::pop_front)
                     .expect("non-empty");
-                self.log.push(format!("view {node} {view:?}"));
+                self.log.push(format!("view {node} {:?}", view.places));
                 if let Some(n) = self.nodes.get_mut(&node) {
                     n.view = view;
                     n.carried = true;
@@ -258,7 +309,7 @@ impl World {
 /// `rounds` barriers: per barrier, the time from its last call to its last
 /// release, and the depth of the tree.
 fn timed(n: u32, fanout: u16, rounds: u64, delay: u64) -> Result<(Vec<u64>, u32), String> {
-    let view: Vec<NodeId> = (1..=n).collect();
+    let view = View::first(n);
     let node = |_| Node {
         barrier: GroupBarrier::default(),
         view: view.clone(),
@@ -270,8 +321,9 @@ fn timed(n: u32, fanout: u16, rounds: u64, delay: u64) -> Result<(Vec<u64>, u32)
     let mut w = World {
         rng: Rng::new(0),
         fanout,
-        nodes: view.iter().map(|&v| (v, node(v))).collect(),
+        nodes: view.nodes.iter().map(|&v| (v, node(v))).collect(),
         links: BTreeMap::new(),
+        agent_view: view.clone(),
         views: BTreeMap::new(),
         crashes_left: 0,
         log: Vec::new(),
@@ -312,7 +364,7 @@ fn timed(n: u32, fanout: u16, rounds: u64, delay: u64) -> Result<(Vec<u64>, u32)
     let latency = (1..=rounds)
         .map(|k| c.last_release[&k] - c.last_call[&k])
         .collect();
-    let depth = FeedbackTree::new(1, &view, fanout).levels_below(1, 1);
+    let depth = FeedbackTree::new(1, &view.nodes, fanout).levels_below(1, 1);
     Ok((latency, depth))
 }
 
@@ -360,14 +412,20 @@ fn run(seed: u64) -> Result<(), String> {
     let n = rng.range(2, 9) as u32;
     let fanout = rng.range(2, 3) as u16;
     let crashes = rng.range(0, u64::from(n.min(3)) - 1) as u32;
-    let view: Vec<NodeId> = (1..=n).collect();
+    let view = View::first(n);
     // Some nodes have just joined: the others' views hold them, their own
     // first view is still on its way.
-    let late: Vec<NodeId> = view.iter().copied().filter(|_| rng.chance(0.3)).collect();
+    let late: Vec<NodeId> = view
+        .nodes
+        .iter()
+        .copied()
+        .filter(|_| rng.chance(0.3))
+        .collect();
     let mut w = World {
         rng,
         fanout,
         nodes: view
+            .nodes
             .iter()
             .map(|&v| {
                 (
@@ -384,7 +442,9 @@ fn run(seed: u64) -> Result<(), String> {
             })
             .collect(),
         links: BTreeMap::new(),
+        agent_view: view.clone(),
         views: view
+            .nodes
             .iter()
             .map(|&v| {
                 let first = late.contains(&v).then(|| view.clone());
