@@ -79,6 +79,8 @@ pub(super) struct Feedback {
     round: Option<Round>,
     /// The highest request this node's complete report named.
     done: Seq,
+    /// When that report left (`None`: not since the tree was installed).
+    done_at: Option<Instant>,
 }
 
 impl Feedback {
@@ -102,6 +104,7 @@ impl Feedback {
             levels: tree.levels_below(sender, local),
             round: None,
             done,
+            done_at: None,
         })
     }
 
@@ -121,7 +124,7 @@ impl Feedback {
     /// can report (at 1 % loss most members of a 512-frame round lose a
     /// frame: polling them sooner only has them say they are alive).
     pub(super) fn wait(&self, t: Timing) -> Duration {
-        t.hop * (self.levels + 1) + t.repair
+        t.hop * (3 * self.levels + 1) + t.repair
     }
 
     /// The poll deadline, if a round is waiting.
@@ -199,7 +202,21 @@ impl Feedback {
         }
         self.round = None;
         self.done = round.seq;
+        self.done_at = Some(now);
         Some(self.merge(own_ack, round.seq, echo(round.tstamp, round.arrived, now)))
+    }
+
+    /// True when a poll for request `seq` crossed this node's complete
+    /// report of it: the report left less than `rtt` ago, so the poll may
+    /// have been sent before the report arrived. Answering it would send the
+    /// same report twice (every ancestor of a slow member polls about when
+    /// its subtree completes); if the report was lost, the next poll, after
+    /// the poller's backoff, is answered.
+    pub(super) fn crossed(&self, now: Instant, seq: Seq, rtt: Duration) -> bool {
+        !seq.after(self.done)
+            && self
+                .done_at
+                .is_some_and(|t| now.saturating_duration_since(t) < rtt)
     }
 
     /// The report of what is known now, complete or not (a poll's answer,
@@ -371,6 +388,34 @@ mod tests {
         assert!(f
             .child_report(Instant::ZERO, t, 3, leaf_report(3, 11, 10), Seq(12))
             .is_none());
+    }
+
+    #[test]
+    fn a_poll_that_crossed_the_report_is_told_apart_and_waits_cover_the_levels_below() {
+        // 2 (children 4 and 5) completes request 10 at 100 us.
+        let tree = FeedbackTree::new(1, &[1, 2, 3, 4, 5], 2);
+        let mut f = Feedback::new(&tree, 1, 2, Seq(0)).unwrap();
+        let (t, us) = (TIMING, |n| Instant::ZERO + Duration::from_micros(n));
+        let rtt = Duration::from_micros(20);
+        assert!(!f.crossed(us(0), Seq(10), rtt), "nothing reported yet");
+        f.child_report(us(0), t, 4, leaf_report(4, 11, 10), Seq(12));
+        f.own_ready(us(0), t, Seq(12), Seq(10), (5, us(0)));
+        assert!(f
+            .child_report(us(100), t, 5, leaf_report(5, 11, 10), Seq(12))
+            .is_some());
+        // A poll for it within a round trip crossed the report; later, or
+        // for a newer request, it is a poll to answer.
+        assert!(f.crossed(us(119), Seq(10), rtt));
+        assert!(f.crossed(us(119), Seq(9), rtt));
+        assert!(!f.crossed(us(120), Seq(10), rtt));
+        assert!(!f.crossed(us(110), Seq(11), rtt));
+        // Three hops a level below, one back up, and a repair: a node one
+        // level up waits out its child's poll, the answer and its report.
+        assert_eq!(f.wait(t), Duration::from_micros(10 * 4 + 30));
+        // On the chain 1-2-3-4 with the source at 1, 2 has two levels below.
+        let chain = FeedbackTree::new(1, &[1, 2, 3, 4], 1);
+        let two = Feedback::new(&chain, 1, 2, Seq(0)).unwrap();
+        assert_eq!(two.wait(t), Duration::from_micros(10 * 7 + 30));
     }
 
     #[test]

@@ -363,6 +363,16 @@ impl MakReceiver {
     /// request counts as received, and unless that completes the report,
     /// the current one answers at once (the subtree is alive).
     fn on_poll(&mut self, now: Instant, header: &Header, upto: Seq) {
+        if header.src != self.stream.sender
+            && self
+                .feedback
+                .as_ref()
+                .is_some_and(|f| f.crossed(now, upto, self.grtt))
+        {
+            // The parent's poll crossed the complete report on its way up.
+            self.counters.ack_reqs_received += 1;
+            return;
+        }
         self.take_request(now, upto, header.tstamp_us);
         if self.maybe_ack(now) || header.src != self.stream.sender {
             // A parent's poll is answered by the complete report only: a

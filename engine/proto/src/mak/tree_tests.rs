@@ -9,7 +9,7 @@
 use super::tests::{drain_tx, out, stream, us, SENDER, W};
 use super::*;
 use crate::api::header_for;
-use crate::{Dest, Endpoint, Event, FeedbackTree, RxBody, Sender};
+use crate::{Dest, Endpoint, Event, FeedbackTree, RxBody, Sender, Transmit};
 use mcast_wire::{Flags, Header, Kind, NodeId, RangeList, Seq, SeqRange};
 
 /// A report from `src` that every node in `covered` holds everything before `ack`.
@@ -118,4 +118,72 @@ fn asks_at_expiries(s: &mut MakSender) -> impl Iterator<Item = Vec<NodeId>> + '_
         }
         None
     })
+}
+
+#[test]
+fn a_member_its_answering_neighbour_leaves_out_is_asked_itself_after_three_asks() {
+    let mut s = sent(W / 2);
+    let all = s.stream.initial_seq.add(W / 2);
+    s.handle_frame(
+        us(10),
+        &report(3, all, 0),
+        RxBody::Ranges(&nodes(&[(3, 1), (6, 2)])),
+    );
+    // Node 2 answers every ask, but for 2 and 5 only (a report it merged
+    // under an older tree, where 4 was not below it): 4 stays silent.
+    let mut expiries = Vec::new();
+    for _ in 0..3 {
+        let mut asks = asks_at_expiries(&mut s);
+        let to = asks.next().expect("an expiry asks");
+        drop(asks);
+        let at = s.poll_timeout().map_or(us(0), |t| t);
+        s.handle_frame(
+            at,
+            &report(2, all, 0),
+            RxBody::Ranges(&nodes(&[(2, 1), (5, 1)])),
+        );
+        expiries.push(to);
+    }
+    assert_eq!(expiries, vec![vec![2], vec![2], vec![2, 4]]);
+    // 4's own answer completes the round.
+    s.handle_frame(us(100_000), &report(4, all, 0), RxBody::None);
+    assert!(released(&mut s) > 0);
+}
+
+#[test]
+fn a_poll_that_crossed_the_complete_report_is_not_answered_twice() {
+    // The chain 1 → 2 → 4 rooted at the sender: 4's upstream is 2.
+    let tree = FeedbackTree::new(SENDER, &[1, 2, 4], 1);
+    let mut r = MakReceiver::new(stream(4), MakConfig::default());
+    r.set_tree(Some(&tree));
+    let mut s = MakSender::new(stream(SENDER), MakConfig::default(), &[2, 4]);
+    s.send(us(0), out(0, false)).unwrap();
+    let data = drain_tx(&mut s, us(0));
+    // The frame, asking for an ACK, reaches 4: a leaf, it reports to 2.
+    let mut h = data[0].header;
+    h.flags = h.flags.with(Flags::ACK_REQ);
+    r.handle_frame(us(10), &h, RxBody::Data(crate::BufId(0)));
+    let sent: Vec<Transmit> = drain_tx(&mut r, us(10));
+    let reports: Vec<&Transmit> = sent.iter().filter(|t| t.header.kind == Kind::Ack).collect();
+    assert_eq!(reports.len(), 1, "{sent:?}");
+    assert_eq!(reports[0].dest, Dest::Node(2));
+    // 2's poll for that request, sent before the report reached it, arrives
+    // within a round trip: not answered again.
+    let mut poll = header_for(&stream(2), Kind::Ack);
+    poll.flags = Flags::ACK_REQ;
+    poll.seq = h.seq;
+    poll.ack = h.seq;
+    r.handle_frame(us(12), &poll, RxBody::None);
+    assert!(
+        drain_tx(&mut r, us(12)).is_empty(),
+        "the poll crossed the report"
+    );
+    // A poll a long while later means the report was lost: answered.
+    r.handle_frame(us(10_000), &poll, RxBody::None);
+    let again = drain_tx(&mut r, us(10_000));
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(
+        (again[0].header.kind, again[0].dest),
+        (Kind::Ack, Dest::Node(2))
+    );
 }
