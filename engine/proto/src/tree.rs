@@ -356,32 +356,41 @@ mod tests {
         assert_eq!(t.upstream(6, 6), None);
     }
 
+    /// For every source among nodes 1..=n: every other node is beyond
+    /// exactly one of the source's neighbours, and following upstream from
+    /// anywhere reaches the source.
+    fn assert_a_tree_from_every_source(t: &FeedbackTree, n: u32, what: &str) {
+        for source in 1..=n {
+            let mut seen: Vec<NodeId> = t
+                .downstream(source, source)
+                .into_iter()
+                .flat_map(|nb| beyond(t, source, nb))
+                .collect();
+            seen.sort_unstable();
+            let others: Vec<NodeId> = (1..=n).filter(|&x| x != source).collect();
+            assert_eq!(seen, others, "{what} source {source}");
+            for start in 1..=n {
+                let mut at = start;
+                let mut hops = 0;
+                while let Some(up) = t.upstream(source, at) {
+                    at = up;
+                    hops += 1;
+                    assert!(hops <= n, "{what}: a cycle from {start}");
+                }
+                assert_eq!(at, source, "{what}");
+            }
+        }
+    }
+
     #[test]
     fn every_node_is_beyond_exactly_one_neighbour_of_the_source() {
         for (n, k) in [(1, 2), (2, 2), (7, 2), (100, 2), (100, 3), (33, 1)] {
             for root in [1, n / 2 + 1, n] {
-                let t = tree(n, root, k);
-                for source in 1..=n {
-                    let mut seen: Vec<NodeId> = t
-                        .downstream(source, source)
-                        .into_iter()
-                        .flat_map(|nb| beyond(&t, source, nb))
-                        .collect();
-                    seen.sort_unstable();
-                    let others: Vec<NodeId> = (1..=n).filter(|&x| x != source).collect();
-                    assert_eq!(seen, others, "n {n} k {k} root {root} source {source}");
-                    // Following upstream from anywhere reaches the source.
-                    for start in 1..=n {
-                        let mut at = start;
-                        let mut hops = 0;
-                        while let Some(up) = t.upstream(source, at) {
-                            at = up;
-                            hops += 1;
-                            assert!(hops <= n, "a cycle from {start}");
-                        }
-                        assert_eq!(at, source);
-                    }
-                }
+                assert_a_tree_from_every_source(
+                    &tree(n, root, k),
+                    n,
+                    &format!("n {n} k {k} root {root}"),
+                );
             }
         }
     }
@@ -461,16 +470,7 @@ mod tests {
             let root = next(u64::from(n)) as u32 + 1;
             let t = FeedbackTree::with_places(root, &placed, k);
             assert_eq!((t.len(), t.root()), (n as usize, root));
-            for source in 1..=n {
-                let mut seen: Vec<NodeId> = t
-                    .downstream(source, source)
-                    .into_iter()
-                    .flat_map(|nb| beyond(&t, source, nb))
-                    .collect();
-                seen.sort_unstable();
-                let others: Vec<NodeId> = (1..=n).filter(|&v| v != source).collect();
-                assert_eq!(seen, others, "{placed:?} root {root} k {k} source {source}");
-            }
+            assert_a_tree_from_every_source(&t, n, &format!("{placed:?} root {root} k {k}"));
         }
     }
 

@@ -76,16 +76,23 @@ fn a_report_credits_every_member_it_covers_and_no_one_else() {
     assert!(s.is_idle());
 }
 
-#[test]
-fn a_silent_subtree_is_asked_through_its_neighbour_then_past_it() {
+/// A sender with half a window sent (the watermark request left with the
+/// frames: the ACK-wait timer runs) and node 3's subtree (3, 6, 7)
+/// reported; returns it and the position that acknowledges everything.
+fn half_sent_3_reported() -> (MakSender, Seq) {
     let mut s = sent(W / 2);
-    // The watermark request left with the frames: the ACK-wait timer runs.
     let all = s.stream.initial_seq.add(W / 2);
     s.handle_frame(
         us(10),
         &report(3, all, 0),
         RxBody::Ranges(&nodes(&[(3, 1), (6, 2)])),
     );
+    (s, all)
+}
+
+#[test]
+fn a_silent_subtree_is_asked_through_its_neighbour_then_past_it() {
+    let (mut s, _) = half_sent_3_reported();
     // Node 2's subtree (2, 4, 5) never reports. At the first expiry, the
     // sender asks node 2, the neighbour those members report through, the
     // request the timer ran for.
@@ -122,13 +129,7 @@ fn asks_at_expiries(s: &mut MakSender) -> impl Iterator<Item = Vec<NodeId>> + '_
 
 #[test]
 fn a_member_its_answering_neighbour_leaves_out_is_asked_itself_after_three_asks() {
-    let mut s = sent(W / 2);
-    let all = s.stream.initial_seq.add(W / 2);
-    s.handle_frame(
-        us(10),
-        &report(3, all, 0),
-        RxBody::Ranges(&nodes(&[(3, 1), (6, 2)])),
-    );
+    let (mut s, all) = half_sent_3_reported();
     // Node 2 answers every ask, but for 2 and 5 only (a report it merged
     // under an older tree, where 4 was not below it): 4 stays silent.
     let mut expiries = Vec::new();
