@@ -722,6 +722,14 @@ impl Relay {
     }
 
     fn on_start(&mut self, root: u32, epoch: u64, seq: u64) {
+        // A departed root's start still in flight (a link that lost it and
+        // sent it again, or a root cut off that still talks): as for its
+        // data, only the survivors' round counts, whose SYNC said this
+        // member had no stream from it.
+        if self.rounds.contains_key(&root) || self.gone.get(&root).is_some_and(|&e| epoch <= e) {
+            self.stats.duplicates += 1;
+            return;
+        }
         let r = self.roots.entry(root).or_default();
         r.epoch_seen = r.epoch_seen.max(epoch);
         // A member with a start takes only one of a later view (it was out
