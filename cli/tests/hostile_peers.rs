@@ -1060,14 +1060,16 @@ fn beats_and_links(test: &str, secure: bool) {
     fields.extend_from_slice(&2u32.to_be_bytes());
     put_str(&mut fields, "roles");
     fields.extend_from_slice(&3u32.to_be_bytes());
-    for (rank, node, member) in [
-        (0u32, 2u32, member_of(2)),
-        (2, 3, member_of(3)),
-        (99, 99, 99),
+    // Each member: rank, node, client id, tree place (groups wire `view`).
+    for (rank, node, member, place) in [
+        (0u32, 2u32, member_of(2), 0u32),
+        (2, 3, member_of(3), 1),
+        (99, 99, 99, 2),
     ] {
         fields.extend_from_slice(&rank.to_be_bytes());
         fields.extend_from_slice(&node.to_be_bytes());
         fields.extend_from_slice(&member.to_be_bytes());
+        fields.extend_from_slice(&place.to_be_bytes());
     }
     let link = |to: u32, from: u32, msg: &[u8], seq: u32| {
         let h = Hdr {
