@@ -721,12 +721,28 @@ impl Relay {
         }
     }
 
+    /// True when `root`, which sent under view `epoch`, is not in this
+    /// member's view, whose epoch is at least that: it departed before this
+    /// member heard from it (no round of its own here), so its messages are
+    /// not this member's to take (a root cut off that still talks, or a
+    /// link that delivers late).
+    fn departed_unheard(&self, root: u32, epoch: u64) -> bool {
+        !self.rounds.contains_key(&root)
+            && self
+                .view
+                .as_ref()
+                .is_some_and(|v| epoch <= v.epoch && !v.members.contains(&root))
+    }
+
     fn on_start(&mut self, root: u32, epoch: u64, seq: u64) {
         // A departed root's start still in flight (a link that lost it and
         // sent it again, or a root cut off that still talks): as for its
         // data, only the survivors' round counts, whose SYNC said this
         // member had no stream from it.
-        if self.rounds.contains_key(&root) || self.gone.get(&root).is_some_and(|&e| epoch <= e) {
+        if self.rounds.contains_key(&root)
+            || self.gone.get(&root).is_some_and(|&e| epoch <= e)
+            || self.departed_unheard(root, epoch)
+        {
             self.stats.duplicates += 1;
             return;
         }
@@ -790,6 +806,7 @@ impl Relay {
                 .is_some_and(|v| v.members.contains(&from));
         if (in_round && !(d.direct && from_survivor))
             || self.gone.get(&root).is_some_and(|&e| d.epoch <= e)
+            || self.departed_unheard(root, d.epoch)
         {
             self.stats.duplicates += 1;
             return;
