@@ -38,11 +38,7 @@ pub(super) fn feedback_tree(
     let root = root_of(view)?;
     let placed: Vec<(NodeId, u32)> = view?.members.iter().map(|m| (m.node, m.place)).collect();
     let depth = MakConfig::default().tree_max_depth;
-    // The fanout follows the places (vacant ones included): a tree whose
-    // nodes kept their places after others left is no deeper than before.
-    let places = FeedbackTree::with_places(root, &placed, 1).places();
-    let fanout = FeedbackTree::fanout_for(places.max(nodes.len()), fanout, depth);
-    Some(FeedbackTree::with_places(root, &placed, fanout))
+    Some(FeedbackTree::for_view(root, &placed, fanout, depth))
 }
 
 /// The root of the hybrid tree of `view`: the group agent when the agent

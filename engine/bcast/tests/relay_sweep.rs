@@ -344,11 +344,13 @@ impl World {
                     }
                 }
                 if rn.alive && !rn.evicted {
-                    // A live root: everything from the start, no gap.
-                    let want: Vec<u64> = match start {
-                        Some(s) => (s..published).collect(),
-                        None => Vec::new(),
+                    // A live root: every survivor took a start from it (the
+                    // record follows what the relay took, so a start refused
+                    // wrongly shows here), then everything from it, no gap.
+                    let Some(s) = start else {
+                        return Err(format!("node {t} took no start from live root {root}"));
                     };
+                    let want: Vec<u64> = (s..published).collect();
                     if got != want.as_slice() {
                         eprintln!("views {:?}", self.views);
                         eprintln!("NODE {t}: {}", n.relay.summary());

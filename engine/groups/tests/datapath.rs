@@ -248,9 +248,7 @@ fn feedback_tree(view: &View, fanout: u16, local: NodeId) -> Option<FeedbackTree
         nodes[0]
     };
     let placed: Vec<(NodeId, u32)> = view.members.iter().map(|m| (m.node, m.place)).collect();
-    let places = FeedbackTree::with_places(root, &placed, 1).places();
-    let fanout = FeedbackTree::fanout_for(places.max(nodes.len()), fanout, 4);
-    Some(FeedbackTree::with_places(root, &placed, fanout))
+    Some(FeedbackTree::for_view(root, &placed, fanout, 4))
 }
 /// Frames in every stream's window (and kept for a flush).
 const WINDOW: u32 = 32;

@@ -72,6 +72,28 @@ impl FeedbackTree {
     ///   beyond) takes the lowest vacant place, in node order, as a joining
     ///   node would; node 0 is ignored.
     pub fn with_places(root: NodeId, placed: &[(NodeId, u32)], fanout: u16) -> FeedbackTree {
+        FeedbackTree::shape(FeedbackTree::resolve(root, placed), fanout)
+    }
+
+    /// [`FeedbackTree::with_places`] with `fanout` widened until the tree is
+    /// at most `max_depth` levels below the root over its places, vacant
+    /// ones included ([`FeedbackTree::fanout_for`]): the tree mcastd installs
+    /// for a view, so a tree whose nodes kept their places after others left
+    /// is no deeper than before.
+    pub fn for_view(
+        root: NodeId,
+        placed: &[(NodeId, u32)],
+        fanout: u16,
+        max_depth: u8,
+    ) -> FeedbackTree {
+        let places = FeedbackTree::resolve(root, placed);
+        let fanout = FeedbackTree::fanout_for(places.len(), fanout, max_depth);
+        FeedbackTree::shape(places, fanout)
+    }
+
+    /// The node at each place (0: vacant), by the rules of
+    /// [`FeedbackTree::with_places`].
+    fn resolve(root: NodeId, placed: &[(NodeId, u32)]) -> Vec<NodeId> {
         let mut pairs: Vec<(NodeId, u32)> =
             placed.iter().copied().filter(|&(n, _)| n != 0).collect();
         // Each node's lowest place.
@@ -119,7 +141,7 @@ impl FeedbackTree {
             }
             places[p] = n;
         }
-        FeedbackTree::shape(places, fanout)
+        places
     }
 
     /// Derives the parents and children of `places` (place 0 occupied).
@@ -472,6 +494,20 @@ mod tests {
             assert_eq!((t.len(), t.root()), (n as usize, root));
             assert_a_tree_from_every_source(&t, n, &format!("{placed:?} root {root} k {k}"));
         }
+    }
+
+    #[test]
+    fn a_views_tree_is_widened_over_its_places_vacant_ones_included() {
+        // 31 nodes at places 0..=31 with place 5 vacant: 32 places need
+        // fanout 3 to stay within four levels, though 31 nodes would not.
+        let placed: Vec<(NodeId, u32)> = (0..=31u32)
+            .filter(|&p| p != 5)
+            .map(|p| (p + 1, p))
+            .collect();
+        let t = FeedbackTree::for_view(1, &placed, 2, 4);
+        assert_eq!((t.len(), t.places(), t.fanout()), (31, 32, 3));
+        assert_eq!(t, FeedbackTree::with_places(1, &placed, 3));
+        assert!(t.levels_below(1, 1) <= 4);
     }
 
     #[test]
