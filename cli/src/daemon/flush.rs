@@ -50,6 +50,15 @@ pub(super) struct FlushGlue {
     pub(super) deferred_starts: HashMap<FlushKey, StreamStart>,
 }
 
+impl FlushGlue {
+    /// Forgets every record of `group` (this node no longer carries it).
+    pub(super) fn forget_group(&mut self, group: GroupId) {
+        self.kept.retain(|(g, _), _| *g != group);
+        self.deferred_starts.retain(|k, _| k.group != group);
+        self.flushes.forget_group(group);
+    }
+}
+
 impl<T: Transport> Daemon<T> {
     /// `sender` left the view of `group`, its receive stream is closed:
     /// tell the survivors how far it was delivered here.

@@ -482,9 +482,7 @@ impl<T: Transport> Daemon<T> {
         for (n, epoch, next) in closed {
             self.note_stopped(group, n, epoch, next);
         }
-        self.flush.kept.retain(|(g, _), _| *g != group);
-        self.flush.deferred_starts.retain(|k, _| k.group != group);
-        self.flush.flushes.forget_group(group);
+        self.flush.forget_group(group);
         self.engine.remove_group(group)
     }
 }

@@ -222,6 +222,8 @@ impl<T: Transport> Daemon<T> {
             "jumps": fc.jumps,
             "frames_skipped": fc.frames_skipped,
             "ended_sender_back": fc.ended_sender_back,
+            "served_after_end": fc.served_after_end,
+            "resumed": fc.resumed,
             "starts_deferred": c.starts_deferred,
             "kept_frames": self.flush.kept.values().map(|k| k.frames.frames()).sum::<usize>(),
             "kept_bytes": self.flush.kept.values().map(|k| k.frames.bytes()).sum::<usize>(),

@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 
 use mcast_engine::{EngineError, StreamStart, Transport};
-use mcast_groups::flush::{FlushKey, Retained};
+use mcast_groups::flush::FlushKey;
 use mcast_groups::Limits;
 use mcast_wire::{GroupId, NodeId, Seq};
 
@@ -195,11 +195,12 @@ impl<T: Transport> Daemon<T> {
             .retain(|k, _| !(k.group == group && k.sender == from));
         self.engine.open_receiver_in(group, from, start)?;
         let window = self.local[&group].window_frames;
+        let frames = self.flush.flushes.resume(key, start.seq, window);
         self.flush.kept.insert(
             (group, from),
             Kept {
                 epoch: start.epoch,
-                frames: Retained::starting_at(window, start.seq),
+                frames,
             },
         );
         self.log.debug(

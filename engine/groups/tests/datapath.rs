@@ -100,19 +100,22 @@
 //! seed passed, with crashes and restarts only and with every fault,
 //! before the groups had trees.
 //!
-//! Open (2026-11-28): with the trees, which change every seed's course,
-//! seeds 3543 and 3637 of the run with every fault fail (4,798 of 4,800
-//! from 0 pass, and all 4,800 of crashes and restarts only); without them
-//! (`MCAST_DATAPATH_TREE_FANOUT=0`), seed 12084 fails the same way (2,999
-//! of 3,000 from 9600 pass). Not the trees: a flush that a member joins
-//! too late. In 12084, sender 1 (a new incarnation) publishes 32 messages
-//! while node 5 is cut off, and dies; node 4 flushes its stream, but node
-//! 5's view still holds node 1 (it is partitioned from the agent), so node
-//! 5 only holds node 4's state (`Held`); node 4's flush ends without it and
-//! lets go of the frames; when node 5's view drops node 1 at last, nobody
-//! has them. This is docs/mcastd.md's "a flush state that names its
-//! departure" (What is not here yet): a node that holds a state for a
-//! stream whose sender's link was reset could flush that stream then.
+//! Fixed on 2026-11-28: with the trees, which change every seed's course,
+//! seeds 3543 and 3637 of the run with every fault failed, and without
+//! them (`MCAST_DATAPATH_TREE_FANOUT=0`) seed 12084: a flush that a member
+//! joins too late. In 12084, sender 1 publishes 32 messages while node 5
+//! has only its stream start (node 5 waits for its first view of the
+//! group); node 4 flushes sender 1's departure, node 5 holds its state,
+//! the sender is back with the same stream and node 4's flush stops
+//! waiting (`ended_sender_back`); node 4 opens the stream again where its
+//! flush ended, with an empty record; the sender dies before node 5 gets
+//! the 32 frames, and when node 5 flushes, nobody has them. In 3543 node 5
+//! was paused and declared failed, so the first flush did not count it.
+//! A stream opened again where its flush ended now goes on with the record
+//! the flush ended with (`Flushes::resume`; `MCAST_DATAPATH_DAEMON_RESUME=1`
+//! brings the old behaviour back, and the three seeds fail), and a member
+//! that flushes after this node's flush ended is served from that record
+//! until the stream opens again (`served_after_end`).
 //!
 //! Fixed this way since the earlier findings below: seed 129 and 467 (a
 //! start moved a survivor's stream forward past frames it had not received,
@@ -492,6 +495,10 @@ struct Stats {
     /// ACK frames sent to a tree neighbour rather than to the data's sender
     /// (reports and polls): the trees are in use.
     tree_acks: u64,
+    /// Streams opened again with the record their flush ended with.
+    resumed: u64,
+    /// States answered from the record of a flush that had ended.
+    served_after_end: u64,
 }
 
 impl Stats {
@@ -503,6 +510,8 @@ impl Stats {
         self.empty += o.empty;
         self.frames_dropped_by_filter += o.frames_dropped_by_filter;
         self.tree_acks += o.tree_acks;
+        self.resumed += o.resumed;
+        self.served_after_end += o.served_after_end;
     }
 }
 
@@ -574,6 +583,9 @@ struct Sim {
     /// A peer seen restarting leaves the data path's members at once (the
     /// daemon does not do this: `MCAST_DATAPATH_DAEMON_RESTART=1`).
     restart_departs: bool,
+    /// The record a flush kept goes on in the stream opened again where it
+    /// ended (`MCAST_DATAPATH_DAEMON_RESUME=1` lets it go, as before).
+    daemon_resume: bool,
     /// The groups' feedback tree fanout (0: none, every ACK to the sender):
     /// 0 in a quarter of the seeds, else 1 to 3, from the seed but not its
     /// random stream (the other draws of a seed stay as they were).
@@ -649,6 +661,7 @@ impl Sim {
             trace_delivery: std::env::var("MCAST_DATAPATH_TRACE_DELIVERY").is_ok(),
             daemon_epoch: std::env::var("MCAST_DATAPATH_DAEMON_EPOCH").is_ok(),
             restart_departs: std::env::var("MCAST_DATAPATH_DAEMON_RESTART").is_err(),
+            daemon_resume: std::env::var("MCAST_DATAPATH_DAEMON_RESUME").is_err(),
             tree_fanout: match std::env::var("MCAST_DATAPATH_TREE_FANOUT") {
                 Ok(v) => v.parse().expect("MCAST_DATAPATH_TREE_FANOUT: a number"),
                 Err(_) => (seed.wrapping_mul(0xD1B5_4A32_D192_ED03) >> 62) as u16,
@@ -1276,6 +1289,21 @@ impl Sim {
         self.first_open
             .entry((id, inc, g, from, epoch))
             .or_insert(seq);
+        // As the daemon: the record a flush kept goes on, if the stream
+        // opens again where that flush ended.
+        let key = FlushKey {
+            group: g,
+            sender: from,
+            epoch,
+        };
+        let kept = if self.daemon_resume {
+            let before = self.n(id).flushes.counters().resumed;
+            let kept = self.n(id).flushes.resume(key, seq, WINDOW);
+            self.stats.resumed += self.n(id).flushes.counters().resumed - before;
+            kept
+        } else {
+            Retained::starting_at(WINDOW, seq)
+        };
         let sender_inc = self.inc_of(epoch);
         self.seen
             .entry((id, inc, g, from, sender_inc))
@@ -1291,7 +1319,7 @@ impl Sim {
                 RecvStream {
                     machine,
                     epoch,
-                    kept: Retained::starting_at(WINDOW, seq),
+                    kept,
                     deadline: None,
                 },
             );
@@ -1640,6 +1668,9 @@ impl Sim {
                 );
                 if taken == StateTaken::Held && !streaming {
                     self.held_before_view.insert((from, key));
+                }
+                if taken == StateTaken::Served {
+                    self.stats.served_after_end += 1;
                 }
                 self.trace(|| format!("node {id}:   state from {from} for {key:?}: {taken:?}"));
             }

@@ -142,6 +142,10 @@ pub enum StateTaken {
     /// than this node's running flush is applied to it as "nothing" and
     /// then held or answered like any other.
     Held,
+    /// This node's flush of that stream had ended; the peer, behind it,
+    /// was sent this node's state and the frames it lacks from the record
+    /// that flush ended with (in `out`).
+    Served,
     /// This node has no flush of that stream and never will: it answers
     /// with a state of `None` (in `out`), unless the state it got was
     /// `None` itself (nothing to give it, and two such nodes would answer
@@ -178,6 +182,13 @@ pub struct FlushCounters {
     /// Flushes that ended without survivors never heard live, after the
     /// sender came back into the view ([`Flushes::sender_back`]).
     pub ended_sender_back: u64,
+    /// States of a member that flushed a stream after this node's flush of
+    /// it had ended, answered with the frames it lacked from the record
+    /// that flush ended with ([`Flushes::on_state`]).
+    pub served_after_end: u64,
+    /// Streams opened again where their flush ended, going on with the
+    /// record it ended with ([`Flushes::resume`]).
+    pub resumed: u64,
 }
 
 /// How long a flush whose sender came back into the view still waits for
@@ -186,6 +197,12 @@ pub const SENDER_BACK_GRACE_NS: u64 = 100_000_000;
 
 /// States held at most (from peers whose view change came first).
 pub const MAX_HELD_STATES: usize = 4096;
+
+/// Records of ended flushes kept at most, one window each
+/// ([`Flushes::resume`]). A sender gone for good leaves its record until
+/// this many more flushes have ended, its group is forgotten, or a stream
+/// of it opens here.
+pub const MAX_ENDED_RECORDS: usize = 32;
 
 /// Every flush of this node, keyed by group and sender (one at a time per
 /// stream: a sender's newer epoch replaces an older flush).
@@ -197,6 +214,9 @@ pub struct Flushes {
     /// Frames taken from `Flush::early`, for the caller to deliver
     /// ([`Flushes::take_ready`]).
     ready: Vec<Ready>,
+    /// The record each of the last flushes ended with (oldest first, one
+    /// per group and sender): see [`Flushes::resume`].
+    ended: VecDeque<(FlushKey, Retained)>,
 }
 
 /// A flushed frame taken after it came (it came ahead of a state that
@@ -231,6 +251,7 @@ impl Flushes {
         let before = out.len();
         let mut kept = kept.unwrap_or_else(|| Retained::new(1));
         let (next, from) = (kept.next(), kept.serves_from());
+        let window = kept.max_frames;
         // While it takes in what it lacks, it keeps what it said it sends.
         kept.max_frames = kept.max_frames.saturating_mul(2);
         let mut flush = Flush {
@@ -252,6 +273,7 @@ impl Flushes {
             gone: Vec::new(),
             early: Vec::new(),
             back_at: None,
+            window,
         };
         for &n in survivors {
             out.push((n, FlushMsg::State { key, next, from }));
@@ -319,6 +341,13 @@ impl Flushes {
             self.count_served(out, before);
             if same {
                 return StateTaken::Applied;
+            }
+        }
+        if !has_stream {
+            if let Some(theirs) = next {
+                if self.serve_ended(peer, key, theirs, out) {
+                    return StateTaken::Served;
+                }
             }
         }
         if !has_stream || next.is_none() {
@@ -427,6 +456,84 @@ impl Flushes {
     pub fn forget_group(&mut self, group: GroupId) {
         self.active.retain(|(g, _), _| *g != group);
         self.held.retain(|(_, k, _, _)| k.group != group);
+        self.ended.retain(|(k, _)| k.group != group);
+    }
+
+    /// The record for the stream `key` opening here at `start`: the one its
+    /// last flush ended with, when `start` goes on exactly where that flush
+    /// ended, else an empty one from `start` (the record of that group and
+    /// sender is let go either way). Keeps at most `window` frames.
+    ///
+    /// A record is of a stream, not of one opening of it: a member the
+    /// flush did not wait for (its view still held the sender, or its
+    /// detector had declared it failed while it was only paused) may flush
+    /// the same stream later, when the sender leaves its view again, and
+    /// need the frames this node delivered before the flush. Started afresh,
+    /// the record had let them go (data-path seeds 12084 and 3543: the
+    /// sender came back, died, and nobody kept what that member lacked).
+    pub fn resume(&mut self, key: FlushKey, start: Seq, window: u32) -> Retained {
+        let at = self
+            .ended
+            .iter()
+            .position(|(k, _)| k.group == key.group && k.sender == key.sender);
+        match at.and_then(|i| self.ended.remove(i)) {
+            Some((k, mut r)) if k == key && r.next() == Some(start) => {
+                self.counters.resumed += 1;
+                r.limit(window as usize);
+                r
+            }
+            _ => Retained::starting_at(window, start),
+        }
+    }
+
+    fn keep_ended(&mut self, key: FlushKey, kept: Retained) {
+        self.ended
+            .retain(|(k, _)| !(k.group == key.group && k.sender == key.sender));
+        if self.ended.len() >= MAX_ENDED_RECORDS {
+            self.ended.pop_front();
+        }
+        self.ended.push_back((key, kept));
+    }
+
+    /// A member's state for a stream whose flush ended here and has not
+    /// opened again: if the member is behind the record the flush ended
+    /// with, it is sent this node's state and the frames it lacks (all the
+    /// record keeps, when it is behind even that: the frames of a jump,
+    /// which its flush takes only if no survivor can do better). Nothing is
+    /// sent to a member level with or ahead of the record, so two nodes
+    /// without a running flush never answer each other for ever.
+    fn serve_ended(
+        &mut self,
+        peer: NodeId,
+        key: FlushKey,
+        theirs: Seq,
+        out: &mut Vec<(NodeId, FlushMsg)>,
+    ) -> bool {
+        let Some((_, rec)) = self.ended.iter().find(|(k, _)| *k == key) else {
+            return false;
+        };
+        let (Some(mine), Some(front)) = (rec.next(), rec.serves_from()) else {
+            return false;
+        };
+        if !theirs.before(mine) {
+            return false;
+        }
+        let before = out.len();
+        out.push((
+            peer,
+            FlushMsg::State {
+                key,
+                next: Some(mine),
+                from: Some(front),
+            },
+        ));
+        let from = if theirs.before(front) { front } else { theirs };
+        for frame in rec.frames_from(from) {
+            out.push((peer, FlushMsg::Data { key, frame }));
+        }
+        self.counters.served_after_end += 1;
+        self.count_served(out, before);
+        true
     }
 
     /// Forgets the states held for `sender`'s stream in `group`: this node
@@ -485,16 +592,21 @@ impl Flushes {
         if f.back_at.is_some_and(|t| now >= t) && f.peers.values().any(|p| !p.live) {
             self.counters.ended_sender_back += 1;
         }
+        let next = f.kept.next();
+        let with = f
+            .peers
+            .iter()
+            .filter(|(_, p)| p.live)
+            .map(|(&n, _)| n)
+            .collect();
+        let mut kept = f.kept;
+        kept.limit(f.window);
+        self.keep_ended(f.key, kept);
         Some(Ended {
             key: f.key,
             outcome,
-            next: f.kept.next(),
-            with: f
-                .peers
-                .iter()
-                .filter(|(_, p)| p.live)
-                .map(|(&n, _)| n)
-                .collect(),
+            next,
+            with,
         })
     }
 

@@ -75,6 +75,16 @@ impl Retained {
         self.next = Some(seq.next());
     }
 
+    /// Keeps at most `max_frames` frames from now on (at least one),
+    /// letting the oldest go.
+    pub fn limit(&mut self, max_frames: usize) {
+        self.max_frames = max_frames.max(1);
+        while self.meta.len() > self.max_frames {
+            let old = self.meta.pop_front().expect("longer than the limit");
+            self.bytes.drain(..old.len as usize);
+        }
+    }
+
     /// The sequence number after the last frame delivered, if any was.
     pub fn next(&self) -> Option<Seq> {
         self.next

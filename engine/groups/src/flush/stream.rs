@@ -38,6 +38,9 @@ pub(super) struct Flush {
     /// added back, alive): from this time on, survivors not heard live are
     /// not waited for ([`Flushes::sender_back`]).
     pub(super) back_at: Option<u64>,
+    /// The stream's window: what `kept` keeps once the flush is over (it
+    /// keeps two while the flush runs).
+    pub(super) window: usize,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -274,8 +277,14 @@ impl Flush {
                 None => !silent_ok,
                 Some(_) if !p.live => !silent_ok,
                 Some((None, _)) => false,
+                // A jump comes only from a peer that keeps frames: one whose
+                // record is empty (`from` is its `next`) has none to send
+                // (seed 1603: a peer answering from the record of its ended
+                // flush, which had opened the stream again and delivered
+                // nothing since, was waited for until the deadline).
                 Some((Some(theirs), from)) => mine.is_some_and(|m| {
-                    m.before(theirs) && (reachable(m, from) || (jump && from.is_some()))
+                    m.before(theirs)
+                        && (reachable(m, from) || (jump && from.is_some_and(|f| f.before(theirs))))
                 }),
             })
             .count()

@@ -840,3 +840,146 @@ fn a_state_from_a_node_this_one_did_not_count_takes_it_in() {
         .iter()
         .all(|(n, m)| *n != 4 || matches!(m, FlushMsg::State { .. })));
 }
+
+/// A flush that ends at once: this node alone, with `r` delivered.
+fn ended_alone(f: &mut Flushes, key: FlushKey, r: Retained) {
+    let mut out = Vec::new();
+    f.start(key, Some(r), &[], 1_000, &mut out);
+    assert!(f.poll_ended(0).is_some(), "nobody to wait for");
+}
+
+#[test]
+fn a_stream_opened_again_where_its_flush_ended_keeps_its_record() {
+    // Seeds 12084 and 3543: the sender came back with the same stream and
+    // the record started afresh; when it died again, a member the first
+    // flush did not wait for needed frames 0..5, and nobody kept them.
+    let mut f = Flushes::new();
+    ended_alone(&mut f, KEY, kept(0, 5, 4));
+    let r = f.resume(KEY, Seq(5), 4);
+    assert_eq!(r.next(), Some(Seq(5)));
+    assert_eq!(r.serves_from(), Some(Seq(1)), "one window: 1..5");
+    assert_eq!(f.counters().resumed, 1);
+    // Taken: a second opening starts afresh.
+    assert_eq!(f.resume(KEY, Seq(5), 4).serves_from(), Some(Seq(5)));
+    // Another epoch, or a start that does not go on where the flush ended,
+    // starts afresh, and the record is let go.
+    for (key, start) in [
+        (FlushKey { epoch: 4, ..KEY }, Seq(5)),
+        (KEY, Seq(7)),
+        (KEY, Seq(3)),
+    ] {
+        ended_alone(&mut f, KEY, kept(0, 5, 4));
+        let r = f.resume(key, start, 4);
+        assert_eq!((r.next(), r.serves_from()), (Some(start), Some(start)));
+        assert_eq!(f.resume(KEY, Seq(5), 4).serves_from(), Some(Seq(5)));
+    }
+    assert_eq!(f.counters().resumed, 1);
+    // A window smaller than the record's keeps the newest frames.
+    ended_alone(&mut f, KEY, kept(0, 5, 4));
+    assert_eq!(f.resume(KEY, Seq(5), 2).serves_from(), Some(Seq(3)));
+}
+
+#[test]
+fn the_records_of_ended_flushes_are_bounded_and_forgotten_with_their_group() {
+    let mut f = Flushes::new();
+    for sender in 0..=MAX_ENDED_RECORDS as NodeId {
+        ended_alone(&mut f, FlushKey { sender, ..KEY }, kept(0, 5, 4));
+    }
+    let first = FlushKey { sender: 0, ..KEY };
+    assert_eq!(f.resume(first, Seq(5), 4).serves_from(), Some(Seq(5)));
+    let second = FlushKey { sender: 1, ..KEY };
+    assert_eq!(f.resume(second, Seq(5), 4).serves_from(), Some(Seq(1)));
+    f.forget_group(KEY.group);
+    let third = FlushKey { sender: 2, ..KEY };
+    assert_eq!(f.resume(third, Seq(5), 4).serves_from(), Some(Seq(5)));
+}
+
+#[test]
+fn a_member_that_flushes_after_this_nodes_flush_ended_is_served_from_its_record() {
+    // Node 1's flush ended without node 2 (its view still held the
+    // sender); node 2 flushes later, having delivered up to 2.
+    let mut a = Flushes::new();
+    ended_alone(&mut a, KEY, kept(0, 6, 64));
+    let mut out = Vec::new();
+    let taken = a.on_state(2, KEY, (Some(Seq(2)), Some(Seq(0))), false, &mut out);
+    assert_eq!(taken, StateTaken::Served);
+    let state = FlushMsg::State {
+        key: KEY,
+        next: Some(Seq(6)),
+        from: Some(Seq(0)),
+    };
+    assert_eq!(out[0], (2, state.clone()), "its state before the frames");
+    let sent: Vec<Seq> = out[1..]
+        .iter()
+        .map(|(to, m)| match m {
+            FlushMsg::Data { frame, .. } if *to == 2 => frame.seq,
+            m => panic!("unexpected {m:?}"),
+        })
+        .collect();
+    assert_eq!(sent, seqs(2, 6));
+    assert_eq!(a.counters().served_after_end, 1);
+    assert_eq!(a.counters().frames_served, 4);
+    // Node 2's flush takes them and ends agreed with node 1.
+    let mut b = Flushes::new();
+    let mut back = Vec::new();
+    b.start(KEY, Some(kept(0, 2, 64)), &[1], 1_000, &mut back);
+    let mut got = Vec::new();
+    for (_, m) in out {
+        match m {
+            FlushMsg::State { key, next, from } => {
+                b.on_state(1, key, (next, from), false, &mut back);
+            }
+            FlushMsg::Data { key, frame } => {
+                if b.on_data(key, &frame, &mut back).is_some() {
+                    got.push(frame.seq);
+                }
+            }
+        }
+    }
+    assert_eq!(got, seqs(2, 6));
+    assert_eq!(
+        done(&mut b, 0),
+        Some((KEY, Outcome::Agreed { recovered: 4 }))
+    );
+    // A member level with the record, or of another epoch, is not served,
+    // and one with nothing is not answered.
+    for (key, next) in [
+        (KEY, Some(Seq(6))),
+        (FlushKey { epoch: 4, ..KEY }, Some(Seq(2))),
+        (KEY, None),
+    ] {
+        let mut out = Vec::new();
+        let taken = a.on_state(2, key, (next, next), false, &mut out);
+        assert_eq!(taken, StateTaken::Unknown);
+        assert!(out
+            .iter()
+            .all(|(_, m)| matches!(m, FlushMsg::State { next: None, .. })));
+    }
+    // One behind even the record is sent all it keeps: a jump's frames,
+    // taken only if no survivor can do better.
+    let mut c = Flushes::new();
+    ended_alone(&mut c, KEY, kept(10, 14, 64));
+    let mut out = Vec::new();
+    c.on_state(2, KEY, (Some(Seq(3)), Some(Seq(0))), false, &mut out);
+    assert_eq!(out.len(), 5);
+    assert!(matches!(&out[1].1, FlushMsg::Data { frame, .. } if frame.seq == Seq(10)));
+}
+
+#[test]
+fn a_peer_ahead_that_keeps_nothing_is_not_waited_for_a_jump() {
+    // Seed 1603: the only survivor ahead had opened the stream again at
+    // #10 and delivered nothing since; it has no frames to send a jump.
+    let mut f = Flushes::new();
+    let mut out = Vec::new();
+    f.start(KEY, Some(kept(0, 3, 64)), &[2], 1_000, &mut out);
+    f.on_state(2, KEY, (Some(Seq(10)), Some(Seq(10))), false, &mut out);
+    assert_eq!(
+        done(&mut f, 0),
+        Some((KEY, Outcome::Agreed { recovered: 0 }))
+    );
+    assert_eq!(f.counters().beyond_reach, 1);
+    // One that keeps frames is waited for: they come as a jump.
+    f.start(KEY, Some(kept(0, 3, 64)), &[2], 1_000, &mut out);
+    f.on_state(2, KEY, (Some(Seq(10)), Some(Seq(8))), false, &mut out);
+    assert_eq!(done(&mut f, 0), None);
+}
