@@ -218,13 +218,35 @@ impl Families {
             "mcastd_flush",
             "daemon.flush",
             flush,
-            &["kept_frames", "kept_bytes"],
+            &[
+                "kept_frames",
+                "kept_bytes",
+                "ended_records",
+                "ended_records_bytes",
+            ],
             &[],
         );
         for (key, unit) in [("kept_frames", "frames"), ("kept_bytes", "bytes")] {
             f.gauge(
                 &format!("mcastd_flush_kept_{unit}"),
                 &format!("Kept for flushes now (mcast stat: daemon.flush.{key})"),
+                Vec::new(),
+                num(&flush[key]),
+            );
+        }
+        for (key, what) in [
+            (
+                "ended_records",
+                "Records of ended flushes kept for their streams",
+            ),
+            (
+                "ended_records_bytes",
+                "Payload bytes of the records of ended flushes",
+            ),
+        ] {
+            f.gauge(
+                &format!("mcastd_flush_{key}"),
+                &format!("{what} (mcast stat: daemon.flush.{key})"),
                 Vec::new(),
                 num(&flush[key]),
             );

@@ -227,6 +227,8 @@ impl<T: Transport> Daemon<T> {
             "starts_deferred": c.starts_deferred,
             "kept_frames": self.flush.kept.values().map(|k| k.frames.frames()).sum::<usize>(),
             "kept_bytes": self.flush.kept.values().map(|k| k.frames.bytes()).sum::<usize>(),
+            "ended_records": self.flush.flushes.ended_records().0,
+            "ended_records_bytes": self.flush.flushes.ended_records().1,
         });
         // Built apart: inside the whole it would pass the json! macro's
         // recursion limit.

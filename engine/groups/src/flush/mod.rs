@@ -486,6 +486,13 @@ impl Flushes {
         }
     }
 
+    /// The records of ended flushes kept ([`Flushes::resume`]): how many,
+    /// and their payload bytes.
+    pub fn ended_records(&self) -> (usize, usize) {
+        let bytes = self.ended.iter().map(|(_, r)| r.bytes()).sum();
+        (self.ended.len(), bytes)
+    }
+
     fn keep_ended(&mut self, key: FlushKey, kept: Retained) {
         self.ended
             .retain(|(k, _)| !(k.group == key.group && k.sender == key.sender));

@@ -885,6 +885,10 @@ fn the_records_of_ended_flushes_are_bounded_and_forgotten_with_their_group() {
     for sender in 0..=MAX_ENDED_RECORDS as NodeId {
         ended_alone(&mut f, FlushKey { sender, ..KEY }, kept(0, 5, 4));
     }
+    assert_eq!(
+        f.ended_records(),
+        (MAX_ENDED_RECORDS, MAX_ENDED_RECORDS * 4 * 2)
+    );
     let first = FlushKey { sender: 0, ..KEY };
     assert_eq!(f.resume(first, Seq(5), 4).serves_from(), Some(Seq(5)));
     let second = FlushKey { sender: 1, ..KEY };
