@@ -113,6 +113,26 @@ impl RttEstimator {
         }
     }
 
+    /// As [`RttEstimator::sample`], except that a sample below half the
+    /// smoothed round trip moves it halfway down at once (the variation as
+    /// RFC 6298 has it). Such a sample says the queues the estimate measured
+    /// have drained: after a burst that filled them, RFC 6298's gain of an
+    /// eighth takes some forty samples to come down from milliseconds to
+    /// microseconds, while this takes a handful. Samples within a factor of
+    /// two, a noisy path's, are smoothed as RFC 6298 says, so the estimate
+    /// is not drawn towards the low ones. MAK's GRTT (docs/protocol.md,
+    /// "GRTT and the ACK wait").
+    pub fn sample_draining(&mut self, r: Duration) {
+        let ns = u64::try_from(r.as_nanos()).unwrap_or(u64::MAX / 16);
+        match self.srtt {
+            Some(s) if ns < s / 2 => {
+                self.rttvar = (3 * self.rttvar + (s - ns)) / 4;
+                self.srtt = Some(s - (s - ns) / 2);
+            }
+            _ => self.sample(r),
+        }
+    }
+
     /// The smoothed round trip, once measured.
     pub fn srtt(&self) -> Option<Duration> {
         self.srtt.map(Duration::from_nanos)
@@ -211,6 +231,35 @@ mod tests {
         assert_eq!(e.srtt(), Some(us(4000)));
         assert!(e.rttvar() < us(1));
         assert_eq!(e.rto(&CFG), us(8000));
+    }
+
+    #[test]
+    fn a_drained_path_brings_the_draining_estimate_down_in_a_handful_of_samples() {
+        // A burst measured 13 ms; the paced stream after it, 50 µs.
+        let (mut fast, mut rfc) = (RttEstimator::new(), RttEstimator::new());
+        fast.sample(us(13_000));
+        rfc.sample(us(13_000));
+        let mut n = 0;
+        while fast.srtt().unwrap() > us(100) {
+            fast.sample_draining(us(50));
+            rfc.sample(us(50));
+            n += 1;
+        }
+        assert!(n <= 9, "{n} samples");
+        assert!(rfc.srtt().unwrap() > us(3_000), "RFC 6298 still at {:?}", rfc.srtt());
+        // The timeout stays clear of the old round trip a while: RTTVAR.
+        assert!(fast.base_rto(&CFG) > us(1_000));
+        // Within a factor of two it is RFC 6298's: noise is not chased down.
+        let (mut a, mut b) = (RttEstimator::new(), RttEstimator::new());
+        for r in [100, 60, 140, 55, 190, 70] {
+            a.sample_draining(us(r));
+            b.sample(us(r));
+            assert_eq!(a, b);
+        }
+        // Upwards it is RFC 6298's too.
+        a.sample_draining(us(5_000));
+        b.sample(us(5_000));
+        assert_eq!(a, b);
     }
 
     #[test]

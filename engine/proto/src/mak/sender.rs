@@ -559,7 +559,7 @@ impl MakSender {
         // receiver held it: the difference is the network round trip
         // (through the tree, for a report).
         if let Some(rtt) = rtt {
-            m.rtt.sample(rtt);
+            m.rtt.sample_draining(rtt);
         }
         m.unanswered = 0;
         m.heard_at = Some(now);
@@ -625,7 +625,7 @@ impl MakSender {
             return;
         }
         if let Some(rtt) = echo_rtt(now, header.tstamp_us) {
-            m.rtt.sample(rtt);
+            m.rtt.sample_draining(rtt);
             self.counters.nak_rtt_samples += 1;
             self.refresh_estimates();
         }
