@@ -86,6 +86,8 @@ pub struct RttEstimator {
     srtt: Option<u64>,
     rttvar: u64,
     backoff: u32,
+    /// The last sample was below half the SRTT ([`RttEstimator::sample_draining`]).
+    below_half: bool,
 }
 
 impl RttEstimator {
@@ -95,6 +97,7 @@ impl RttEstimator {
             srtt: None,
             rttvar: 0,
             backoff: 0,
+            below_half: false,
         }
     }
 
@@ -113,23 +116,31 @@ impl RttEstimator {
         }
     }
 
-    /// As [`RttEstimator::sample`], except that a sample below half the
-    /// smoothed round trip moves it halfway down at once (the variation as
-    /// RFC 6298 has it). Such a sample says the queues the estimate measured
-    /// have drained: after a burst that filled them, RFC 6298's gain of an
-    /// eighth takes some forty samples to come down from milliseconds to
-    /// microseconds, while this takes a handful. Samples within a factor of
-    /// two, a noisy path's, are smoothed as RFC 6298 says, so the estimate
-    /// is not drawn towards the low ones. MAK's GRTT (docs/protocol.md,
-    /// "GRTT and the ACK wait").
+    /// As [`RttEstimator::sample`], except that the second of two samples
+    /// in a row below half the smoothed round trip moves it halfway down at
+    /// once (the variation as RFC 6298 has it). Such samples say the queues
+    /// the estimate measured have drained: after a burst that filled them,
+    /// RFC 6298's gain of an eighth takes some forty samples to come down
+    /// from milliseconds to microseconds, while this takes a handful. One
+    /// low sample alone (a queue that emptied for a moment while the load
+    /// goes on) and samples within a factor of two (a noisy path's) are
+    /// smoothed as RFC 6298 says, so the estimate is not drawn towards the
+    /// low ones. MAK's GRTT (docs/protocol.md, "GRTT and the ACK wait").
     pub fn sample_draining(&mut self, r: Duration) {
         let ns = u64::try_from(r.as_nanos()).unwrap_or(u64::MAX / 16);
         match self.srtt {
             Some(s) if ns < s / 2 => {
-                self.rttvar = (3 * self.rttvar + (s - ns)) / 4;
-                self.srtt = Some(s - (s - ns) / 2);
+                if std::mem::replace(&mut self.below_half, true) {
+                    self.rttvar = (3 * self.rttvar + (s - ns)) / 4;
+                    self.srtt = Some(s - (s - ns) / 2);
+                } else {
+                    self.sample(r);
+                }
             }
-            _ => self.sample(r),
+            _ => {
+                self.below_half = false;
+                self.sample(r);
+            }
         }
     }
 
@@ -245,8 +256,12 @@ mod tests {
             rfc.sample(us(50));
             n += 1;
         }
-        assert!(n <= 9, "{n} samples");
-        assert!(rfc.srtt().unwrap() > us(3_000), "RFC 6298 still at {:?}", rfc.srtt());
+        assert!(n <= 11, "{n} samples");
+        assert!(
+            rfc.srtt().unwrap() > us(3_000),
+            "RFC 6298 still at {:?}",
+            rfc.srtt()
+        );
         // The timeout stays clear of the old round trip a while: RTTVAR.
         assert!(fast.base_rto(&CFG) > us(1_000));
         // Within a factor of two it is RFC 6298's: noise is not chased down.
@@ -260,6 +275,20 @@ mod tests {
         a.sample_draining(us(5_000));
         b.sample(us(5_000));
         assert_eq!(a, b);
+        // One low sample alone (a queue empty for a moment) is RFC 6298's;
+        // a second in a row moves it halfway.
+        a.sample_draining(us(100));
+        b.sample(us(100));
+        assert_eq!(a.srtt(), b.srtt());
+        a.sample_draining(us(3_000));
+        b.sample(us(3_000));
+        assert_eq!(a.srtt(), b.srtt());
+        a.sample_draining(us(100));
+        b.sample(us(100));
+        assert_eq!(a.srtt(), b.srtt(), "the streak was broken");
+        let before = a.srtt().unwrap();
+        a.sample_draining(us(100));
+        assert_eq!(a.srtt().unwrap(), before - (before - us(100)) / 2);
     }
 
     #[test]
