@@ -1082,3 +1082,32 @@ fn a_naks_echo_is_a_round_trip_sample_so_the_grtt_follows_the_path_under_loss() 
     }
     assert!(s.grtt() < Duration::from_micros(500), "{:?}", s.grtt());
 }
+
+#[test]
+fn a_paced_sender_s_grtt_comes_down_in_a_handful_of_naks_a_saturating_one_s_does_not() {
+    // A GRTT of 5 ms measured in a burst, then the NAKs of a drained path
+    // (100 µs): a sender whose frames leave a millisecond apart takes them
+    // fast; one whose frames leave back to back smooths them (its own
+    // frames keep the queues it measures).
+    let grtt_after = |gap_us: u64| {
+        let mut s = MakSender::new(stream(SENDER), paper(), &[2]);
+        for i in 0..3 {
+            s.send(us(i * gap_us), out(i as u32, false)).unwrap();
+            drain_tx(&mut s, us(i * gap_us));
+        }
+        let mut list = RangeList::new();
+        list.push_seq(s.stream.initial_seq.add(1));
+        for (k, rtt) in std::iter::once(5_000).chain([100; 10]).enumerate() {
+            let at = 10_000 + k as u64 * 1_000;
+            let mut h = header_for(&stream(2), Kind::Nak);
+            h.flags = Flags::ACK_VALID;
+            h.tstamp_us = (at - rtt) as u32;
+            s.handle_frame(us(at), &h, RxBody::Ranges(&list));
+        }
+        s.grtt()
+    };
+    let paced = grtt_after(1_000);
+    let saturating = grtt_after(0);
+    assert!(paced < Duration::from_micros(200), "{paced:?}");
+    assert!(saturating > Duration::from_millis(1), "{saturating:?}");
+}
