@@ -283,7 +283,9 @@ enum Command {
         json: Option<String>,
         /// Also write every node's `mcast stat --json` after each start's goodput phase and
         /// after its paced phase into this directory, as MODE-START-PHASE-nodeN.json (GRTT,
-        /// retransmissions, what the kernel dropped...).
+        /// retransmissions, what the kernel dropped...), and every paced message's latency at
+        /// each subscriber as MODE-START-paced-latency-nodeN.txt (when it was sent, its latency,
+        /// its publisher: where in the phase the slow ones were).
         #[arg(long, value_name = "DIR")]
         stats_dir: Option<std::path::PathBuf>,
     },

@@ -131,7 +131,8 @@ fn one_cluster(
     let start = f.goodput.len() + 1;
     let figures = saturate(cfg, &mut pubs, &mut subs, group, ordered).and_then(|g| {
         dump_stats(cfg, &cluster, mode, start, "saturated")?;
-        let latency = paced(cfg, &mut pubs, &mut subs, group)?;
+        let dump = cfg.stats_dir.as_deref().map(|d| (d, mode, start));
+        let latency = paced(cfg, &mut pubs, &mut subs, group, dump)?;
         dump_stats(cfg, &cluster, mode, start, "paced")?;
         Ok((g, latency))
     });
@@ -313,16 +314,19 @@ fn receive_all(
 
 /// Every publisher paces `paced_messages` at `rate`, each stamped; the
 /// one-way latency of every message at every subscriber: p50, p99 and
-/// p99.9 in µs.
+/// p99.9 in µs. With `dump` (`--stats-dir`, the mode and the start): every
+/// message's latency at each subscriber too, in
+/// MODE-START-paced-latency-nodeN.txt.
 fn paced(
     cfg: &TotalConfig,
     pubs: &mut [(u32, Client)],
     subs: &mut [(u32, Client)],
     group: u32,
+    dump: Option<(&std::path::Path, &str, usize)>,
 ) -> Result<(f64, f64, f64), String> {
     let origin = Instant::now();
     let want = cfg.paced_messages * pubs.len() as u64;
-    let hists: Vec<Result<Histogram<u64>, String>> = std::thread::scope(|s| {
+    let hists: Vec<Result<Received, String>> = std::thread::scope(|s| {
         let receivers: Vec<_> = subs
             .iter_mut()
             .map(|(node, c)| s.spawn(move || receive_stamped(c, *node, group, want, origin)))
@@ -353,11 +357,29 @@ fn paced(
         joined(receivers, publishers)
     });
     let mut all = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
-    for h in hists {
-        all.add(h?).map_err(|e| e.to_string())?;
+    for (i, h) in hists.into_iter().enumerate() {
+        let r = h?;
+        all.add(&r.hist).map_err(|e| e.to_string())?;
+        if let Some((dir, mode, start)) = dump {
+            let node = subs[i].0;
+            let file = dir.join(format!("{mode}-{start}-paced-latency-node{node}.txt"));
+            let mut text = String::from("# sent_ns_since_phase_start latency_ns from_node\n");
+            for (sent, latency, from) in r.each {
+                text.push_str(&format!("{sent} {latency} {from}\n"));
+            }
+            std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
+        }
     }
     let q = |q: f64| all.value_at_quantile(q) as f64 / 1e3;
     Ok((q(0.5), q(0.99), q(0.999)))
+}
+
+/// What one subscriber received of the paced messages.
+struct Received {
+    hist: Histogram<u64>,
+    /// Each message: when it was sent (ns since the phase began), its
+    /// latency (ns) and its publisher's node.
+    each: Vec<(u64, u64, u64)>,
 }
 
 fn receive_stamped(
@@ -366,8 +388,9 @@ fn receive_stamped(
     group: u32,
     want: u64,
     origin: Instant,
-) -> Result<Histogram<u64>, String> {
+) -> Result<Received, String> {
     let mut h = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
+    let mut each = Vec::with_capacity(want as usize);
     let mut got = 0;
     while got < want {
         let n = c
@@ -378,6 +401,8 @@ fn receive_stamped(
                 }
                 let t = u64::from_be_bytes(m.data[8..16].try_into().expect("8 bytes"));
                 let _ = h.record(now.saturating_sub(t));
+                let from = u64::from_be_bytes(m.data[..8].try_into().expect("8 bytes")) >> 40;
+                each.push((t, now.saturating_sub(t), from));
                 got += 1;
             })
             .map_err(|e| format!("node {node} paced receive after {got}: {e}"))?;
@@ -387,7 +412,7 @@ fn receive_stamped(
             ));
         }
     }
-    Ok(h)
+    Ok(Received { hist: h, each })
 }
 
 /// The subscribers' results, then any publisher's error.
