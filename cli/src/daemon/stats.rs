@@ -214,6 +214,7 @@ impl<T: Transport> Daemon<T> {
         let e = &s.engine;
         let c = &self.counters;
         let fc = self.flush.flushes.counters();
+        let ended = self.flush.flushes.ended_records();
         let flush = json!({
             "started": fc.started, "agreed": fc.agreed, "timed_out": fc.timed_out,
             "frames_recovered": fc.frames_recovered, "frames_served": fc.frames_served,
@@ -227,8 +228,8 @@ impl<T: Transport> Daemon<T> {
             "starts_deferred": c.starts_deferred,
             "kept_frames": self.flush.kept.values().map(|k| k.frames.frames()).sum::<usize>(),
             "kept_bytes": self.flush.kept.values().map(|k| k.frames.bytes()).sum::<usize>(),
-            "ended_records": self.flush.flushes.ended_records().0,
-            "ended_records_bytes": self.flush.flushes.ended_records().1,
+            "ended_records": ended.0,
+            "ended_records_bytes": ended.1,
         });
         // Built apart: inside the whole it would pass the json! macro's
         // recursion limit.

@@ -82,23 +82,6 @@ impl Member {
     }
 }
 
-/// A member's round-trip sample `rtt`, the sender's last new frames having
-/// left `send_gap` apart. A sender that paces its frames at least a round
-/// trip apart cannot keep a queue on the path, so low samples then say the
-/// queues of a burst have drained, and the second in a row brings the
-/// estimate down fast ([`RttEstimator::sample_draining`]). A sender that
-/// sends faster keeps the queues it measures: low samples are moments
-/// between its frames, and RFC 6298's smoothing holds (taking them fast in
-/// saturation, two daemons sending to each other at 1 % loss collapsed to
-/// 20–75k messages/s in 3 starts of 18, against at least 106k).
-fn take_sample(est: &mut RttEstimator, rtt: Duration, send_gap: Duration) {
-    if send_gap >= rtt {
-        est.sample_draining(rtt);
-    } else {
-        est.sample(rtt);
-    }
-}
-
 /// The idle sender while frames are unacknowledged
 /// ([`TailPolicy::Advertise`]): when its last new frame left, and the
 /// heartbeats sent since. Its deadlines derive from these and the GRTT
@@ -137,7 +120,7 @@ pub struct MakSender {
     fresh: VecDeque<Seq>,
     /// When the last new frame left, and the gap before it: a round-trip
     /// sample shorter than that gap may bring the GRTT down fast
-    /// ([`MakSender::take_sample`]).
+    /// ([`RttEstimator::sample_paced`]).
     last_original_at: Option<Instant>,
     send_gap: Duration,
     /// Frames to repair, in the order NAKed.
@@ -583,7 +566,7 @@ impl MakSender {
         // receiver held it: the difference is the network round trip
         // (through the tree, for a report).
         if let Some(rtt) = rtt {
-            take_sample(&mut m.rtt, rtt, self.send_gap);
+            m.rtt.sample_paced(rtt, self.send_gap);
         }
         m.unanswered = 0;
         m.heard_at = Some(now);
@@ -649,7 +632,7 @@ impl MakSender {
             return;
         }
         if let Some(rtt) = echo_rtt(now, header.tstamp_us) {
-            take_sample(&mut m.rtt, rtt, self.send_gap);
+            m.rtt.sample_paced(rtt, self.send_gap);
             self.counters.nak_rtt_samples += 1;
             self.refresh_estimates();
         }
