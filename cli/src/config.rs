@@ -308,9 +308,17 @@ pub struct Config {
     pub node: u32,
     /// The network interface.
     pub interface: String,
-    /// The NIC receive queue.
+    /// The NIC receive queue (the first, with `queues` > 1).
     #[serde(default)]
     pub queue: u32,
+    /// How many consecutive RX queues to serve, from `queue` on: one
+    /// receive thread for each beyond the first (AF_XDP only).
+    #[serde(default = "d_queues")]
+    pub queues: u32,
+    /// The CPU of each extra queue's receive thread, in queue order
+    /// (`queue` + 1 first); unset or shorter: not pinned.
+    #[serde(default)]
+    pub queue_cpus: Vec<usize>,
     /// Node id of the registry: this node or a peer.
     #[serde(default = "d_registry")]
     pub registry: u32,
@@ -465,6 +473,9 @@ fn d_socket_mode() -> String {
 fn d_datapath() -> Datapath {
     Datapath::Xdp
 }
+fn d_queues() -> u32 {
+    1
+}
 fn d_xdp_mode() -> XdpMode {
     XdpMode::Auto
 }
@@ -551,6 +562,8 @@ pub struct Overrides {
     pub interface: Option<String>,
     /// `--queue`
     pub queue: Option<u32>,
+    /// `--queues`
+    pub queues: Option<u32>,
     /// `--registry`
     pub registry: Option<u32>,
     /// `--socket`
@@ -740,6 +753,7 @@ impl Config {
         set(&mut self.node, &o.node);
         set(&mut self.interface, &o.interface);
         set(&mut self.queue, &o.queue);
+        set(&mut self.queues, &o.queues);
         set(&mut self.registry, &o.registry);
         set(&mut self.socket, &o.socket);
         set(&mut self.datapath, &o.datapath);
@@ -1020,6 +1034,42 @@ impl Config {
             if let Some(w) = g.window_frames {
                 self.check_window(&format!("group[{:?}].window_frames", g.name), w)?;
             }
+        }
+        self.check_queues()
+    }
+
+    /// `queue`, `queues` and `queue_cpus`.
+    fn check_queues(&self) -> Result<(), ConfigError> {
+        let o = self.origin.as_str();
+        let bad = |key: &str, msg: String| Err(ConfigError::invalid(o, key, msg));
+        let max_queues = mcast_xsk::loader::MAX_QUEUES;
+        if self.queues == 0 || self.queue.saturating_add(self.queues) > max_queues {
+            return bad(
+                "queues",
+                format!(
+                    "queues = {} from queue = {} is out of range: at least 1, and queue + queues at most {max_queues} (the steering program's sockets)",
+                    self.queues, self.queue
+                ),
+            );
+        }
+        if self.queues > 1 && self.datapath != Datapath::Xdp {
+            return bad(
+                "queues",
+                format!(
+                    "queues = {} needs datapath = \"xdp\": the AF_PACKET fallback takes every queue through one socket",
+                    self.queues
+                ),
+            );
+        }
+        if self.queue_cpus.len() > self.queues as usize - 1 {
+            return bad(
+                "queue_cpus",
+                format!(
+                    "queue_cpus names {} CPUs for {} extra queue(s): one per queue beyond the first (the first queue's thread is the engine's, pinned by `cpu`)",
+                    self.queue_cpus.len(),
+                    self.queues - 1
+                ),
+            );
         }
         Ok(())
     }

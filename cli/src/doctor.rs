@@ -106,7 +106,8 @@ pub fn run(iface: Option<&str>, cfg: Option<&Config>) -> Report {
     let iface = iface.or(cfg.map(|c| c.interface.as_str()));
     let datapath = cfg.map_or(Datapath::Xdp, |c| c.datapath);
     let xdp_mode = cfg.map_or(XdpMode::Auto, |c| c.xdp_mode);
-    let queue = cfg.map_or(0, |c| c.queue);
+    // The last queue served (`queue` + `queues` − 1): every one must exist.
+    let queue = cfg.map_or(0, |c| c.queue + c.queues.max(1) - 1);
     let umem = cfg.map_or(
         u64::from(DEFAULT_FRAMES) * UMEM_FRAME_BYTES,
         Config::umem_bytes,
@@ -619,10 +620,10 @@ fn check_interface(name: &str, queue: u32, datapath: Datapath, xdp_mode: XdpMode
         Check::new(
             "rx queues",
             Status::Fail,
-            format!("{rx} RX queue(s); queue = {queue} does not exist"),
+            format!("{rx} RX queue(s); queue {queue} (the last of `queue` .. `queue` + `queues` − 1) does not exist"),
         )
         .fix(format!(
-            "set queue to 0..={} or add queues (`ethtool -L {name} combined {}`)",
+            "serve queues 0..={} only, or add queues (`ethtool -L {name} combined {}`)",
             rx - 1,
             queue + 1
         ))

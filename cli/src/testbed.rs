@@ -108,14 +108,27 @@ impl Cluster {
         receivers: usize,
         extra: impl Fn(u32) -> String,
     ) -> Option<Cluster> {
-        Cluster::start_nodes(mcastd, test, receivers, receivers + 1, extra)
+        Cluster::start_nodes(mcastd, test, receivers, receivers + 1, 1, extra)
+    }
+
+    /// As [`Cluster::start`], on veths with `queues` queues each
+    /// (`Topology::with_queues`; `Topology::steer_by_cpu` spreads frames
+    /// over them).
+    pub fn start_with_queues(
+        mcastd: &Path,
+        test: &str,
+        receivers: usize,
+        queues: u32,
+        extra: impl Fn(u32) -> String,
+    ) -> Option<Cluster> {
+        Cluster::start_nodes(mcastd, test, receivers, receivers + 1, queues, extra)
     }
 
     /// One daemon alone (node 1, its own registry, no peers) on a topology
     /// of its own, with `extra` added to its configuration: for tests of
     /// what local clients can do to a daemon.
     pub fn start_single(mcastd: &Path, test: &str, extra: &str) -> Option<Cluster> {
-        Cluster::start_nodes(mcastd, test, 1, 1, |_| extra.to_owned())
+        Cluster::start_nodes(mcastd, test, 1, 1, 1, |_| extra.to_owned())
     }
 
     /// `daemons` daemons (nodes 1 to `daemons`, each listing the others as
@@ -131,7 +144,7 @@ impl Cluster {
         extra: impl Fn(u32) -> String,
     ) -> Option<Cluster> {
         assert!(daemons >= 1, "at least one daemon");
-        Cluster::start_nodes(mcastd, test, daemons - 1 + spare, daemons, extra)
+        Cluster::start_nodes(mcastd, test, daemons - 1 + spare, daemons, 1, extra)
     }
 
     /// The topology's endpoints where no daemon runs (see
@@ -151,10 +164,11 @@ impl Cluster {
         test: &str,
         receivers: usize,
         running: usize,
+        queues: u32,
         extra: impl Fn(u32) -> String,
     ) -> Option<Cluster> {
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-        let topo = Topology::with_receivers(test, receivers)?;
+        let topo = Topology::with_queues(test, receivers, queues)?;
         let dir = std::env::temp_dir().join(format!("mcastd-test-{}-{test}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -182,8 +196,15 @@ impl Cluster {
             } else {
                 format!("state_dir = \"{}\"\n", dir.display())
             };
+            // SKB mode unless the test asks otherwise (several queues on
+            // veth need native mode: docs/datapath.md "Several NIC queues").
+            let mode = if extra.contains("xdp_mode") {
+                ""
+            } else {
+                "xdp_mode = \"skb\"\n"
+            };
             let mut cfg = format!(
-            "node = {node}\ninterface = \"{IFNAME}\"\nregistry = 1\nsocket = \"{}\"\ndatapath = \"xdp\"\nxdp_mode = \"skb\"\nlog = \"info\"\n{key_line}{state}{extra}\n",
+            "node = {node}\ninterface = \"{IFNAME}\"\nregistry = 1\nsocket = \"{}\"\ndatapath = \"xdp\"\n{mode}log = \"info\"\n{key_line}{state}{extra}\n",
             socket.display(),
         );
             for (j, peer) in endpoints.iter().enumerate() {

@@ -291,6 +291,22 @@ fn node_range() {
 }
 
 #[test]
+fn queues_are_checked() {
+    let ok = parse(&with("queues = 2\nqueue_cpus = [1]", ""));
+    ok.validate().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((ok.queues, ok.queue_cpus.as_slice()), (2, &[1usize][..]));
+    assert_eq!(parse(BASE).queues, 1, "one queue unless asked");
+    invalid(&with("queues = 0", ""), "queues = 0");
+    invalid(&with("queue = 60\nqueues = 5", ""), "at most 64");
+    invalid(
+        &with("queues = 2\ndatapath = \"packet\"", ""),
+        "needs datapath = \"xdp\"",
+    );
+    invalid(&with("queues = 2\nqueue_cpus = [0, 1]", ""), "queue_cpus");
+    invalid(&with("queue_cpus = [0]", ""), "queue_cpus");
+}
+
+#[test]
 fn interface_name() {
     invalid(&BASE.replace("\"eth0\"", "\"\""), "interface");
     invalid(
@@ -452,6 +468,7 @@ fn overrides_apply() {
         node: Some(2),
         interface: Some("veth0".into()),
         queue: Some(3),
+        queues: Some(2),
         registry: Some(2),
         socket: Some("/tmp/m.sock".into()),
         datapath: Some(Datapath::Packet),
@@ -468,6 +485,7 @@ fn overrides_apply() {
     assert_eq!(cfg.node, 2);
     assert_eq!(cfg.interface, "veth0");
     assert_eq!(cfg.queue, 3);
+    assert_eq!(cfg.queues, 2);
     assert_eq!(cfg.registry, 2);
     assert_eq!(cfg.socket, PathBuf::from("/tmp/m.sock"));
     assert_eq!(cfg.datapath, Datapath::Packet);

@@ -14,8 +14,8 @@ use mcast_cli::log::{Level, Logger};
 use mcast_cli::metrics::Exporter;
 use mcast_engine::auth::Keys;
 use mcast_engine::{
-    sys, AuthConfig, Engine, EngineConfig, PacketConfig, PacketTransport, Transport, XdpConfig,
-    XdpTransport,
+    sys, AuthConfig, Engine, EngineConfig, EngineError, ExtraQueue, MultiQueueTransport,
+    PacketConfig, PacketTransport, Transport, XdpConfig, XdpTransport,
 };
 use mcast_ipc::{Access, RingSizes, Server};
 use mcast_wire::ETHERTYPE_DEFAULT;
@@ -51,6 +51,10 @@ struct Args {
     /// The NIC receive queue (overrides `queue`).
     #[arg(long)]
     queue: Option<u32>,
+    /// How many RX queues to serve from `queue` on, one receive thread per
+    /// extra queue (overrides `queues`; AF_XDP only).
+    #[arg(long)]
+    queues: Option<u32>,
     /// The registry node (overrides `registry`).
     #[arg(long)]
     registry: Option<u32>,
@@ -125,6 +129,7 @@ fn main() -> ExitCode {
         node: args.node,
         interface: args.interface.clone(),
         queue: args.queue,
+        queues: args.queues,
         registry: args.registry,
         socket: args.socket.clone(),
         datapath: args.datapath,
@@ -191,6 +196,8 @@ fn main() -> ExitCode {
         overrides: overrides.clone(),
     };
     let result = match cfg.datapath {
+        Datapath::Xdp if cfg.queues > 1 => open_queues(&cfg)
+            .and_then(|t| serve(cfg, keys, t, epochs, log, shutdown, reload.clone())),
         Datapath::Xdp => {
             open_xdp(&cfg).and_then(|t| serve(cfg, keys, t, epochs, log, shutdown, reload.clone()))
         }
@@ -214,21 +221,48 @@ struct Reload {
     overrides: Overrides,
 }
 
-fn open_xdp(cfg: &Config) -> Result<XdpTransport, String> {
-    let xdp = XdpConfig {
+fn xdp_config(cfg: &Config) -> XdpConfig {
+    XdpConfig {
         queue: cfg.queue,
         attach: cfg.xdp_mode.to_xsk(),
         xsk: XskConfig {
             frame_count: cfg.frames,
             ..XskConfig::default()
         },
-    };
-    XdpTransport::open(&cfg.interface, ETHERTYPE_DEFAULT, xdp).map_err(|e| {
-        format!(
-            "cannot open AF_XDP on {} queue {}: {e} (run `mcast doctor --interface {}`, or set datapath = \"packet\")",
-            cfg.interface, cfg.queue, cfg.interface
-        )
-    })
+    }
+}
+
+fn xdp_error(cfg: &Config, e: EngineError) -> String {
+    format!(
+        "cannot open AF_XDP on {} queue {}: {e} (run `mcast doctor --interface {}`, or set datapath = \"packet\")",
+        cfg.interface, cfg.queue, cfg.interface
+    )
+}
+
+fn open_xdp(cfg: &Config) -> Result<XdpTransport, String> {
+    XdpTransport::open(&cfg.interface, ETHERTYPE_DEFAULT, xdp_config(cfg))
+        .map_err(|e| xdp_error(cfg, e))
+}
+
+/// `queues` > 1: queue `queue` for the engine, a receive thread for each
+/// of the next `queues` - 1.
+fn open_queues(cfg: &Config) -> Result<MultiQueueTransport, String> {
+    let extra: Vec<ExtraQueue> = (1..cfg.queues)
+        .map(|i| ExtraQueue {
+            queue: cfg.queue + i,
+            cpu: cfg.queue_cpus.get(i as usize - 1).copied(),
+        })
+        .collect();
+    MultiQueueTransport::open(&cfg.interface, ETHERTYPE_DEFAULT, xdp_config(cfg), &extra).map_err(
+        |e| {
+            format!(
+                "cannot open AF_XDP on {} queues {}..={}: {e} (run `mcast doctor --config FILE`)",
+                cfg.interface,
+                cfg.queue,
+                cfg.queue + cfg.queues - 1
+            )
+        },
+    )
 }
 
 fn open_packet(cfg: &Config) -> Result<PacketTransport, String> {

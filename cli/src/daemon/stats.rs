@@ -282,6 +282,13 @@ impl<T: Transport> Daemon<T> {
                     "rx_dropped": k.rx_dropped, "rx_ring_full": k.rx_ring_full,
                     "rx_fill_ring_empty": k.rx_fill_ring_empty, "tx_ring_empty": k.tx_ring_empty,
                 })),
+                // `queues` > 1: each extra queue's receive thread (the
+                // first queue's frames are the engine's `rx_frames`).
+                "queues": s.queues.iter().map(|q| json!({
+                    "queue": q.queue, "frames": q.frames, "starved": q.starved,
+                    "rx_dropped": q.kernel.rx_dropped, "rx_ring_full": q.kernel.rx_ring_full,
+                    "rx_fill_ring_empty": q.kernel.rx_fill_ring_empty,
+                })).collect::<Vec<_>>(),
             },
             "steering": s.steering.map(|st| format!("{st:?}")),
             "auth": {

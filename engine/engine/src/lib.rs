@@ -41,6 +41,7 @@ pub use error::{EngineError, PublishError};
 pub use mcast_auth as auth;
 pub use transport::memory::{MemorySegment, MemoryTransport};
 pub use transport::packet::{PacketConfig, PacketTransport};
+pub use transport::queues::{ExtraQueue, MultiQueueTransport, QueueStats};
 pub use transport::xdp::{XdpConfig, XdpTransport};
 pub use transport::{RxDesc, Transport, TransportCounts, TransportInfo, TxDesc};
 

@@ -356,3 +356,46 @@ pub fn has_capability(cap: u32) -> bool {
 
 /// CAP_NET_RAW's number.
 pub const CAP_NET_RAW: u32 = 13;
+
+/// A non-blocking eventfd (a counter another thread bumps to wake a poller).
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd takes two integers and returns a new descriptor or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by eventfd and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds one to an eventfd's counter: its poller wakes. A counter at its
+/// maximum (EAGAIN) is still readable, so that is not an error.
+pub fn eventfd_signal(fd: RawFd) -> io::Result<()> {
+    let one: u64 = 1;
+    // SAFETY: `one` is a valid 8-byte buffer for the duration of the call.
+    let n = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EAGAIN) {
+            return Ok(());
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Resets an eventfd's counter to zero (it stops being readable). Returns
+/// whether it had been signalled.
+pub fn eventfd_drain(fd: RawFd) -> io::Result<bool> {
+    let mut v: u64 = 0;
+    // SAFETY: `v` is a valid, writable 8-byte buffer for the duration of the call.
+    let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EAGAIN) {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(v > 0)
+}

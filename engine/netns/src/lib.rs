@@ -249,6 +249,14 @@ impl Topology {
     /// [`MAX_RECEIVERS`]; the first three are those of [`Topology::new`]), or
     /// returns None when the test must be skipped.
     pub fn with_receivers(test: &str, receivers: usize) -> Option<Topology> {
+        Topology::with_queues(test, receivers, 1)
+    }
+
+    /// As [`Topology::with_receivers`], every veth (both ends) with `queues`
+    /// RX and TX queues. Which queue a frame arrives on at an endpoint is
+    /// the TX queue its bridge port picks: see [`Topology::steer_by_cpu`].
+    pub fn with_queues(test: &str, receivers: usize, queues: u32) -> Option<Topology> {
+        assert!((1..=64).contains(&queues), "{queues} queues: 1 to 64");
         assert!(
             (1..=MAX_RECEIVERS).contains(&receivers),
             "{receivers} receivers: 1 to {MAX_RECEIVERS} supported"
@@ -288,10 +296,29 @@ impl Topology {
             let port = format!("p{i}");
             // Created inside the bridge namespace, the far end moved straight
             // into the endpoint: nothing ever exists in the root namespace.
+            let q = queues.to_string();
             ipn(
                 &br,
                 &[
-                    "link", "add", &port, "type", "veth", "peer", "name", IFNAME, "netns", &ep.name,
+                    "link",
+                    "add",
+                    "name",
+                    &port,
+                    "numtxqueues",
+                    &q,
+                    "numrxqueues",
+                    &q,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    IFNAME,
+                    "netns",
+                    &ep.name,
+                    "numtxqueues",
+                    &q,
+                    "numrxqueues",
+                    &q,
                 ],
             );
             ipn(&br, &["link", "set", &port, "master", "br0"]);
@@ -309,6 +336,38 @@ impl Topology {
         }
         topo.wait_carrier();
         Some(topo)
+    }
+
+    /// Has the bridge port of endpoint `endpoint` (0 the sender, then the
+    /// receivers) send what the bridge forwards on CPU `c` on its TX queue
+    /// `c % used` (transmit packet steering, `xps_cpus`, for each of the
+    /// port's `queues` queues). A veth delivers what its peer sent on TX
+    /// queue `q` to its RX queue `q`, and the bridge forwards a frame on the
+    /// CPU its sender transmitted on: so with `used` = `queues`, a sender
+    /// pinned to CPU `c` reaches that endpoint on its queue `c`, as a NIC's
+    /// RSS puts one flow on one queue; with `used` = 1, every frame arrives
+    /// on queue 0.
+    pub fn steer_by_cpu(&self, endpoint: usize, used: u32, queues: u32) -> Result<(), String> {
+        assert!((1..=queues).contains(&used), "{used} of {queues} queues");
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get().min(64));
+        let port = format!("p{endpoint}");
+        for q in 0..queues {
+            let mask = (0..cpus)
+                .filter(|c| *c as u32 % used == q)
+                .fold(0u64, |m, c| m | 1 << c);
+            let mask = format!("{mask:x}");
+            let path = format!("/sys/class/net/{port}/queues/tx-{q}/xps_cpus");
+            let out = self
+                .bridge
+                .exec_with_input(&["sh", "-c", &format!("cat > {path}")], mask.as_bytes())?;
+            if !out.status.success() {
+                return Err(format!(
+                    "writing {mask} to {path}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Drops a fraction `rate` (0.0 to 1.0, in steps of 1/10,000) of the

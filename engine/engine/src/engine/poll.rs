@@ -192,6 +192,7 @@ impl<T: Transport> Engine<T> {
             (false, Some(fd)) => {
                 let mut all = Vec::with_capacity(fds.len() + 1);
                 all.push(fd);
+                all.extend_from_slice(self.transport.extra_wait_fds());
                 all.extend_from_slice(fds);
                 sys::ppoll_any(&all, timeout)
                     .map(|_| ())

@@ -146,6 +146,8 @@ pub struct EngineStats {
     /// AF_XDP: the kernel's counters of the socket.
     pub socket: Option<SocketStats>,
     pub frames: TransportCounts,
+    /// Several NIC queues: each extra queue's receive thread.
+    pub queues: Vec<crate::transport::queues::QueueStats>,
 }
 
 impl<T: Transport> Engine<T> {
@@ -187,6 +189,7 @@ impl<T: Transport> Engine<T> {
             steering: self.transport.steering_counters(),
             socket: self.transport.socket_stats(),
             frames: self.transport.counts(),
+            queues: self.transport.queue_stats(),
         }
     }
 }

@@ -20,6 +20,7 @@
 pub mod memory;
 pub mod packet;
 pub mod pool;
+pub mod queues;
 pub mod xdp;
 
 use std::os::fd::RawFd;
@@ -121,6 +122,12 @@ pub trait Transport {
     fn wait_fd(&self) -> Option<RawFd> {
         None
     }
+    /// More descriptors that become readable when frames wait (the extra
+    /// queues' handoffs of [`queues::MultiQueueTransport`]), waited on with
+    /// [`Transport::wait_fd`].
+    fn extra_wait_fds(&self) -> &[RawFd] {
+        &[]
+    }
     /// Where the frames are.
     fn counts(&self) -> TransportCounts;
     /// Frames free or given to the kernel for receiving, and all of them,
@@ -143,6 +150,10 @@ pub trait Transport {
     /// e.g. for want of a fill-ring frame).
     fn socket_stats(&self) -> Option<SocketStats> {
         None
+    }
+    /// Several queues: the counters of each extra queue's receive thread.
+    fn queue_stats(&self) -> Vec<queues::QueueStats> {
+        Vec::new()
     }
 }
 

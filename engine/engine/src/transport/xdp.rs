@@ -110,6 +110,17 @@ impl XdpTransport {
     pub fn steering(&self) -> &XdpSteering {
         &self.steering
     }
+
+    /// Has the steering program redirect queue `queue` to `socket` (another
+    /// queue's socket, served by its own thread).
+    pub fn register_queue(&mut self, queue: u32, socket: &XskSocket) -> Result<(), EngineError> {
+        Ok(self.steering.register_socket(queue, socket)?)
+    }
+
+    /// Stops redirecting queue `queue` (its frames go on to the kernel).
+    pub fn unregister_queue(&mut self, queue: u32) -> Result<(), EngineError> {
+        Ok(self.steering.unregister_socket(queue)?)
+    }
 }
 
 impl Transport for XdpTransport {
