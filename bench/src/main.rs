@@ -24,6 +24,7 @@ mod hops;
 mod order;
 mod paper;
 mod path;
+mod queues;
 mod soak;
 mod sweep;
 mod table;
@@ -288,6 +289,46 @@ enum Command {
         /// its publisher: where in the phase the slow ones were).
         #[arg(long, value_name = "DIR")]
         stats_dir: Option<std::path::PathBuf>,
+    },
+    /// Real kernel, needs root: what serving several NIC queues gives through mcastd. The
+    /// cluster of `total` (every node a publisher and a subscriber, one FIFO group) on veths
+    /// with QUEUES queues, started again and again, alternately with every daemon serving one
+    /// queue (all frames on queue 0) and all of them (the bridge spreads frames over the
+    /// queues by the CPU they were sent from, each daemon pinned to its own CPU, as a NIC's
+    /// RSS spreads flows); native XDP in both. Measures goodput, paced latency and the share of
+    /// frames through the extra queues' threads; prints all/1 ratios. Needs mcastd built beside
+    /// mcast-bench, and 2 CPUs or more.
+    Queues {
+        /// RX queues per veth (2 to 8).
+        #[arg(long, default_value_t = 2)]
+        queues: u32,
+        /// Nodes (2 to 6), each with a publisher and a subscriber.
+        #[arg(long, default_value_t = 3)]
+        senders: usize,
+        /// Message size (24 to 8,192 bytes).
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        /// Messages per publisher per goodput run.
+        #[arg(long, default_value_t = 50_000)]
+        messages: u64,
+        /// Cluster starts per arm (the arms alternate).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Messages/s per publisher in the paced latency runs.
+        #[arg(long, default_value_t = 10_000)]
+        rate: u64,
+        /// Messages per publisher per paced latency run.
+        #[arg(long, default_value_t = 10_000)]
+        paced_messages: u64,
+        /// Loss on the segment once the group has formed (a fraction, every frame kind).
+        #[arg(long, default_value_t = 0.0)]
+        loss: f64,
+        /// A line added to every node's mcastd.toml (repeatable).
+        #[arg(long, value_name = "TOML_LINE")]
+        daemon_config: Vec<String>,
+        /// Also write every start's figures to this JSON file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<String>,
     },
     /// Real kernel, needs root: what one order for every member costs through mcastd. Starts
     /// the same cluster (R subscriber nodes, the first of them the group's root, and a publisher
@@ -575,6 +616,7 @@ fn main() -> ExitCode {
             | Command::Batch { .. }
             | Command::Order { .. }
             | Command::Total { .. }
+            | Command::Queues { .. }
             | Command::Hops { .. }
     ) {
         if let Err(e) = clean_up_on_signals() {
@@ -717,6 +759,32 @@ fn main() -> ExitCode {
                     loss,
                     stats_dir,
                 },
+                json.as_deref(),
+            ),
+            Command::Queues {
+                queues,
+                senders,
+                size,
+                messages,
+                repeat,
+                rate,
+                paced_messages,
+                loss,
+                daemon_config,
+                json,
+            } => queues::run(
+                &total::TotalConfig {
+                    senders,
+                    size,
+                    messages,
+                    repeat,
+                    rate,
+                    paced_messages,
+                    daemon_config,
+                    loss,
+                    stats_dir: None,
+                },
+                queues,
                 json.as_deref(),
             ),
             Command::Hops {

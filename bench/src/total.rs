@@ -54,7 +54,7 @@ pub struct TotalConfig {
 const MODES: [&str; 4] = ["fifo", "total", "sequenced", "total+commit"];
 
 /// Bytes of each subscriber's ring (see `one_cluster`).
-const SUBSCRIBER_BUFFER: u64 = 64 << 20;
+pub(crate) const SUBSCRIBER_BUFFER: u64 = 64 << 20;
 
 /// One mode's figures, one entry per start.
 #[derive(Debug, Clone, Default)]
@@ -187,7 +187,7 @@ fn dump_stats(
 /// A publisher and a subscriber on each node, in group "bench", once the
 /// group has every node: (node, client) each.
 #[allow(clippy::type_complexity)]
-fn clients(
+pub(crate) fn clients(
     cluster: &Cluster,
     nodes: usize,
 ) -> Result<(Vec<(u32, Client)>, Vec<(u32, Client)>, u32), String> {
@@ -219,7 +219,7 @@ fn clients(
 
 /// Every publisher sends `messages` as fast as the group takes them; every
 /// subscriber checks them. All senders' messages/s at the slowest.
-fn saturate(
+pub(crate) fn saturate(
     cfg: &TotalConfig,
     pubs: &mut [(u32, Client)],
     subs: &mut [(u32, Client)],
@@ -317,7 +317,7 @@ fn receive_all(
 /// p99.9 in µs. With `dump` (`--stats-dir`, the mode and the start): every
 /// message's latency at each subscriber too, in
 /// MODE-START-paced-latency-nodeN.txt.
-fn paced(
+pub(crate) fn paced(
     cfg: &TotalConfig,
     pubs: &mut [(u32, Client)],
     subs: &mut [(u32, Client)],
