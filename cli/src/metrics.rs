@@ -178,6 +178,16 @@ impl Families {
             &[],
             &[],
         );
+        // Several NIC queues: each extra queue's receive thread.
+        for q in s["transport"]["queues"].as_array().into_iter().flatten() {
+            f.counters(
+                "mcastd_queue",
+                "transport.queues[]",
+                q,
+                &["queue"],
+                &[("queue", q["queue"].to_string())],
+            );
+        }
         // Frames refused by authentication (bad tag, unknown key, replayed).
         f.counters("mcastd", "auth", &s["auth"], &[], &[]);
         f.gauge(

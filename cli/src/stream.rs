@@ -619,6 +619,17 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
             k["rx_dropped"], k["rx_ring_full"], k["rx_fill_ring_empty"], k["tx_ring_empty"]
         );
     }
+    for q in t["queues"].as_array().into_iter().flatten() {
+        s += &format!(
+            "queue {}  frames {}  starved {}  rx dropped {} (RX ring full {}, fill ring empty {})\n",
+            q["queue"],
+            q["frames"],
+            q["starved"],
+            q["rx_dropped"],
+            q["rx_ring_full"],
+            q["rx_fill_ring_empty"]
+        );
+    }
     let a = &v["auth"];
     if a.is_object() {
         s += &format!(

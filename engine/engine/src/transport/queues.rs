@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
 use mcast_wire::MacAddr;
-use mcast_xsk::{RxFrame, SocketStats, SteeringCounters, XskSocket};
+use mcast_xsk::{RxFrame, SocketStats, SteeringCounters, XskConfig, XskSocket};
 
 use super::xdp::{XdpConfig, XdpTransport};
 use super::{RxDesc, Transport, TransportCounts, TransportInfo, TxDesc};
@@ -135,6 +135,8 @@ pub struct MultiQueueTransport {
 }
 
 /// Handoff buffers per extra queue: as many frames as its RX ring holds.
+/// With the defaults (2,048-slot rings, 2 KiB frames) an extra queue takes
+/// 8 MiB of UMEM and 4 MiB of buffers.
 fn buffers(config: &XdpConfig) -> usize {
     config.xsk.ring_size as usize
 }
@@ -179,7 +181,14 @@ impl MultiQueueTransport {
         config: &XdpConfig,
         e: ExtraQueue,
     ) -> Result<(), EngineError> {
-        let xsk = XskSocket::open(ifname, e.queue, config.xsk.clone()).map_err(|err| {
+        // An extra queue's frames only pass through: its RX ring's worth
+        // for the kernel and as many again to refill from (the engine's
+        // pool is the one that holds frames for long).
+        let xsk_config = XskConfig {
+            frame_count: 2 * config.xsk.ring_size,
+            ..config.xsk.clone()
+        };
+        let xsk = XskSocket::open(ifname, e.queue, xsk_config).map_err(|err| {
             EngineError::Config(format!(
                 "cannot open queue {} of `{ifname}`: {err} (does it have {} RX queues? `ethtool -l {ifname}` shows them, `ethtool -L {ifname} combined N` sets them)",
                 e.queue,
