@@ -61,6 +61,54 @@ struct Cli {
     command: Command,
 }
 
+/// What `total` and `queues` share: the messages, the pacing, the loss, the
+/// daemons' extra settings and the JSON output.
+#[derive(clap::Args, Debug)]
+struct ClusterRun {
+    /// Message size (24 to 8,192 bytes).
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    /// Messages per publisher per goodput run.
+    #[arg(long, default_value_t = 50_000)]
+    messages: u64,
+    /// Cluster starts per mode (the modes, or the arms, alternate).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// Messages/s per publisher in the paced latency runs.
+    #[arg(long, default_value_t = 10_000)]
+    rate: u64,
+    /// Messages per publisher per paced latency run.
+    #[arg(long, default_value_t = 10_000)]
+    paced_messages: u64,
+    /// Loss on the segment once the group has formed: a fraction of every frame copy, every
+    /// kind, both directions, dropped by the bridge (0.01 = 1 %).
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// A line added to every node's mcastd.toml, e.g. "beacon_us = 50" (repeatable), to
+    /// try a setting; the defaults are what users get.
+    #[arg(long, value_name = "TOML_LINE")]
+    daemon_config: Vec<String>,
+    /// Also write every start's figures to this JSON file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<String>,
+}
+
+impl ClusterRun {
+    fn config(self, senders: usize, stats_dir: Option<std::path::PathBuf>) -> total::TotalConfig {
+        total::TotalConfig {
+            senders,
+            size: self.size,
+            messages: self.messages,
+            repeat: self.repeat,
+            rate: self.rate,
+            paced_messages: self.paced_messages,
+            daemon_config: self.daemon_config,
+            loss: self.loss,
+            stats_dir,
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// A simulated multicast with loss, told step by step: 1 sender, 8 receivers, 2% loss.
@@ -256,32 +304,8 @@ enum Command {
         /// Nodes (2 to 6), each with a publisher and a subscriber.
         #[arg(long, default_value_t = 4)]
         senders: usize,
-        /// Message size (24 to 8,192 bytes).
-        #[arg(long, default_value_t = 1024)]
-        size: usize,
-        /// Messages per publisher per goodput run.
-        #[arg(long, default_value_t = 50_000)]
-        messages: u64,
-        /// Cluster starts per mode (the modes alternate).
-        #[arg(long, default_value_t = 3)]
-        repeat: usize,
-        /// Messages/s per publisher in the paced latency runs.
-        #[arg(long, default_value_t = 10_000)]
-        rate: u64,
-        /// Messages per publisher per paced latency run.
-        #[arg(long, default_value_t = 10_000)]
-        paced_messages: u64,
-        /// Loss on the segment once the group has formed: a fraction of every frame copy, every
-        /// kind, both directions, dropped by the bridge (0.01 = 1 %).
-        #[arg(long, default_value_t = 0.0)]
-        loss: f64,
-        /// A line added to every node's mcastd.toml, e.g. "beacon_us = 50" (repeatable), to
-        /// try a setting; the defaults are what users get.
-        #[arg(long, value_name = "TOML_LINE")]
-        daemon_config: Vec<String>,
-        /// Also write every start's figures to this JSON file.
-        #[arg(long, value_name = "FILE")]
-        json: Option<String>,
+        #[command(flatten)]
+        run: ClusterRun,
         /// Also write every node's `mcast stat --json` after each start's goodput phase and
         /// after its paced phase into this directory, as MODE-START-PHASE-nodeN.json (GRTT,
         /// retransmissions, what the kernel dropped...), and every paced message's latency at
@@ -305,30 +329,8 @@ enum Command {
         /// Nodes (2 to 6), each with a publisher and a subscriber.
         #[arg(long, default_value_t = 3)]
         senders: usize,
-        /// Message size (24 to 8,192 bytes).
-        #[arg(long, default_value_t = 1024)]
-        size: usize,
-        /// Messages per publisher per goodput run.
-        #[arg(long, default_value_t = 50_000)]
-        messages: u64,
-        /// Cluster starts per arm (the arms alternate).
-        #[arg(long, default_value_t = 3)]
-        repeat: usize,
-        /// Messages/s per publisher in the paced latency runs.
-        #[arg(long, default_value_t = 10_000)]
-        rate: u64,
-        /// Messages per publisher per paced latency run.
-        #[arg(long, default_value_t = 10_000)]
-        paced_messages: u64,
-        /// Loss on the segment once the group has formed (a fraction, every frame kind).
-        #[arg(long, default_value_t = 0.0)]
-        loss: f64,
-        /// A line added to every node's mcastd.toml (repeatable).
-        #[arg(long, value_name = "TOML_LINE")]
-        daemon_config: Vec<String>,
-        /// Also write every start's figures to this JSON file.
-        #[arg(long, value_name = "FILE")]
-        json: Option<String>,
+        #[command(flatten)]
+        run: ClusterRun,
     },
     /// Real kernel, needs root: what one order for every member costs through mcastd. Starts
     /// the same cluster (R subscriber nodes, the first of them the group's root, and a publisher
@@ -346,7 +348,7 @@ enum Command {
         /// Messages per goodput run.
         #[arg(long, default_value_t = 300_000)]
         messages: u64,
-        /// Cluster starts per mode (the modes alternate).
+        /// Cluster starts per mode (the modes, or the arms, alternate).
         #[arg(long, default_value_t = 3)]
         repeat: usize,
         /// Rate of the paced latency runs, messages/s.
@@ -738,55 +740,20 @@ fn main() -> ExitCode {
             ),
             Command::Total {
                 senders,
-                size,
-                messages,
-                repeat,
-                rate,
-                paced_messages,
-                loss,
-                daemon_config,
-                json,
+                run,
                 stats_dir,
-            } => total::run(
-                &total::TotalConfig {
-                    senders,
-                    size,
-                    messages,
-                    repeat,
-                    rate,
-                    paced_messages,
-                    daemon_config,
-                    loss,
-                    stats_dir,
-                },
-                json.as_deref(),
-            ),
+            } => {
+                let json = run.json.clone();
+                total::run(&run.config(senders, stats_dir), json.as_deref())
+            }
             Command::Queues {
                 queues,
                 senders,
-                size,
-                messages,
-                repeat,
-                rate,
-                paced_messages,
-                loss,
-                daemon_config,
-                json,
-            } => queues::run(
-                &total::TotalConfig {
-                    senders,
-                    size,
-                    messages,
-                    repeat,
-                    rate,
-                    paced_messages,
-                    daemon_config,
-                    loss,
-                    stats_dir: None,
-                },
-                queues,
-                json.as_deref(),
-            ),
+                run,
+            } => {
+                let json = run.json.clone();
+                queues::run(&run.config(senders, None), queues, json.as_deref())
+            }
             Command::Hops {
                 receivers,
                 loss,

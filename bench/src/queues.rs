@@ -157,17 +157,8 @@ fn to_json(cfg: &TotalConfig, queues: u32, figs: &[Figures; 2]) -> Value {
                    "p999_us": f.p999, "extra_queue_share": f.extra_share})
         })
         .collect();
-    json!({
-        "bench": "queues",
-        "queues": queues,
-        "senders": cfg.senders,
-        "loss": cfg.loss,
-        "size": cfg.size,
-        "messages": cfg.messages,
-        "repeat": cfg.repeat,
-        "rate": cfg.rate,
-        "paced_messages": cfg.paced_messages,
-        "daemon_config": cfg.daemon_config,
-        "arms": arms,
-    })
+    let mut v = cfg.json("queues");
+    v["queues"] = json!(queues);
+    v["arms"] = json!(arms);
+    v
 }

@@ -492,16 +492,24 @@ fn to_json(cfg: &TotalConfig, figs: &[Figures; 4]) -> Value {
             json!({"mode": m, "goodput": f.goodput, "p50_us": f.p50, "p99_us": f.p99, "p999_us": f.p999})
         })
         .collect();
-    json!({
-        "bench": "total",
-        "senders": cfg.senders,
-        "loss": cfg.loss,
-        "size": cfg.size,
-        "messages": cfg.messages,
-        "repeat": cfg.repeat,
-        "rate": cfg.rate,
-        "paced_messages": cfg.paced_messages,
-        "daemon_config": cfg.daemon_config,
-        "modes": modes,
-    })
+    let mut v = cfg.json("total");
+    v["modes"] = json!(modes);
+    v
+}
+
+impl TotalConfig {
+    /// The run's settings, as the JSON output of `bench` starts.
+    pub(crate) fn json(&self, bench: &str) -> Value {
+        json!({
+            "bench": bench,
+            "senders": self.senders,
+            "loss": self.loss,
+            "size": self.size,
+            "messages": self.messages,
+            "repeat": self.repeat,
+            "rate": self.rate,
+            "paced_messages": self.paced_messages,
+            "daemon_config": self.daemon_config,
+        })
+    }
 }
