@@ -296,31 +296,16 @@ impl Topology {
             let port = format!("p{i}");
             // Created inside the bridge namespace, the far end moved straight
             // into the endpoint: nothing ever exists in the root namespace.
+            // One queue: the veth as `ip` makes it by default, as before
+            // queues could be asked for.
             let q = queues.to_string();
-            ipn(
-                &br,
-                &[
-                    "link",
-                    "add",
-                    "name",
-                    &port,
-                    "numtxqueues",
-                    &q,
-                    "numrxqueues",
-                    &q,
-                    "type",
-                    "veth",
-                    "peer",
-                    "name",
-                    IFNAME,
-                    "netns",
-                    &ep.name,
-                    "numtxqueues",
-                    &q,
-                    "numrxqueues",
-                    &q,
-                ],
-            );
+            let many = ["numtxqueues", &q, "numrxqueues", &q];
+            let queue_args: &[&str] = if queues > 1 { &many } else { &[] };
+            let mut args = vec!["link", "add", "name", &port];
+            args.extend_from_slice(queue_args);
+            args.extend_from_slice(&["type", "veth", "peer", "name", IFNAME, "netns", &ep.name]);
+            args.extend_from_slice(queue_args);
+            ipn(&br, &args);
             ipn(&br, &["link", "set", &port, "master", "br0"]);
             ipn(&br, &["link", "set", &port, "up"]);
             ipn(
