@@ -238,6 +238,11 @@ pub struct MultiQueueTransport {
     batch: usize,
 }
 
+/// An I/O error of `operation`, as the engine reports it.
+fn io(operation: &'static str) -> impl Fn(io::Error) -> EngineError {
+    move |source| EngineError::Io { operation, source }
+}
+
 /// Handoff buffers per extra queue: as many frames as its RX ring holds.
 /// With the defaults (2,048-slot rings, 2 KiB frames) an extra queue takes
 /// 8 MiB of UMEM and 4 MiB of buffers.
@@ -299,7 +304,6 @@ impl MultiQueueTransport {
                 e.queue + 1
             ))
         })?;
-        let io = |operation| move |source| EngineError::Io { operation, source };
         let shared = Arc::new(
             Shared::new(e.queue, buffers(config), config.xsk.frame_size as usize)
                 .map_err(io("creating a queue's eventfds"))?,
@@ -318,16 +322,10 @@ impl MultiQueueTransport {
         Ok(())
     }
 
-    /// The queue-0 transport (steering program, its socket's counters).
-    pub fn main(&self) -> &XdpTransport {
-        &self.main
-    }
-
     /// Moves frames the queues' threads handed over into frames of the
     /// engine's pool, at most `budget`.
     fn take_handed(&mut self, out: &mut Vec<RxDesc>, budget: usize) -> Result<usize, EngineError> {
         let mut n = 0;
-        let io = |operation| move |source| EngineError::Io { operation, source };
         for w in &self.workers {
             let s = &w.shared;
             while n < budget && s.waiting().map_err(io("reading a queue's eventfd"))? {
