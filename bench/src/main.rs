@@ -603,6 +603,8 @@ const SIM_FLAGS: &str = "Simulator flags (defaults in brackets):
   --tree-fanout K                MAK: receivers' ACKs climb a feedback tree of fanout K, merged on the
                                  way (docs/protocol.md §3.4); 0: each receiver ACKs the sender [0]
   --tree-max-depth D             the tree is widened until it is at most D levels deep; 0: never [4]
+  --near-repairs on|off          MAK with a tree: a receiver asks a tree neighbour first, which repairs
+                                 from its copy; off: every NAK goes to the group (docs/protocol.md §3.5) [on]
   --tree-root NODE               the tree's root (mcastd: the group agent) [1, the sender]
   --retree NODE@AT_NS+SPREAD_NS  with a tree: at AT_NS, NODE leaves its place for a new leaf place
                                  (seed 004 §2.2) and each node installs the new tree within SPREAD_NS";

@@ -232,6 +232,7 @@ use mcast_groups::flush::{FlushKey, FlushMsg, Flushes, Outcome, Retained, StateT
 use mcast_groups::liveness::{LiveEvent, Liveness};
 use mcast_groups::{GroupEvent, GroupId, GroupService, NodeId, View};
 use mcast_proto::any::{Algorithm, AnyReceiver, AnySender, ProtocolConfig};
+use mcast_proto::relay::KEPT_FLAGS;
 use mcast_proto::{
     stream_of, BufId, Dest, Endpoint, Event, FeedbackTree, Flags, Header, Instant, Kind, OutFrame,
     RangeList, RxBody, Sender, Seq, StreamConfig, Transmit, TxBody,
@@ -503,6 +504,10 @@ struct Stats {
     /// ACK frames sent to a tree neighbour rather than to the data's sender
     /// (reports and polls): the trees are in use.
     tree_acks: u64,
+    /// Repairs a receiver sent a tree neighbour from its copy, and those it
+    /// asked for whose copy was gone (docs/protocol.md §3.5).
+    relays: u64,
+    relays_missed: u64,
     /// Streams opened again with the record their flush ended with.
     resumed: u64,
     /// States answered from the record of a flush that had ended.
@@ -518,6 +523,8 @@ impl Stats {
         self.empty += o.empty;
         self.frames_dropped_by_filter += o.frames_dropped_by_filter;
         self.tree_acks += o.tree_acks;
+        self.relays += o.relays;
+        self.relays_missed += o.relays_missed;
         self.resumed += o.resumed;
         self.served_after_end += o.served_after_end;
     }
@@ -598,7 +605,21 @@ struct Sim {
     /// 0 in a quarter of the seeds, else 1 to 3, from the seed but not its
     /// random stream (the other draws of a seed stay as they were).
     tree_fanout: u16,
+    /// Per (node, group, data sender, epoch): the copies of the frames its
+    /// receiver took (the last `COPIES`), as a driver keeps them for
+    /// repairs of tree neighbours (an engine's receive stream of one
+    /// epoch keeps its own).
+    copies: BTreeMap<CopyKey, VecDeque<(Seq, Flags, Msg)>>,
+    /// The machines' configuration (the default: local recovery over the
+    /// trees on).
+    protocol: ProtocolConfig,
 }
+
+/// Copies a node keeps per stream (a window of the data path's streams).
+const COPIES: usize = 1024;
+
+/// A node's receive stream: (node, group, data sender, epoch).
+type CopyKey = (NodeId, GroupId, NodeId, u32);
 
 impl Sim {
     fn new(seed: u64, faults: Faults, publishers: Option<&[NodeId]>) -> Sim {
@@ -674,6 +695,8 @@ impl Sim {
                 Ok(v) => v.parse().expect("MCAST_DATAPATH_TREE_FANOUT: a number"),
                 Err(_) => (seed.wrapping_mul(0xD1B5_4A32_D192_ED03) >> 62) as u16,
             },
+            copies: BTreeMap::new(),
+            protocol: ProtocolConfig::default(),
         };
         for id in 1..=N {
             sim.join_permanent(id);
@@ -886,10 +909,25 @@ impl Sim {
         if tx.header.kind == Kind::Ack && !matches!(tx.dest, Dest::Node(n) if n == tx.header.peer) {
             self.stats.tree_acks += 1;
         }
+        let mut header = tx.header;
         let body = match tx.body {
             TxBody::Buf(b) => Body::Data(self.slab.get(b)),
             TxBody::Ranges(l) => Body::Nak(l),
             TxBody::None => Body::Empty,
+            TxBody::Relay(seq) => {
+                let key = (from, header.group, header.peer, header.epoch);
+                let copy = self
+                    .copies
+                    .get(&key)
+                    .and_then(|c| c.iter().rev().find(|(s, _, _)| *s == seq));
+                let Some(&(_, flags, msg)) = copy else {
+                    self.stats.relays_missed += 1;
+                    return;
+                };
+                self.stats.relays += 1;
+                header.flags = header.flags.with(flags);
+                Body::Data(msg)
+            }
         };
         let targets: Vec<NodeId> = match tx.dest {
             Dest::Group => (1..=N).filter(|&n| n != from).collect(),
@@ -912,7 +950,7 @@ impl Sim {
                 Frame {
                     from,
                     to,
-                    header: tx.header,
+                    header,
                     body: body.clone(),
                 },
             );
@@ -938,6 +976,13 @@ impl Sim {
             _ => None,
         };
         let e = endpoint(&mut self.nodes, f.to, g, which).expect("checked");
+        if let (Body::Data(m), true) = (&f.body, e.keeps_copies()) {
+            let c = self.copies.entry((f.to, g, s, f.header.epoch)).or_default();
+            if c.len() == COPIES {
+                c.pop_front();
+            }
+            c.push_back((f.header.seq, Flags(f.header.flags.0 & KEPT_FLAGS.0), *m));
+        }
         let body = match (&f.body, buf) {
             (Body::Data(_), Some(b)) => RxBody::Data(b),
             (Body::Nak(l), _) => RxBody::Ranges(l),
@@ -992,8 +1037,7 @@ impl Sim {
                         window_frames: WINDOW,
                         seed: self.seed,
                     };
-                    let machine =
-                        AnySender::new(Algorithm::Mak, stream, &ProtocolConfig::default(), &remote);
+                    let machine = AnySender::new(Algorithm::Mak, stream, &self.protocol, &remote);
                     let c = self.n(id).carried.get_mut(&g).expect("carried");
                     let mut machine = machine;
                     machine.set_tree(c.tree.as_ref());
@@ -1291,7 +1335,7 @@ impl Sim {
             window_frames: WINDOW,
             seed: self.seed,
         };
-        let mut machine = AnyReceiver::new(Algorithm::Mak, stream, &ProtocolConfig::default());
+        let mut machine = AnyReceiver::new(Algorithm::Mak, stream, &self.protocol);
         machine.set_tree(self.nodes[id as usize - 1].carried[&g].tree.as_ref());
         let inc = self.nodes[id as usize - 1].incarnation;
         self.first_open
@@ -2375,6 +2419,9 @@ fn random_crashes_restarts_pauses_and_partitions_keep_delivery_in_order_and_agre
 /// its case since the GRTT's fast fall) fails here and asks for another
 /// (`MCAST_DATAPATH_DAEMON_RESUME=1 MCAST_DATAPATH_SEEDS=4800 cargo test
 /// --release -p mcast-groups --test datapath random_crashes_restarts_pauses`).
+/// The seeds were found before local recovery over the trees (protocol.md
+/// §3.5), which moved every tree seed's course (4,800 seeds, none shows the
+/// case with it), so they run with it off, as they were found.
 #[test]
 fn a_member_that_flushes_late_is_served_from_the_record_its_peers_kept() {
     let every = Faults {
@@ -2382,11 +2429,16 @@ fn a_member_that_flushes_late_is_served_from_the_record_its_peers_kept() {
         pauses: true,
         partitions: true,
     };
+    let as_found = |seed| {
+        let mut sim = Sim::new(seed, every, None);
+        sim.protocol.mak.near_repairs = false;
+        sim
+    };
     for seed in [2179, 2403] {
-        let mut sim = play_with(Sim::new(seed, every, None));
+        let mut sim = play_with(as_found(seed));
         sim.check();
         let without = std::panic::catch_unwind(|| {
-            let mut old = Sim::new(seed, every, None);
+            let mut old = as_found(seed);
             old.daemon_resume = false;
             play_with(old).check();
         });

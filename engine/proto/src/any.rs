@@ -170,6 +170,9 @@ macro_rules! endpoint_by_delegation {
             fn set_tree(&mut self, tree: Option<&crate::FeedbackTree>) {
                 delegate!(self, e => e.set_tree(tree))
             }
+            fn keeps_copies(&self) -> bool {
+                delegate!(self, e => e.keeps_copies())
+            }
         }
     };
 }

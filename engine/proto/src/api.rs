@@ -31,6 +31,15 @@ pub enum TxBody {
     /// or the nodes a merged ACK covers (docs/protocol.md §3.4). Boxed: both
     /// are rare, and every data frame's `Transmit` stays small on the hot path.
     Ranges(Box<RangeList>),
+    /// A repair from the driver's own copy of frame `seq` of the stream
+    /// named in `header.peer` ([`crate::relay::RelayCache`], filled as the
+    /// driver hands received frames to a machine whose
+    /// [`Endpoint::keeps_copies`] is true): the driver writes the copy's
+    /// payload, sets `payload_len` and adds the copy's kept flags
+    /// ([`crate::relay::KEPT_FLAGS`]). A driver without the copy (evicted, or never
+    /// received) sends nothing and counts it; the asker then asks the
+    /// group (docs/protocol.md §3.5).
+    Relay(Seq),
 }
 
 /// A frame the driver must send. `header.payload_len` is already set.
@@ -124,9 +133,11 @@ pub struct StreamConfig {
 }
 
 /// The stream a received frame belongs to: the data sender's node id. Data-like
-/// kinds come from the sender; feedback kinds name it in `peer`.
+/// kinds come from the sender; feedback kinds, and a repair relayed by a
+/// tree neighbour (DATA flagged NEAR), name it in `peer`.
 pub fn stream_of(header: &Header) -> NodeId {
     match header.kind {
+        Kind::Data if header.flags.contains(Flags::NEAR) => header.peer,
         Kind::Data | Kind::AckReq | Kind::Heartbeat | Kind::GbnData | Kind::Beat => header.src,
         Kind::Nak | Kind::Ack | Kind::Pack | Kind::Nack => header.peer,
     }
@@ -193,6 +204,15 @@ pub struct Counters {
     /// ACKs a member's receive stream sent before the member joined the send
     /// stream or opened it again (the stream it had before), ignored.
     pub acks_stale: u64,
+    /// Local recovery over the feedback tree (docs/protocol.md §3.5): NAKs
+    /// asked of a tree neighbour (not counted in `naks_sent`) / received
+    /// by the neighbour.
+    pub near_naks_sent: u64,
+    pub near_naks_received: u64,
+    /// Repairs a receiver sent from its copy to a neighbour that asked /
+    /// received from a neighbour.
+    pub relays_sent: u64,
+    pub relays_received: u64,
 }
 
 impl Counters {
@@ -232,7 +252,11 @@ impl Counters {
             timeouts,
             window_full,
             rejected,
-            acks_stale
+            acks_stale,
+            near_naks_sent,
+            near_naks_received,
+            relays_sent,
+            relays_received
         );
     }
 }
@@ -279,6 +303,13 @@ pub trait Endpoint {
     /// aggregated feedback ignore it.
     fn set_tree(&mut self, tree: Option<&crate::FeedbackTree>) {
         let _ = tree;
+    }
+    /// True when this machine may ask its driver to repair a tree
+    /// neighbour from a copy ([`TxBody::Relay`]): the driver then keeps a
+    /// copy of each data frame it hands to this machine
+    /// ([`crate::relay::RelayCache`]). A MAK receiver in a feedback tree.
+    fn keeps_copies(&self) -> bool {
+        false
     }
 }
 

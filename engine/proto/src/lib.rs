@@ -24,6 +24,7 @@ pub mod iterative;
 pub mod mak;
 pub mod nak;
 mod recv;
+pub mod relay;
 mod rng;
 pub mod rtt;
 mod time;

@@ -104,6 +104,7 @@ impl Run {
             }
             TxBody::Ranges(l) => Payload::Nak(l),
             TxBody::None => Payload::None,
+            TxBody::Relay(_) => panic!("seed {}: a baseline relayed a repair", self.seed),
         };
         let targets: Vec<usize> = match tx.dest {
             Dest::Group => (1..=RECEIVERS.len()).collect(),

@@ -490,6 +490,10 @@ impl SimConfig {
             d.protocol.mak.tree_max_depth
         );
         protocol.mak.tree_max_depth = d.protocol.mak.tree_max_depth;
+        if protocol.mak.near_repairs != d.protocol.mak.near_repairs {
+            let _ = write!(s, " --near-repairs {}", on_off(protocol.mak.near_repairs));
+            protocol.mak.near_repairs = d.protocol.mak.near_repairs;
+        }
         if protocol.mak.tail == TailPolicy::AckLast {
             s.push_str(" --tail ack-last");
             protocol.mak.tail = d.protocol.mak.tail;
@@ -608,6 +612,13 @@ impl SimConfig {
                     });
                 }
                 "--tree-max-depth" => cfg.protocol.mak.tree_max_depth = num(flag, v)?,
+                "--near-repairs" => {
+                    cfg.protocol.mak.near_repairs = match v {
+                        "on" => true,
+                        "off" => false,
+                        _ => return Err(format!("{flag}: expected on or off, got {v:?}")),
+                    }
+                }
                 "--latency-at" => {
                     let (n, ns) = v
                         .split_once('=')
@@ -698,6 +709,15 @@ impl SimConfig {
 /// When message `i` becomes available at `rate` messages a second.
 pub(crate) fn offer_time(i: u64, rate: u64) -> Instant {
     Instant((u128::from(i) * 1_000_000_000 / u128::from(rate)) as u64)
+}
+
+/// A switch as its flag spells it.
+fn on_off(on: bool) -> &'static str {
+    if on {
+        "on"
+    } else {
+        "off"
+    }
 }
 
 fn nanos(d: Duration) -> u64 {

@@ -27,6 +27,12 @@ pub struct WireStats {
     pub data_original: u64,
     /// DATA and GBN data frames flagged RETRANSMIT.
     pub data_retransmit: u64,
+    /// Of those, repairs a receiver sent a tree neighbour from its copy
+    /// (DATA flagged NEAR, docs/protocol.md §3.5).
+    pub relay: u64,
+    /// Repairs a receiver asked its node to send from a copy the node no
+    /// longer had (overwritten): not sent.
+    pub relay_missed: u64,
     pub nak: u64,
     pub ack: u64,
     pub ack_req: u64,

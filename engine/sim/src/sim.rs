@@ -30,6 +30,7 @@ use mcast_wire::{Frame, ETHERTYPE_DEFAULT};
 use crate::config::{SimConfig, SENDER};
 use crate::pool::Owner;
 use crate::report::{SimFailure, SimReport, StopReason};
+use mcast_proto::relay::RelayCache;
 use world::{Batch, What, World};
 
 /// The session epoch every simulated stream uses.
@@ -432,9 +433,18 @@ fn receive<E: Endpoint>(
     match header.kind {
         k if k.carries_data() => {
             let payload = frame.payload();
-            let (buf, slot) = w.nodes[node as usize - 1]
-                .pool
-                .alloc(Owner::Endpoint, payload.len());
+            let (window, max_payload) = (w.cfg.window_frames, w.cfg.max_payload);
+            let st = &mut w.nodes[node as usize - 1];
+            if ep.keeps_copies() {
+                // The copy a repair of a tree neighbour is written from
+                // (docs/protocol.md §3.5): the sender holds at most a
+                // window unacknowledged, so a window of copies covers
+                // every frame a neighbour can still miss.
+                st.copies
+                    .get_or_insert_with(|| RelayCache::new(window, max_payload))
+                    .keep(header.seq, header.flags, payload);
+            }
+            let (buf, slot) = st.pool.alloc(Owner::Endpoint, payload.len());
             slot.copy_from_slice(payload);
             ep.handle_frame(now, &header, RxBody::Data(buf));
         }

@@ -41,6 +41,9 @@ pub struct AlgorithmTally {
     pub messages: u64,
     pub frames: u64,
     pub batched_messages: u64,
+    /// Repairs receivers sent tree neighbours from their copies (local
+    /// recovery, docs/protocol.md §3.5): the sweep drew trees and that path ran.
+    pub relays: u64,
 }
 
 /// The result of a sweep.
@@ -75,7 +78,7 @@ impl SweepOutcome {
         for t in &self.tallies {
             let _ = write!(
                 s,
-                "\n  {:<9} {} runs, {} completed{}, {} failed; {} messages in {} frames ({} batched)",
+                "\n  {:<9} {} runs, {} completed{}, {} failed; {} messages in {} frames ({} batched, {} relayed repairs)",
                 t.algorithm.name(),
                 t.runs,
                 t.completed,
@@ -87,7 +90,8 @@ impl SweepOutcome {
                 t.failed,
                 t.messages,
                 t.frames,
-                t.batched_messages
+                t.batched_messages,
+                t.relays
             );
         }
         s
@@ -113,6 +117,7 @@ pub fn sweep(plan: &SweepPlan, mut progress: impl FnMut(u64, u64)) -> SweepOutco
             messages: 0,
             frames: 0,
             batched_messages: 0,
+            relays: 0,
         })
         .collect();
     let mut failures: Vec<(usize, u64, SimFailure)> = Vec::new();
@@ -137,6 +142,7 @@ pub fn sweep(plan: &SweepPlan, mut progress: impl FnMut(u64, u64)) -> SweepOutco
                         r.sent_messages,
                         r.data_frames,
                         r.batched_messages,
+                        r.wire.relay,
                     )
                 });
                 if tx.send((a, seed, outcome)).is_err() {
@@ -150,11 +156,12 @@ pub fn sweep(plan: &SweepPlan, mut progress: impl FnMut(u64, u64)) -> SweepOutco
             let t = &mut tallies[a];
             t.runs += 1;
             match outcome {
-                Ok((completed, messages, frames, batched)) => {
+                Ok((completed, messages, frames, batched, relays)) => {
                     t.completed += u64::from(completed);
                     t.messages += messages;
                     t.frames += frames;
                     t.batched_messages += batched;
+                    t.relays += relays;
                 }
                 Err(f) => {
                     t.failed += 1;

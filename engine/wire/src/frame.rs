@@ -129,6 +129,11 @@ impl Flags {
     /// The payload is several whole messages, each behind a 2-byte length
     /// ([`crate::batch`]); always sent with [`Flags::WHOLE`].
     pub const BATCH: Flags = Flags(0x0040);
+    /// Local recovery over the feedback tree (docs/protocol.md §3.5). On a
+    /// NAK: asked of one tree neighbour (unicast), which repairs from its
+    /// own copy. On DATA: that neighbour's repair, with `src` the repairing
+    /// node and `peer` the data sender (always with [`Flags::RETRANSMIT`]).
+    pub const NEAR: Flags = Flags(0x0080);
     /// A whole message in one frame.
     pub const WHOLE: Flags = Flags(0x000c);
     /// The bits that say what the payload is (fragment position, batch):

@@ -8,6 +8,7 @@
 //! May not touch: the TX batches; it opens receive streams only through the
 //! stream table (`GroupOptions::accept_senders`).
 
+use mcast_proto::relay::{self, RelayCache};
 use mcast_proto::{stream_of, BufId, Endpoint, Instant, RxBody};
 use mcast_wire::{batch, Flags, Frame, Kind, RangeList, WireError, FRAME_OVERHEAD};
 
@@ -144,7 +145,22 @@ impl<T: Transport> Engine<T> {
             }
         } else {
             match g.receivers.iter_mut().find(|r| r.sender == stream) {
-                Some(r) => &mut r.machine,
+                Some(r) => {
+                    if data && r.machine.keeps_copies() {
+                        // The copy a repair of a tree neighbour is written
+                        // from (docs/protocol.md §3.5): a window of them,
+                        // since the sender holds at most a window
+                        // unacknowledged.
+                        let cap = g.opts.window_frames.min(relay::DEFAULT_COPIES);
+                        let start = d.offset as usize + FRAME_OVERHEAD;
+                        let end = start + usize::from(header.payload_len);
+                        let payload = &self.transport.frame(f)[start..end];
+                        r.copies
+                            .get_or_insert_with(|| RelayCache::new(cap, self.max_payload))
+                            .keep(header.seq, header.flags, payload);
+                    }
+                    &mut r.machine
+                }
                 None => {
                     self.counters.rx_unrouted += 1;
                     self.free(f);
@@ -171,7 +187,11 @@ impl<T: Transport> Engine<T> {
             self.frames.place[f as usize] = Place::Machine;
             self.frames.rx_offset[f as usize] = d.offset;
             if let Some(t) = self.trace.as_deref_mut() {
-                t.received(f, header.tstamp_us);
+                if header.flags.contains(Flags::NEAR) {
+                    t.untimed(f);
+                } else {
+                    t.received(f, header.tstamp_us);
+                }
             }
             machine.handle_frame(now, &header, RxBody::Data(BufId(f)));
         } else {

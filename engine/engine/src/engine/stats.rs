@@ -63,6 +63,10 @@ pub struct EngineCounters {
     pub tx_no_frame: u64,
     /// Frames dropped because the destination node's MAC is unknown.
     pub tx_no_route: u64,
+    /// Repairs of a tree neighbour not sent: this node's copy of the frame
+    /// was already overwritten (docs/protocol.md §3.5; the neighbour then
+    /// asks the group).
+    pub tx_relay_missed: u64,
     pub messages_published: u64,
     pub publish_would_block: u64,
     /// Of those, refused to keep a quarter of the frames for receiving.

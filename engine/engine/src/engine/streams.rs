@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 
 use mcast_proto::any::{Algorithm, AnyReceiver, AnySender};
 use mcast_proto::frag::Reassembler;
+use mcast_proto::relay::RelayCache;
 use mcast_proto::{Endpoint, FeedbackTree, GroupId, NodeId, OutFrame, Sender, Seq, StreamConfig};
 use mcast_wire::group_mac;
 
@@ -27,6 +28,10 @@ pub(super) struct RecvStream {
     pub(super) epoch: u32,
     pub(super) machine: AnyReceiver,
     pub(super) reassembler: Reassembler,
+    /// Copies of the frames received, from which the machine repairs its
+    /// tree neighbours (docs/protocol.md §3.5); made when it first asks
+    /// for them ([`mcast_proto::Endpoint::keeps_copies`]).
+    pub(super) copies: Option<RelayCache>,
 }
 
 #[derive(Debug)]
@@ -403,6 +408,7 @@ impl<T: Transport> Engine<T> {
             epoch: start.epoch,
             machine,
             reassembler: Reassembler::new(self.cfg.max_message),
+            copies: None,
         });
     }
 

@@ -82,6 +82,13 @@ impl Tracer {
         self.sent_us[f as usize] = tstamp_us;
     }
 
+    /// Frame `f` came without the sender's stamp (a tree neighbour's
+    /// relayed repair, docs/protocol.md §3.5): its delivery is not timed.
+    pub(super) fn untimed(&mut self, f: u32) {
+        self.stamp[f as usize] = 0;
+        self.sent_us[f as usize] = 0;
+    }
+
     /// (received, sent µs) of frame `f`, for its delivery.
     #[inline]
     pub(super) fn of_received(&self, f: u32) -> (u64, u32) {

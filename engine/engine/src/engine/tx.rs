@@ -7,7 +7,7 @@
 //! the seal after it, when frames are authenticated). May not touch: a
 //! payload, except the one copy of `CopyPerTransmit`.
 
-use mcast_proto::{Dest, Endpoint, Instant, Transmit, TxBody};
+use mcast_proto::{Dest, Endpoint, Header, Instant, Transmit, TxBody};
 use mcast_wire::{group_mac, Frame, MacAddr, FRAME_OVERHEAD};
 
 use super::frames::Place;
@@ -69,6 +69,43 @@ impl<T: Transport> Engine<T> {
         Ok(work)
     }
 
+    /// Writes a frame whose payload is not a machine's buffer (none, a
+    /// range list, a relayed copy) into a frame of its own and puts it in
+    /// the copy batch; `write` fills the payload area (`payload_len` bytes).
+    fn stage_written(
+        &mut self,
+        dst: MacAddr,
+        header: &Header,
+        write: impl FnOnce(&mut [u8]) -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
+        let Some(f) = self.transport.alloc() else {
+            self.counters.tx_no_frame += 1;
+            return Ok(());
+        };
+        let buf = self.transport.frame_mut(f);
+        let n = usize::from(header.payload_len);
+        if n > 0 {
+            let area = Frame::<&mut [u8]>::payload_area_mut(buf, n)
+                .map_err(|e| EngineError::Accounting(format!("payload does not fit: {e}")))?;
+            write(area)?;
+        }
+        let crc = if self.auth.is_some() {
+            Crc::Sealed
+        } else {
+            Crc::Compute
+        };
+        let mut len = emit(buf, (dst, self.mac, self.cfg.ethertype), header, crc)?;
+        if let Some(a) = self.auth.as_mut() {
+            len = a.seal(buf, len)?;
+        }
+        self.frames.place[f as usize] = Place::Staged {
+            keep: false,
+            back: false,
+        };
+        self.tx_copy.push(TxDesc { frame: f, len });
+        Ok(())
+    }
+
     /// Writes a frame's headers and puts it in a TX batch (or defers it).
     pub(super) fn stage(&mut self, t: Transmit) -> Result<(), EngineError> {
         let dst = match t.dest {
@@ -84,31 +121,38 @@ impl<T: Transport> Engine<T> {
         let (src, ethertype) = (self.mac, self.cfg.ethertype);
         match &t.body {
             TxBody::None | TxBody::Ranges(_) => {
-                let Some(f) = self.transport.alloc() else {
-                    self.counters.tx_no_frame += 1;
+                let header = t.header;
+                self.stage_written(dst, &header, |area| {
+                    if let TxBody::Ranges(list) = &t.body {
+                        list.emit(area)
+                            .map_err(|e| EngineError::Accounting(format!("NAK emit: {e}")))?;
+                    }
+                    Ok(())
+                })?;
+            }
+            TxBody::Relay(seq) => {
+                // A repair of a tree neighbour from this node's copy
+                // (docs/protocol.md §3.5), copied into a frame of its own.
+                let copy = self
+                    .group_index(t.header.group)
+                    .and_then(|gi| {
+                        let g = &self.groups[gi];
+                        g.receivers.iter().find(|r| r.sender == t.header.peer)
+                    })
+                    .and_then(|r| r.copies.as_ref())
+                    .and_then(|c| c.get(*seq));
+                let Some((flags, payload)) = copy else {
+                    self.counters.tx_relay_missed += 1;
                     return Ok(());
                 };
-                let buf = self.transport.frame_mut(f);
-                if let TxBody::Ranges(list) = &t.body {
-                    let area = Frame::<&mut [u8]>::payload_area_mut(buf, list.wire_len())
-                        .map_err(|e| EngineError::Accounting(format!("NAK does not fit: {e}")))?;
-                    list.emit(area)
-                        .map_err(|e| EngineError::Accounting(format!("NAK emit: {e}")))?;
-                }
-                let crc = if self.auth.is_some() {
-                    Crc::Sealed
-                } else {
-                    Crc::Compute
-                };
-                let mut len = emit(buf, (dst, src, ethertype), &t.header, crc)?;
-                if let Some(a) = self.auth.as_mut() {
-                    len = a.seal(buf, len)?;
-                }
-                self.frames.place[f as usize] = Place::Staged {
-                    keep: false,
-                    back: false,
-                };
-                self.tx_copy.push(TxDesc { frame: f, len });
+                let payload = payload.to_vec();
+                let mut header = t.header;
+                header.flags = header.flags.with(flags);
+                header.payload_len = payload.len() as u16;
+                self.stage_written(dst, &header, |area| {
+                    area.copy_from_slice(&payload);
+                    Ok(())
+                })?;
             }
             TxBody::Buf(b) => {
                 let b = b.0;

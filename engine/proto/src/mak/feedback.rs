@@ -113,6 +113,11 @@ impl Feedback {
         self.up
     }
 
+    /// The first downstream neighbour, if any.
+    pub(super) fn first_down(&self) -> Option<NodeId> {
+        self.down.first().map(|n| n.node)
+    }
+
     /// True when `node` is a downstream neighbour.
     pub(super) fn is_down(&self, node: NodeId) -> bool {
         self.down.iter().any(|n| n.node == node)

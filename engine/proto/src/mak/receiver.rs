@@ -21,6 +21,15 @@ use crate::{
 };
 use mcast_wire::{Flags, Header, Kind, NodeId, RangeList, Seq, SeqRange, MAX_NAK_RANGES};
 
+/// Frames one NAK from a neighbour may have repaired from our copies.
+const MAX_RELAYS_PER_NAK: usize = 128;
+/// Frames owed to neighbours (asked of us while we missed them too).
+const MAX_OWED: usize = 64;
+/// NAKs to the tree neighbour for one frame before the group is asked: a
+/// lost NAK or repair on the way (a 2 % chance at 1 % loss) is asked
+/// again of the neighbour, not of the sender.
+pub(super) const NEAR_TRIES: u8 = 3;
+
 /// The receiver's states (seed 000 Figure 7). NAK, MODIFY-ERROR-TABLE and ACK
 /// are passed through on the way back to RECEIVE or WAIT.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,15 +43,17 @@ pub enum ReceiverState {
 /// One entry of the error table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Missing {
-    /// Waiting for our own NAK timer; `tries` NAKs of ours asked for it already.
-    Pending { tries: u8 },
+    /// Waiting for our own NAK timer; `tries` NAKs of ours to the group
+    /// asked for it already, and `near` NAKs to our tree neighbour
+    /// (docs/protocol.md §3.5): after [`NEAR_TRIES`], the group is asked.
+    Pending { tries: u8, near: u8 },
     /// NAKed (by us or overheard from another receiver) at a time: the repair
     /// is awaited until `until`, then the frame is pending again.
-    Requested { until: Instant, tries: u8 },
+    Requested { until: Instant, tries: u8, near: u8 },
 }
 
 impl Missing {
-    const NEW: Missing = Missing::Pending { tries: 0 };
+    const NEW: Missing = Missing::Pending { tries: 0, near: 0 };
 
     fn is_pending(self) -> bool {
         matches!(self, Missing::Pending { .. })
@@ -78,6 +89,12 @@ pub struct MakReceiver {
     /// its ACKs go upstream, merged with its subtree's. `None`: straight
     /// to the sender (the paper).
     feedback: Option<Feedback>,
+    /// The tree neighbour asked first for what this node misses (local
+    /// recovery, docs/protocol.md §3.5); `None`: every NAK to the group.
+    repairer: Option<NodeId>,
+    /// Frames neighbours asked us for that we miss too: each is repaired
+    /// to its asker from our copy when it arrives (oldest first, bounded).
+    owed: VecDeque<(Seq, NodeId)>,
     /// `pub(super)` (with `group_size` and `draw_backoff`): the tests set
     /// both and sample the NAK timer.
     pub(super) grtt: Duration,
@@ -105,6 +122,8 @@ impl MakReceiver {
             last_stamp: None,
             ack_owed: None,
             feedback: None,
+            repairer: None,
+            owed: VecDeque::new(),
             grtt: cfg.initial_grtt,
             group_size: 1,
             tx: VecDeque::with_capacity(4),
@@ -140,19 +159,38 @@ impl MakReceiver {
                 Duration::from_nanos(ns)
             }
             NakTimer::Adaptive { .. } => {
-                let t_max = self
-                    .cfg
-                    .nak_timer
-                    .window(self.grtt, self.group_size)
-                    .as_secs_f64();
+                let n = self.nak_group();
+                let t_max = self.cfg.nak_timer.window(self.grtt, n).as_secs_f64();
                 // Inverse CDF of the truncated exponential of RFC 5740 §5.5:
                 // t = T/λ · ln(1 + u(e^λ − 1)), λ = ln(group size) + 1.
-                let lambda = f64::from(self.group_size.max(1)).ln() + 1.0;
+                let lambda = f64::from(n.max(1)).ln() + 1.0;
                 let u = self.rng.unit();
                 let t = t_max / lambda * (1.0 + u * (lambda.exp() - 1.0)).ln();
                 Duration::from_secs_f64(t.clamp(0.0, t_max))
             }
         }
+    }
+
+    /// The group size the NAK timer's window is drawn for. A NAK to our
+    /// tree neighbour (docs/protocol.md §3.5) has no other receiver's NAK
+    /// to wait for: the window of a group of two, a third of a round trip
+    /// with the default factor, left for frames that come late rather than
+    /// lost. (The rare NAK to the group after [`NEAR_TRIES`] is drawn from
+    /// it too: the few receivers that get that far seldom miss one frame
+    /// together.)
+    fn nak_group(&self) -> u16 {
+        if self.repairer.is_some() {
+            2
+        } else {
+            self.group_size
+        }
+    }
+
+    /// How long a NAK to our tree neighbour waits for its repair: one hop
+    /// each way (a round trip, at most the group's), or one more exchange
+    /// when it misses the frame too and asks its own at once.
+    fn near_wait(&self) -> Duration {
+        self.grtt * 2
     }
 
     fn repair_wait(&self) -> Duration {
@@ -225,15 +263,17 @@ impl MakReceiver {
     /// ask): frames up to it exist, and an ACK is owed.
     fn take_request(&mut self, now: Instant, upto: Seq, tstamp_us: u32) {
         self.reveal(upto);
-        self.note_request(now, upto, tstamp_us);
+        self.note_request(upto, (tstamp_us, now));
         self.arm_nak_timer(now);
     }
 
-    fn note_request(&mut self, now: Instant, upto: Seq, tstamp_us: u32) {
+    /// A request for ACKs up to `upto`; `stamp` is the request's stamp and
+    /// when it came, which the ACK echoes (plus the time held).
+    fn note_request(&mut self, upto: Seq, stamp: (u32, Instant)) {
         self.counters.ack_reqs_received += 1;
         let newer = self.ack_owed.is_none_or(|(r, _, _)| !r.after(upto));
         if newer {
-            self.ack_owed = Some((upto, tstamp_us, now));
+            self.ack_owed = Some((upto, stamp.0, stamp.1));
         }
     }
 
@@ -296,9 +336,17 @@ impl MakReceiver {
     /// round trip a hop, and a NAK window plus a repair wait for a member
     /// repairing a loss.
     fn poll_timing(&self) -> Timing {
+        let window = self.cfg.nak_timer.window(self.grtt, self.nak_group());
+        let repair = if self.repairer.is_some() {
+            // Asking a neighbour: room for one lost NAK or repair on the
+            // way (about 2 % of them at 1 % loss) and the ask again.
+            window * 2 + self.near_wait() + self.grtt
+        } else {
+            window + self.grtt
+        };
         Timing {
             hop: self.grtt / 2,
-            repair: self.cfg.nak_timer.window(self.grtt, self.group_size) + self.grtt,
+            repair,
         }
     }
 
@@ -420,9 +468,10 @@ impl MakReceiver {
     }
 
     fn push_tx(&mut self, t: Transmit) {
-        // At most one ACK and a few NAKs are ever queued between polls; the
-        // bound keeps a driver that never polls from growing this.
-        if self.tx.len() < 64 {
+        // At most one ACK, a few NAKs and one NAK's relays are ever queued
+        // between polls; the bound keeps a driver that never polls from
+        // growing this.
+        if self.tx.len() < 64 + MAX_RELAYS_PER_NAK {
             self.tx.push_back(t);
         }
     }
@@ -442,6 +491,28 @@ impl MakReceiver {
         if header.flags.contains(Flags::RETRANSMIT) {
             self.last_repair_at = Some(now);
         }
+        self.accept_data(now, header, buf, Some((header.tstamp_us, now)));
+    }
+
+    /// A tree neighbour's repair from its copy (docs/protocol.md §3.5):
+    /// taken like the sender's frame, but its header says nothing of the
+    /// sender (no stamp, GRTT or group size) nor of its repair budget. The
+    /// original's request for ACKs (ACK_REQ, LAST) comes along: the ACK
+    /// echoes the last stamp we had from the sender, as a NAK does (§3.2).
+    fn on_relay(&mut self, now: Instant, header: &Header, buf: BufId) {
+        self.counters.relays_received += 1;
+        self.accept_data(now, header, buf, self.last_stamp);
+    }
+
+    /// A data frame of the stream, from the sender or relayed; `stamp` is
+    /// what an ACK it requests echoes (none: the request is not taken).
+    fn accept_data(
+        &mut self,
+        now: Instant,
+        header: &Header,
+        buf: BufId,
+        stamp: Option<(u32, Instant)>,
+    ) {
         let seq = header.seq;
         let was_missing = self.errors.contains(seq);
         let accepted = self.inorder.accept(
@@ -459,9 +530,14 @@ impl MakReceiver {
                     // MODIFY-ERROR-TABLE: the repair came.
                     self.forget(seq);
                 }
+                if !self.owed.is_empty() {
+                    self.pay_owed(seq);
+                }
                 self.scan_gaps(seq, Missing::NEW);
-                if header.flags.contains(Flags::ACK_REQ) || header.flags.contains(Flags::LAST) {
-                    self.note_request(now, seq, header.tstamp_us);
+                let asks =
+                    header.flags.contains(Flags::ACK_REQ) || header.flags.contains(Flags::LAST);
+                if let (true, Some(stamp)) = (asks, stamp) {
+                    self.note_request(seq, stamp);
                 }
             }
         }
@@ -488,12 +564,17 @@ impl MakReceiver {
                 if seq.after(self.scanned_to) {
                     // A frame we did not know of yet: everything up to it is missing.
                     self.inorder.note_exists(seq);
-                    self.scan_gaps(seq.next(), Missing::Requested { until, tries: 0 });
+                    let state = Missing::Requested {
+                        until,
+                        tries: 0,
+                        near: 0,
+                    };
+                    self.scan_gaps(seq.next(), state);
                     continue;
                 }
                 if let Some(m) = self.errors.get_mut(seq) {
-                    if let Missing::Pending { tries } = *m {
-                        *m = Missing::Requested { until, tries };
+                    if let Missing::Pending { tries, near } = *m {
+                        *m = Missing::Requested { until, tries, near };
                         self.pending -= 1;
                         self.counters.nak_entries_suppressed += 1;
                     }
@@ -506,59 +587,169 @@ impl MakReceiver {
         }
     }
 
-    /// NAK state: the timer fired; multicast what is still pending.
+    /// A tree neighbour asks us for frames it misses (docs/protocol.md
+    /// §3.5): each we hold is repaired from our copy at once; each we miss
+    /// too is owed, repaired when it comes, and our own ask for it leaves
+    /// now: to the group if the asker is whom we would ask (it misses it
+    /// too), else to our repairer.
+    fn on_near_nak(&mut self, now: Instant, asker: NodeId, ranges: &RangeList) {
+        self.counters.near_naks_received += 1;
+        let next = self.inorder.next_expected();
+        let end = next.add(self.errors.capacity());
+        let mut budget = MAX_RELAYS_PER_NAK;
+        let mut ask = false;
+        let asking_back = self.repairer == Some(asker);
+        for r in ranges.iter() {
+            for i in 0..r.count.min(self.errors.capacity()) {
+                let seq = r.start.add(i);
+                if !seq.before(end) || budget == 0 {
+                    break;
+                }
+                budget -= 1;
+                if seq.before(next) || self.inorder.has(seq) {
+                    self.relay(asker, seq);
+                    continue;
+                }
+                if !self.owed.contains(&(seq, asker)) {
+                    if self.owed.len() >= MAX_OWED {
+                        self.owed.pop_front();
+                    }
+                    self.owed.push_back((seq, asker));
+                }
+                if seq.after(self.scanned_to) {
+                    self.inorder.note_exists(seq);
+                    self.scan_gaps(seq.next(), Missing::NEW);
+                }
+                if let Some(Missing::Pending { near, .. }) = self.errors.get_mut(seq) {
+                    if asking_back {
+                        // Whom we would ask misses it too: the group.
+                        *near = NEAR_TRIES;
+                    }
+                    ask = true;
+                }
+            }
+        }
+        if ask {
+            // Our own ask leaves now: someone is waiting on us.
+            self.nak_timer = Some(now);
+        }
+    }
+
+    /// Repairs frame `seq` to `to` from the driver's copy of it.
+    fn relay(&mut self, to: NodeId, seq: Seq) {
+        let mut h = header_for(&self.stream, Kind::Data);
+        h.seq = seq;
+        h.flags = Flags::RETRANSMIT.with(Flags::NEAR);
+        self.counters.relays_sent += 1;
+        self.push_tx(Transmit {
+            dest: Dest::Node(to),
+            header: h,
+            body: TxBody::Relay(seq),
+        });
+    }
+
+    /// Frame `seq` came: the neighbours that asked us for it get it.
+    fn pay_owed(&mut self, seq: Seq) {
+        let mut i = 0;
+        while i < self.owed.len() {
+            if self.owed[i].0 == seq {
+                let (_, to) = self.owed.remove(i).expect("in range");
+                self.relay(to, seq);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// NAK state: the timer fired; ask for what is still pending. In a
+    /// feedback tree, what our repairer has not been asked for yet goes to
+    /// it alone (docs/protocol.md §3.5); the rest is multicast to the group.
     fn fire_nak(&mut self, now: Instant) {
         self.nak_timer = None;
-        let mut list = RangeList::new();
+        let mut near = RangeList::new();
+        let mut group = RangeList::new();
         let wait = self.repair_wait();
+        let near_wait = self.near_wait();
         let mut retry_at = None;
         let limit = self.cfg.max_nak_ranges.clamp(1, MAX_NAK_RANGES);
+        let repairer = self.repairer;
         let base = self.errors.base();
         for i in 0..self.errors.capacity() {
             let seq = base.add(i);
             let Some(m) = self.errors.get_mut(seq) else {
                 continue;
             };
-            let Missing::Pending { tries } = *m else {
+            let Missing::Pending { tries, near: asked } = *m else {
                 continue;
             };
+            let to_near = repairer.is_some() && asked < NEAR_TRIES;
+            let list = if to_near { &mut near } else { &mut group };
             let extends = list.iter().last().is_some_and(|r| r.end() == seq);
             if !extends && list.len() >= limit {
-                break;
+                // Entries beyond one NAK's capacity wait for another draw.
+                continue;
             }
             list.push_seq(seq);
-            // Each NAK of ours the sender left unanswered (no repair at all
-            // since: `expire_requests`) doubles the wait for its repair (up to
-            // 16 times): a sender short of repair budget is not met by a storm.
-            let until = now + wait * (1u32 << tries.min(4));
+            let until = if to_near {
+                now + near_wait
+            } else {
+                // Each NAK of ours the sender left unanswered (no repair at
+                // all since: `expire_requests`) doubles the wait for its
+                // repair (up to 16 times): a sender short of repair budget
+                // is not met by a storm.
+                now + wait * (1u32 << tries.min(4))
+            };
             *m = Missing::Requested {
                 until,
-                tries: tries.saturating_add(1),
+                tries: if to_near {
+                    tries
+                } else {
+                    tries.saturating_add(1)
+                },
+                near: asked.saturating_add(u8::from(to_near)),
             };
             retry_at = earliest(retry_at, Some(until));
             self.pending -= 1;
         }
-        if list.is_empty() {
+        if near.is_empty() && group.is_empty() {
             self.counters.naks_suppressed += 1;
         } else {
-            self.counters.naks_sent += 1;
             self.retry_at = earliest(self.retry_at, retry_at);
-            let mut h = header_for(&self.stream, Kind::Nak);
-            h.seq = self.inorder.next_expected();
-            h.ack = self.inorder.next_expected();
-            if let Some((stamp, at)) = self.last_stamp {
-                h.tstamp_us = echo(stamp, at, now);
-                h.flags = Flags::ACK_VALID;
-            }
-            h.payload_len = list.wire_len() as u16;
+        }
+        if let (Some(to), false) = (repairer, near.is_empty()) {
+            self.counters.near_naks_sent += 1;
+            let mut h = self.nak_header(now, &near);
+            h.flags = h.flags.with(Flags::NEAR);
+            self.push_tx(Transmit {
+                dest: Dest::Node(to),
+                header: h,
+                body: TxBody::Ranges(Box::new(near)),
+            });
+        }
+        if !group.is_empty() {
+            self.counters.naks_sent += 1;
+            let h = self.nak_header(now, &group);
             self.push_tx(Transmit {
                 dest: Dest::Group,
                 header: h,
-                body: TxBody::Ranges(Box::new(list)),
+                body: TxBody::Ranges(Box::new(group)),
             });
         }
-        // Entries beyond one NAK's capacity wait for another draw.
         self.arm_nak_timer(now);
+    }
+
+    /// A NAK's header for `list`: our position, and the echo of the last
+    /// data frame's stamp (the sender's round-trip sample, §3.2).
+    fn nak_header(&self, now: Instant, list: &RangeList) -> Header {
+        let mut h = header_for(&self.stream, Kind::Nak);
+        h.seq = self.inorder.next_expected();
+        h.ack = self.inorder.next_expected();
+        if let Some((stamp, at)) = self.last_stamp {
+            h.tstamp_us = echo(stamp, at, now);
+            h.flags = Flags::ACK_VALID;
+        }
+        h.payload_len = list.wire_len() as u16;
+        h
     }
 
     /// Requested entries whose repair did not come in time are pending again.
@@ -579,10 +770,10 @@ impl MakReceiver {
             let Some(m) = self.errors.get_mut(seq) else {
                 continue;
             };
-            if let Missing::Requested { until, tries } = *m {
+            if let Missing::Requested { until, tries, near } = *m {
                 if until <= now {
                     let tries = if answering { 0 } else { tries };
-                    *m = Missing::Pending { tries };
+                    *m = Missing::Pending { tries, near };
                     self.pending += 1;
                     self.counters.timeouts += 1;
                 } else {
@@ -607,6 +798,18 @@ impl Endpoint for MakReceiver {
         match (header.kind, body) {
             (Kind::Data, RxBody::Data(buf)) if header.src == self.stream.sender => {
                 self.on_data(now, header, buf)
+            }
+            (Kind::Data, RxBody::Data(buf))
+                if header.flags.contains(Flags::NEAR)
+                    && header.peer == self.stream.sender
+                    && header.src != self.stream.local =>
+            {
+                self.on_relay(now, header, buf)
+            }
+            (Kind::Nak, RxBody::Ranges(ranges))
+                if header.flags.contains(Flags::NEAR) && header.src != self.stream.local =>
+            {
+                self.on_near_nak(now, header.src, ranges)
             }
             (Kind::Nak, RxBody::Ranges(ranges)) if header.src != self.stream.local => {
                 self.on_overheard_nak(now, ranges)
@@ -718,5 +921,21 @@ impl Endpoint for MakReceiver {
         let none = self.stream.initial_seq.sub(1);
         self.feedback =
             tree.and_then(|t| Feedback::new(t, self.stream.sender, self.stream.local, none));
+        // Local recovery asks the neighbour toward the sender, or, next to
+        // the sender (which would hear every loss again), a downstream one.
+        self.repairer = match &self.feedback {
+            Some(f) if self.cfg.near_repairs => {
+                if f.up() != self.stream.sender {
+                    Some(f.up())
+                } else {
+                    f.first_down()
+                }
+            }
+            _ => None,
+        };
+    }
+
+    fn keeps_copies(&self) -> bool {
+        self.feedback.is_some() && self.cfg.near_repairs
     }
 }

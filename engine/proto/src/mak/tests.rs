@@ -69,7 +69,9 @@ fn drain_events(e: &mut impl Endpoint) -> Vec<Event> {
 /// Hands a transmitted frame to an endpoint the way a driver would.
 pub(super) fn deliver(e: &mut impl Endpoint, now: Instant, t: &Transmit, rx_buf: u32) {
     match t.body {
-        TxBody::Buf(_) => e.handle_frame(now, &t.header, RxBody::Data(BufId(rx_buf))),
+        TxBody::Buf(_) | TxBody::Relay(_) => {
+            e.handle_frame(now, &t.header, RxBody::Data(BufId(rx_buf)))
+        }
         TxBody::Ranges(ref l) => e.handle_frame(now, &t.header, RxBody::Ranges(l)),
         TxBody::None => e.handle_frame(now, &t.header, RxBody::None),
     }

@@ -14,6 +14,7 @@ use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::rc::Rc;
 
+use mcast_proto::relay::RelayCache;
 use mcast_proto::{Dest, Flags, Header, Instant, Kind, NodeId, Rng, Transmit, TxBody};
 use mcast_wire::{field, group_mac, node_mac, Frame, ETHERTYPE_DEFAULT, ETH_HEADER_LEN};
 
@@ -70,6 +71,9 @@ pub(super) struct NodeState {
     pub(super) fires_at_last: u32,
     pub(super) checksum_failures: u64,
     pub(super) max_held: usize,
+    /// Copies of the data frames this node's receiver took, for repairs of
+    /// its tree neighbours (made when the receiver first asks for them).
+    pub(super) copies: Option<RelayCache>,
 }
 
 pub(super) struct Entry {
@@ -137,6 +141,7 @@ impl<'c> World<'c> {
                 fires_at_last: 0,
                 checksum_failures: 0,
                 max_held: 0,
+                copies: None,
             })
             .collect();
         let checks = (0..cfg.receivers)
@@ -239,7 +244,23 @@ impl<'c> World<'c> {
     /// serializes it, and each destination gets its copy (or loses it).
     pub(super) fn transmit(&mut self, node: NodeId, tx: &Transmit) -> Result<(), SimFailure> {
         let cfg = self.cfg;
-        let h = &tx.header;
+        let relayed;
+        let h = match tx.body {
+            TxBody::Relay(seq) => {
+                // A repair from the node's copy, as an engine writes it.
+                let copies = self.nodes[node as usize - 1].copies.as_ref();
+                let Some((flags, payload)) = copies.and_then(|c| c.get(seq)) else {
+                    self.wire.relay_missed += 1;
+                    return Ok(());
+                };
+                let mut h = tx.header;
+                h.flags = h.flags.with(flags);
+                h.payload_len = payload.len() as u16;
+                relayed = h;
+                &relayed
+            }
+            _ => &tx.header,
+        };
         if h.src != node {
             return Err(self.failure(format!("node {node} sent a frame with src {}", h.src)));
         }
@@ -287,6 +308,13 @@ impl<'c> World<'c> {
                 self.emit_scratch(node, dst, h, |p| {
                     list.emit(p).expect("sized to the list");
                 })
+            }
+            TxBody::Relay(seq) => {
+                let st = &mut self.nodes[node as usize - 1];
+                let copy = st.copies.as_ref().and_then(|c| c.get(*seq));
+                let payload = copy.expect("checked above").1.to_vec();
+                self.wire.relay += 1;
+                self.emit_scratch(node, dst, h, |p| p.copy_from_slice(&payload))
             }
             TxBody::None => {
                 if payload_len != 0 {
