@@ -813,13 +813,28 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
         for r in g["receivers"].as_array().into_iter().flatten() {
             let c = &r["counters"];
             s += &format!(
-                "  from node {:<6} delivered {}  naks {}  suppressed {}  duplicates {}\n",
+                "  from node {:<6} delivered {}  naks {}  suppressed {}  duplicates {}",
                 r["from"],
                 c["delivered"],
                 c["naks_sent"],
                 c["naks_suppressed"],
                 c["duplicates_dropped"]
             );
+            // Local recovery over the group's tree (protocol.md §3.5).
+            let near = [
+                "near_naks_sent",
+                "relays_received",
+                "near_naks_received",
+                "relays_sent",
+            ]
+            .map(|k| c[k].as_u64().unwrap_or(0));
+            if near.iter().any(|&n| n > 0) {
+                s += &format!(
+                    "  near: asked {} repaired {}, was asked {} repaired {}",
+                    near[0], near[1], near[2], near[3]
+                );
+            }
+            s += "\n";
         }
     }
     let peers: Vec<String> = v["peers"]

@@ -305,6 +305,7 @@ impl<T: Transport> Daemon<T> {
                 "rx_other_group": e.rx_other_group, "rx_unrouted": e.rx_unrouted, "rx_paused": e.rx_paused,
                 "rx_sender_refused": e.rx_sender_refused,
                 "tx_no_frame": e.tx_no_frame, "tx_no_route": e.tx_no_route, "tx_deferred": e.tx_deferred,
+                "tx_relay_missed": e.tx_relay_missed,
                 "publish_would_block": e.publish_would_block, "polls": e.polls, "sleeps": e.sleeps,
             },
             "daemon": daemon,
@@ -361,5 +362,7 @@ fn counters_json(c: &mcast_proto::Counters) -> serde_json::Value {
         "adverts_sent": c.adverts_sent, "adverts_received": c.adverts_received,
         "stalls": c.stalls, "timeouts": c.timeouts, "window_full": c.window_full,
         "acks_stale": c.acks_stale,
+        "near_naks_sent": c.near_naks_sent, "near_naks_received": c.near_naks_received,
+        "relays_sent": c.relays_sent, "relays_received": c.relays_received,
     })
 }
