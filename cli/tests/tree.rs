@@ -67,23 +67,21 @@ fn receive_all(c: &mut Client, node: u32, n: u64) {
     }
 }
 
-#[test]
-fn acks_climb_the_tree_and_every_message_arrives_once_in_order() {
-    let Some(cluster) = common::start("tree", "subscriber_buffer = 67108864\ntree_fanout = 2")
-    else {
-        return;
-    };
+/// Node 1 publishes `N` messages to group `name` and nodes 2–4 receive
+/// each once, in order, intact; `before` runs once every node is in the
+/// view, before the first message. Returns each node's entry for the group
+/// in its stats, read while every client is still a member (a client that
+/// leaves changes the view, and the tree with it).
+fn publish_to_three(cluster: &common::Cluster, name: &str, before: impl FnOnce()) -> Vec<Value> {
     const N: u64 = 20_000;
-    // Every client stays in the group until the stats are read (a client
-    // that leaves changes the view, and the tree with it).
     let (ready, done, read) = (Barrier::new(4), Barrier::new(4), Barrier::new(4));
     let mut all: Vec<Value> = Vec::new();
     std::thread::scope(|s| {
         for node in 2..=4 {
-            let (cluster, ready, done, read) = (&cluster, &ready, &done, &read);
+            let (ready, done, read) = (&ready, &done, &read);
             s.spawn(move || {
                 let mut c = connect(cluster, node, "subscriber");
-                let m = c.join("tree").expect("join");
+                let m = c.join(name).expect("join");
                 ready.wait();
                 receive_all(&mut c, node, N);
                 done.wait();
@@ -91,21 +89,42 @@ fn acks_climb_the_tree_and_every_message_arrives_once_in_order() {
                 drop(m);
             });
         }
-        let mut p = connect(&cluster, 1, "publisher");
+        let mut p = connect(cluster, 1, "publisher");
         ready.wait();
-        let m = p.join("tree").expect("join");
+        let m = p.join(name).expect("join");
         mcast_cli::stream::wait_nodes(&mut p, m.group, &m.view, 4, Duration::from_secs(20))
             .unwrap_or_else(|e| panic!("{e}"));
+        before();
         for i in 0..N {
             p.publish_blocking(m.group, &message(i), Some(Duration::from_secs(20)))
                 .unwrap_or_else(|e| panic!("publish {i}: {e}"));
         }
         done.wait();
         all = (1..=4)
-            .map(|n| group(&stats(&cluster, n), m.group))
+            .map(|n| group(&stats(cluster, n), m.group))
             .collect();
         read.wait();
     });
+    all
+}
+
+/// A counter summed over nodes 2–4's receive streams of node 1's messages.
+fn over_node_1s_stream(all: &[Value], counter: &str) -> u64 {
+    all[1..]
+        .iter()
+        .flat_map(|g| g["receivers"].as_array().unwrap().clone())
+        .filter(|r| r["from"] == 1)
+        .map(|r| r["counters"][counter].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn acks_climb_the_tree_and_every_message_arrives_once_in_order() {
+    let Some(cluster) = common::start("tree", "subscriber_buffer = 67108864\ntree_fanout = 2")
+    else {
+        return;
+    };
+    let all = publish_to_three(&cluster, "tree", || {});
     // Every node shows the same tree, and its parent/children agree.
     let root = all[0]["tree"]["root"].clone();
     for (i, g) in all.iter().enumerate() {
@@ -122,16 +141,8 @@ fn acks_climb_the_tree_and_every_message_arrives_once_in_order() {
     // reached it. Only its tree neighbours report to it; the others' ACKs
     // were merged on the way (a node two hops away from node 1 exists in a
     // 4-node binary tree wherever the agent is).
-    let over_node_1s_stream = |counter: &str| -> u64 {
-        all[1..]
-            .iter()
-            .flat_map(|g| g["receivers"].as_array().unwrap().clone())
-            .filter(|r| r["from"] == 1)
-            .map(|r| r["counters"][counter].as_u64().unwrap())
-            .sum()
-    };
-    let sent_by_receivers = over_node_1s_stream("acks_sent");
-    let merged_on_the_way = over_node_1s_stream("acks_received");
+    let sent_by_receivers = over_node_1s_stream(&all, "acks_sent");
+    let merged_on_the_way = over_node_1s_stream(&all, "acks_received");
     let sender = &all[0]["sender"];
     let at_sender = sender["acks_received"].as_u64().unwrap();
     assert!(merged_on_the_way > 0, "no report was merged: {:#}", all[1]);
@@ -154,55 +165,18 @@ fn losses_are_repaired_by_tree_neighbours_from_their_copies() {
     else {
         return;
     };
-    const N: u64 = 20_000;
-    let (ready, done, read) = (Barrier::new(4), Barrier::new(4), Barrier::new(4));
-    let mut all: Vec<Value> = Vec::new();
-    std::thread::scope(|s| {
-        for node in 2..=4 {
-            let (cluster, ready, done, read) = (&cluster, &ready, &done, &read);
-            s.spawn(move || {
-                let mut c = connect(cluster, node, "subscriber");
-                let m = c.join("near").expect("join");
-                ready.wait();
-                receive_all(&mut c, node, N);
-                done.wait();
-                read.wait();
-                drop(m);
-            });
-        }
-        let mut p = connect(&cluster, 1, "publisher");
-        ready.wait();
-        let m = p.join("near").expect("join");
-        mcast_cli::stream::wait_nodes(&mut p, m.group, &m.view, 4, Duration::from_secs(20))
-            .unwrap_or_else(|e| panic!("{e}"));
+    let all = publish_to_three(&cluster, "near", || {
         cluster.topology().set_loss(0x88b5, 0.01).unwrap();
-        for i in 0..N {
-            p.publish_blocking(m.group, &message(i), Some(Duration::from_secs(20)))
-                .unwrap_or_else(|e| panic!("publish {i}: {e}"));
-        }
-        done.wait();
-        all = (1..=4)
-            .map(|n| group(&stats(&cluster, n), m.group))
-            .collect();
-        read.wait();
     });
     assert!(
         cluster.topology().loss_dropped() > 0,
         "the loss was injected"
     );
-    let over_node_1s_stream = |counter: &str| -> u64 {
-        all[1..]
-            .iter()
-            .flat_map(|g| g["receivers"].as_array().unwrap().clone())
-            .filter(|r| r["from"] == 1)
-            .map(|r| r["counters"][counter].as_u64().unwrap())
-            .sum()
-    };
     // In a binary tree of four nodes, some receiver is two hops from node 1
     // wherever the root is: it asks a neighbour, not the group.
-    let asked = over_node_1s_stream("near_naks_sent");
-    let relayed = over_node_1s_stream("relays_sent");
-    let repaired = over_node_1s_stream("relays_received");
+    let asked = over_node_1s_stream(&all, "near_naks_sent");
+    let relayed = over_node_1s_stream(&all, "relays_sent");
+    let repaired = over_node_1s_stream(&all, "relays_received");
     let sender = &all[0]["sender"];
     assert!(asked > 0, "no receiver asked a neighbour: {:#}", all[1]);
     assert!(

@@ -20,14 +20,6 @@ use mcast_wire::{Flags, Seq};
 /// which a receiver that lost the original learns from the repair.
 pub const KEPT_FLAGS: Flags = Flags(Flags::PAYLOAD.0 | Flags::ACK_REQ.0 | Flags::LAST.0);
 
-/// Frames a receiver keeps copies of by default: a neighbour's NAK comes
-/// within a few round trips of the loss, and the sender holds at most its
-/// window of unacknowledged frames, so a missing frame is at most a window
-/// behind what this node has received. Enough for windows up to this size;
-/// beyond, an old loss may find its copy overwritten and the asker then
-/// asks the group.
-pub const DEFAULT_COPIES: u32 = 1024;
-
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     seq: Seq,

@@ -6,12 +6,10 @@
 //! any stream or machine; a beat's frame goes straight to the TX batch.
 
 use mcast_proto::NodeId;
-use mcast_wire::{Frame, Kind};
+use mcast_wire::Kind;
 
-use super::frames::Place;
-use super::tx::{emit, Crc};
 use super::Engine;
-use crate::transport::{Transport, TxDesc};
+use crate::transport::Transport;
 use crate::EngineError;
 
 /// Beat frames held for the caller at most (older ones are dropped).
@@ -35,32 +33,17 @@ impl<T: Transport> Engine<T> {
             self.counters.tx_no_route += 1;
             return Ok(false);
         };
-        let Some(f) = self.transport.alloc() else {
-            self.counters.tx_no_frame += 1;
-            return Ok(false);
-        };
         let mut h = mcast_wire::Header::new(Kind::Beat);
         h.src = self.cfg.node;
         h.peer = to;
         h.payload_len = payload.len() as u16;
-        let buf = self.transport.frame_mut(f);
-        Frame::<&mut [u8]>::payload_area_mut(buf, payload.len())
-            .map_err(|e| EngineError::Accounting(format!("beat does not fit: {e}")))?
-            .copy_from_slice(payload);
-        let crc = if self.auth.is_some() {
-            Crc::Sealed
-        } else {
-            Crc::Compute
-        };
-        let mut len = emit(buf, (dst, self.mac, self.cfg.ethertype), &h, crc)?;
-        if let Some(a) = self.auth.as_mut() {
-            len = a.seal(buf, len)?;
+        let staged = self.stage_written(dst, &h, |area| {
+            area.copy_from_slice(payload);
+            Ok(())
+        })?;
+        if !staged {
+            return Ok(false);
         }
-        self.frames.place[f as usize] = Place::Staged {
-            keep: false,
-            back: false,
-        };
-        self.tx_copy.push(TxDesc { frame: f, len });
         self.counters.tx_beats += 1;
         if self.tx_copy.len() + self.tx_keep.len() >= self.cfg.batch {
             self.flush_batches()?;

@@ -8,7 +8,7 @@
 //! May not touch: the TX batches; it opens receive streams only through the
 //! stream table (`GroupOptions::accept_senders`).
 
-use mcast_proto::relay::{self, RelayCache};
+use mcast_proto::relay::RelayCache;
 use mcast_proto::{stream_of, BufId, Endpoint, Instant, RxBody};
 use mcast_wire::{batch, Flags, Frame, Kind, RangeList, WireError, FRAME_OVERHEAD};
 
@@ -150,8 +150,10 @@ impl<T: Transport> Engine<T> {
                         // The copy a repair of a tree neighbour is written
                         // from (docs/protocol.md §3.5): a window of them,
                         // since the sender holds at most a window
-                        // unacknowledged.
-                        let cap = g.opts.window_frames.min(relay::DEFAULT_COPIES);
+                        // unacknowledged, and a neighbour may miss any of
+                        // them (with fewer, 5 % of the relays asked for at
+                        // 1 % loss found their copy gone).
+                        let cap = g.opts.window_frames;
                         let start = d.offset as usize + FRAME_OVERHEAD;
                         let end = start + usize::from(header.payload_len);
                         let payload = &self.transport.frame(f)[start..end];

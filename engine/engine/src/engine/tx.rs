@@ -72,15 +72,16 @@ impl<T: Transport> Engine<T> {
     /// Writes a frame whose payload is not a machine's buffer (none, a
     /// range list, a relayed copy) into a frame of its own and puts it in
     /// the copy batch; `write` fills the payload area (`payload_len` bytes).
-    fn stage_written(
+    /// False when the pool had no free frame (counted).
+    pub(super) fn stage_written(
         &mut self,
         dst: MacAddr,
         header: &Header,
         write: impl FnOnce(&mut [u8]) -> Result<(), EngineError>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<bool, EngineError> {
         let Some(f) = self.transport.alloc() else {
             self.counters.tx_no_frame += 1;
-            return Ok(());
+            return Ok(false);
         };
         let buf = self.transport.frame_mut(f);
         let n = usize::from(header.payload_len);
@@ -103,7 +104,7 @@ impl<T: Transport> Engine<T> {
             back: false,
         };
         self.tx_copy.push(TxDesc { frame: f, len });
-        Ok(())
+        Ok(true)
     }
 
     /// Writes a frame's headers and puts it in a TX batch (or defers it).
