@@ -20,6 +20,7 @@ mod checks;
 mod world;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::rc::Rc;
 
 use mcast_proto::{
     stream_of, Counters, Duration, Endpoint, FeedbackTree, Instant, Kind, NodeId, RangeList, Rng,
@@ -30,8 +31,7 @@ use mcast_wire::{Frame, ETHERTYPE_DEFAULT};
 use crate::config::{SimConfig, SENDER};
 use crate::pool::Owner;
 use crate::report::{SimFailure, SimReport, StopReason};
-use mcast_proto::relay::RelayCache;
-use world::{Batch, What, World};
+use world::{Batch, Copies, What, World};
 
 /// The session epoch every simulated stream uses.
 const EPOCH: u32 = 1;
@@ -317,7 +317,12 @@ impl<S: Sender, R: Endpoint> Sim<'_, S, R> {
     }
 
     /// One step: a copy of a frame from `from` reaches `to`.
-    fn copy_arrives(&mut self, from: NodeId, to: NodeId, bytes: &[u8]) -> Result<(), SimFailure> {
+    fn copy_arrives(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        bytes: &Rc<[u8]>,
+    ) -> Result<(), SimFailure> {
         if to == SENDER {
             return self.sender_step(Some((from, bytes)));
         }
@@ -330,7 +335,7 @@ impl<S: Sender, R: Endpoint> Sim<'_, S, R> {
     /// One step at the sender: the input (a frame copy, or nothing for a
     /// timeout already handled or an application wake-up), then the
     /// application offers what it may, then everything is drained and checked.
-    fn sender_step(&mut self, input: Option<(NodeId, &[u8])>) -> Result<(), SimFailure> {
+    fn sender_step(&mut self, input: Option<(NodeId, &Rc<[u8]>)>) -> Result<(), SimFailure> {
         if let Some((from, bytes)) = input {
             receive(&mut self.sender, &mut self.w, from, SENDER, bytes)?;
         }
@@ -413,9 +418,9 @@ fn receive<E: Endpoint>(
     w: &mut World<'_>,
     from: NodeId,
     node: NodeId,
-    bytes: &[u8],
+    bytes: &Rc<[u8]>,
 ) -> Result<(), SimFailure> {
-    let frame = match Frame::new_checked(bytes, ETHERTYPE_DEFAULT) {
+    let frame = match Frame::new_checked(&bytes[..], ETHERTYPE_DEFAULT) {
         Ok(f) => f,
         Err(e) => {
             // Seed 000: a frame that fails its checksum counts as lost.
@@ -433,16 +438,18 @@ fn receive<E: Endpoint>(
     match header.kind {
         k if k.carries_data() => {
             let payload = frame.payload();
-            let (window, max_payload) = (w.cfg.window_frames, w.cfg.max_payload);
+            let window = w.cfg.window_frames;
             let st = &mut w.nodes[node as usize - 1];
             if ep.keeps_copies() {
                 // The copy a repair of a tree neighbour is written from
                 // (docs/protocol.md §3.5): the sender holds at most a
                 // window unacknowledged, so a window of copies covers
                 // every frame a neighbour can still miss.
-                st.copies
-                    .get_or_insert_with(|| RelayCache::new(window, max_payload))
-                    .keep(header.seq, header.flags, payload);
+                st.copies.get_or_insert_with(|| Copies::new(window)).keep(
+                    header.seq,
+                    header.flags,
+                    bytes,
+                );
             }
             let (buf, slot) = st.pool.alloc(Owner::Endpoint, payload.len());
             slot.copy_from_slice(payload);

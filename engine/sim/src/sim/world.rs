@@ -14,8 +14,8 @@ use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::rc::Rc;
 
-use mcast_proto::relay::RelayCache;
-use mcast_proto::{Dest, Flags, Header, Instant, Kind, NodeId, Rng, Transmit, TxBody};
+use mcast_proto::relay::KEPT_FLAGS;
+use mcast_proto::{Dest, Flags, Header, Instant, Kind, NodeId, Rng, Seq, Transmit, TxBody};
 use mcast_wire::{field, group_mac, node_mac, Frame, ETHERTYPE_DEFAULT, ETH_HEADER_LEN};
 
 use super::app::App;
@@ -73,7 +73,47 @@ pub(super) struct NodeState {
     pub(super) max_held: usize,
     /// Copies of the data frames this node's receiver took, for repairs of
     /// its tree neighbours (made when the receiver first asks for them).
-    pub(super) copies: Option<RelayCache>,
+    pub(super) copies: Option<Copies>,
+}
+
+/// The copies a node keeps of the data frames its receiver took (docs/
+/// protocol.md §3.5), as an engine keeps them (`mcast_proto::relay::
+/// RelayCache`: a ring by sequence number, a frame overwritten a capacity
+/// later, the flags `KEPT_FLAGS`), but holding the simulated frame's shared
+/// bytes instead of a copy of its payload: with 1,024 receivers, copying
+/// every payload doubled the simulator's wall time.
+pub(super) struct Copies {
+    slots: Vec<Option<Kept>>,
+}
+
+/// A kept frame: its sequence number, kept flags and whole frame.
+type Kept = (Seq, Flags, Rc<[u8]>);
+
+impl Copies {
+    pub(super) fn new(capacity: u32) -> Copies {
+        Copies {
+            slots: vec![None; capacity.max(1) as usize],
+        }
+    }
+
+    /// Keeps frame `seq` (its whole checked frame in `frame`).
+    pub(super) fn keep(&mut self, seq: Seq, flags: Flags, frame: &Rc<[u8]>) {
+        let n = self.slots.len();
+        self.slots[seq.0 as usize % n] = Some((seq, Flags(flags.0 & KEPT_FLAGS.0), frame.clone()));
+    }
+
+    /// The kept flags and payload of frame `seq`, if still kept.
+    fn get(&self, seq: Seq) -> Option<(Flags, &[u8])> {
+        let (s, flags, frame) = self.slots[seq.0 as usize % self.slots.len()].as_ref()?;
+        if *s != seq {
+            return None;
+        }
+        // Checked on receipt: only its payload's length is read again.
+        let len = Frame::new_checked_but_crc(&frame[..], ETHERTYPE_DEFAULT)
+            .ok()?
+            .payload_len();
+        Some((*flags, &frame[field::PAYLOAD..field::PAYLOAD + len]))
+    }
 }
 
 pub(super) struct Entry {
