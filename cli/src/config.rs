@@ -264,6 +264,9 @@ pub struct GroupConfig {
     /// Overrides `tree_fanout`.
     #[serde(default)]
     pub tree_fanout: Option<u16>,
+    /// Overrides `near_repairs`.
+    #[serde(default)]
+    pub near_repairs: Option<bool>,
     /// Overrides `mode`.
     #[serde(default)]
     pub mode: Option<GroupMode>,
@@ -289,6 +292,9 @@ pub struct GroupSettings {
     /// MAK's ACKs climb a feedback tree of this fanout (0: straight to the
     /// sender; docs/protocol.md §3.4).
     pub tree_fanout: u16,
+    /// With a tree, receivers repair each other's losses from their copies
+    /// before asking the group (docs/protocol.md §3.5).
+    pub near_repairs: bool,
     /// How the group orders its senders' messages.
     pub mode: GroupMode,
     /// (Total order) a message is delivered only once every member has it.
@@ -386,6 +392,12 @@ pub struct Config {
     /// receiver's ACK to the sender.
     #[serde(default)]
     pub tree_fanout: u16,
+    /// With a feedback tree, a receiver asks one tree neighbour for what it
+    /// lost, which repairs it from its copy, before it asks the group and
+    /// the sender (docs/protocol.md §3.5). On by default; it keeps a copy
+    /// of every frame of each stream received (at most a window of them).
+    #[serde(default = "d_true")]
+    pub near_repairs: bool,
     /// Default group mode: "fifo" (each sender's order), "sequenced"
     /// (every sender through the tree's root, one order for all) or "total"
     /// (one order for all from the senders' timestamps, no sequencer).
@@ -1099,6 +1111,7 @@ impl Config {
                 .unwrap_or(self.slow_subscriber),
             batch: g.and_then(|g| g.batch).unwrap_or(self.batch),
             tree_fanout: g.and_then(|g| g.tree_fanout).unwrap_or(self.tree_fanout),
+            near_repairs: g.and_then(|g| g.near_repairs).unwrap_or(self.near_repairs),
             mode: g.and_then(|g| g.mode).unwrap_or(self.mode),
             commit: g.and_then(|g| g.commit).unwrap_or(self.commit),
             broadcast: g.and_then(|g| g.broadcast).unwrap_or(self.broadcast),

@@ -64,6 +64,7 @@ fn the_example_file_parses_and_validates() {
             slow_subscriber: SlowSubscriber::Hold,
             batch: true,
             tree_fanout: 0,
+            near_repairs: true,
             mode: GroupMode::Fifo,
             commit: false,
             broadcast: Broadcast::Auto,
@@ -116,6 +117,7 @@ fn defaults() {
             slow_subscriber: SlowSubscriber::Cutoff,
             batch: true,
             tree_fanout: 0,
+            near_repairs: true,
             mode: GroupMode::Fifo,
             commit: false,
             broadcast: Broadcast::Auto,
@@ -128,6 +130,13 @@ fn defaults() {
     ));
     assert_eq!(cfg.group_settings("wide").tree_fanout, 8);
     assert_eq!(cfg.group_settings("other").tree_fanout, 2);
+    // Local recovery: on unless turned off, per group too.
+    let cfg = parse(&with(
+        "near_repairs = false\n",
+        "[[group]]\nname = \"near\"\nnear_repairs = true\n",
+    ));
+    assert!(cfg.group_settings("near").near_repairs);
+    assert!(!cfg.group_settings("other").near_repairs);
     // And its mode the daemon's.
     let cfg = parse(&with(
         "mode = \"sequenced\"\n",

@@ -270,7 +270,11 @@ impl<T: Transport> Daemon<T> {
             group,
             GroupOptions {
                 algorithm: s.algorithm.to_engine(),
-                protocol: ProtocolConfig::default(),
+                protocol: {
+                    let mut p = ProtocolConfig::default();
+                    p.mak.near_repairs = s.near_repairs;
+                    p
+                },
                 window_frames: s.window_frames,
                 subscribe: true,
                 accept_senders: Accept::Opened,
