@@ -161,32 +161,50 @@ fn acks_climb_the_tree_and_every_message_arrives_once_in_order() {
 /// from its copy; every message still arrives once, in order and intact.
 #[test]
 fn losses_are_repaired_by_tree_neighbours_from_their_copies() {
-    let Some(cluster) = common::start("near", "subscriber_buffer = 67108864\ntree_fanout = 2")
-    else {
+    let Some((asked, relayed, repaired)) = lossy_run("near", "") else {
         return;
     };
-    let all = publish_to_three(&cluster, "near", || {
+    // In a binary tree of four nodes, some receiver is two hops from node 1
+    // wherever the root is: it asks a neighbour, not the group.
+    assert!(asked > 0, "no receiver asked a neighbour");
+    assert!(
+        repaired > 0 && repaired <= relayed,
+        "{repaired} relays received of {relayed} sent"
+    );
+}
+
+/// `near_repairs = false`: the same losses, every NAK to the group.
+#[test]
+fn without_local_recovery_no_neighbour_is_asked() {
+    let Some((asked, relayed, repaired)) = lossy_run("far", "near_repairs = false") else {
+        return;
+    };
+    assert_eq!((asked, relayed, repaired), (0, 0, 0));
+}
+
+/// Node 1 publishes to three subscribers of group `name` with the tree and
+/// 1 % of every frame copy dropped (`extra` added to each daemon's
+/// configuration); returns the near NAKs sent, relays sent and relays
+/// received over node 1's stream. `None`: skipped (no privileges).
+fn lossy_run(name: &str, extra: &str) -> Option<(u64, u64, u64)> {
+    let config = format!("subscriber_buffer = 67108864\ntree_fanout = 2\n{extra}");
+    let cluster = common::start(name, &config)?;
+    let all = publish_to_three(&cluster, name, || {
         cluster.topology().set_loss(0x88b5, 0.01).unwrap();
     });
     assert!(
         cluster.topology().loss_dropped() > 0,
         "the loss was injected"
     );
-    // In a binary tree of four nodes, some receiver is two hops from node 1
-    // wherever the root is: it asks a neighbour, not the group.
     let asked = over_node_1s_stream(&all, "near_naks_sent");
     let relayed = over_node_1s_stream(&all, "relays_sent");
     let repaired = over_node_1s_stream(&all, "relays_received");
     let sender = &all[0]["sender"];
-    assert!(asked > 0, "no receiver asked a neighbour: {:#}", all[1]);
-    assert!(
-        repaired > 0 && repaired <= relayed,
-        "{repaired} relays received of {relayed} sent"
-    );
     eprintln!(
-        "1 % loss: {asked} near NAKs, {relayed} relays sent, {repaired} received; the sender took {} NAKs and retransmitted {}",
+        "{name}, 1 % loss: {asked} near NAKs, {relayed} relays sent, {repaired} received; the sender took {} NAKs and retransmitted {}",
         sender["naks_received"], sender["data_retransmitted"]
     );
+    Some((asked, relayed, repaired))
 }
 
 #[test]
