@@ -232,7 +232,7 @@ use mcast_groups::flush::{FlushKey, FlushMsg, Flushes, Outcome, Retained, StateT
 use mcast_groups::liveness::{LiveEvent, Liveness};
 use mcast_groups::{GroupEvent, GroupId, GroupService, NodeId, View};
 use mcast_proto::any::{Algorithm, AnyReceiver, AnySender, ProtocolConfig};
-use mcast_proto::relay::KEPT_FLAGS;
+use mcast_proto::relay::{SeqRing, KEPT_FLAGS};
 use mcast_proto::{
     stream_of, BufId, Dest, Endpoint, Event, FeedbackTree, Flags, Header, Instant, Kind, OutFrame,
     RangeList, RxBody, Sender, Seq, StreamConfig, Transmit, TxBody,
@@ -606,17 +606,14 @@ struct Sim {
     /// random stream (the other draws of a seed stay as they were).
     tree_fanout: u16,
     /// Per (node, group, data sender, epoch): the copies of the frames its
-    /// receiver took (the last `COPIES`), as a driver keeps them for
+    /// receiver took (a window of them), as a driver keeps them for
     /// repairs of tree neighbours (an engine's receive stream of one
     /// epoch keeps its own).
-    copies: BTreeMap<CopyKey, VecDeque<(Seq, Flags, Msg)>>,
+    copies: BTreeMap<CopyKey, SeqRing<(Flags, Msg)>>,
     /// The machines' configuration (the default: local recovery over the
     /// trees on).
     protocol: ProtocolConfig,
 }
-
-/// Copies a node keeps per stream (a window of the data path's streams).
-const COPIES: usize = 1024;
 
 /// A node's receive stream: (node, group, data sender, epoch).
 type CopyKey = (NodeId, GroupId, NodeId, u32);
@@ -916,11 +913,8 @@ impl Sim {
             TxBody::None => Body::Empty,
             TxBody::Relay(seq) => {
                 let key = (from, header.group, header.peer, header.epoch);
-                let copy = self
-                    .copies
-                    .get(&key)
-                    .and_then(|c| c.iter().rev().find(|(s, _, _)| *s == seq));
-                let Some(&(_, flags, msg)) = copy else {
+                let copy = self.copies.get(&key).and_then(|c| c.get(seq));
+                let Some(&(flags, msg)) = copy else {
                     self.stats.relays_missed += 1;
                     return;
                 };
@@ -977,11 +971,12 @@ impl Sim {
         };
         let e = endpoint(&mut self.nodes, f.to, g, which).expect("checked");
         if let (Body::Data(m), true) = (&f.body, e.keeps_copies()) {
-            let c = self.copies.entry((f.to, g, s, f.header.epoch)).or_default();
-            if c.len() == COPIES {
-                c.pop_front();
-            }
-            c.push_back((f.header.seq, Flags(f.header.flags.0 & KEPT_FLAGS.0), *m));
+            let kept = Flags(f.header.flags.0 & KEPT_FLAGS.0);
+            *self
+                .copies
+                .entry((f.to, g, s, f.header.epoch))
+                .or_insert_with(|| SeqRing::new(WINDOW))
+                .slot(f.header.seq) = Some((f.header.seq, (kept, *m)));
         }
         let body = match (&f.body, buf) {
             (Body::Data(_), Some(b)) => RxBody::Data(b),

@@ -13,7 +13,7 @@
 //! stream of small messages keeps small copies: 512 simulated receivers of
 //! 64-byte messages took 0.75 GB zeroed up front for 1,456-byte slots.
 //!
-//! Owns: [`RelayCache`]. May not touch: the machines' state; it is pure
+//! Owns: [`SeqRing`], [`RelayCache`] and [`KEPT_FLAGS`]. May not touch: the machines' state; it is pure
 //! storage, filled and read by drivers.
 
 use mcast_wire::{Flags, Seq};
@@ -23,18 +23,45 @@ use mcast_wire::{Flags, Seq};
 /// which a receiver that lost the original learns from the repair.
 pub const KEPT_FLAGS: Flags = Flags(Flags::PAYLOAD.0 | Flags::ACK_REQ.0 | Flags::LAST.0);
 
-#[derive(Debug, Clone, Default)]
-struct Slot {
-    seq: Seq,
-    flags: Flags,
-    used: bool,
-    payload: Vec<u8>,
+/// The values of the last `capacity` sequence numbers of a stream: a ring
+/// indexed by sequence number, where a value is found until the one a
+/// capacity later takes its slot. What every driver keeps its copies in
+/// (the engine's [`RelayCache`], the simulators' references to their
+/// frames).
+#[derive(Debug, Clone)]
+pub struct SeqRing<T> {
+    slots: Vec<Option<(Seq, T)>>,
 }
 
-/// Copies of the last `capacity` sequence numbers of one stream.
+impl<T> SeqRing<T> {
+    /// Room for `capacity` sequence numbers (at least one).
+    pub fn new(capacity: u32) -> SeqRing<T> {
+        SeqRing {
+            slots: (0..capacity.max(1)).map(|_| None).collect(),
+        }
+    }
+
+    /// The slot `seq` goes in, with what it holds now (maybe an earlier
+    /// sequence number's value, to overwrite or reuse).
+    pub fn slot(&mut self, seq: Seq) -> &mut Option<(Seq, T)> {
+        let n = self.slots.len();
+        &mut self.slots[seq.0 as usize % n]
+    }
+
+    /// The value of `seq`, if its slot still holds it.
+    pub fn get(&self, seq: Seq) -> Option<&T> {
+        match &self.slots[seq.0 as usize % self.slots.len()] {
+            Some((s, v)) if *s == seq => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// Copies of the last `capacity` sequence numbers of one stream: their
+/// kept flags and payloads.
 #[derive(Debug, Clone)]
 pub struct RelayCache {
-    slots: Vec<Slot>,
+    ring: SeqRing<(Flags, Vec<u8>)>,
     max_payload: usize,
 }
 
@@ -42,45 +69,34 @@ impl RelayCache {
     /// Room for `capacity` frames of at most `max_payload` bytes each (at
     /// most `capacity × max_payload` bytes, taken as payloads come).
     pub fn new(capacity: u32, max_payload: usize) -> RelayCache {
-        let n = capacity.max(1) as usize;
         RelayCache {
-            slots: vec![Slot::default(); n],
+            ring: SeqRing::new(capacity),
             max_payload,
         }
     }
 
-    fn index(&self, seq: Seq) -> usize {
-        seq.0 as usize % self.slots.len()
-    }
-
-    /// Keeps a copy of frame `seq` (its payload flags and payload). A
-    /// payload longer than the slot is not kept.
+    /// Keeps a copy of frame `seq` (its flags and payload). A payload
+    /// longer than `max_payload` is not kept.
     pub fn keep(&mut self, seq: Seq, flags: Flags, payload: &[u8]) {
         if payload.len() > self.max_payload {
             return;
         }
-        let i = self.index(seq);
-        let slot = &mut self.slots[i];
-        slot.seq = seq;
-        slot.flags = Flags(flags.0 & KEPT_FLAGS.0);
-        slot.used = true;
-        slot.payload.clear();
-        slot.payload.extend_from_slice(payload);
+        let kept = Flags(flags.0 & KEPT_FLAGS.0);
+        let slot = self.ring.slot(seq);
+        if let Some((s, (f, buf))) = slot.as_mut() {
+            // The slot's buffer is reused: no allocation once it is grown.
+            (*s, *f) = (seq, kept);
+            buf.clear();
+            buf.extend_from_slice(payload);
+        } else {
+            *slot = Some((seq, (kept, payload.to_vec())));
+        }
     }
 
     /// The copy of frame `seq`, if still kept: its kept flags
     /// ([`KEPT_FLAGS`]) and payload.
     pub fn get(&self, seq: Seq) -> Option<(Flags, &[u8])> {
-        let s = &self.slots[self.index(seq)];
-        if !s.used || s.seq != seq {
-            return None;
-        }
-        Some((s.flags, &s.payload))
-    }
-
-    /// Frames it can hold.
-    pub fn capacity(&self) -> u32 {
-        self.slots.len() as u32
+        self.ring.get(seq).map(|(f, p)| (*f, &p[..]))
     }
 }
 

@@ -449,6 +449,7 @@ fn receive<E: Endpoint>(
                     header.seq,
                     header.flags,
                     bytes,
+                    header.payload_len,
                 );
             }
             let (buf, slot) = st.pool.alloc(Owner::Endpoint, payload.len());

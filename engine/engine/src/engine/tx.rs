@@ -83,13 +83,18 @@ impl<T: Transport> Engine<T> {
             self.counters.tx_no_frame += 1;
             return Ok(false);
         };
-        let buf = self.transport.frame_mut(f);
         let n = usize::from(header.payload_len);
         if n > 0 {
-            let area = Frame::<&mut [u8]>::payload_area_mut(buf, n)
-                .map_err(|e| EngineError::Accounting(format!("payload does not fit: {e}")))?;
-            write(area)?;
+            write(payload_area(self.transport.frame_mut(f), n)?)?;
         }
+        self.stage_frame(f, dst, header)?;
+        Ok(true)
+    }
+
+    /// Writes `header` into frame `f`, whose payload is in place, seals it
+    /// and puts it in the copy batch.
+    fn stage_frame(&mut self, f: u32, dst: MacAddr, header: &Header) -> Result<(), EngineError> {
+        let buf = self.transport.frame_mut(f);
         let crc = if self.auth.is_some() {
             Crc::Sealed
         } else {
@@ -104,7 +109,7 @@ impl<T: Transport> Engine<T> {
             back: false,
         };
         self.tx_copy.push(TxDesc { frame: f, len });
-        Ok(true)
+        Ok(())
     }
 
     /// Writes a frame's headers and puts it in a TX batch (or defers it).
@@ -133,7 +138,11 @@ impl<T: Transport> Engine<T> {
             }
             TxBody::Relay(seq) => {
                 // A repair of a tree neighbour from this node's copy
-                // (docs/protocol.md §3.5), copied into a frame of its own.
+                // (docs/protocol.md §3.5), copied once, into a frame of its own.
+                let Some(f) = self.transport.alloc() else {
+                    self.counters.tx_no_frame += 1;
+                    return Ok(());
+                };
                 let copy = self
                     .group_index(t.header.group)
                     .and_then(|gi| {
@@ -143,17 +152,15 @@ impl<T: Transport> Engine<T> {
                     .and_then(|r| r.copies.as_ref())
                     .and_then(|c| c.get(*seq));
                 let Some((flags, payload)) = copy else {
+                    self.free(f);
                     self.counters.tx_relay_missed += 1;
                     return Ok(());
                 };
-                let payload = payload.to_vec();
                 let mut header = t.header;
                 header.flags = header.flags.with(flags);
                 header.payload_len = payload.len() as u16;
-                self.stage_written(dst, &header, |area| {
-                    area.copy_from_slice(&payload);
-                    Ok(())
-                })?;
+                payload_area(self.transport.frame_mut(f), payload.len())?.copy_from_slice(payload);
+                self.stage_frame(f, dst, &header)?;
             }
             TxBody::Buf(b) => {
                 let b = b.0;
@@ -290,4 +297,10 @@ pub(super) fn emit(
     let (_, len) =
         written.map_err(|e| EngineError::Accounting(format!("frame does not fit: {e}")))?;
     Ok(len as u32)
+}
+
+/// The payload area of `n` bytes of a frame being written.
+fn payload_area(buf: &mut [u8], n: usize) -> Result<&mut [u8], EngineError> {
+    Frame::<&mut [u8]>::payload_area_mut(buf, n)
+        .map_err(|e| EngineError::Accounting(format!("payload does not fit: {e}")))
 }

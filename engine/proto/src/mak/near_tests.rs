@@ -66,6 +66,29 @@ fn fire(r: &mut MakReceiver, now: Instant) -> Vec<Transmit> {
     drain_tx(r, now)
 }
 
+/// Both receivers take frames 0 and 2 (frame 1 is lost at both); `asker`'s
+/// NAK timer then fires: its near NAK.
+fn both_miss_frame_1(asker: &mut MakReceiver, other: &mut MakReceiver) -> Transmit {
+    for r in [&mut *asker, &mut *other] {
+        give(r, us(0), 0);
+        give(r, us(1), 2);
+    }
+    fire(asker, us(2)).remove(0)
+}
+
+/// Frame `i` relayed by node `src`, as its driver writes it (`flags` added).
+fn relay_from(src: NodeId, i: u32, flags: Flags) -> Header {
+    let mut h = data(i);
+    h.src = src;
+    h.peer = SENDER;
+    h.tstamp_us = 0;
+    h.flags = Flags::WHOLE
+        .with(Flags::NEAR)
+        .with(Flags::RETRANSMIT)
+        .with(flags);
+    h
+}
+
 /// What a driver holding the copy of frame `i` sends for a relay.
 fn relayed(t: &Transmit, i: u32) -> Header {
     assert_eq!(t.body, TxBody::Relay(seq(i)), "a relay of frame {i}: {t:?}");
@@ -172,11 +195,7 @@ fn the_group_is_asked_after_three_unanswered_near_naks() {
 #[test]
 fn a_repairer_missing_the_frame_too_asks_its_own_at_once_and_repairs_when_it_comes() {
     let (mut r8, mut r4) = (receiver(8), receiver(4));
-    for r in [&mut r8, &mut r4] {
-        give(r, us(0), 0);
-        give(r, us(1), 2);
-    }
-    let nak = fire(&mut r8, us(2)).remove(0);
+    let nak = both_miss_frame_1(&mut r8, &mut r4);
     assert_eq!(nak.dest, Dest::Node(4));
     // Node 4 misses frame 1 too (its own timer has not fired yet): nothing
     // to relay, and its own ask leaves now, to its repairer 2.
@@ -187,10 +206,7 @@ fn a_repairer_missing_the_frame_too_asks_its_own_at_once_and_repairs_when_it_com
     assert_eq!(tx.len(), 1, "{tx:?}");
     assert_eq!(tx[0].dest, Dest::Node(2));
     // Node 2's relay reaches 4, which delivers it and pays what it owes 8.
-    let mut from2 = data(1);
-    from2.src = 2;
-    from2.peer = SENDER;
-    from2.flags = Flags::WHOLE.with(Flags::NEAR).with(Flags::RETRANSMIT);
+    let from2 = relay_from(2, 1, Flags::NONE);
     r4.handle_frame(us(10), &from2, RxBody::Data(BufId(50)));
     assert_eq!(delivered(&mut r4).len(), 3);
     let tx = drain_tx(&mut r4, us(10));
@@ -203,11 +219,7 @@ fn a_repairer_missing_the_frame_too_asks_its_own_at_once_and_repairs_when_it_com
 fn asked_by_its_own_repairer_for_a_frame_it_misses_it_asks_the_group() {
     // 2's repairer is 4 and 4's is 2: neither can help the other.
     let (mut r2, mut r4) = (receiver(2), receiver(4));
-    for r in [&mut r2, &mut r4] {
-        give(r, us(0), 0);
-        give(r, us(1), 2);
-    }
-    let nak = fire(&mut r4, us(2)).remove(0);
+    let nak = both_miss_frame_1(&mut r4, &mut r2);
     assert_eq!(nak.dest, Dest::Node(2));
     deliver(&mut r2, us(3), &nak, 0);
     let tx = fire(&mut r2, us(3));
@@ -223,14 +235,7 @@ fn a_relay_of_a_request_owes_the_ack_with_the_last_stamp_from_the_sender() {
     r4.handle_frame(us(10), &d0, RxBody::Data(BufId(0)));
     // Frame 1 carried the round's request and was lost; 2 came.
     give(&mut r4, us(11), 2);
-    let mut from2 = data(1);
-    from2.src = 2;
-    from2.peer = SENDER;
-    from2.tstamp_us = 0;
-    from2.flags = Flags::WHOLE
-        .with(Flags::NEAR)
-        .with(Flags::RETRANSMIT)
-        .with(Flags::ACK_REQ);
+    let from2 = relay_from(2, 1, Flags::ACK_REQ);
     r4.handle_frame(us(40), &from2, RxBody::Data(BufId(9)));
     assert_eq!(r4.counters().ack_reqs_received, 1, "the request is taken");
     let tx = drain_tx(&mut r4, us(40));
@@ -239,8 +244,7 @@ fn a_relay_of_a_request_owes_the_ack_with_the_last_stamp_from_the_sender() {
     // Without the tree's children, a leaf reports at once: node 8.
     let mut r8 = receiver(8);
     r8.handle_frame(us(10), &d0, RxBody::Data(BufId(0)));
-    let mut via4 = from2;
-    via4.src = 4;
+    let via4 = relay_from(4, 1, Flags::ACK_REQ);
     r8.handle_frame(us(40), &via4, RxBody::Data(BufId(9)));
     let tx = drain_tx(&mut r8, us(40));
     let report = tx

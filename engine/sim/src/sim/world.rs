@@ -14,7 +14,7 @@ use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::rc::Rc;
 
-use mcast_proto::relay::KEPT_FLAGS;
+use mcast_proto::relay::{SeqRing, KEPT_FLAGS};
 use mcast_proto::{Dest, Flags, Header, Instant, Kind, NodeId, Rng, Seq, Transmit, TxBody};
 use mcast_wire::{field, group_mac, node_mac, Frame, ETHERTYPE_DEFAULT, ETH_HEADER_LEN};
 
@@ -77,42 +77,28 @@ pub(super) struct NodeState {
 }
 
 /// The copies a node keeps of the data frames its receiver took (docs/
-/// protocol.md §3.5), as an engine keeps them (`mcast_proto::relay::
-/// RelayCache`: a ring by sequence number, a frame overwritten a capacity
-/// later, the flags `KEPT_FLAGS`), but holding the simulated frame's shared
-/// bytes instead of a copy of its payload: with 1,024 receivers, copying
-/// every payload doubled the simulator's wall time.
-pub(super) struct Copies {
-    slots: Vec<Option<Kept>>,
-}
-
-/// A kept frame: its sequence number, kept flags and whole frame.
-type Kept = (Seq, Flags, Rc<[u8]>);
+/// protocol.md §3.5), in the engine's ring (`SeqRing`) with its flags
+/// (`KEPT_FLAGS`), but holding the simulated frame's shared bytes and its
+/// payload's length instead of a copy of the payload: with 1,024 receivers,
+/// copying every payload doubled the simulator's wall time.
+pub(super) struct Copies(SeqRing<(Flags, Rc<[u8]>, usize)>);
 
 impl Copies {
     pub(super) fn new(capacity: u32) -> Copies {
-        Copies {
-            slots: vec![None; capacity.max(1) as usize],
-        }
+        Copies(SeqRing::new(capacity))
     }
 
-    /// Keeps frame `seq` (its whole checked frame in `frame`).
-    pub(super) fn keep(&mut self, seq: Seq, flags: Flags, frame: &Rc<[u8]>) {
-        let n = self.slots.len();
-        self.slots[seq.0 as usize % n] = Some((seq, Flags(flags.0 & KEPT_FLAGS.0), frame.clone()));
+    /// Keeps frame `seq`: its whole checked frame, of `payload_len` bytes
+    /// of payload.
+    pub(super) fn keep(&mut self, seq: Seq, flags: Flags, frame: &Rc<[u8]>, payload_len: u16) {
+        let kept = Flags(flags.0 & KEPT_FLAGS.0);
+        *self.0.slot(seq) = Some((seq, (kept, frame.clone(), usize::from(payload_len))));
     }
 
-    /// The kept flags and payload of frame `seq`, if still kept.
-    fn get(&self, seq: Seq) -> Option<(Flags, &[u8])> {
-        let (s, flags, frame) = self.slots[seq.0 as usize % self.slots.len()].as_ref()?;
-        if *s != seq {
-            return None;
-        }
-        // Checked on receipt: only its payload's length is read again.
-        let len = Frame::new_checked_but_crc(&frame[..], ETHERTYPE_DEFAULT)
-            .ok()?
-            .payload_len();
-        Some((*flags, &frame[field::PAYLOAD..field::PAYLOAD + len]))
+    /// Frame `seq`, if still kept: its kept flags, the frame and its
+    /// payload's length.
+    fn get(&self, seq: Seq) -> Option<(Flags, Rc<[u8]>, usize)> {
+        self.0.get(seq).cloned()
     }
 }
 
@@ -285,18 +271,19 @@ impl<'c> World<'c> {
     pub(super) fn transmit(&mut self, node: NodeId, tx: &Transmit) -> Result<(), SimFailure> {
         let cfg = self.cfg;
         let relayed;
+        let mut copy = None;
         let h = match tx.body {
             TxBody::Relay(seq) => {
                 // A repair from the node's copy, as an engine writes it.
                 let copies = self.nodes[node as usize - 1].copies.as_ref();
-                let Some((flags, payload)) = copies.and_then(|c| c.get(seq)) else {
+                let Some((flags, frame, len)) = copies.and_then(|c| c.get(seq)) else {
                     self.wire.relay_missed += 1;
                     return Ok(());
                 };
                 let mut h = tx.header;
                 h.flags = h.flags.with(flags);
-                h.payload_len = payload.len() as u16;
-                relayed = h;
+                h.payload_len = len as u16;
+                (relayed, copy) = (h, Some(frame));
                 &relayed
             }
             _ => &tx.header,
@@ -349,12 +336,11 @@ impl<'c> World<'c> {
                     list.emit(p).expect("sized to the list");
                 })
             }
-            TxBody::Relay(seq) => {
-                let st = &mut self.nodes[node as usize - 1];
-                let copy = st.copies.as_ref().and_then(|c| c.get(*seq));
-                let payload = copy.expect("checked above").1.to_vec();
+            TxBody::Relay(_) => {
                 self.wire.relay += 1;
-                self.emit_scratch(node, dst, h, |p| p.copy_from_slice(&payload))
+                let frame = copy.expect("taken above");
+                let payload = &frame[field::PAYLOAD..field::PAYLOAD + payload_len];
+                self.emit_scratch(node, dst, h, |p| p.copy_from_slice(payload))
             }
             TxBody::None => {
                 if payload_len != 0 {
