@@ -48,6 +48,7 @@
 //!   and forwards; [`GroupMode::members_changed`] re-plans the tree.
 
 pub mod broadcast;
+pub mod commit_tree;
 #[cfg(test)]
 mod fake;
 pub mod fifo;

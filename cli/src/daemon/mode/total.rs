@@ -36,12 +36,14 @@ use mcast_ipc::{scatter, ClientId};
 use mcast_wire::{GroupId, NodeId, Seq};
 use serde_json::json;
 
+use super::commit_tree::{self, CommitTree};
 use super::hlc::{Hlc, Wall};
 use super::least::Least;
 use super::send_stream::SendStream;
 use super::silence::Silence;
 use super::{GroupMode, ModeCx, Out, Published, To};
 use crate::daemon::deliver::{data_record, event_record};
+use crate::links::LinkMessage;
 
 /// Bytes before a message: tag, stamp (u64), the sender's ready epoch
 /// (u64), and its barrier when it sent it (u64; 0 unless the group commits).
@@ -52,10 +54,14 @@ const TAG_DATA: u8 = b'T';
 /// delivered to its member only.
 const TAG_SCATTER: u8 = b'S';
 /// A stamp alone, and the highest stamp of a message its sender holds
-/// waiting (u64 after the header; 0: none).
+/// waiting (u64 after the header; 0: none); from the root of a commit tree
+/// ([`commit_tree`](super::commit_tree)), then the view's epoch and stable
+/// point (u64 each).
 const TAG_BEACON: u8 = b'B';
 /// Bytes of a beacon.
 const BEACON_LEN: usize = HEADER_LEN + 8;
+/// Bytes of a beacon that carries a stable point.
+const STABLE_BEACON_LEN: usize = BEACON_LEN + 16;
 /// The default beacon interval: at most one beacon per interval from a
 /// node, and only while others' messages wait for it.
 pub const DEFAULT_BEACON_NS: u64 = 100_000;
@@ -81,6 +87,8 @@ enum Opening<'a> {
         epoch: u64,
         report: u64,
         wants: u64,
+        /// (view epoch, stable point) from a commit tree's root.
+        stable: Option<(u64, u64)>,
     },
 }
 
@@ -110,12 +118,16 @@ fn decode(buf: &[u8]) -> Option<Opening<'_>> {
             msg: &buf[HEADER_LEN..],
             scatter: buf[0] == TAG_SCATTER,
         }),
-        TAG_BEACON if buf.len() == BEACON_LEN => Some(Opening::Beacon {
-            ts,
-            epoch,
-            report,
-            wants: word(HEADER_LEN),
-        }),
+        TAG_BEACON if buf.len() == BEACON_LEN || buf.len() == STABLE_BEACON_LEN => {
+            Some(Opening::Beacon {
+                ts,
+                epoch,
+                report,
+                wants: word(HEADER_LEN),
+                stable: (buf.len() == STABLE_BEACON_LEN)
+                    .then(|| (word(BEACON_LEN), word(BEACON_LEN + 8))),
+            })
+        }
         _ => None,
     }
 }
@@ -299,8 +311,11 @@ pub struct TotalOrder {
     /// The last reports of the barrier's nodes not departing (None: none
     /// yet): their least is the others' part of the stable point.
     counted: Least,
-    /// The barrier this node put in its last frame.
+    /// The barrier this node put in its last frame (or sent up the
+    /// commit tree).
     reported: u64,
+    /// (Commit) the reports' tree, in views large enough for one.
+    commit_tree: CommitTree,
     /// The largest stamp of this node's own messages.
     own_max: u64,
     scratch: Vec<u8>,
@@ -360,6 +375,7 @@ impl TotalOrder {
             reports: BTreeMap::new(),
             counted: Least::default(),
             reported: 0,
+            commit_tree: CommitTree::new(commit_tree::DEFAULT_FROM_NODES),
             own_max: 0,
             scratch: Vec::new(),
             counters: Counters::default(),
@@ -372,21 +388,50 @@ impl TotalOrder {
         self
     }
 
+    /// (Commit) views of at least `nodes` members send their reports up a
+    /// tree ([`commit_tree`]; `usize::MAX`: never); the default is
+    /// [`commit_tree::DEFAULT_FROM_NODES`].
+    pub fn commit_tree_from(mut self, nodes: usize) -> TotalOrder {
+        self.commit_tree = CommitTree::new(nodes);
+        self
+    }
+
     /// At or below this, every member of the view has every message: the
-    /// least of this node's barrier and the others' last reports (None
-    /// while one has not reported). Departed nodes no longer count: they
-    /// deliver nothing more.
+    /// least of this node's barrier and what is known of the others'
+    /// reports: the least of their last reports here, or the view's stable
+    /// point from the commit tree, whichever is larger (both are bounds
+    /// below every member's barrier). None while neither is known.
+    /// Departed nodes no longer count: they deliver nothing more.
     fn stable(&mut self) -> Option<u64> {
-        Some(self.barrier()?.min(self.counted.least()?))
+        let barrier = self.barrier()?;
+        if self.commit_tree.is_root() {
+            let own = self.report();
+            self.commit_tree.settle_root(own);
+        }
+        let others = match (self.counted.least(), self.commit_tree.stable()) {
+            (Some(direct), Some(tree)) => Some(direct.max(tree)),
+            (direct, tree) => direct.or(tree),
+        };
+        Some(barrier.min(others?))
     }
 
     /// The barrier to put in the next frame (0 when the group does not
     /// commit: nobody reads it).
     fn report(&mut self) -> u64 {
+        self.clock.floor();
+        self.report_peek()
+    }
+
+    /// [`Self::report`] without keeping the clock's reading (for
+    /// [`GroupMode::poll_at`]).
+    fn report_peek(&self) -> u64 {
         if !self.commit {
             return 0;
         }
-        let barrier = self.barrier().unwrap_or(0);
+        let barrier = self
+            .senders
+            .least()
+            .map_or(0, |least| self.clock.peek().min(least));
         // While the event of a view that adds a node has no place, nothing
         // above what is known of its place is vouched for: above it, the
         // order counts the joining node, which lacks what a member that
@@ -400,8 +445,11 @@ impl TotalOrder {
     /// Others may wait for this node's report: a message stamped above the
     /// last one is known here (others' or its own), and the barrier has
     /// moved past that report.
+    /// (Over a commit tree, reports go up the tree instead.)
     fn report_due(&mut self) -> bool {
-        self.report_wanted() && self.barrier().is_some_and(|b| b > self.reported)
+        !self.commit_tree.on()
+            && self.report_wanted()
+            && self.barrier().is_some_and(|b| b > self.reported)
     }
 
     /// `node`'s report, kept only where the group commits (nobody reads it
@@ -418,6 +466,15 @@ impl TotalOrder {
     /// A message stamped above this node's last report is known here.
     fn report_wanted(&self) -> bool {
         self.commit && self.demand.max(self.own_max) > self.reported
+    }
+
+    /// (Commit tree) this node's report is wanted up the tree: as a
+    /// report beacon would be ([`Self::report_wanted`]), or because
+    /// something held here waits for the view's stable point, which the
+    /// root can only raise with every member's report (nobody else knows
+    /// what this node holds until its beacons say it is stuck).
+    fn up_wanted(&self) -> bool {
+        self.report_wanted() || !self.held.is_empty()
     }
 
     /// Below or at this, nothing can arrive any more: None while a node of
@@ -694,12 +751,28 @@ impl TotalOrder {
             0
         };
         let report = self.report();
+        // A commit tree's root says the view's stable point in each beacon.
+        let stable = self
+            .commit_tree
+            .is_root()
+            .then(|| self.commit_tree.stable())
+            .flatten();
+        let mut trailer = [0u8; 24];
+        trailer[..8].copy_from_slice(&wants.to_be_bytes());
+        let trailer = match stable {
+            Some(s) => {
+                trailer[8..16].copy_from_slice(&self.commit_tree.epoch().to_be_bytes());
+                trailer[16..].copy_from_slice(&s.to_be_bytes());
+                &trailer[..]
+            }
+            None => &trailer[..8],
+        };
         encode(
             TAG_BEACON,
             ts,
             self.ready(),
             report,
-            &wants.to_be_bytes(),
+            trailer,
             &mut self.scratch,
         );
         let sent = match self.stream.publish(cx, &self.scratch)? {
@@ -718,6 +791,9 @@ impl TotalOrder {
             self.advertised = ts;
             self.wanted = self.wanted.max(wants);
             self.counters.beacons_sent += 1;
+            if let Some(s) = stable.filter(|&s| s > self.commit_tree.multicast()) {
+                self.commit_tree.sent(s, now_ns);
+            }
         } else {
             self.counters.beacon_errors += 1;
         }
@@ -819,6 +895,51 @@ impl TotalOrder {
         self.ready() < self.installed
     }
 
+    /// (Commit tree) sends this node's subtree report to its parent when
+    /// one is due; true at the root when its stable point is due to go
+    /// out (in a beacon).
+    fn send_up(&mut self, cx: &mut ModeCx<'_>, now_ns: u64) -> bool {
+        if !self.commit_tree.on() {
+            return false;
+        }
+        let own = self.report();
+        let wanted = self.up_wanted();
+        let Some(value) = self.commit_tree.due(own, wanted, now_ns, self.beacon_ns) else {
+            return false;
+        };
+        let Some(parent) = self.commit_tree.parent() else {
+            self.commit_tree.settle_root(own);
+            return true;
+        };
+        let body = commit_tree::encode_up(self.commit_tree.epoch(), value);
+        cx.outbox.push((
+            parent,
+            LinkMessage::Mode {
+                group: self.group,
+                body,
+            },
+        ));
+        self.commit_tree.sent(value, now_ns);
+        self.reported = self.reported.max(own);
+        false
+    }
+
+    /// (Commit) the tree's part of `mcast stat`, `now` this node's clock.
+    fn commit_tree_json(&self, now: u64) -> serde_json::Value {
+        let t = &self.commit_tree;
+        json!({
+            "on": t.on(),
+            "view": t.epoch(),
+            "parent": t.parent(),
+            "root": t.is_root(),
+            "stable_lag_us": t.stable().map(|s| now.saturating_sub(s) / 1_000),
+            "ups_sent": t.ups_sent,
+            "ups_received": t.ups_received,
+            "stables_received": t.stables_received,
+            "ups_dropped": t.ups_dropped,
+        })
+    }
+
     /// Notes the oldest held message at `now_ns`.
     fn watch_oldest(&mut self, now_ns: u64) {
         let first = self.held.first_key_value().map(|(k, _)| *k);
@@ -864,6 +985,27 @@ impl GroupMode for TotalOrder {
         false
     }
 
+    /// (Commit tree) a child's report for its subtree; at the root it may
+    /// raise the view's stable point, and what it passes is delivered.
+    fn on_link(
+        &mut self,
+        cx: &mut ModeCx<'_>,
+        from: NodeId,
+        body: &[u8],
+        out: &mut Out<'_>,
+    ) -> Result<(), String> {
+        let _ = cx;
+        if !self.commit {
+            return Err(format!(
+                "a total-order group that does not commit takes no mode messages (from node {from})"
+            ));
+        }
+        let (epoch, report) = commit_tree::decode_up(body)?;
+        self.commit_tree.up_received(from, epoch, report)?;
+        self.release(out);
+        Ok(())
+    }
+
     /// New nodes enter the barrier; departed ones stay in it until no
     /// flush runs here. Every view is answered with a stamp of it: a node
     /// that joined in it waits for one from every other node. A node's
@@ -875,6 +1017,10 @@ impl GroupMode for TotalOrder {
     ) -> Result<(), EngineError> {
         self.stream.members_changed(cx, added)?;
         self.installed = self.installed.max(cx.view_epoch);
+        if self.commit {
+            self.commit_tree
+                .view(cx.view_epoch, cx.root, self.node, cx.remote);
+        }
         self.view_adds = !added.is_empty() || self.joined_epoch.is_none();
         if self.joined_epoch.is_none() {
             self.joined_epoch = Some(cx.view_epoch);
@@ -938,8 +1084,12 @@ impl GroupMode for TotalOrder {
                     epoch,
                     report,
                     wants,
+                    stable,
                 }) => {
                     self.note_report(node, report);
+                    if let Some((view, point)) = stable.filter(|_| self.commit) {
+                        self.commit_tree.stable_heard(node, view, point);
+                    }
                     self.counters.beacons_received += 1;
                     // A node holds messages up to `wants` waiting: for this
                     // node's stamp too, perhaps.
@@ -1000,7 +1150,13 @@ impl GroupMode for TotalOrder {
             return Some(0);
         }
         let next_beacon = self.last_beacon_ns.map_or(0, |t| t + self.beacon_ns);
-        let demand = (self.demand > self.advertised || self.report_wanted()).then_some(next_beacon);
+        let tree_on = self.commit_tree.on();
+        let demand = (self.demand > self.advertised || self.report_wanted() && !tree_on)
+            .then_some(next_beacon);
+        // (Commit tree) a report up, or the root's stable point out.
+        let up = self
+            .commit_tree
+            .due_at(self.report_peek(), self.up_wanted(), self.beacon_ns);
         // Held messages are watched until they pass or this node has said
         // what it waits for.
         let watch = (self.held_max() > self.wanted).then(|| match self.oldest {
@@ -1008,7 +1164,7 @@ impl GroupMode for TotalOrder {
             Some((_, since)) => (since + 2 * self.beacon_ns).max(next_beacon),
         });
         let silence = self.silence.due(self.oldest, self.beacon_ns);
-        [demand, watch, silence].into_iter().flatten().min()
+        [demand, watch, silence, up].into_iter().flatten().min()
     }
 
     fn wants_round(&self) -> bool {
@@ -1021,7 +1177,9 @@ impl GroupMode for TotalOrder {
     /// ([`Silence`]).
     fn silent(&mut self, now_ns: u64) -> Vec<NodeId> {
         let (senders, departing, reports) = (&self.senders, &self.departing, &self.reports);
-        let commit = self.commit;
+        // Over a commit tree the others' reports do not come here: a node
+        // is judged by its stamps (its beacons) alone.
+        let commit = self.commit && !self.commit_tree.on();
         let oldest = self.oldest;
         let waited_on = || {
             let Some(((ts, _, _), _)) = oldest else {
@@ -1125,8 +1283,11 @@ impl GroupMode for TotalOrder {
                 self.announced = self.ready();
                 self.note_first(self.node, self.announced, ts);
             }
-        } else if self.beacon_due(now_ns) {
-            work |= self.beacon(cx, now_ns)?;
+        } else {
+            let stable_due = self.commit && self.send_up(cx, now_ns);
+            if stable_due || self.beacon_due(now_ns) {
+                work |= self.beacon(cx, now_ns)?;
+            }
         }
         self.release(out);
         self.watch_oldest(now_ns);
@@ -1152,6 +1313,7 @@ impl GroupMode for TotalOrder {
             "mode": self.name(),
             "commit": self.commit,
             "report_lag_us": if self.commit { json!(reports) } else { json!(null) },
+            "commit_tree": if self.commit { self.commit_tree_json(now) } else { json!(null) },
             "sender_open": self.stream.is_open(),
             "held": self.held.len(),
             "held_bytes": self.held_bytes,

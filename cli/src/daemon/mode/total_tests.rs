@@ -18,6 +18,8 @@ struct Rig {
     wall: Rc<Cell<u64>>,
     /// Delivered here: (source, message, the client it skipped).
     got: Vec<(NodeId, Vec<u8>, To)>,
+    /// The link messages the mode sent.
+    outbox: Vec<(NodeId, LinkMessage)>,
 }
 
 impl Rig {
@@ -32,6 +34,7 @@ impl Rig {
             settled: true,
             wall,
             got: Vec::new(),
+            outbox: Vec::new(),
         };
         let added = r.remote.clone();
         r.call(|m, cx, _| m.members_changed(cx, &added).unwrap());
@@ -48,11 +51,22 @@ impl Rig {
         r
     }
 
+    /// [`Rig::committing`] over a commit tree whatever the view's size.
+    fn committing_over_a_tree(node: NodeId, remote: &[NodeId]) -> Rig {
+        let mut r = Rig::new(node, remote);
+        r.mode = TotalOrder::new(GROUP, node, Seq(0), Box::new(|| 1_000), 100)
+            .committing(true)
+            .commit_tree_from(2);
+        let added = r.remote.clone();
+        r.call(|m, cx, _| m.members_changed(cx, &added).unwrap());
+        r
+    }
+
     fn call<R>(
         &mut self,
         f: impl FnOnce(&mut TotalOrder, &mut ModeCx<'_>, &mut Out<'_>) -> R,
     ) -> R {
-        let mut outbox = Vec::new();
+        let outbox = &mut self.outbox;
         let mut cx = ModeCx {
             group: GROUP,
             node: 1,
@@ -62,7 +76,7 @@ impl Rig {
             settled: self.settled,
             view_epoch: self.view_epoch,
             streams: &mut self.streams,
-            outbox: &mut outbox,
+            outbox,
         };
         let got = &mut self.got;
         f(&mut self.mode, &mut cx, &mut |hdr, data, except| {
@@ -664,4 +678,86 @@ fn a_skipped_notice_comes_after_the_senders_held_messages_from_before_the_jump()
     assert_eq!(r.got[2].2, To::AllBut(None), "a notice, not a view's event");
     // A node the barrier does not wait for: nothing of it is held.
     assert!(!r.call(|m, _, out| m.place_skipped(9, b"S", out)));
+}
+
+/// A beacon from `from` at `ts` reporting barrier `report`, and (from a
+/// commit tree's root) the stable point `stable` of view `view`.
+fn report_beacon(r: &mut Rig, from: NodeId, ts: u64, report: u64, stable: Option<(u64, u64)>) {
+    let mut trailer = 0u64.to_be_bytes().to_vec();
+    if let Some((view, point)) = stable {
+        trailer.extend_from_slice(&view.to_be_bytes());
+        trailer.extend_from_slice(&point.to_be_bytes());
+    }
+    let mut buf = Vec::new();
+    encode(TAG_BEACON, ts, 1, report, &trailer, &mut buf);
+    r.fragment(from, true, true, &buf);
+}
+
+#[test]
+fn over_a_commit_tree_the_root_delivers_once_every_subtree_reported_and_says_so() {
+    // Root 1, its children 2 and 3.
+    let mut r = Rig::committing_over_a_tree(1, &[2, 3]);
+    r.poll(0);
+    r.data(2, 1_200, b"a");
+    report_beacon(&mut r, 3, 1_300, 0, None);
+    r.release_now();
+    assert!(r.got.is_empty(), "ordered, but no member said it has it");
+    let up = |r: &mut Rig, from, view, report| {
+        let body = commit_tree::encode_up(view, report);
+        r.call(|m, cx, out| m.on_link(cx, from, &body, out))
+    };
+    up(&mut r, 2, 1, 1_250).unwrap();
+    assert!(r.got.is_empty(), "node 3's subtree has not reported");
+    up(&mut r, 3, 2, 1_300).unwrap();
+    assert!(r.got.is_empty(), "a report for another view");
+    assert!(up(&mut r, 9, 1, 1_300).is_err(), "not a child");
+    up(&mut r, 3, 1, 1_300).unwrap();
+    assert_eq!(r.texts(), ["2:a"]);
+    // The stable point goes out in a beacon: view 1, at 1,200 (this node's
+    // own barrier, node 2's stamp).
+    r.poll(1_000);
+    let last = r.streams.published.last().unwrap().clone();
+    assert_eq!((last[0], last.len()), (TAG_BEACON, STABLE_BEACON_LEN));
+    let word = |at: usize| u64::from_be_bytes(last[at..at + 8].try_into().unwrap());
+    assert_eq!((word(BEACON_LEN), word(BEACON_LEN + 8)), (1, 1_200));
+    assert!(
+        !r.outbox
+            .iter()
+            .any(|(_, m)| matches!(m, LinkMessage::Mode { .. })),
+        "the root sends nothing up"
+    );
+    let tree = &r.mode.stats_json()["commit_tree"];
+    assert_eq!(
+        (tree["on"].as_bool(), tree["root"].as_bool()),
+        (Some(true), Some(true))
+    );
+}
+
+#[test]
+fn a_commit_tree_member_reports_to_its_parent_and_takes_the_roots_stable_point() {
+    // Root 1, its children 2 (this node) and 3.
+    let mut r = Rig::committing_over_a_tree(2, &[1, 3]);
+    r.poll(0);
+    r.data(3, 1_200, b"a");
+    report_beacon(&mut r, 1, 1_300, 0, None);
+    r.poll(1_000);
+    let ups: Vec<(NodeId, Vec<u8>)> = r
+        .outbox
+        .iter()
+        .filter_map(|(to, m)| match m {
+            LinkMessage::Mode { body, .. } => Some((*to, body.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ups,
+        [(1, commit_tree::encode_up(1, 1_200))],
+        "its barrier, to its parent"
+    );
+    report_beacon(&mut r, 3, 1_400, 0, Some((1, 1_200)));
+    assert!(r.got.is_empty(), "a stable point from a node not the root");
+    report_beacon(&mut r, 1, 1_500, 0, Some((2, 1_200)));
+    assert!(r.got.is_empty(), "a stable point of another view");
+    report_beacon(&mut r, 1, 1_600, 0, Some((1, 1_200)));
+    assert_eq!(r.texts(), ["3:a"]);
 }

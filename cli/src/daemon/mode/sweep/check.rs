@@ -301,7 +301,7 @@ impl World {
         }
         // (Commit) what a node delivered before it crashed, every surviving
         // founder delivers (they were members when it was sent).
-        if let Kind::Total { commit: true } = self.kind {
+        if let Kind::Total { commit: true, .. } = self.kind {
             let paused = self
                 .evictions
                 .iter()
