@@ -45,21 +45,33 @@ pub struct TocConfig {
     pub out: std::path::PathBuf,
 }
 
-const KINDS: [Kind; 4] = [
+const KINDS: [Kind; 5] = [
     Kind::Fifo,
     Kind::Total { commit: false },
     Kind::Total { commit: true },
+    Kind::CommitDirect,
     Kind::Sequenced,
 ];
 
 /// Figure 1's modes: the others and the seed's token baseline.
-const FIG1_KINDS: [Kind; 5] = [
+const FIG1_KINDS: [Kind; 6] = [
     Kind::Fifo,
     Kind::Total { commit: false },
     Kind::Total { commit: true },
+    Kind::CommitDirect,
     Kind::Sequenced,
     Kind::Token,
 ];
+
+/// A table's header: `first` (right-aligned in `first_width`), then each
+/// kind's name in `width` columns.
+fn header(first: &str, first_width: usize, kinds: &[Kind], width: usize) -> String {
+    let mut h = format!("{first:>first_width$}");
+    for k in kinds {
+        let _ = write!(h, " {:>width$}", k.name());
+    }
+    h
+}
 
 /// The median, least and largest of `v`.
 fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
@@ -85,11 +97,7 @@ pub fn run(cfg: &TocConfig) -> Result<(), String> {
          the group's throughput (messages/s every process delivers) and the p50 latency",
         cfg.messages
     );
-    let _ = writeln!(
-        text,
-        "{:>6} {:>24} {:>24} {:>24} {:>24} {:>24}",
-        "procs", "fifo", "total", "total+commit", "sequenced", "token"
-    );
+    let _ = writeln!(text, "{}", header("procs", 6, &FIG1_KINDS, 24));
     let mut fig1: Vec<Series> = FIG1_KINDS
         .iter()
         .map(|k| Series {
@@ -145,8 +153,9 @@ pub fn run(cfg: &TocConfig) -> Result<(), String> {
     );
     let _ = writeln!(
         text,
-        "{:>6} {:>20} {:>20} {:>20} {:>20} {:>12}",
-        "procs", "fifo", "total", "total+commit", "sequenced", "beacons/msg"
+        "{} {:>12}",
+        header("procs", 6, &KINDS, 20),
+        "beacons/msg"
     );
     let mut fig1b: Vec<Series> = KINDS
         .iter()
@@ -179,11 +188,7 @@ pub fn run(cfg: &TocConfig) -> Result<(), String> {
          the loss of every copy",
         cfg.loss_nodes, cfg.rate
     );
-    let _ = writeln!(
-        text,
-        "{:>8} {:>20} {:>20} {:>20} {:>20}",
-        "loss", "fifo", "total", "total+commit", "sequenced"
-    );
+    let _ = writeln!(text, "{}", header("loss", 8, &KINDS, 20));
     let mut fig2: Vec<Series> = Vec::new();
     for k in KINDS {
         for q in ["p50", "p99"] {

@@ -62,8 +62,13 @@ pub enum Kind {
     /// Per-sender order (`mode = "fifo"`): the baseline.
     Fifo,
     /// One order from stamps and barriers (`mode = "total"`), with
-    /// `commit = true` when `commit`.
+    /// `commit = true` when `commit` (its reports over a commit tree from
+    /// `mode::commit_tree::DEFAULT_FROM_NODES` members, as mcastd does).
     Total { commit: bool },
+    /// `commit = true` with every member's report multicast to all
+    /// whatever the group's size (no commit tree): the baseline of the
+    /// tree.
+    CommitDirect,
     /// Every message through the root (`mode = "sequenced"`).
     Sequenced,
     /// One sender at a time, in turns (seed 002's token baseline; the
@@ -77,6 +82,7 @@ impl Kind {
             Kind::Fifo => "fifo",
             Kind::Total { commit: false } => "total",
             Kind::Total { commit: true } => "total+commit",
+            Kind::CommitDirect => "commit-direct",
             Kind::Sequenced => "sequenced",
             Kind::Token => "token",
         }
@@ -313,6 +319,15 @@ pub fn run(p: &Params) -> Result<Outcome, String> {
                 let now = Rc::clone(&now);
                 let wall = Box::new(move || now.get() + skew);
                 Box::new(TotalOrder::new(GROUP, v, Seq(0), wall, p.beacon_ns).committing(commit))
+            }
+            Kind::CommitDirect => {
+                let now = Rc::clone(&now);
+                let wall = Box::new(move || now.get() + skew);
+                Box::new(
+                    TotalOrder::new(GROUP, v, Seq(0), wall, p.beacon_ns)
+                        .committing(true)
+                        .commit_tree_from(usize::MAX),
+                )
             }
         };
         nodes.push(Node {
@@ -707,7 +722,7 @@ impl World {
         }
         for bytes in sent {
             // (The total-order mode's beacons open with their tag.)
-            let total = matches!(self.p.kind, Kind::Total { .. });
+            let total = matches!(self.p.kind, Kind::Total { .. } | Kind::CommitDirect);
             let beacon = total && bytes.first() == Some(&b'B');
             let n = self.node(v);
             let seq = n.stream_seq;

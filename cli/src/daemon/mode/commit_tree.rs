@@ -63,6 +63,17 @@ pub fn decode_up(body: &[u8]) -> Result<(u64, u64), String> {
     Ok((word(1), word(9)))
 }
 
+/// A child in the tree, as its parent knows it.
+#[derive(Debug, Clone, Copy)]
+struct Child {
+    node: NodeId,
+    /// The last report of its subtree in this view (None: none yet).
+    report: Option<u64>,
+    /// Reports received from it in this view, raised or not: a stuck
+    /// child repeats its last one, as evidence of life.
+    ups: u64,
+}
+
 /// Where this node sits in its view's tree, and what it knows of it.
 #[derive(Debug)]
 pub struct CommitTree {
@@ -76,9 +87,8 @@ pub struct CommitTree {
     root: Option<NodeId>,
     /// This node's parent (None: the root, or no tree).
     parent: Option<NodeId>,
-    /// This node's children, and the last report of each's subtree in
-    /// this view (None: none yet).
-    children: Vec<(NodeId, Option<u64>)>,
+    /// This node's children in this view.
+    children: Vec<Child>,
     /// Reports for views newer than `epoch`: (epoch, node) → report.
     early: BTreeMap<(u64, NodeId), u64>,
     /// The last value this node sent up, or (root) multicast, in this view.
@@ -153,10 +163,14 @@ impl CommitTree {
         let i = nodes.iter().position(|&n| n == me).expect("there");
         self.parent = (i > 0).then(|| nodes[(i - 1) / FANOUT]);
         let first = FANOUT * i + 1;
-        for &c in nodes.iter().skip(first).take(FANOUT) {
-            let early = self.early.remove(&(epoch, c));
-            self.pushed |= early.is_some();
-            self.children.push((c, early));
+        for &node in nodes.iter().skip(first).take(FANOUT) {
+            let report = self.early.remove(&(epoch, node));
+            self.pushed |= report.is_some();
+            self.children.push(Child {
+                node,
+                report,
+                ups: u64::from(report.is_some()),
+            });
         }
     }
 
@@ -195,16 +209,17 @@ impl CommitTree {
             self.early.insert((epoch, from), report);
             return Ok(());
         }
-        let Some(slot) = self.children.iter_mut().find(|(c, _)| *c == from) else {
+        let Some(child) = self.children.iter_mut().find(|c| c.node == from) else {
             self.ups_dropped += 1;
             return Err(format!(
                 "a commit report from node {from}, not a child of this node in view {epoch}"
             ));
         };
-        if slot.1.is_none_or(|r| report > r) {
+        if child.report.is_none_or(|r| report > r) {
             self.pushed = true;
         }
-        slot.1 = Some(report);
+        child.report = Some(report);
+        child.ups += 1;
         Ok(())
     }
 
@@ -213,7 +228,7 @@ impl CommitTree {
     pub fn aggregate(&self, own: u64) -> Option<u64> {
         self.children
             .iter()
-            .try_fold(own, |least, (_, r)| Some(least.min((*r)?)))
+            .try_fold(own, |least, c| Some(least.min(c.report?)))
     }
 
     /// The value to send now (up, or multicast at the root), if one is due:
@@ -232,6 +247,43 @@ impl CommitTree {
         }
         let agg = self.aggregate(own)?;
         (agg > self.sent).then(|| self.last_send_ns.map_or(0, |t| t + interval_ns / 4))
+    }
+
+    /// (Not the root) this node holds a message stuck and has sent
+    /// nothing up for two intervals: it repeats its last report
+    /// ([`Self::last_sent`]), so that its parent knows it lives.
+    pub fn keepalive_due(&self, now_ns: u64, interval_ns: u64) -> bool {
+        self.on
+            && self.parent.is_some()
+            && self
+                .last_send_ns
+                .is_none_or(|t| now_ns >= t + 2 * interval_ns)
+    }
+
+    /// When [`Self::keepalive_due`] will be (for a stuck node).
+    pub fn keepalive_at(&self, interval_ns: u64) -> Option<u64> {
+        (self.on && self.parent.is_some())
+            .then(|| self.last_send_ns.map_or(0, |t| t + 2 * interval_ns))
+    }
+
+    /// The children whose subtree has not reported `ts` yet, each with the
+    /// number of reports it sent in this view (its evidence of life for the
+    /// failure detector's watch, `mode::silence`).
+    pub fn lagging(&self, ts: u64) -> impl Iterator<Item = (NodeId, u64)> + '_ {
+        self.children
+            .iter()
+            .filter(move |c| c.report.is_none_or(|r| r < ts))
+            .map(|c| (c.node, c.ups))
+    }
+
+    /// The tree's root (None: no tree).
+    pub fn root(&self) -> Option<NodeId> {
+        self.root.filter(|_| self.on)
+    }
+
+    /// The last value this node sent up (0: none in this view).
+    pub fn last_sent(&self) -> u64 {
+        self.sent
     }
 
     /// `value` went up (or, at the root, out) at `now_ns`.
@@ -292,9 +344,9 @@ mod tests {
             let mut i = 0;
             while i < reached.len() {
                 let t = tree(n, root, reached[i]);
-                for (c, _) in &t.children {
-                    assert_eq!(tree(n, root, *c).parent(), Some(reached[i]));
-                    reached.push(*c);
+                for c in &t.children {
+                    assert_eq!(tree(n, root, c.node).parent(), Some(reached[i]));
+                    reached.push(c.node);
                 }
                 i += 1;
             }
@@ -307,7 +359,7 @@ mod tests {
     #[test]
     fn the_aggregate_waits_for_every_child_and_is_their_least() {
         let mut t = tree(20, 1, 1);
-        let kids: Vec<NodeId> = t.children.iter().map(|c| c.0).collect();
+        let kids: Vec<NodeId> = t.children.iter().map(|c| c.node).collect();
         assert_eq!(kids, (2..=9).collect::<Vec<_>>());
         for (k, &c) in kids.iter().enumerate() {
             assert_eq!(t.aggregate(100), None, "child {c} not yet reported");
@@ -338,7 +390,7 @@ mod tests {
     fn reports_and_stable_points_count_for_their_own_view_only() {
         let mut t = tree(20, 1, 2);
         // A child reports for view 2 before this node installs it.
-        let kids: Vec<NodeId> = t.children.iter().map(|c| c.0).collect();
+        let kids: Vec<NodeId> = t.children.iter().map(|c| c.node).collect();
         assert_eq!(kids, (10..=17).collect::<Vec<_>>());
         for &c in &kids {
             t.up_received(c, 2, 7).unwrap();

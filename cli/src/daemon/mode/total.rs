@@ -806,10 +806,16 @@ impl TotalOrder {
         let waited = self
             .last_beacon_ns
             .is_none_or(|t| now_ns >= t + self.beacon_ns);
+        // (A commit tree's root beacons while stuck: its stamps are the
+        // evidence of life the members watch, `Self::silent`.)
+        let root_stuck = self.commit_tree.is_root() && self.stuck(now_ns);
         self.beacon_owed
             || self.ready() > self.announced
             || waited
-                && (self.demand > self.advertised || self.wants_more(now_ns) || self.report_due())
+                && (self.demand > self.advertised
+                    || self.wants_more(now_ns)
+                    || self.report_due()
+                    || root_stuck)
     }
 
     /// The highest stamp held here (0: none).
@@ -904,12 +910,23 @@ impl TotalOrder {
         }
         let own = self.report();
         let wanted = self.up_wanted();
-        let Some(value) = self.commit_tree.due(own, wanted, now_ns, self.beacon_ns) else {
-            return false;
-        };
         let Some(parent) = self.commit_tree.parent() else {
+            let due = self.commit_tree.due(own, wanted, now_ns, self.beacon_ns);
             self.commit_tree.settle_root(own);
-            return true;
+            return due.is_some();
+        };
+        let value = match self.commit_tree.due(own, wanted, now_ns, self.beacon_ns) {
+            Some(value) => {
+                self.reported = self.reported.max(own);
+                value
+            }
+            // Stuck: the last report again, as evidence of life.
+            None if self.stuck(now_ns)
+                && self.commit_tree.keepalive_due(now_ns, self.beacon_ns) =>
+            {
+                self.commit_tree.last_sent()
+            }
+            None => return false,
         };
         let body = commit_tree::encode_up(self.commit_tree.epoch(), value);
         cx.outbox.push((
@@ -920,7 +937,6 @@ impl TotalOrder {
             },
         ));
         self.commit_tree.sent(value, now_ns);
-        self.reported = self.reported.max(own);
         false
     }
 
@@ -1157,6 +1173,18 @@ impl GroupMode for TotalOrder {
         let up = self
             .commit_tree
             .due_at(self.report_peek(), self.up_wanted(), self.beacon_ns);
+        // (Commit tree) a stuck member's report again, or its root's beacon.
+        let alive = self
+            .oldest
+            .filter(|_| self.commit_tree.on())
+            .and_then(|(_, since)| {
+                let stuck = since + 2 * self.beacon_ns;
+                if self.commit_tree.is_root() {
+                    Some(stuck.max(next_beacon))
+                } else {
+                    Some(stuck.max(self.commit_tree.keepalive_at(self.beacon_ns)?))
+                }
+            });
         // Held messages are watched until they pass or this node has said
         // what it waits for.
         let watch = (self.held_max() > self.wanted).then(|| match self.oldest {
@@ -1164,7 +1192,10 @@ impl GroupMode for TotalOrder {
             Some((_, since)) => (since + 2 * self.beacon_ns).max(next_beacon),
         });
         let silence = self.silence.due(self.oldest, self.beacon_ns);
-        [demand, watch, silence, up].into_iter().flatten().min()
+        [demand, watch, silence, up, alive]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn wants_round(&self) -> bool {
@@ -1177,15 +1208,17 @@ impl GroupMode for TotalOrder {
     /// ([`Silence`]).
     fn silent(&mut self, now_ns: u64) -> Vec<NodeId> {
         let (senders, departing, reports) = (&self.senders, &self.departing, &self.reports);
+        let (tree, me) = (&self.commit_tree, self.node);
         // Over a commit tree the others' reports do not come here: a node
-        // is judged by its stamps (its beacons) alone.
-        let commit = self.commit && !self.commit_tree.on();
+        // watches its children's reports (each repeats its last while stuck)
+        // and the root's stamps (it beacons while stuck).
+        let commit = self.commit && !tree.on();
         let oldest = self.oldest;
         let waited_on = || {
             let Some(((ts, _, _), _)) = oldest else {
                 return Vec::new();
             };
-            senders
+            let mut waited: Vec<(NodeId, u64)> = senders
                 .iter()
                 .filter(|(n, _)| !departing.contains_key(n))
                 .filter_map(|(n, largest)| {
@@ -1193,7 +1226,14 @@ impl GroupMode for TotalOrder {
                     let report = reports.get(&n).copied().unwrap_or(0);
                     (largest < ts || commit && report < ts).then_some((n, largest))
                 })
-                .collect()
+                .collect();
+            if tree.on() && tree.stable().is_none_or(|s| s < ts) {
+                waited.extend(tree.lagging(ts));
+                if let Some(root) = tree.root().filter(|&r| r != me) {
+                    waited.push((root, senders.get(root).flatten().unwrap_or(0)));
+                }
+            }
+            waited
         };
         let silent = self
             .silence

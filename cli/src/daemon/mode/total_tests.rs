@@ -761,3 +761,92 @@ fn a_commit_tree_member_reports_to_its_parent_and_takes_the_roots_stable_point()
     report_beacon(&mut r, 1, 1_600, 0, Some((1, 1_200)));
     assert_eq!(r.texts(), ["3:a"]);
 }
+
+/// The link messages `r`'s mode sent up the commit tree: (to, view, report).
+fn ups(r: &Rig) -> Vec<(NodeId, u64, u64)> {
+    r.outbox
+        .iter()
+        .filter_map(|(to, m)| match m {
+            LinkMessage::Mode { body, .. } => {
+                let (view, report) = commit_tree::decode_up(body).ok()?;
+                Some((*to, view, report))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Node 2 of a commit tree rooted at 1, whose children are 2 to 9; node
+/// 2's are 10 and 11. Every node stamped past node 3's message "m", which
+/// waits for the stable point from poll 1,000 on.
+fn a_member_waiting_for_the_stable_point() -> Rig {
+    let remote: Vec<NodeId> = [1].into_iter().chain(3..=11).collect();
+    let mut r = Rig::committing_over_a_tree(2, &remote);
+    for &n in &remote {
+        r.beacon(n, 1_100, 1);
+    }
+    r.data(3, 1_200, b"m");
+    for &n in &remote {
+        r.beacon(n, 1_300, 1);
+    }
+    r.poll(1_000);
+    r
+}
+
+/// Child `from`'s report for view 1 to `r`.
+fn up_from(r: &mut Rig, from: NodeId, report: u64) {
+    let body = commit_tree::encode_up(1, report);
+    r.call(|m, cx, out| m.on_link(cx, from, &body, out))
+        .unwrap();
+}
+
+#[test]
+fn over_a_commit_tree_a_stuck_member_shows_it_lives_and_reports_a_silent_child() {
+    let mut r = a_member_waiting_for_the_stable_point();
+    assert!(r.got.is_empty(), "no stable point yet");
+    assert!(ups(&r).is_empty(), "its children have not reported");
+    // Stuck two intervals (the rig's is 100 ns): its last report again,
+    // then every two intervals.
+    r.poll(1_200);
+    assert_eq!(ups(&r), [(1, 1, 0)]);
+    r.poll(1_300);
+    assert_eq!(ups(&r).len(), 1, "not before two intervals");
+    assert!(r.mode.poll_at().is_some_and(|t| t <= 1_400));
+    r.poll(1_400);
+    assert_eq!(ups(&r).len(), 2);
+    // Child 10 reports; child 11 never does; the root beacons.
+    up_from(&mut r, 10, 1_150);
+    assert!(r.mode.silent(1_500).is_empty(), "half-way: noted");
+    up_from(&mut r, 10, 1_150);
+    report_beacon(&mut r, 1, 1_700, 0, None);
+    assert_eq!(
+        r.mode.silent(2_000),
+        vec![11],
+        "the child that sent nothing"
+    );
+}
+
+#[test]
+fn over_a_commit_tree_a_stuck_member_reports_a_root_that_stopped_beaconing() {
+    let mut r = a_member_waiting_for_the_stable_point();
+    up_from(&mut r, 10, 1_150);
+    up_from(&mut r, 11, 1_150);
+    assert!(r.mode.silent(1_500).is_empty(), "half-way: noted");
+    up_from(&mut r, 10, 1_250);
+    up_from(&mut r, 11, 1_250);
+    assert_eq!(r.mode.silent(2_000), vec![1], "the root, its stamps still");
+}
+
+#[test]
+fn a_stuck_commit_tree_root_beacons_every_interval() {
+    let remote: Vec<NodeId> = (2..=11).collect();
+    let mut r = Rig::committing_over_a_tree(1, &remote);
+    r.data(3, 1_200, b"m");
+    r.poll(1_000);
+    let before = r.sent().len();
+    for t in [1_200, 1_300, 1_400, 1_500] {
+        r.poll(t);
+    }
+    assert!(r.got.is_empty());
+    assert_eq!(r.sent().len(), before + 4, "{:?}", r.sent());
+}
