@@ -273,6 +273,9 @@ pub struct GroupConfig {
     /// Overrides `commit`.
     #[serde(default)]
     pub commit: Option<bool>,
+    /// Overrides `commit_tree_from`.
+    #[serde(default)]
+    pub commit_tree_from: Option<u32>,
     /// Overrides `broadcast`.
     #[serde(default)]
     pub broadcast: Option<Broadcast>,
@@ -299,6 +302,9 @@ pub struct GroupSettings {
     pub mode: GroupMode,
     /// (Total order) a message is delivered only once every member has it.
     pub commit: bool,
+    /// (Total order with commit) views of at least this many members send
+    /// their reports up a tree (0: never; docs/protocol.md §6.4).
+    pub commit_tree_from: u32,
     /// (Broadcast) the algorithm.
     pub broadcast: Broadcast,
 }
@@ -414,6 +420,13 @@ pub struct Config {
     /// order is known (TOC-BE).
     #[serde(default)]
     pub commit: bool,
+    /// Total-order groups with `commit = true`: views of at least this many
+    /// members send their barrier reports up a tree (fanout 8, rooted at
+    /// the group's agent) whose root multicasts the least, instead of every
+    /// member multicasting its own to all (docs/protocol.md §6.4, "Commit
+    /// over a tree"). 0: never. At least 2 otherwise; 17 by default.
+    #[serde(default = "d_commit_tree_from")]
+    pub commit_tree_from: u32,
     /// Broadcast groups (`mode = "broadcast"`): the algorithm that spreads a
     /// member's message over the links: "auto" (the default: the α–β
     /// model's choice for each message), "iterative", "hypercube",
@@ -509,6 +522,9 @@ fn d_spin_us() -> u64 {
 }
 fn d_beacon_us() -> u64 {
     100
+}
+fn d_commit_tree_from() -> u32 {
+    crate::daemon::mode::commit_tree::DEFAULT_FROM_NODES as u32
 }
 fn d_algorithm() -> Algorithm {
     Algorithm::Mak
@@ -830,6 +846,40 @@ impl Config {
                 ),
             );
         }
+        // `commit_tree_from`: 0 (never) or a view of at least two members,
+        // and per group only where the group commits.
+        let trees = std::iter::once((
+            "the daemon's default".to_owned(),
+            Some(self.commit_tree_from),
+        ))
+        .chain(
+            self.groups
+                .iter()
+                .map(|g| (format!("[[group]] \"{}\"", g.name), g.commit_tree_from)),
+        );
+        for (which, from) in trees {
+            if from == Some(1) {
+                return bad(
+                    "commit_tree_from",
+                    format!(
+                        "commit_tree_from = 1 in {which}: a tree needs at least 2 members; set 2 or more, or 0 for never"
+                    ),
+                );
+            }
+        }
+        if let Some(g) = self
+            .groups
+            .iter()
+            .find(|g| g.commit_tree_from.is_some() && !self.group_settings(&g.name).commit)
+        {
+            return bad(
+                "commit_tree_from",
+                format!(
+                    "commit_tree_from in [[group]] \"{}\" applies to total-order groups with commit = true only: set commit = true there, or drop commit_tree_from",
+                    g.name
+                ),
+            );
+        }
         // `broadcast` means something to broadcast groups only.
         if let Some(g) = self.groups.iter().find(|g| {
             g.broadcast.is_some() && self.group_settings(&g.name).mode != GroupMode::Broadcast
@@ -1114,6 +1164,9 @@ impl Config {
             near_repairs: g.and_then(|g| g.near_repairs).unwrap_or(self.near_repairs),
             mode: g.and_then(|g| g.mode).unwrap_or(self.mode),
             commit: g.and_then(|g| g.commit).unwrap_or(self.commit),
+            commit_tree_from: g
+                .and_then(|g| g.commit_tree_from)
+                .unwrap_or(self.commit_tree_from),
             broadcast: g.and_then(|g| g.broadcast).unwrap_or(self.broadcast),
         }
     }

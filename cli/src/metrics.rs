@@ -397,6 +397,25 @@ impl Families {
                 }
             }
             self.counters("mcastd_group_mode", "groups[].mode", mode, &levels, &labels);
+            // (Total order with commit) the commit tree's reports.
+            let tree = &mode["commit_tree"];
+            if let Some(v) = tree["stable_lag_us"].as_f64() {
+                let help = "mcast stat: groups[].mode.commit_tree.stable_lag_us";
+                self.gauge(
+                    "mcastd_group_commit_tree_stable_lag_us",
+                    help,
+                    labels.clone(),
+                    v,
+                );
+            }
+            let not_counts = ["view", "parent", "stable_lag_us"];
+            self.counters(
+                "mcastd_group_commit_tree",
+                "groups[].mode.commit_tree",
+                tree,
+                &not_counts,
+                &labels,
+            );
             let sender = &g["sender"];
             self.counters("mcastd_group_send", "groups[].sender", sender, &[], &labels);
             // The ratios are the counters' quotients: PromQL divides them.
@@ -576,7 +595,8 @@ mod tests {
                 {"group": 1, "name": "prices", "active": false, "algorithm": "mak",
                  "sender": counters(100), "receivers": []},
                 {"group": 2, "name": "log", "active": true, "algorithm": "mak",
-                 "mode": {"mode": "total", "held": 4, "delivered": 90, "barrier_lag_us": {"1": 20}},
+                 "mode": {"mode": "total", "held": 4, "delivered": 90, "barrier_lag_us": {"1": 20},
+                          "commit_tree": {"on": true, "view": 3, "parent": 1, "stable_lag_us": 80, "ups_sent": 5}},
                  "local_members": 1, "view_epoch": 2, "paused": false, "queued_frames": 0,
                  "sender": null, "receivers": []}
             ],
@@ -611,6 +631,8 @@ mod tests {
             "mcastd_group_mode_held{group=\"2\",name=\"log\"} 4",
             "mcastd_group_mode_delivered_total{group=\"2\",name=\"log\"} 90",
             "# TYPE mcastd_group_mode_held gauge",
+            "mcastd_group_commit_tree_ups_sent_total{group=\"2\",name=\"log\"} 5",
+            "mcastd_group_commit_tree_stable_lag_us{group=\"2\",name=\"log\"} 80",
             "mcastd_link_send_data_sent_total{peer=\"1\"} 4",
             "mcastd_link_receive_data_sent_total{peer=\"3\"} 6",
             "mcastd_client_delivered_records_total{client=\"9\",name=\"recv\"} 12",

@@ -809,6 +809,24 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
                 m["silent_reports"].as_u64().unwrap_or(0),
                 if lag.is_empty() { "-".to_owned() } else { lag.join(" ") },
             );
+            // Commit: how the reports travel (protocol.md §6.4).
+            let t = &m["commit_tree"];
+            if t["on"] == true {
+                let place = if t["root"] == true {
+                    "root".to_owned()
+                } else {
+                    format!("parent {}", t["parent"])
+                };
+                let stable = t["stable_lag_us"]
+                    .as_u64()
+                    .map_or("none yet".to_owned(), |us| format!("{us}µs"));
+                s += &format!(
+                    "  commit tree: {place}  stable point lag {stable}  reports sent {} received {} dropped {}  stable points received {}\n",
+                    t["ups_sent"], t["ups_received"], t["ups_dropped"], t["stables_received"],
+                );
+            } else if m["commit"] == true {
+                s += "  commit: every member's report to all (the view is smaller than commit_tree_from)\n";
+            }
         }
         for r in g["receivers"].as_array().into_iter().flatten() {
             let c = &r["counters"];
@@ -989,6 +1007,32 @@ mod tests {
         let text = render_stats(&v, None);
         assert!(
             text.contains("total: held 3 (600 B)  delivered 40  published 12  beacons sent 5 received 9  events 2 (unplaced 1)  cut 4  silent reported 1  barrier lag 2:35µs 3:none yet"),
+            "{text}"
+        );
+        assert!(!text.contains("commit"), "{text}");
+    }
+
+    #[test]
+    fn stat_shows_how_a_committing_groups_reports_travel() {
+        let group = |tree| {
+            serde_json::json!({"groups": [{
+                "name": "g", "group": 1, "algorithm": "mak", "tree": null, "receivers": [],
+                "mode": {"mode": "total", "commit": true, "barrier_lag_us": {}, "commit_tree": tree},
+            }]})
+        };
+        let text = render_stats(
+            &group(serde_json::json!({"on": true, "root": false, "parent": 4,
+                "stable_lag_us": 120, "ups_sent": 9, "ups_received": 16, "ups_dropped": 0,
+                "stables_received": 7})),
+            None,
+        );
+        assert!(
+            text.contains("commit tree: parent 4  stable point lag 120µs  reports sent 9 received 16 dropped 0  stable points received 7"),
+            "{text}"
+        );
+        let text = render_stats(&group(serde_json::json!({"on": false})), None);
+        assert!(
+            text.contains("commit: every member's report to all"),
             "{text}"
         );
     }

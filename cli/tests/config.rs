@@ -67,6 +67,7 @@ fn the_example_file_parses_and_validates() {
             near_repairs: true,
             mode: GroupMode::Fifo,
             commit: false,
+            commit_tree_from: 17,
             broadcast: Broadcast::Auto,
         }
     );
@@ -120,6 +121,7 @@ fn defaults() {
             near_repairs: true,
             mode: GroupMode::Fifo,
             commit: false,
+            commit_tree_from: 17,
             broadcast: Broadcast::Auto,
         }
     );
@@ -180,6 +182,33 @@ fn commit_applies_to_total_order_groups_only() {
     );
     assert!(msg.contains("mode = \"total\""), "{msg}");
     invalid(&with("commit = true", ""), "the daemon's default");
+}
+
+#[test]
+fn commit_tree_from_is_never_or_at_least_two_and_only_where_a_group_commits() {
+    let cfg = parse(&with(
+        "mode = \"total\"\ncommit = true\ncommit_tree_from = 0",
+        "[[group]]\nname = \"log\"\ncommit_tree_from = 3\n",
+    ));
+    assert_eq!(cfg.group_settings("log").commit_tree_from, 3);
+    assert_eq!(cfg.group_settings("other").commit_tree_from, 0);
+    let msg = invalid(&with("commit_tree_from = 1", ""), "the daemon's default");
+    assert!(msg.contains("0 for never"), "{msg}");
+    invalid(
+        &with(
+            "mode = \"total\"\ncommit = true",
+            "[[group]]\nname = \"g\"\ncommit_tree_from = 1\n",
+        ),
+        "[[group]] \"g\"",
+    );
+    let msg = invalid(
+        &with(
+            "mode = \"total\"",
+            "[[group]]\nname = \"fast\"\ncommit_tree_from = 2\n",
+        ),
+        "[[group]] \"fast\"",
+    );
+    assert!(msg.contains("commit = true"), "{msg}");
 }
 
 #[test]

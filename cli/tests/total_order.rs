@@ -433,3 +433,37 @@ fn with_commit_three_senders_still_reach_all_four_nodes_in_one_order() {
         assert_eq!(reports, 3, "node {node}: {m:#}");
     }
 }
+
+#[test]
+fn with_commit_over_a_tree_three_senders_reach_all_four_nodes_in_one_order() {
+    // The tree from two members (by default from 17): the reports climb it
+    // as link messages, and the root's stable point comes down in beacons.
+    let config = format!("{CONFIG}\ncommit = true\ncommit_tree_from = 2");
+    let Some(cluster) = common::start("tot-ctree", &config) else {
+        return;
+    };
+    const N: u64 = 2_000;
+    let senders = [2u32, 3, 4];
+    let (orders, group, _members) = all_senders_to_all(&cluster, "totct", &senders, N, true);
+    assert_one_order(&orders);
+    let mut roots = 0;
+    for node in 1..=4u32 {
+        let m = mode(&cluster, node, group);
+        assert_eq!(m["delivered"], N * 3, "node {node}: {m:#}");
+        assert_eq!(m["held"], 0, "node {node}: {m:#}");
+        let t = &m["commit_tree"];
+        assert_eq!(t["on"], true, "node {node}: {m:#}");
+        assert_eq!(t["ups_dropped"], 0, "node {node}: {m:#}");
+        if t["root"] == true {
+            roots += 1;
+            assert!(t["ups_received"].as_u64() > Some(0), "node {node}: {m:#}");
+        } else {
+            assert!(t["ups_sent"].as_u64() > Some(0), "node {node}: {m:#}");
+            assert!(
+                t["stables_received"].as_u64() > Some(0),
+                "node {node}: {m:#}"
+            );
+        }
+    }
+    assert_eq!(roots, 1, "one root");
+}

@@ -37,9 +37,11 @@
 //! docs/protocol.md §3.4), and the barrier is the daemon's own (`barrier`):
 //! both work the same in every mode.
 //!
-//! Total order's commit, events and scatterings need no link messages:
-//! they ride in its stream frames ([`total`]); a scattering reaches the
-//! mode through [`GroupMode::publish_scatter`].
+//! Total order's events and scatterings need no link messages: they ride
+//! in its stream frames ([`total`]); a scattering reaches the mode through
+//! [`GroupMode::publish_scatter`]. Its commit does too in small views; from
+//! `commit_tree_from` members the reports climb a tree of link messages
+//! ([`commit_tree`], through [`GroupMode::on_link`]).
 //!
 //! How the coming mode fits (docs/mcastd.md, "Architecture"):
 //! - **broadcast over unicast links** (seed 003): [`GroupMode::publish`]
@@ -485,7 +487,11 @@ pub fn for_group(
                 Box::new(hlc::system_wall_ns),
                 beacon_us.saturating_mul(1_000),
             )
-            .committing(commit),
+            .committing(commit)
+            .commit_tree_from(match s.commit_tree_from {
+                0 => usize::MAX,
+                n => n as usize,
+            }),
         ),
     }
 }
