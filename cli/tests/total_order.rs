@@ -413,24 +413,41 @@ fn a_scattering_gives_each_member_its_part_in_one_order_and_all_or_none_when_its
     );
 }
 
-#[test]
-fn with_commit_three_senders_still_reach_all_four_nodes_in_one_order() {
-    let config = format!("{CONFIG}\ncommit = true");
-    let Some(cluster) = common::start("tot-commit", &config) else {
-        return;
-    };
+/// Three senders' 2,000 messages each to all four nodes of a group that
+/// commits (`extra`: more of the daemons' configuration), on cluster
+/// `cluster` in group `group`: one order everywhere, every message
+/// delivered and nothing held at every node; then each node's mode as
+/// `mcast stat` shows it. None: skipped.
+fn three_senders_committing(
+    cluster: &str,
+    group: &str,
+    extra: &str,
+) -> Option<Vec<serde_json::Value>> {
+    let config = format!("{CONFIG}\ncommit = true{extra}");
+    let cluster = common::start(cluster, &config)?;
     const N: u64 = 2_000;
-    let senders = [2u32, 3, 4];
-    let (orders, group, _members) = all_senders_to_all(&cluster, "totc", &senders, N, true);
+    let (orders, group, _members) = all_senders_to_all(&cluster, group, &[2, 3, 4], N, true);
     assert_one_order(&orders);
-    for node in 1..=4u32 {
+    let modes = (1..=4u32).map(|node| {
         let m = mode(&cluster, node, group);
         assert_eq!(m["commit"], true, "node {node}: {m:#}");
         assert_eq!(m["delivered"], N * 3, "node {node}: {m:#}");
         assert_eq!(m["held"], 0, "node {node}: {m:#}");
+        m
+    });
+    Some(modes.collect())
+}
+
+#[test]
+fn with_commit_three_senders_still_reach_all_four_nodes_in_one_order() {
+    let Some(modes) = three_senders_committing("tot-commit", "totc", "") else {
+        return;
+    };
+    for m in modes {
         // Every other node's report came (each says what it has).
         let reports = m["report_lag_us"].as_object().map_or(0, |r| r.len());
-        assert_eq!(reports, 3, "node {node}: {m:#}");
+        assert_eq!(reports, 3, "{m:#}");
+        assert_eq!(m["commit_tree"]["on"], false, "4 members, below 17: {m:#}");
     }
 }
 
@@ -438,31 +455,21 @@ fn with_commit_three_senders_still_reach_all_four_nodes_in_one_order() {
 fn with_commit_over_a_tree_three_senders_reach_all_four_nodes_in_one_order() {
     // The tree from two members (by default from 17): the reports climb it
     // as link messages, and the root's stable point comes down in beacons.
-    let config = format!("{CONFIG}\ncommit = true\ncommit_tree_from = 2");
-    let Some(cluster) = common::start("tot-ctree", &config) else {
+    let tree = "\ncommit_tree_from = 2";
+    let Some(modes) = three_senders_committing("tot-ctree", "totct", tree) else {
         return;
     };
-    const N: u64 = 2_000;
-    let senders = [2u32, 3, 4];
-    let (orders, group, _members) = all_senders_to_all(&cluster, "totct", &senders, N, true);
-    assert_one_order(&orders);
     let mut roots = 0;
-    for node in 1..=4u32 {
-        let m = mode(&cluster, node, group);
-        assert_eq!(m["delivered"], N * 3, "node {node}: {m:#}");
-        assert_eq!(m["held"], 0, "node {node}: {m:#}");
+    for m in modes {
         let t = &m["commit_tree"];
-        assert_eq!(t["on"], true, "node {node}: {m:#}");
-        assert_eq!(t["ups_dropped"], 0, "node {node}: {m:#}");
+        assert_eq!(t["on"], true, "{m:#}");
+        assert_eq!(t["ups_dropped"], 0, "{m:#}");
         if t["root"] == true {
             roots += 1;
-            assert!(t["ups_received"].as_u64() > Some(0), "node {node}: {m:#}");
+            assert!(t["ups_received"].as_u64() > Some(0), "{m:#}");
         } else {
-            assert!(t["ups_sent"].as_u64() > Some(0), "node {node}: {m:#}");
-            assert!(
-                t["stables_received"].as_u64() > Some(0),
-                "node {node}: {m:#}"
-            );
+            assert!(t["ups_sent"].as_u64() > Some(0), "{m:#}");
+            assert!(t["stables_received"].as_u64() > Some(0), "{m:#}");
         }
     }
     assert_eq!(roots, 1, "one root");

@@ -561,11 +561,7 @@ fn with_commit_a_message_waits_until_every_member_reports_having_it() {
     let mut r = Rig::committing(1, &[2, 3]);
     r.poll(0);
     // A beacon from `from` at `ts` reporting its barrier `report`.
-    let report = |r: &mut Rig, from, ts: u64, report: u64| {
-        let mut buf = Vec::new();
-        encode(TAG_BEACON, ts, 1, report, &0u64.to_be_bytes(), &mut buf);
-        r.fragment(from, true, true, &buf);
-    };
+    let report = |r: &mut Rig, from, ts: u64, report: u64| report_beacon(r, from, ts, report, None);
     report(&mut r, 2, 1_100, 0);
     report(&mut r, 3, 1_100, 0);
     r.data(2, 1_200, b"a");
@@ -741,19 +737,7 @@ fn a_commit_tree_member_reports_to_its_parent_and_takes_the_roots_stable_point()
     r.data(3, 1_200, b"a");
     report_beacon(&mut r, 1, 1_300, 0, None);
     r.poll(1_000);
-    let ups: Vec<(NodeId, Vec<u8>)> = r
-        .outbox
-        .iter()
-        .filter_map(|(to, m)| match m {
-            LinkMessage::Mode { body, .. } => Some((*to, body.clone())),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(
-        ups,
-        [(1, commit_tree::encode_up(1, 1_200))],
-        "its barrier, to its parent"
-    );
+    assert_eq!(ups(&r), [(1, 1, 1_200)], "its barrier, to its parent");
     report_beacon(&mut r, 3, 1_400, 0, Some((1, 1_200)));
     assert!(r.got.is_empty(), "a stable point from a node not the root");
     report_beacon(&mut r, 1, 1_500, 0, Some((2, 1_200)));
