@@ -117,6 +117,31 @@ fn silence_sweep() {
     }
 }
 
+/// Over a commit tree (24 processes: the root 1, its children 2 to 9,
+/// node 2's 10 to 17) a crashed root, inner node or leaf is reported by
+/// the survivors' watch (children's reports, the root's stamps), and no
+/// live process is.
+#[test]
+fn over_a_commit_tree_a_crashed_root_inner_node_or_leaf_is_reported() {
+    for crash in [1, 2, 9, 24] {
+        for seed in 1..=3 {
+            let mut p = Params::new(Kind::Total { commit: true }, 24);
+            p.rate = Some(5_000);
+            p.messages = 150;
+            p.crash_at = Some(5_000_000);
+            p.crash_node = Some(crash);
+            p.seed = seed;
+            let o = run(&p).unwrap_or_else(|e| panic!("{e}"));
+            let after = o
+                .silent_after_ns
+                .unwrap_or_else(|| panic!("node {crash} never reported: {p:?}"));
+            let intervals = after as f64 / p.beacon_ns as f64;
+            assert!(intervals < 16.0, "{intervals} intervals: {p:?}");
+            assert_eq!(o.false_reports, 0, "{p:?}");
+        }
+    }
+}
+
 /// The token baseline sends one node at a time: saturated on 8 nodes it
 /// carries at most one sender's frame rate, with a gap at every turn,
 /// where FIFO's senders together fill every receiver's port.

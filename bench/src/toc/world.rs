@@ -113,11 +113,13 @@ pub struct Params {
     /// Each node's wall clock is off by up to this much.
     pub skew_ns: u64,
     pub seed: u64,
-    /// The last node crashes at this time (ns): it sends and handles
+    /// `crash_node` crashes at this time (ns): it sends and handles
     /// nothing more. The run then ends when a survivor's mode reports it
     /// silent, or 100 ms later (deliveries are not checked: the view change
     /// and flush are the daemon's, not modelled).
     pub crash_at: Option<u64>,
+    /// The node that crashes (None: the last).
+    pub crash_node: Option<NodeId>,
 }
 
 impl Params {
@@ -140,6 +142,7 @@ impl Params {
             skew_ns: 1_000,
             seed: 1,
             crash_at: None,
+            crash_node: None,
         }
     }
 }
@@ -441,7 +444,7 @@ impl World {
     /// The crashed node, once it has crashed.
     fn dead(&self) -> Option<NodeId> {
         let c = self.p.crash_at?;
-        (self.now.get() >= c).then_some(self.p.nodes)
+        (self.now.get() >= c).then_some(self.p.crash_node.unwrap_or(self.p.nodes))
     }
 
     fn event(&mut self, ev: Ev) {
