@@ -211,6 +211,11 @@ impl CommitTree {
         }
         let Some(child) = self.children.iter_mut().find(|c| c.node == from) else {
             self.ups_dropped += 1;
+            if !self.on {
+                return Err(format!(
+                    "node {from} sends its commit reports up a tree in view {epoch}, where this node sends its own to all: set commit_tree_from alike on every node"
+                ));
+            }
             return Err(format!(
                 "a commit report from node {from}, not a child of this node in view {epoch}"
             ));
@@ -371,6 +376,11 @@ mod tests {
         assert_eq!(t.stable(), Some(50));
         // A report from a node that is not a child is refused.
         assert!(t.up_received(15, 1, 99).is_err());
+        // A node whose view has no tree says why a report is refused.
+        let mut small = CommitTree::new(DEFAULT_FROM_NODES);
+        small.view(1, Some(1), 1, &[2, 3]);
+        let e = small.up_received(2, 1, 5).unwrap_err();
+        assert!(e.contains("commit_tree_from alike"), "{e}");
     }
 
     #[test]
