@@ -55,7 +55,7 @@ const TAG_DATA: u8 = b'T';
 const TAG_SCATTER: u8 = b'S';
 /// A stamp alone, and the highest stamp of a message its sender holds
 /// waiting (u64 after the header; 0: none); from the root of a commit tree
-/// ([`commit_tree`](super::commit_tree)), then the view's epoch and stable
+/// ([`commit_tree`]), then the view's epoch and stable
 /// point (u64 each).
 const TAG_BEACON: u8 = b'B';
 /// Bytes of a beacon.
