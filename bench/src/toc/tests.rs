@@ -107,14 +107,20 @@ fn silence_sweep() {
         p.loss = [0.0, 0.001, 0.01][rng.range(0, 2) as usize];
         p.crash_at = Some(5_000_000);
         p.seed = seed;
-        let o = run(&p).unwrap_or_else(|e| panic!("{e}"));
-        let after = o
-            .silent_after_ns
-            .unwrap_or_else(|| panic!("never reported: {p:?}"));
-        let intervals = after as f64 / p.beacon_ns as f64;
-        assert!(intervals < 16.0, "{intervals} intervals: {p:?}");
-        assert_eq!(o.false_reports, 0, "{p:?}");
+        assert_crash_reported(&p);
     }
+}
+
+/// `p`'s crashed node is reported silent within 16 beacon intervals, and
+/// no live node is.
+fn assert_crash_reported(p: &Params) {
+    let o = run(p).unwrap_or_else(|e| panic!("{e}"));
+    let after = o
+        .silent_after_ns
+        .unwrap_or_else(|| panic!("never reported: {p:?}"));
+    let intervals = after as f64 / p.beacon_ns as f64;
+    assert!(intervals < 16.0, "{intervals} intervals: {p:?}");
+    assert_eq!(o.false_reports, 0, "{p:?}");
 }
 
 /// Over a commit tree (24 processes: the root 1, its children 2 to 9,
@@ -131,13 +137,7 @@ fn over_a_commit_tree_a_crashed_root_inner_node_or_leaf_is_reported() {
             p.crash_at = Some(5_000_000);
             p.crash_node = Some(crash);
             p.seed = seed;
-            let o = run(&p).unwrap_or_else(|e| panic!("{e}"));
-            let after = o
-                .silent_after_ns
-                .unwrap_or_else(|| panic!("node {crash} never reported: {p:?}"));
-            let intervals = after as f64 / p.beacon_ns as f64;
-            assert!(intervals < 16.0, "{intervals} intervals: {p:?}");
-            assert_eq!(o.false_reports, 0, "{p:?}");
+            assert_crash_reported(&p);
         }
     }
 }
