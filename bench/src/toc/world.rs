@@ -318,19 +318,15 @@ pub fn run(p: &Params) -> Result<Outcome, String> {
             Kind::Fifo => Box::new(PerSenderFifo::new(Seq(0))),
             Kind::Sequenced => Box::new(Sequenced::new(v, 1, Seq(0))),
             Kind::Token => Box::new(super::token::TokenRing::new(GROUP, v)),
-            Kind::Total { commit } => {
+            Kind::Total { .. } | Kind::CommitDirect => {
                 let now = Rc::clone(&now);
                 let wall = Box::new(move || now.get() + skew);
-                Box::new(TotalOrder::new(GROUP, v, Seq(0), wall, p.beacon_ns).committing(commit))
-            }
-            Kind::CommitDirect => {
-                let now = Rc::clone(&now);
-                let wall = Box::new(move || now.get() + skew);
-                Box::new(
-                    TotalOrder::new(GROUP, v, Seq(0), wall, p.beacon_ns)
-                        .committing(true)
-                        .commit_tree_from(usize::MAX),
-                )
+                let mode = TotalOrder::new(GROUP, v, Seq(0), wall, p.beacon_ns)
+                    .committing(p.kind != Kind::Total { commit: false });
+                Box::new(match p.kind {
+                    Kind::CommitDirect => mode.commit_tree_from(usize::MAX),
+                    _ => mode,
+                })
             }
         };
         nodes.push(Node {

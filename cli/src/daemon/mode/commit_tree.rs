@@ -286,7 +286,8 @@ impl CommitTree {
         self.root.filter(|_| self.on)
     }
 
-    /// The last value this node sent up (0: none in this view).
+    /// The last value this node sent up, or (root) multicast, in this
+    /// view (0: none).
     pub fn last_sent(&self) -> u64 {
         self.sent
     }
@@ -321,11 +322,6 @@ impl CommitTree {
     /// (None: not known in this view).
     pub fn stable(&self) -> Option<u64> {
         self.stable
-    }
-
-    /// The last stable point this root multicast (0: none).
-    pub fn multicast(&self) -> u64 {
-        self.sent
     }
 }
 

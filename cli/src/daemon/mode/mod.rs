@@ -63,6 +63,7 @@ pub mod silence;
 #[cfg(test)]
 mod sweep;
 pub mod total;
+mod total_wire;
 
 use std::fmt;
 

@@ -41,27 +41,14 @@ use super::hlc::{Hlc, Wall};
 use super::least::Least;
 use super::send_stream::SendStream;
 use super::silence::Silence;
+pub use super::total_wire::HEADER_LEN;
+use super::total_wire::{decode, encode, encode_beacon, Opening, TAG_DATA, TAG_SCATTER};
+#[cfg(test)]
+use super::total_wire::{BEACON_LEN, STABLE_BEACON_LEN, TAG_BEACON};
 use super::{GroupMode, ModeCx, Out, Published, To};
 use crate::daemon::deliver::{data_record, event_record};
 use crate::links::LinkMessage;
 
-/// Bytes before a message: tag, stamp (u64), the sender's ready epoch
-/// (u64), and its barrier when it sent it (u64; 0 unless the group commits).
-pub const HEADER_LEN: usize = 1 + 8 + 8 + 8;
-/// A message and its stamp.
-const TAG_DATA: u8 = b'T';
-/// A scattering (`mcast_ipc::scatter`) and its stamp: each part is
-/// delivered to its member only.
-const TAG_SCATTER: u8 = b'S';
-/// A stamp alone, and the highest stamp of a message its sender holds
-/// waiting (u64 after the header; 0: none); from the root of a commit tree
-/// ([`commit_tree`]), then the view's epoch and stable
-/// point (u64 each).
-const TAG_BEACON: u8 = b'B';
-/// Bytes of a beacon.
-const BEACON_LEN: usize = HEADER_LEN + 8;
-/// Bytes of a beacon that carries a stable point.
-const STABLE_BEACON_LEN: usize = BEACON_LEN + 16;
 /// The default beacon interval: at most one beacon per interval from a
 /// node, and only while others' messages wait for it.
 pub const DEFAULT_BEACON_NS: u64 = 100_000;
@@ -71,66 +58,6 @@ pub const MAX_OWN_HELD_BYTES: usize = 4 << 20;
 /// Bytes of messages kept from nodes not yet in the view here; beyond,
 /// they are dropped (`stale`).
 pub const MAX_EARLY_BYTES: usize = 4 << 20;
-
-/// What a fragment that opens a message says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Opening<'a> {
-    Data {
-        ts: u64,
-        epoch: u64,
-        report: u64,
-        msg: &'a [u8],
-        scatter: bool,
-    },
-    Beacon {
-        ts: u64,
-        epoch: u64,
-        report: u64,
-        wants: u64,
-        /// (view epoch, stable point) from a commit tree's root.
-        stable: Option<(u64, u64)>,
-    },
-}
-
-/// `msg` with its header (stamp, ready epoch, barrier report), into `out`
-/// (cleared).
-fn encode(tag: u8, ts: u64, epoch: u64, report: u64, msg: &[u8], out: &mut Vec<u8>) {
-    out.clear();
-    out.reserve(HEADER_LEN + msg.len());
-    out.push(tag);
-    out.extend_from_slice(&ts.to_be_bytes());
-    out.extend_from_slice(&epoch.to_be_bytes());
-    out.extend_from_slice(&report.to_be_bytes());
-    out.extend_from_slice(msg);
-}
-
-fn decode(buf: &[u8]) -> Option<Opening<'_>> {
-    if buf.len() < HEADER_LEN {
-        return None;
-    }
-    let word = |at: usize| u64::from_be_bytes(buf[at..at + 8].try_into().expect("8 bytes"));
-    let (ts, epoch, report) = (word(1), word(9), word(17));
-    match buf[0] {
-        TAG_DATA | TAG_SCATTER => Some(Opening::Data {
-            ts,
-            epoch,
-            report,
-            msg: &buf[HEADER_LEN..],
-            scatter: buf[0] == TAG_SCATTER,
-        }),
-        TAG_BEACON if buf.len() == BEACON_LEN || buf.len() == STABLE_BEACON_LEN => {
-            Some(Opening::Beacon {
-                ts,
-                epoch,
-                report,
-                wants: word(HEADER_LEN),
-                stable: (buf.len() == STABLE_BEACON_LEN)
-                    .then(|| (word(BEACON_LEN), word(BEACON_LEN + 8))),
-            })
-        }
-        _ => None,
-    }
-}
 
 /// A stamp as it came: (stamp, ready epoch, the message or None for a
 /// beacon).
@@ -757,22 +684,13 @@ impl TotalOrder {
             .is_root()
             .then(|| self.commit_tree.stable())
             .flatten();
-        let mut trailer = [0u8; 24];
-        trailer[..8].copy_from_slice(&wants.to_be_bytes());
-        let trailer = match stable {
-            Some(s) => {
-                trailer[8..16].copy_from_slice(&self.commit_tree.epoch().to_be_bytes());
-                trailer[16..].copy_from_slice(&s.to_be_bytes());
-                &trailer[..]
-            }
-            None => &trailer[..8],
-        };
-        encode(
-            TAG_BEACON,
+        let view = self.commit_tree.epoch();
+        encode_beacon(
             ts,
             self.ready(),
             report,
-            trailer,
+            wants,
+            stable.map(|s| (view, s)),
             &mut self.scratch,
         );
         let sent = match self.stream.publish(cx, &self.scratch)? {
@@ -791,7 +709,7 @@ impl TotalOrder {
             self.advertised = ts;
             self.wanted = self.wanted.max(wants);
             self.counters.beacons_sent += 1;
-            if let Some(s) = stable.filter(|&s| s > self.commit_tree.multicast()) {
+            if let Some(s) = stable.filter(|&s| s > self.commit_tree.last_sent()) {
                 self.commit_tree.sent(s, now_ns);
             }
         } else {

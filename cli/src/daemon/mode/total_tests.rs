@@ -44,19 +44,21 @@ impl Rig {
     /// [`Rig::new`] for a group that commits (`commit = true`), its wall
     /// clock standing at 1,000.
     fn committing(node: NodeId, remote: &[NodeId]) -> Rig {
-        let mut r = Rig::new(node, remote);
-        r.mode = TotalOrder::new(GROUP, node, Seq(0), Box::new(|| 1_000), 100).committing(true);
-        let added = r.remote.clone();
-        r.call(|m, cx, _| m.members_changed(cx, &added).unwrap());
-        r
+        Rig::committing_from(node, remote, commit_tree::DEFAULT_FROM_NODES)
     }
 
     /// [`Rig::committing`] over a commit tree whatever the view's size.
     fn committing_over_a_tree(node: NodeId, remote: &[NodeId]) -> Rig {
+        Rig::committing_from(node, remote, 2)
+    }
+
+    /// [`Rig::committing`] with its reports over a tree from `tree_from`
+    /// members.
+    fn committing_from(node: NodeId, remote: &[NodeId], tree_from: usize) -> Rig {
         let mut r = Rig::new(node, remote);
         r.mode = TotalOrder::new(GROUP, node, Seq(0), Box::new(|| 1_000), 100)
             .committing(true)
-            .commit_tree_from(2);
+            .commit_tree_from(tree_from);
         let added = r.remote.clone();
         r.call(|m, cx, _| m.members_changed(cx, &added).unwrap());
         r
@@ -117,7 +119,7 @@ impl Rig {
     /// A beacon from a node that holds messages up to `wants` waiting.
     fn beacon_wanting(&mut self, from: NodeId, ts: u64, epoch: u64, wants: u64) {
         let mut buf = Vec::new();
-        encode(TAG_BEACON, ts, epoch, 0, &wants.to_be_bytes(), &mut buf);
+        encode_beacon(ts, epoch, 0, wants, None, &mut buf);
         self.fragment(from, true, true, &buf);
     }
 
@@ -679,13 +681,8 @@ fn a_skipped_notice_comes_after_the_senders_held_messages_from_before_the_jump()
 /// A beacon from `from` at `ts` reporting barrier `report`, and (from a
 /// commit tree's root) the stable point `stable` of view `view`.
 fn report_beacon(r: &mut Rig, from: NodeId, ts: u64, report: u64, stable: Option<(u64, u64)>) {
-    let mut trailer = 0u64.to_be_bytes().to_vec();
-    if let Some((view, point)) = stable {
-        trailer.extend_from_slice(&view.to_be_bytes());
-        trailer.extend_from_slice(&point.to_be_bytes());
-    }
     let mut buf = Vec::new();
-    encode(TAG_BEACON, ts, 1, report, &trailer, &mut buf);
+    encode_beacon(ts, 1, report, 0, stable, &mut buf);
     r.fragment(from, true, true, &buf);
 }
 
