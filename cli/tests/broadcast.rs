@@ -123,17 +123,20 @@ fn a_member_killed_mid_stream_costs_the_survivors_nothing_and_they_agree_on_its_
         .collect();
     let group = pubs[0].2;
     let progress = AtomicU64::new(0);
+    let victims_progress = AtomicU64::new(0);
     let mut orders: Vec<(u32, Vec<(u32, u64)>)> = Vec::new();
     let mut clients = Vec::new();
     std::thread::scope(|s| {
         let receivers: Vec<_> = subs
             .drain(..)
             .map(|(node, mut c)| {
-                let progress = &progress;
+                let (progress, victims_progress) = (&progress, &victims_progress);
                 s.spawn(move || {
                     let got = receive(&mut c, node, &survivors, N, Duration::from_secs(30), |g| {
                         if node == 1 {
                             progress.store(g.len() as u64, Ordering::Relaxed);
+                            let v = g.iter().filter(|(f, _)| *f == victim).count();
+                            victims_progress.store(v as u64, Ordering::Relaxed);
                         }
                     });
                     (node, got, c)
@@ -143,10 +146,21 @@ fn a_member_killed_mid_stream_costs_the_survivors_nothing_and_they_agree_on_its_
         for (from, mut p, g) in pubs.drain(..) {
             s.spawn(move || publish_until_killed(&mut p, from, g, N, victim));
         }
-        // Killed once node 1 has half of the four senders' messages.
+        // Killed once node 1 has half of the four senders' messages, some
+        // of them the victim's (its publisher may start last: killed before
+        // its first message, the test would show nothing about them).
         wait_until(
-            || progress.load(Ordering::Relaxed) >= 2 * N,
-            || "no progress to kill at".into(),
+            || {
+                progress.load(Ordering::Relaxed) >= 2 * N
+                    && victims_progress.load(Ordering::Relaxed) > 0
+            },
+            || {
+                format!(
+                    "no progress to kill at: node 1 has {} messages, {} of them the victim's",
+                    progress.load(Ordering::Relaxed),
+                    victims_progress.load(Ordering::Relaxed)
+                )
+            },
         );
         cluster.kill(victim);
         for h in receivers {
