@@ -144,6 +144,18 @@ pub enum GroupMode {
     Broadcast,
 }
 
+impl GroupMode {
+    /// The name used in the file and on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            GroupMode::Fifo => "fifo",
+            GroupMode::Sequenced => "sequenced",
+            GroupMode::Total => "total",
+            GroupMode::Broadcast => "broadcast",
+        }
+    }
+}
+
 /// The broadcast algorithm of a `mode = "broadcast"` group (seed 003;
 /// docs/protocol.md §8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -307,6 +319,33 @@ pub struct GroupSettings {
     pub commit_tree_from: u32,
     /// (Broadcast) the algorithm.
     pub broadcast: Broadcast,
+}
+
+impl GroupSettings {
+    /// The settings every node must configure alike for this group, as the
+    /// configuration file spells them. The group's agent refuses a join
+    /// from a node whose description differs from its own
+    /// (`mcast_groups::SettingsOf`; docs/mcastd.md, "Configure a group
+    /// alike"). The others are each node's own: the window, the slow
+    /// subscriber's fate, batching (a flag of each frame), near repairs,
+    /// and a broadcast group's algorithm (each message names its own).
+    pub fn shared(&self) -> String {
+        let mut s = format!("mode = \"{}\"", self.mode.name());
+        if self.mode != GroupMode::Broadcast {
+            s += &format!(
+                ", algorithm = \"{}\", tree_fanout = {}",
+                self.algorithm.name(),
+                self.tree_fanout
+            );
+        }
+        if self.mode == GroupMode::Total {
+            s += &format!(", commit = {}", self.commit);
+            if self.commit {
+                s += &format!(", commit_tree_from = {}", self.commit_tree_from);
+            }
+        }
+        s
+    }
 }
 
 /// mcastd's configuration. See `docs/mcastd.toml.example` for every key.

@@ -636,3 +636,41 @@ fn a_cluster_key_is_required_unless_the_file_says_insecure() {
         .validate()
         .unwrap();
 }
+
+#[test]
+fn the_settings_every_node_must_share_name_what_changes_the_protocol_only() {
+    let cfg = parse(&with(
+        "",
+        "[[group]]\nname = \"log\"\nmode = \"total\"\ncommit = true\n[[group]]\nname = \"b\"\nmode = \"broadcast\"\nbroadcast = \"mst\"\n",
+    ));
+    cfg.validate().unwrap();
+    let log = cfg.group_settings("log");
+    assert_eq!(
+        log.shared(),
+        "mode = \"total\", algorithm = \"mak\", tree_fanout = 0, commit = true, commit_tree_from = 17"
+    );
+    assert_eq!(
+        cfg.group_settings("any").shared(),
+        "mode = \"fifo\", algorithm = \"mak\", tree_fanout = 0"
+    );
+    assert_eq!(cfg.group_settings("b").shared(), "mode = \"broadcast\"");
+    // Each node's own choices leave the description alike.
+    let mut own = log.clone();
+    own.window_frames /= 2;
+    own.batch = !own.batch;
+    own.near_repairs = !own.near_repairs;
+    own.slow_subscriber = SlowSubscriber::Hold;
+    assert_eq!(own.shared(), log.shared());
+    // Those of the protocol do not.
+    for change in [
+        |s: &mut GroupSettings| s.mode = GroupMode::Sequenced,
+        |s: &mut GroupSettings| s.algorithm = Algorithm::Nak,
+        |s: &mut GroupSettings| s.tree_fanout = 8,
+        |s: &mut GroupSettings| s.commit = false,
+        |s: &mut GroupSettings| s.commit_tree_from = 0,
+    ] {
+        let mut s = log.clone();
+        change(&mut s);
+        assert_ne!(s.shared(), log.shared(), "{s:?}");
+    }
+}

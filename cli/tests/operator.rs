@@ -241,3 +241,48 @@ fn metrics_count_what_went_through_and_listings_print_json() {
         (Some(1), Some(2))
     );
 }
+
+#[test]
+fn a_node_configured_otherwise_cannot_join_and_is_told_what_differs() {
+    // Node 4 has the group in another mode: as a member it would send FIFO
+    // frames the others hold for stamps forever.
+    let Some(cluster) = common::start_with("mixed-cfg", |n| {
+        let mode = if n == 4 { "fifo" } else { "total" };
+        format!("[[group]]\nname = \"mixed\"\nmode = \"{mode}\"\n")
+    }) else {
+        return;
+    };
+    let mut first = Client::connect(cluster.socket(1), "first").unwrap();
+    first.join("mixed").expect("the agent's own join");
+    let mut alike = Client::connect(cluster.socket(2), "alike").unwrap();
+    alike
+        .join("mixed")
+        .expect("node 2 configures the group alike");
+    let mut other = Client::connect(cluster.socket(4), "other").unwrap();
+    let e = other
+        .join("mixed")
+        .expect_err("node 4 configures the group otherwise")
+        .to_string();
+    eprintln!("node 4's client was told: {e}");
+    for says in [
+        "group \"mixed\"",
+        "node 1, its agent",
+        "mode = \"total\"",
+        "mode = \"fifo\"",
+        "configure a group alike",
+    ] {
+        assert!(e.contains(says), "the error does not say {says:?}: {e}");
+    }
+    let members = mcast(&cluster, 3, &["members", "mixed", "--json"]);
+    let mut nodes: Vec<u64> = members["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["node"].as_u64().unwrap())
+        .collect();
+    nodes.sort_unstable();
+    assert_eq!(nodes, [1, 2], "the group goes on without node 4");
+    let stat = mcast(&cluster, 1, &["stat", "--json"]);
+    assert_eq!(stat["daemon"]["joins_refused_settings"], 1, "{stat:#}");
+    cluster.daemons[3].wait_log("join refused", Duration::from_secs(10));
+}

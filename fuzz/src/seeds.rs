@@ -256,6 +256,7 @@ fn group_messages() -> Vec<Message> {
             group: 7,
             member: 10,
             name: name(),
+            settings: "mode = \"total\", algorithm = \"mak\", tree_fanout = 0".into(),
         },
         Message::JoinReply {
             token: 4,

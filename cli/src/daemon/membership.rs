@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use mcast_engine::{Accept, EngineError, GroupOptions, ProtocolConfig, Transport};
 use mcast_groups::detector::PeerState;
-use mcast_groups::{GroupEvent, GroupService, Limits, View};
+use mcast_groups::{GroupEvent, GroupService, Limits, SettingsOf, View};
 use mcast_ipc::{ClientId, ErrorCode, Notice, Response};
 use mcast_wire::{GroupId, NodeId, Seq};
 use serde_json::json;
@@ -109,7 +109,10 @@ impl LocalGroup {
 
 /// A group service for this node, knowing the cluster, with no group yet.
 pub(super) fn fresh_service(cfg: &Config) -> GroupService {
-    let mut groups = GroupService::new(cfg.node, cfg.registry, Limits::default());
+    let own = cfg.clone();
+    let settings = SettingsOf::new(move |name| own.group_settings(name).shared());
+    let mut groups =
+        GroupService::new(cfg.node, cfg.registry, Limits::default()).with_settings(settings);
     let cluster: Vec<NodeId> = std::iter::once(cfg.node)
         .chain(cfg.peers.iter().map(|p| p.node))
         .collect();
@@ -185,6 +188,9 @@ impl<T: Transport> Daemon<T> {
                     }
                 }
                 GroupEvent::Failed { req, error } => {
+                    if let mcast_groups::GroupError::SettingsDiffer { .. } = error {
+                        self.log.warn("join refused", &[("error", &error)]);
+                    }
                     let rejoin = self.live.rejoins.answered(req);
                     if let Some((c, name)) = rejoin.as_ref().filter(|_| passes(&error)) {
                         // The client asked for nothing: its join is the

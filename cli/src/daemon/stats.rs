@@ -261,6 +261,9 @@ impl<T: Transport> Daemon<T> {
             // Anti-entropy since this node last (re)joined the cluster.
             "membership_repairs": self.groups.repairs(),
             "agent_resignations": self.groups.resignations(),
+            // Joins refused here as agent: the joining node's shared
+            // settings of the group differ from this node's.
+            "joins_refused_settings": self.groups.settings_refused(),
             // Departed senders' streams agreed on by the survivors.
             "flush": flush,
         });

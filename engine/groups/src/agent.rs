@@ -2,8 +2,9 @@
 //! that took the role over): keeps the group's members, assigns their ranks
 //! (never reused within a group), bumps the view epoch on every change and
 //! sends each new view to every member node and the member count to the
-//! registry; answers REGISTER, LEAVE and QUERY, and settles a VIEW from
-//! another agent of one of its groups.
+//! registry; answers REGISTER (refusing a node whose group settings differ
+//! from its own), LEAVE and QUERY, and settles a VIEW from another agent of
+//! one of its groups.
 //!
 //! Owns the agent state of each group it serves ([`AgentGroup`]). Never
 //! names groups (the registry does) and never changes the views this node
@@ -40,6 +41,12 @@ impl AgentGroup {
 }
 
 impl GroupService {
+    /// Joins refused here as agent because the joining node's group
+    /// settings differ from this node's ([`GroupError::SettingsDiffer`]).
+    pub fn settings_refused(&self) -> u64 {
+        self.settings_refused
+    }
+
     /// The authoritative view of `group` if this node is its agent. It may have no
     /// members: an emptied group is kept (see the crate documentation).
     /// (The first name's, should the number carry two for the moment.)
@@ -74,6 +81,7 @@ impl GroupService {
         group: GroupId,
         member: MemberId,
         name: String,
+        settings: &str,
     ) {
         let reply = |s: &mut Self, result| {
             s.send(
@@ -90,6 +98,20 @@ impl GroupService {
         }
         if let Err(reason) = check_name(&name, self.limits.max_name_len) {
             return reply(self, Err(invalid_name(&name, reason)));
+        }
+        // A node configured otherwise would run another protocol in the
+        // group: refused before it is a member (SettingsOf).
+        let there = self.settings_of.describe(&name);
+        if !settings.is_empty() && !there.is_empty() && settings != there {
+            self.settings_refused += 1;
+            let error = GroupError::SettingsDiffer {
+                group,
+                name: name.clone(),
+                agent: self.node,
+                there,
+                here: settings.to_owned(),
+            };
+            return reply(self, Err(error));
         }
         let k = key(group, &name);
         if !self.agent_of.contains_key(&k) {

@@ -116,7 +116,8 @@ impl GroupService {
                 group,
                 member,
                 name,
-            } => self.agent_register(from, token, group, member, name),
+                settings,
+            } => self.agent_register(from, token, group, member, name, &settings),
             Message::Leave {
                 token,
                 group,

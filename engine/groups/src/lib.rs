@@ -120,11 +120,42 @@ use operating::Pending;
 use registry::Registry;
 use wire::Message;
 
+/// How a node describes, by a group's name, the group's settings that
+/// every node must share (its algorithm, its mode...). A joining node sends
+/// its description in `REGISTER`; the group's agent refuses the join with
+/// [`GroupError::SettingsDiffer`] when its own differs. An empty
+/// description (the default, and builds before this check) is not checked.
+#[derive(Clone, Default)]
+pub struct SettingsOf(Option<std::sync::Arc<dyn Fn(&str) -> String + Send + Sync>>);
+
+impl SettingsOf {
+    pub fn new(f: impl Fn(&str) -> String + Send + Sync + 'static) -> SettingsOf {
+        SettingsOf(Some(std::sync::Arc::new(f)))
+    }
+
+    /// The description of group `name`'s settings here (empty: none).
+    pub fn describe(&self, name: &str) -> String {
+        self.0.as_ref().map_or_else(String::new, |f| f(name))
+    }
+}
+
+impl std::fmt::Debug for SettingsOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "SettingsOf(..)"
+        } else {
+            "SettingsOf(none)"
+        })
+    }
+}
+
 /// Group management of one daemon. See the crate documentation.
 #[derive(Debug)]
 pub struct GroupService {
     node: NodeId,
     limits: Limits,
+    /// The groups' shared settings, as this node describes them.
+    settings_of: SettingsOf,
     // operating agent (operating.rs)
     next_token: u64,
     pending: BTreeMap<u64, Pending>,
@@ -161,6 +192,8 @@ pub struct GroupService {
     /// agent roles given up on the registry's word.
     repairs: u64,
     resignations: u64,
+    /// Joins this node refused as agent: their node's settings differ.
+    settings_refused: u64,
     // driver (driver.rs)
     loopback: VecDeque<Message>,
     outbox: VecDeque<(NodeId, Vec<u8>)>,
@@ -181,6 +214,7 @@ impl GroupService {
             node,
             registry_node: registry,
             limits: limits.clamped(),
+            settings_of: SettingsOf::default(),
             next_token: 1,
             pending: BTreeMap::new(),
             views: BTreeMap::new(),
@@ -203,7 +237,15 @@ impl GroupService {
             last_sync: None,
             repairs: 0,
             resignations: 0,
+            settings_refused: 0,
         }
+    }
+
+    /// Joins are checked against the agent's settings, as `settings_of`
+    /// describes them on each node ([`SettingsOf`]).
+    pub fn with_settings(mut self, settings_of: SettingsOf) -> GroupService {
+        self.settings_of = settings_of;
+        self
     }
 
     /// This node.

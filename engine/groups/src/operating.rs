@@ -332,6 +332,7 @@ impl GroupService {
                     // agent adds it on the SYNC and its view completes the
                     // join (apply_view).
                     self.homes.entry(key(group, &name)).or_insert(agent);
+                    let settings = self.settings_of.describe(&name);
                     self.send(
                         agent,
                         Message::Register {
@@ -339,6 +340,7 @@ impl GroupService {
                             group,
                             member,
                             name,
+                            settings,
                         },
                     );
                 }

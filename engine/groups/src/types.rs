@@ -246,6 +246,16 @@ pub enum GroupError {
     NodeFailed { node: NodeId },
     /// No answer from the node the request waited for in time.
     NoAnswer { node: NodeId },
+    /// The group's settings that every node must share (its
+    /// [`SettingsOf`](crate::SettingsOf) description) differ between the
+    /// joining node (`here`) and the group's agent (`agent`, `there`).
+    SettingsDiffer {
+        group: GroupId,
+        name: String,
+        agent: NodeId,
+        there: String,
+        here: String,
+    },
 }
 
 impl fmt::Display for GroupError {
@@ -282,6 +292,16 @@ impl fmt::Display for GroupError {
             GroupError::NoAnswer { node } => write!(
                 f,
                 "node {node} did not answer in time (its answer may have been lost while the cluster changed): retry"
+            ),
+            GroupError::SettingsDiffer {
+                group,
+                name,
+                agent,
+                there,
+                here,
+            } => write!(
+                f,
+                "group {name:?} ({group}) is configured differently on node {agent}, its agent ({there}) than on this node ({here}): every node must configure a group alike"
             ),
         }
     }

@@ -104,6 +104,9 @@ pub enum Message {
         group: GroupId,
         member: MemberId,
         name: String,
+        /// The joining node's description of the group's settings that
+        /// every node must share (empty: not checked).
+        settings: String,
     },
     JoinReply {
         token: u64,
@@ -341,6 +344,20 @@ impl Writer {
                 self.u8(10);
                 self.u32(*node);
             }
+            GroupError::SettingsDiffer {
+                group,
+                name,
+                agent,
+                there,
+                here,
+            } => {
+                self.u8(11);
+                self.u32(*group);
+                self.str(name);
+                self.u32(*agent);
+                self.str(there);
+                self.str(here);
+            }
         }
     }
 }
@@ -382,12 +399,14 @@ impl Message {
                 group,
                 member,
                 name,
+                settings,
             } => {
                 w.u8(3);
                 w.u64(*token);
                 w.u32(*group);
                 w.u64(*member);
                 w.str(name);
+                w.str(settings);
             }
             Message::JoinReply {
                 token,
@@ -593,6 +612,12 @@ impl Message {
                 group: r.u32()?,
                 member: r.u64()?,
                 name: r.str()?,
+                // (Absent from builds before 2026-11-28: not checked.)
+                settings: if r.pos < bytes.len() {
+                    r.str()?
+                } else {
+                    String::new()
+                },
             },
             4 => {
                 let token = r.u64()?;
@@ -850,6 +875,13 @@ impl<'a> Reader<'a> {
             8 => GroupError::TooManyPending { limit: self.u32()? },
             9 => GroupError::NodeFailed { node: self.u32()? },
             10 => GroupError::NoAnswer { node: self.u32()? },
+            11 => GroupError::SettingsDiffer {
+                group: self.u32()?,
+                name: self.str()?,
+                agent: self.u32()?,
+                there: self.str()?,
+                here: self.str()?,
+            },
             value => {
                 return Err(DecodeError::InvalidValue {
                     field: "error code",

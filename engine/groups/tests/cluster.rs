@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use mcast_groups::{
     GroupError, GroupEvent, GroupId, GroupService, Limits, MemberId, NameError, NodeId, ReqId,
-    View, SYNC_MISSES, SYNC_PERIOD,
+    SettingsOf, View, SYNC_MISSES, SYNC_PERIOD,
 };
 use proptest::prelude::*;
 
@@ -39,6 +39,19 @@ impl Cluster {
             next_req: 1,
             delivered: 0,
         }
+    }
+
+    /// Each node describes the groups' shared settings as `describe`
+    /// (node, group name) says.
+    fn with_settings(mut self, describe: fn(NodeId, &str) -> String) -> Cluster {
+        self.nodes = std::mem::take(&mut self.nodes)
+            .into_iter()
+            .map(|s| {
+                let node = s.node();
+                s.with_settings(SettingsOf::new(move |name| describe(node, name)))
+            })
+            .collect();
+        self
     }
 
     fn next_rand(&mut self) -> u64 {
@@ -779,6 +792,60 @@ fn limits_and_invalid_names_fail_with_clear_errors() {
     assert_eq!(e, GroupError::TooManyPending { limit: 3 });
     c.settle();
     c.check();
+}
+
+#[test]
+fn a_node_configured_otherwise_is_refused_at_join_and_the_group_goes_on() {
+    // Node 4 has "alpha" in another mode; node 1 is of a build that
+    // describes nothing; "beta" is alike everywhere.
+    fn describe(node: NodeId, name: &str) -> String {
+        match (node, name) {
+            (1, _) => String::new(),
+            (4, "alpha") => "mode = \"fifo\"".into(),
+            _ => "mode = \"total\"".into(),
+        }
+    }
+    for seed in 0..20 {
+        let mut c = Cluster::new(4, 1, Limits::default(), seed).with_settings(describe);
+        let (g, _) = c.joined(2, 20, "alpha");
+        c.joined(3, 30, "alpha");
+        let refused = c.join(4, 40, "alpha");
+        c.settle();
+        assert_eq!(
+            c.answer(4, refused),
+            GroupEvent::Failed {
+                req: refused,
+                error: GroupError::SettingsDiffer {
+                    group: g,
+                    name: "alpha".into(),
+                    agent: 2,
+                    there: "mode = \"total\"".into(),
+                    here: "mode = \"fifo\"".into(),
+                },
+            }
+        );
+        let GroupEvent::Failed { error, .. } = c.answer(4, refused) else {
+            unreachable!()
+        };
+        assert!(
+            error
+                .to_string()
+                .contains("every node must configure a group alike"),
+            "{error}"
+        );
+        assert_eq!(c.get(2).settings_refused(), 1);
+        assert_eq!(c.get(4).view(g), None, "the refused node holds no view");
+        // Unchecked: a node that describes nothing.
+        c.joined(1, 10, "alpha");
+        let v = c.agent_view(g).unwrap();
+        assert_eq!(v.nodes(), vec![1, 2, 3], "the group goes on without node 4");
+        // Node 4 joins what it configures alike.
+        let (h, _) = c.joined(4, 41, "beta");
+        assert_eq!(c.agent_view(h).unwrap().nodes(), vec![4]);
+        c.joined(3, 31, "beta");
+        assert_eq!(c.get(4).settings_refused(), 0);
+        c.check();
+    }
 }
 
 #[test]

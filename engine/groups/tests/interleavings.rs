@@ -299,6 +299,7 @@ fn an_agent_of_two_names_under_one_number_keeps_them_apart() {
                 group: 7,
                 member,
                 name: name.to_owned(),
+                settings: String::new(),
             },
         );
     }
