@@ -655,7 +655,7 @@ fn the_settings_every_node_must_share_name_what_changes_the_protocol_only() {
     );
     assert_eq!(cfg.group_settings("b").shared(), "mode = \"broadcast\"");
     // Each node's own choices leave the description alike.
-    let mut own = log.clone();
+    let mut own = log;
     own.window_frames /= 2;
     own.batch = !own.batch;
     own.near_repairs = !own.near_repairs;
@@ -669,7 +669,7 @@ fn the_settings_every_node_must_share_name_what_changes_the_protocol_only() {
         |s: &mut GroupSettings| s.commit = false,
         |s: &mut GroupSettings| s.commit_tree_from = 0,
     ] {
-        let mut s = log.clone();
+        let mut s = log;
         change(&mut s);
         assert_ne!(s.shared(), log.shared(), "{s:?}");
     }

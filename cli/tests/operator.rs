@@ -102,6 +102,20 @@ fn mcast(cluster: &common::Cluster, node: u32, args: &[&str]) -> serde_json::Val
     })
 }
 
+/// The nodes of `group`'s members, sorted, as `mcast members --json` on
+/// node `node` lists them.
+fn member_nodes(cluster: &common::Cluster, node: u32, group: &str) -> Vec<u64> {
+    let members = mcast(cluster, node, &["members", group, "--json"]);
+    let mut nodes: Vec<u64> = members["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["node"].as_u64().unwrap())
+        .collect();
+    nodes.sort_unstable();
+    nodes
+}
+
 #[test]
 fn metrics_count_what_went_through_and_listings_print_json() {
     let Some(cluster) = common::start("metrics", &format!("metrics = \"{METRICS}\"")) else {
@@ -227,14 +241,7 @@ fn metrics_count_what_went_through_and_listings_print_json() {
     let members = mcast(&cluster, 3, &["members", "ops", "--json"]);
     assert_eq!(members["schema"], 1);
     assert_eq!(members["group"], joined.group);
-    let mut nodes: Vec<u64> = members["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["node"].as_u64().unwrap())
-        .collect();
-    nodes.sort_unstable();
-    assert_eq!(nodes, [1, 2]);
+    assert_eq!(member_nodes(&cluster, 3, "ops"), [1, 2]);
     let stat = mcast(&cluster, 2, &["stat", "--json"]);
     assert_eq!(
         (stat["schema"].as_u64(), stat["node"].as_u64()),
@@ -273,16 +280,47 @@ fn a_node_configured_otherwise_cannot_join_and_is_told_what_differs() {
     ] {
         assert!(e.contains(says), "the error does not say {says:?}: {e}");
     }
-    let members = mcast(&cluster, 3, &["members", "mixed", "--json"]);
-    let mut nodes: Vec<u64> = members["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["node"].as_u64().unwrap())
-        .collect();
-    nodes.sort_unstable();
-    assert_eq!(nodes, [1, 2], "the group goes on without node 4");
+    assert_eq!(
+        member_nodes(&cluster, 3, "mixed"),
+        [1, 2],
+        "the group goes on without node 4"
+    );
     let stat = mcast(&cluster, 1, &["stat", "--json"]);
     assert_eq!(stat["daemon"]["joins_refused_settings"], 1, "{stat:#}");
     cluster.daemons[3].wait_log("join refused", Duration::from_secs(10));
+
+    // A client that relies on a mode says so at join, and is refused where
+    // the group runs in another.
+    let mut relying = Client::connect(cluster.socket(3), "relying").unwrap();
+    let e = relying
+        .join_mode("mixed", "sequenced")
+        .unwrap_err()
+        .to_string();
+    for says in ["mode = \"total\" here", "set mode = \"sequenced\""] {
+        assert!(e.contains(says), "the error does not say {says:?}: {e}");
+    }
+    let e = relying
+        .join_mode("mixed", "totally")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("use one of"), "{e}");
+    relying
+        .join_mode("mixed", "total")
+        .expect("the mode it runs in");
+    let out = Command::new(env!("CARGO_BIN_EXE_mcast"))
+        .arg("--socket")
+        .arg(cluster.socket(2))
+        .args(["recv", "mixed", "--mode", "fifo", "--count", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("set mode = \"fifo\""),
+        "mcast recv --mode fifo on a total-order group: {stderr}"
+    );
+    assert_eq!(
+        member_nodes(&cluster, 1, "mixed"),
+        [1, 2, 3],
+        "the client that asked for its mode is in"
+    );
 }

@@ -392,7 +392,14 @@ fn requests() -> Vec<Vec<u8>> {
             version: proto::PROTOCOL_VERSION,
             name: "fuzz".into(),
         },
-        Request::Join { group: group() },
+        Request::Join {
+            group: group(),
+            mode: None,
+        },
+        Request::Join {
+            group: group(),
+            mode: Some("total".into()),
+        },
         Request::Leave { group: 7 },
         Request::Query { group: group() },
         Request::Groups,

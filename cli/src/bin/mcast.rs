@@ -20,6 +20,7 @@ const OUTPUT_BUFFER: usize = 64 << 10;
 ///   mcast recv logs > copy.bin          # join "logs", write what arrives
 ///   mcast send logs big.bin             # join "logs", send the file, end the stream
 ///   tail -f app.log | mcast send logs - --lines   # one message per line, as each comes
+///   mcast recv ledger --mode total      # refused unless every member sees one order
 ///   mcast members logs                  # who is in the group
 ///   mcast stat                          # live counters per group and peer
 ///   mcast doctor --interface eth0       # what to fix before mcastd can run
@@ -32,7 +33,7 @@ const OUTPUT_BUFFER: usize = 64 << 10;
 /// sides each message carries its send time, and `recv` prints a latency
 /// summary (one host only: both ends read the same monotonic clock).
 #[derive(Parser, Debug)]
-#[command(name = "mcast", version)]
+#[command(name = "mcast", version, verbatim_doc_comment)]
 struct Args {
     /// mcastd's control socket.
     #[arg(
@@ -75,6 +76,11 @@ enum Command {
         /// Give up waiting for --wait-nodes after this many seconds.
         #[arg(long, default_value_t = 30)]
         timeout: u64,
+        /// Join only if mcastd runs the group in this mode (fifo,
+        /// sequenced, total, broadcast): for a stream that relies on one
+        /// order for every member. Refused, naming the setting, otherwise.
+        #[arg(long, value_name = "MODE")]
+        mode: Option<String>,
     },
     /// Join GROUP and write every message received to standard output (or --output).
     Recv {
@@ -94,6 +100,11 @@ enum Command {
         /// Print "joined" to standard error once the join is complete.
         #[arg(long)]
         announce: bool,
+        /// Join only if mcastd runs the group in this mode (fifo,
+        /// sequenced, total, broadcast): for a stream that relies on one
+        /// order for every member. Refused, naming the setting, otherwise.
+        #[arg(long, value_name = "MODE")]
+        mode: Option<String>,
     },
     /// Join GROUP and wait at its barrier COUNT times: each wait returns
     /// once every member of the group has reached it (members that leave
@@ -163,15 +174,29 @@ enum Command {
     },
 }
 
+/// Joins `group` (if mcastd runs it in `mode`, when given).
+fn join(
+    client: &mut Client,
+    group: &str,
+    mode: Option<&str>,
+) -> Result<mcast_ipc::Membership, String> {
+    match mode {
+        Some(mode) => client.join_mode(group, mode),
+        None => client.join(group),
+    }
+    .map_err(|e| e.to_string())
+}
+
 /// Joins `group` and, with `wait_nodes`, waits up to `timeout_s` seconds
 /// until its view has members on that many nodes.
 fn join_and_wait(
     client: &mut Client,
     group: &str,
+    mode: Option<&str>,
     wait_nodes: Option<usize>,
     timeout_s: u64,
 ) -> Result<mcast_ipc::Membership, String> {
-    let m = client.join(group).map_err(|e| e.to_string())?;
+    let m = join(client, group, mode)?;
     if let Some(n) = wait_nodes {
         stream::wait_nodes(client, m.group, &m.view, n, Duration::from_secs(timeout_s))?;
     }
@@ -233,6 +258,7 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
             stamp,
             rate,
             timeout,
+            mode,
         } => {
             if !lines && chunk == 0 || chunk + stream::STAMP_LEN > client.max_message() {
                 return Err(format!(
@@ -240,7 +266,7 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
                     client.max_message() - stream::STAMP_LEN
                 ));
             }
-            let m = join_and_wait(&mut client, &group, wait_nodes, timeout)?;
+            let m = join_and_wait(&mut client, &group, mode.as_deref(), wait_nodes, timeout)?;
             // A large buffer: the messages it holds go out in one batch.
             let source: Box<dyn Read> = if file == "-" {
                 Box::new(std::io::stdin().lock())
@@ -273,8 +299,9 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
             stamp,
             idle_timeout,
             announce,
+            mode,
         } => {
-            let m = client.join(&group).map_err(|e| e.to_string())?;
+            let m = join(&mut client, &group, mode.as_deref())?;
             if announce {
                 eprintln!("mcast: joined {group} (group {}, rank {})", m.group, m.rank);
             }
@@ -318,7 +345,7 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
             timeout,
             wait_nodes,
         } => {
-            let m = join_and_wait(&mut client, &group, wait_nodes, timeout)?;
+            let m = join_and_wait(&mut client, &group, None, wait_nodes, timeout)?;
             for i in 1..=count {
                 let t0 = mcast_engine::sys::monotonic_ns();
                 let dropped = client

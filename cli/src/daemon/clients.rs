@@ -249,6 +249,28 @@ impl<T: Transport> Daemon<T> {
         });
     }
 
+    /// A join that names the mode it relies on (`mode`) is refused when
+    /// this node's configuration runs `group` in another: the answer, or
+    /// None when it may go on.
+    fn mode_refused(&self, group: &str, mode: &str) -> Option<Response> {
+        let asked = match mode.parse::<crate::config::GroupMode>() {
+            Ok(m) => m,
+            Err(e) => return Some(Response::error(ErrorCode::Malformed, e)),
+        };
+        let here = self.cfg.group_settings(group).mode;
+        (asked != here).then(|| {
+            Response::error(
+                ErrorCode::Other,
+                format!(
+                    "group {group:?} runs in mode = {:?} here, and this client relies on mode = {:?}: set mode = {:?} in its [[group]] section on every node",
+                    here.name(),
+                    asked.name(),
+                    asked.name()
+                ),
+            )
+        })
+    }
+
     pub(super) fn handle_request(&mut self, client: ClientId, req: u64, request: Request) {
         let id = self.clients.next_id();
         match request {
@@ -260,7 +282,10 @@ impl<T: Transport> Daemon<T> {
                     "hello was already exchanged on this connection",
                 ),
             ),
-            Request::Join { group } => {
+            Request::Join { group, mode } => {
+                if let Some(refused) = mode.and_then(|m| self.mode_refused(&group, &m)) {
+                    return self.clients.server.reply(client, req, refused);
+                }
                 self.clients
                     .pending
                     .insert(id, Pending::Join { client, req });

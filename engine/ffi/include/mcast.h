@@ -107,6 +107,16 @@ int mcast_flush(mcast_client *c, int timeout_ms);
  */
 int mcast_join(mcast_client *c, const char *group, uint32_t *group_out, uint32_t *rank_out);
 
+/*
+ * As mcast_join, if mcastd runs the group in mode ("fifo", "sequenced",
+ * "total" or "broadcast"; NULL: any). An application that relies on one
+ * order for every member asks for "total" or "sequenced", and is refused
+ * (MCAST_EDAEMON; mcast_last_error names the setting to change) where the
+ * group's configuration says otherwise.
+ */
+int mcast_join_mode(mcast_client *c, const char *group, const char *mode, uint32_t *group_out,
+                    uint32_t *rank_out);
+
 /* Leaves the group numbered group (as returned by mcast_join). */
 int mcast_leave(mcast_client *c, uint32_t group);
 

@@ -244,6 +244,44 @@ pub unsafe extern "C" fn mcast_join(
     unsafe { with_client(c, run) }
 }
 
+/// Joins the group named `group` if mcastd runs it in `mode` (`"fifo"`,
+/// `"sequenced"`, `"total"` or `"broadcast"`; NULL: any, as [`mcast_join`]).
+/// An application that relies on one order for every member asks for
+/// `"total"` or `"sequenced"`, and is refused (`MCAST_EDAEMON`, the setting
+/// to change in `mcast_last_error`) where the group's configuration says
+/// otherwise.
+///
+/// # Safety
+/// As [`mcast_join`]; `mode` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn mcast_join_mode(
+    c: *mut McastClient,
+    group: *const c_char,
+    mode: *const c_char,
+    group_out: *mut u32,
+    rank_out: *mut u32,
+) -> c_int {
+    let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
+        // SAFETY: the caller's contract for `group` and `mode`.
+        let name = unsafe { str_arg(group, "group") }?;
+        let m = if mode.is_null() {
+            cl.client.join(name)?
+        } else {
+            // SAFETY: as above; not NULL.
+            let mode = unsafe { str_arg(mode, "mode") }?;
+            cl.client.join_mode(name, mode)?
+        };
+        // SAFETY: the caller's contract for the out-parameters.
+        unsafe {
+            put(group_out, m.group);
+            put(rank_out, m.rank);
+        }
+        Ok(MCAST_OK)
+    };
+    // SAFETY: the caller's contract is with_client's.
+    unsafe { with_client(c, run) }
+}
+
 /// Leaves the group numbered `group`.
 ///
 /// # Safety

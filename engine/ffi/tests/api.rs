@@ -368,7 +368,7 @@ impl Scripted {
                     if let ServerEvent::Request {
                         client,
                         req,
-                        request: Request::Join { group },
+                        request: Request::Join { group, .. },
                     } = ev
                     {
                         if group == "cut-me-off" {
@@ -1183,4 +1183,45 @@ fn publish_scatter_writes_one_record_of_all_parts_and_rejects_bad_ones() {
         mcast_close(a);
         mcast_close(b);
     }
+}
+
+#[test]
+fn a_join_names_the_mode_it_relies_on_or_none() {
+    let lb = Loopback::default("ffi-mode");
+    let c = connect(&lb.path, "moded");
+    let (mut group, mut rank) = (0, u32::MAX);
+    let rc = unsafe { mcast_join_mode(c, c"g".as_ptr(), c"total".as_ptr(), &mut group, &mut rank) };
+    assert_eq!(rc, MCAST_OK, "{}", last_error(c));
+    assert_eq!((group, rank), (GROUP, 0));
+    lb.wait_event(|e| {
+        matches!(e, ServerEvent::Request { request: Request::Join { group, mode: Some(m) }, .. }
+            if group == "g" && m == "total")
+    });
+    let rc = unsafe {
+        mcast_join_mode(
+            c,
+            c"h".as_ptr(),
+            ptr::null(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+        )
+    };
+    assert_eq!(rc, MCAST_OK, "{}", last_error(c));
+    lb.wait_event(|e| {
+        matches!(e, ServerEvent::Request { request: Request::Join { group, mode: None }, .. }
+            if group == "h")
+    });
+    let bad = [0xffu8 as c_char, 0];
+    let rc = unsafe {
+        mcast_join_mode(
+            c,
+            c"g".as_ptr(),
+            bad.as_ptr(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+        )
+    };
+    assert_eq!(rc, MCAST_EINVAL);
+    assert!(last_error(c).contains("mode"), "{}", last_error(c));
+    unsafe { mcast_close(c) };
 }

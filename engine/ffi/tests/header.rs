@@ -79,6 +79,7 @@ fn header_functions_are_exactly_the_exported_ones() {
         "mcast_connect",
         "mcast_close",
         "mcast_join",
+        "mcast_join_mode",
         "mcast_leave",
         "mcast_publish",
         "mcast_publish_blocking",

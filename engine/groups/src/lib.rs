@@ -126,7 +126,10 @@ use wire::Message;
 /// [`GroupError::SettingsDiffer`] when its own differs. An empty
 /// description (the default, and builds before this check) is not checked.
 #[derive(Clone, Default)]
-pub struct SettingsOf(Option<std::sync::Arc<dyn Fn(&str) -> String + Send + Sync>>);
+pub struct SettingsOf(Option<std::sync::Arc<Describe>>);
+
+/// A function from a group's name to its description (`SettingsOf`).
+type Describe = dyn Fn(&str) -> String + Send + Sync;
 
 impl SettingsOf {
     pub fn new(f: impl Fn(&str) -> String + Send + Sync + 'static) -> SettingsOf {

@@ -444,8 +444,22 @@ impl Client {
 
     /// Joins group `group`.
     pub fn join(&mut self, group: &str) -> Result<Membership, Error> {
+        self.join_request(group, None)
+    }
+
+    /// Joins group `group` if the daemon runs it in `mode` (`"fifo"`,
+    /// `"sequenced"`, `"total"` or `"broadcast"`): an application that
+    /// relies on one order for every member asks for `"total"` (or
+    /// `"sequenced"`) and is refused, with the setting to change, where the
+    /// group's configuration says otherwise.
+    pub fn join_mode(&mut self, group: &str, mode: &str) -> Result<Membership, Error> {
+        self.join_request(group, Some(mode))
+    }
+
+    fn join_request(&mut self, group: &str, mode: Option<&str>) -> Result<Membership, Error> {
         match self.request(Request::Join {
             group: group.to_string(),
+            mode: mode.map(str::to_owned),
         })? {
             Response::Joined {
                 group,

@@ -42,6 +42,12 @@ pub enum Request {
     Join {
         /// Group name.
         group: String,
+        /// The group mode the client relies on (`"fifo"`, `"sequenced"`,
+        /// `"total"` or `"broadcast"`, as mcastd's configuration spells
+        /// them): the join is refused unless the daemon runs the group in
+        /// that mode. Absent: any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<String>,
     },
     /// Leave a group by the number Joined gave; answered with [`Response::Left`].
     Leave {
@@ -297,11 +303,21 @@ mod tests {
             id: 3,
             request: Request::Join {
                 group: "orders".into(),
+                mode: None,
             },
         };
         let s = serde_json::to_string(&m).unwrap();
         assert_eq!(s, r#"{"id":3,"request":{"type":"join","group":"orders"}}"#);
         assert_eq!(decode_request(s.as_bytes()).unwrap(), m);
+        // A join that names the mode it relies on.
+        let s = r#"{"id":3,"request":{"type":"join","group":"orders","mode":"total"}}"#;
+        assert_eq!(
+            decode_request(s.as_bytes()).unwrap().request,
+            Request::Join {
+                group: "orders".into(),
+                mode: Some("total".into())
+            }
+        );
         let s = r#"{"id":4,"request":{"type":"groups"}}"#;
         assert_eq!(
             decode_request(s.as_bytes()).unwrap().request,

@@ -166,7 +166,7 @@ fn run(mut server: Server, s: Arc<Shared>, tx: mpsc::Sender<ServerEvent>) {
                     req,
                     request,
                 } => match request {
-                    Request::Join { group } => {
+                    Request::Join { group, .. } => {
                         joined.insert(*client);
                         epoch += 1;
                         let members: Vec<Member> = joined
