@@ -8,13 +8,24 @@ use mcast_groups::wire::{Message, MAX_MESSAGE_LEN};
 /// many bytes (every field has one width), and that encoding decodes to
 /// the same message and is a fixed point. (It need not be the input byte
 /// for byte: an invalid-name error that is not "too long" carries length
-/// fields the decoder ignores and the encoder writes as zero.)
+/// fields the decoder ignores and the encoder writes as zero; a REGISTER
+/// of the layout before its settings field decodes with empty settings,
+/// which encode to one byte more.)
 pub fn group_message(data: &[u8]) {
     match Message::decode(data) {
         Ok(m) => {
             assert!(data.len() <= MAX_MESSAGE_LEN);
             let enc = m.encode();
-            assert_eq!(enc.len(), data.len(), "{m:?} re-encodes to another length");
+            let earlier = match &m {
+                Message::Register { settings, .. } => settings.is_empty(),
+                _ => false,
+            };
+            assert!(
+                enc.len() == data.len() || earlier && enc.len() == data.len() + 1,
+                "{m:?} re-encodes to {} bytes, from {}",
+                enc.len(),
+                data.len()
+            );
             let again = Message::decode(&enc).expect("an encoded message decodes");
             assert_eq!(again, m, "decode(encode(m)) != m");
             assert_eq!(again.encode(), enc, "encoding is not a fixed point");

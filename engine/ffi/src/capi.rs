@@ -229,19 +229,8 @@ pub unsafe extern "C" fn mcast_join(
     group_out: *mut u32,
     rank_out: *mut u32,
 ) -> c_int {
-    let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
-        // SAFETY: the caller's contract for `group`.
-        let name = unsafe { str_arg(group, "group") }?;
-        let m = cl.client.join(name)?;
-        // SAFETY: the caller's contract for the out-parameters.
-        unsafe {
-            put(group_out, m.group);
-            put(rank_out, m.rank);
-        }
-        Ok(MCAST_OK)
-    };
-    // SAFETY: the caller's contract is with_client's.
-    unsafe { with_client(c, run) }
+    // SAFETY: the caller's contract is mcast_join_mode's, with no mode.
+    unsafe { mcast_join_mode(c, group, ptr::null(), group_out, rank_out) }
 }
 
 /// Joins the group named `group` if mcastd runs it in `mode` (`"fifo"`,
