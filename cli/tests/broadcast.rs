@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use common::ordered::{
     all_senders_to_all, connect, message, mode, per_sender_in_order, publish_until_killed, receive,
-    subscribers, wait_until,
+    subscribers, Progress,
 };
 use mcast_ipc::Client;
 
@@ -122,21 +122,18 @@ fn a_member_killed_mid_stream_costs_the_survivors_nothing_and_they_agree_on_its_
         })
         .collect();
     let group = pubs[0].2;
-    let progress = AtomicU64::new(0);
-    let victims_progress = AtomicU64::new(0);
+    let progress = Progress::default();
     let mut orders: Vec<(u32, Vec<(u32, u64)>)> = Vec::new();
     let mut clients = Vec::new();
     std::thread::scope(|s| {
         let receivers: Vec<_> = subs
             .drain(..)
             .map(|(node, mut c)| {
-                let (progress, victims_progress) = (&progress, &victims_progress);
+                let progress = &progress;
                 s.spawn(move || {
                     let got = receive(&mut c, node, &survivors, N, Duration::from_secs(30), |g| {
                         if node == 1 {
-                            progress.store(g.len() as u64, Ordering::Relaxed);
-                            let v = g.iter().filter(|(f, _)| *f == victim).count();
-                            victims_progress.store(v as u64, Ordering::Relaxed);
+                            progress.note(g, victim);
                         }
                     });
                     (node, got, c)
@@ -147,21 +144,8 @@ fn a_member_killed_mid_stream_costs_the_survivors_nothing_and_they_agree_on_its_
             s.spawn(move || publish_until_killed(&mut p, from, g, N, victim));
         }
         // Killed once node 1 has half of the four senders' messages, some
-        // of them the victim's (its publisher may start last: killed before
-        // its first message, the test would show nothing about them).
-        wait_until(
-            || {
-                progress.load(Ordering::Relaxed) >= 2 * N
-                    && victims_progress.load(Ordering::Relaxed) > 0
-            },
-            || {
-                format!(
-                    "no progress to kill at: node 1 has {} messages, {} of them the victim's",
-                    progress.load(Ordering::Relaxed),
-                    victims_progress.load(Ordering::Relaxed)
-                )
-            },
-        );
+        // of them the victim's.
+        progress.wait(2 * N, 1, || "at node 1".into());
         cluster.kill(victim);
         for h in receivers {
             clients.push(h.join().unwrap());

@@ -14,12 +14,11 @@
 #[allow(dead_code)]
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::ordered::{
     all_senders_to_all, assert_one_order, connect, messages_only, mode, per_sender_in_order,
-    publish_until_killed, receive, subscribers, wait_until,
+    publish_until_killed, receive, subscribers, Progress,
 };
 use mcast_ipc::Client;
 
@@ -83,21 +82,17 @@ fn the_root_killed_mid_stream_costs_the_survivors_nothing_and_keeps_one_order() 
     let survivors: Vec<u32> = nodes.iter().copied().filter(|&n| n != root).collect();
     let watched = survivors[0];
     subs.retain(|(n, _)| *n != root);
-    let progress = AtomicU64::new(0);
-    let roots_progress = AtomicU64::new(0);
+    let progress = Progress::default();
     let mut orders: Vec<(u32, Vec<(u32, u64)>)> = Vec::new();
     std::thread::scope(|s| {
         let receivers: Vec<_> = subs
             .drain(..)
             .map(|(node, mut c)| {
                 let (survivors, progress) = (&survivors, &progress);
-                let roots_progress = &roots_progress;
                 s.spawn(move || {
                     let got = receive(&mut c, node, survivors, N, Duration::from_secs(30), |g| {
                         if node == watched {
-                            progress.store(g.len() as u64, Ordering::Relaxed);
-                            let r = g.iter().filter(|(f, _)| *f == root).count();
-                            roots_progress.store(r as u64, Ordering::Relaxed);
+                            progress.note(g, root);
                         }
                     });
                     (node, got)
@@ -109,22 +104,8 @@ fn the_root_killed_mid_stream_costs_the_survivors_nothing_and_keeps_one_order() 
         }
         // Killed once a survivor has half of the four senders' messages
         // (the rest are then on their way through the root), some of the
-        // root's own among them: its publisher may start last, and killed
-        // before its first message the test would show nothing of them
-        // (as the broadcast kill test once did on a loaded host).
-        wait_until(
-            || {
-                progress.load(Ordering::Relaxed) >= 2 * N
-                    && roots_progress.load(Ordering::Relaxed) > 0
-            },
-            || {
-                format!(
-                    "no progress to kill at: node {watched} has {} messages, {} of them the root's",
-                    progress.load(Ordering::Relaxed),
-                    roots_progress.load(Ordering::Relaxed)
-                )
-            },
-        );
+        // root's own among them.
+        progress.wait(2 * N, 1, || format!("at node {watched}"));
         eprintln!(
             "the root before it is killed: {}",
             mode(&cluster, root, group)

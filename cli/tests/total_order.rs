@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use common::ordered::{
     all_senders_to_all, assert_one_order, connect, message, mode, per_sender_in_order, receive,
-    subscribers, wait_until,
+    subscribers, Progress,
 };
 use mcast_ipc::{Client, Notice};
 
@@ -127,8 +127,7 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
     let group = pubs[0].2;
     let watched = survivors[0];
     // What the watched survivor has: all messages, and the victim's.
-    let progress = AtomicU64::new(0);
-    let from_victim = AtomicU64::new(0);
+    let progress = Progress::default();
     // The survivors send their last quarter once the victim has left
     // every survivor's barrier, so the event of the view without it falls
     // among messages.
@@ -141,13 +140,11 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
         let receivers: Vec<_> = subs
             .drain(..)
             .map(|(node, mut c, _)| {
-                let (progress, from_victim) = (&progress, &from_victim);
+                let progress = &progress;
                 s.spawn(move || {
                     let got = receive(&mut c, node, &survivors, N, Duration::from_secs(30), |g| {
                         if node == watched {
-                            let theirs = g.iter().filter(|(f, _)| *f == victim).count();
-                            from_victim.store(theirs as u64, Ordering::Relaxed);
-                            progress.store(g.len() as u64, Ordering::Relaxed);
+                            progress.note(g, victim);
                         }
                     });
                     (node, c, got)
@@ -156,14 +153,14 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
             .collect();
         let mut publishers = Vec::new();
         for (from, mut p, g) in pubs.drain(..) {
-            let (from_victim, killed) = (&from_victim, &killed);
+            let (progress, killed) = (&progress, &killed);
             publishers.push(s.spawn(move || {
                 // The victim joined last and sends nothing before every other
                 // node has stamped in its view: the others start once its
                 // first message is through, so its messages interleave with
                 // theirs instead of trailing them.
                 let deadline = std::time::Instant::now() + Duration::from_secs(30);
-                while from != victim && from_victim.load(Ordering::Relaxed) == 0 {
+                while from != victim && progress.victims() == 0 {
                     assert!(
                         std::time::Instant::now() < deadline,
                         "node {victim} never sent"
@@ -188,27 +185,17 @@ fn a_sender_killed_mid_stream_leaves_the_survivors_one_order() {
         // Killed once a survivor has half of the four senders' messages,
         // a tenth of the victim's among them (the victim, the last to join,
         // waits for the others' stamps before its first message).
-        wait_until(
-            || {
-                progress.load(Ordering::Relaxed) >= 2 * N
-                    && from_victim.load(Ordering::Relaxed) >= N / 10
-            },
-            || {
-                for n in nodes {
-                    eprintln!("node {n}: {}", mode(&cluster, n, group));
-                    for line in cluster.daemons[n as usize - 1].log_text().lines() {
-                        if line.contains("level=warn") {
-                            eprintln!("  {line}");
-                        }
+        progress.wait(2 * N, N / 10, || {
+            for n in nodes {
+                eprintln!("node {n}: {}", mode(&cluster, n, group));
+                for line in cluster.daemons[n as usize - 1].log_text().lines() {
+                    if line.contains("level=warn") {
+                        eprintln!("  {line}");
                     }
                 }
-                format!(
-                    "no progress to kill at: {} messages at node {watched}, {} of node {victim}",
-                    progress.load(Ordering::Relaxed),
-                    from_victim.load(Ordering::Relaxed)
-                )
-            },
-        );
+            }
+            format!("at node {watched}, the victim node {victim}")
+        });
         eprintln!(
             "node {victim} before it is killed: {}",
             mode(&cluster, victim, group)

@@ -338,3 +338,46 @@ pub fn wait_until(done: impl Fn() -> bool, why: impl Fn() -> String) {
         std::thread::yield_now();
     }
 }
+
+/// How far one watched subscriber got in a test that kills a sender: its
+/// messages, and the victim's among them (read from other threads).
+#[derive(Debug, Default)]
+pub struct Progress {
+    all: std::sync::atomic::AtomicU64,
+    victims: std::sync::atomic::AtomicU64,
+}
+
+impl Progress {
+    /// Notes what the watched subscriber has so far (`receive`'s progress).
+    pub fn note(&self, got: &[(u32, u64)], victim: u32) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let theirs = got.iter().filter(|(f, _)| *f == victim).count();
+        self.victims.store(theirs as u64, Relaxed);
+        self.all.store(got.len() as u64, Relaxed);
+    }
+
+    /// The victim's messages the watched subscriber has.
+    pub fn victims(&self) -> u64 {
+        self.victims.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Waits until the watched subscriber has `all` messages, `victims` of
+    /// them the victim's: a victim killed before its first message got
+    /// through (its publisher may start last, and on a loaded host does)
+    /// would leave the test nothing to check of it. After a minute, fails
+    /// with both counts and what `more` says.
+    pub fn wait(&self, all: u64, victims: u64, more: impl Fn() -> String) {
+        let now = || self.all.load(std::sync::atomic::Ordering::Relaxed);
+        wait_until(
+            || now() >= all && self.victims() >= victims,
+            || {
+                format!(
+                    "no progress to kill at: {} messages, {} of them the victim's; {}",
+                    now(),
+                    self.victims(),
+                    more()
+                )
+            },
+        );
+    }
+}
