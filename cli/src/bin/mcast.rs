@@ -174,19 +174,6 @@ enum Command {
     },
 }
 
-/// Joins `group` (if mcastd runs it in `mode`, when given).
-fn join(
-    client: &mut Client,
-    group: &str,
-    mode: Option<&str>,
-) -> Result<mcast_ipc::Membership, String> {
-    match mode {
-        Some(mode) => client.join_mode(group, mode),
-        None => client.join(group),
-    }
-    .map_err(|e| e.to_string())
-}
-
 /// Joins `group` and, with `wait_nodes`, waits up to `timeout_s` seconds
 /// until its view has members on that many nodes.
 fn join_and_wait(
@@ -196,7 +183,9 @@ fn join_and_wait(
     wait_nodes: Option<usize>,
     timeout_s: u64,
 ) -> Result<mcast_ipc::Membership, String> {
-    let m = join(client, group, mode)?;
+    let m = client
+        .join_in_mode(group, mode)
+        .map_err(|e| e.to_string())?;
     if let Some(n) = wait_nodes {
         stream::wait_nodes(client, m.group, &m.view, n, Duration::from_secs(timeout_s))?;
     }
@@ -301,7 +290,9 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
             announce,
             mode,
         } => {
-            let m = join(&mut client, &group, mode.as_deref())?;
+            let m = client
+                .join_in_mode(&group, mode.as_deref())
+                .map_err(|e| e.to_string())?;
             if announce {
                 eprintln!("mcast: joined {group} (group {}, rank {})", m.group, m.rank);
             }

@@ -253,13 +253,13 @@ pub unsafe extern "C" fn mcast_join_mode(
     let run = |cl: &mut McastClient| -> Result<c_int, Fail> {
         // SAFETY: the caller's contract for `group` and `mode`.
         let name = unsafe { str_arg(group, "group") }?;
-        let m = if mode.is_null() {
-            cl.client.join(name)?
+        let mode = if mode.is_null() {
+            None
         } else {
             // SAFETY: as above; not NULL.
-            let mode = unsafe { str_arg(mode, "mode") }?;
-            cl.client.join_mode(name, mode)?
+            Some(unsafe { str_arg(mode, "mode") }?)
         };
+        let m = cl.client.join_in_mode(name, mode)?;
         // SAFETY: the caller's contract for the out-parameters.
         unsafe {
             put(group_out, m.group);

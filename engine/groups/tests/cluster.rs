@@ -811,22 +811,17 @@ fn a_node_configured_otherwise_is_refused_at_join_and_the_group_goes_on() {
         c.joined(3, 30, "alpha");
         let refused = c.join(4, 40, "alpha");
         c.settle();
+        let error = c.failed(4, refused);
         assert_eq!(
-            c.answer(4, refused),
-            GroupEvent::Failed {
-                req: refused,
-                error: GroupError::SettingsDiffer {
-                    group: g,
-                    name: "alpha".into(),
-                    agent: 2,
-                    there: "mode = \"total\"".into(),
-                    here: "mode = \"fifo\"".into(),
-                },
+            error,
+            GroupError::SettingsDiffer {
+                group: g,
+                name: "alpha".into(),
+                agent: 2,
+                there: "mode = \"total\"".into(),
+                here: "mode = \"fifo\"".into(),
             }
         );
-        let GroupEvent::Failed { error, .. } = c.answer(4, refused) else {
-            unreachable!()
-        };
         assert!(
             error
                 .to_string()

@@ -444,7 +444,7 @@ impl Client {
 
     /// Joins group `group`.
     pub fn join(&mut self, group: &str) -> Result<Membership, Error> {
-        self.join_request(group, None)
+        self.join_in_mode(group, None)
     }
 
     /// Joins group `group` if the daemon runs it in `mode` (`"fifo"`,
@@ -453,10 +453,11 @@ impl Client {
     /// `"sequenced"`) and is refused, with the setting to change, where the
     /// group's configuration says otherwise.
     pub fn join_mode(&mut self, group: &str, mode: &str) -> Result<Membership, Error> {
-        self.join_request(group, Some(mode))
+        self.join_in_mode(group, Some(mode))
     }
 
-    fn join_request(&mut self, group: &str, mode: Option<&str>) -> Result<Membership, Error> {
+    /// [`Client::join_mode`], or with `None` [`Client::join`].
+    pub fn join_in_mode(&mut self, group: &str, mode: Option<&str>) -> Result<Membership, Error> {
         match self.request(Request::Join {
             group: group.to_string(),
             mode: mode.map(str::to_owned),
