@@ -28,6 +28,7 @@ pub mod keys;
 pub mod links;
 pub mod log;
 pub mod metrics;
+pub mod render;
 pub mod stopped;
 pub mod stream;
 pub mod testbed;

@@ -147,7 +147,7 @@ fn frames_on_the_second_queue_reach_the_engine_through_its_thread() {
     );
     assert_eq!(queues[0]["rx_dropped"], 0, "{t:#}");
     // `mcast stat` prints the queue's line.
-    let text = mcast_cli::stream::render_stats(&v, None);
+    let text = mcast_cli::render::render_stats(&v, None);
     assert!(
         text.contains(&format!("queue 1  frames {second}  starved")),
         "{text}"

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use mcast_cli::render;
 use mcast_cli::stream::{self, StreamReader};
 use mcast_ipc::{Client, Request, Response};
 
@@ -354,9 +355,9 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
         Command::Groups { json } => {
             let v = json_request(&mut client, Request::Groups)?;
             if json {
-                println!("{:#}", stream::groups_json(v));
+                println!("{:#}", render::groups_json(v));
             } else {
-                print!("{}", stream::render_groups(&v));
+                print!("{}", render::render_groups(&v));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -371,9 +372,9 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
                 return Err(format!("no group named {group:?} (see `mcast groups`)"));
             }
             if json {
-                println!("{:#}", stream::members_json(v));
+                println!("{:#}", render::members_json(v));
             } else {
-                print!("{}", stream::render_members(&v));
+                print!("{}", render::render_members(&v));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -387,7 +388,7 @@ fn run(socket: &PathBuf, cmd: Command) -> Result<ExitCode, String> {
                 } else {
                     print!(
                         "{}",
-                        stream::render_stats(
+                        render::render_stats(
                             &v,
                             prev.as_ref().map(|(p, t)| (p, (now - t) as f64 / 1e9))
                         )

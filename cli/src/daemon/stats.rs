@@ -268,7 +268,7 @@ impl<T: Transport> Daemon<T> {
             "flush": flush,
         });
         json!({
-            "schema": crate::stream::JSON_SCHEMA,
+            "schema": crate::render::JSON_SCHEMA,
             "version": env!("CARGO_PKG_VERSION"),
             "node": self.node,
             "incarnation": self.incarnation,
