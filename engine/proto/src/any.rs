@@ -202,6 +202,9 @@ impl Sender for AnySender {
     fn join_point(&self) -> Option<Seq> {
         delegate!(self, e => e.join_point())
     }
+    fn acked_until(&self) -> Option<Seq> {
+        delegate!(self, e => e.acked_until())
+    }
 }
 
 #[cfg(test)]

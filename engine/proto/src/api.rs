@@ -322,6 +322,13 @@ pub trait Sender: Endpoint {
     /// True when every frame sent has been acknowledged by every member (for
     /// algorithms without acknowledgments: when nothing is left to transmit).
     fn is_idle(&self) -> bool;
+    /// Every frame before this one has been acknowledged by every member
+    /// it was sent to that is still a member (a member added later starts
+    /// at or after it). `None`: the algorithm does not know (it takes no
+    /// acknowledgments, or does not say).
+    fn acked_until(&self) -> Option<Seq> {
+        None
+    }
     /// Installs a new view: the receivers whose acknowledgments count from now on.
     fn set_members(&mut self, now: Instant, members: &[NodeId]);
     /// Appends the members that left at least `after` of this sender's

@@ -16,7 +16,7 @@ use mcast_proto::{Endpoint, Instant, SendError, Sender};
 
 use super::delivery::Deliver;
 use super::frames::Place;
-use super::publish::keep_payload_crc;
+use super::publish::{keep_payload_crc, messages_ending};
 use super::{nanos, Engine};
 use crate::sys;
 use crate::transport::Transport;
@@ -245,11 +245,18 @@ impl<T: Transport> Engine<T> {
                 if self.auth.is_none() {
                     keep_payload_crc(&self.transport, &mut self.frames, &of);
                 }
+                let ends = messages_ending(&self.transport, &of);
                 match s.machine.send(now, of) {
                     Ok(seq) => {
                         self.frames.place[of.buf.0 as usize] = Place::Machine;
                         s.next_seq = seq.next();
                         s.tally.frames += 1;
+                        // (Settled here too, so the entries stay within
+                        // the window when nobody asks for the count.)
+                        s.settle_acked();
+                        if ends > 0 {
+                            s.ends.push_back((seq, ends));
+                        }
                         fed = true;
                     }
                     Err(SendError::WindowFull(_)) | Err(SendError::NoMembers(_)) => {

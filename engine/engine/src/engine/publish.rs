@@ -180,6 +180,16 @@ impl<T: Transport> Engine<T> {
         })
     }
 
+    /// How many of the messages published to `group`'s send stream, from
+    /// the first, every member has acknowledged whole (every frame of
+    /// theirs): the stream's commit point in messages. None without a send
+    /// stream, or when its algorithm takes no acknowledgments
+    /// ([`Sender::acked_until`](mcast_proto::Sender::acked_until)).
+    pub fn group_acked_messages(&mut self, group: GroupId) -> Option<u64> {
+        let gi = self.group_index(group)?;
+        self.groups[gi].sender.as_mut()?.settle_acked()
+    }
+
     /// Fragments queued ahead of `group`'s send window.
     pub fn queued_in(&self, group: GroupId) -> usize {
         self.group_index(group)
@@ -205,6 +215,18 @@ impl<T: Transport> Engine<T> {
 /// message can join it. The payload was written moments ago and is still in
 /// cache. Unsealed frames only: a sealed frame's tag covers its payload at
 /// each transmission, and its CRC field is 0.
+/// How many messages end in frame `of`: its batch's records, one for the
+/// last (or only) fragment of a message, none for another fragment.
+pub(super) fn messages_ending<T: Transport>(transport: &T, of: &OutFrame) -> u32 {
+    if of.frag.contains(Flags::BATCH) {
+        let start = mcast_wire::FRAME_OVERHEAD;
+        let payload = &transport.frame(of.buf.0)[start..start + usize::from(of.len)];
+        batch::records(payload).count() as u32
+    } else {
+        u32::from(of.frag.contains(Flags::FRAG_LAST))
+    }
+}
+
 pub(super) fn keep_payload_crc<T: Transport>(
     transport: &T,
     frames: &mut FrameTable,

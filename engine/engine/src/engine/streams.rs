@@ -45,6 +45,28 @@ pub(super) struct SendStream {
     pub(super) queue: VecDeque<OutFrame>,
     /// What the stream carried (messages, frames, bytes).
     pub(super) tally: SendTally,
+    /// The frames in the machine that end messages: (sequence number,
+    /// messages ending in it), oldest first, until acknowledged.
+    pub(super) ends: VecDeque<(Seq, u32)>,
+    /// Messages every member has acknowledged whole, from the first.
+    pub(super) acked_messages: u64,
+}
+
+impl SendStream {
+    /// Counts the messages whose last frame every member has acknowledged
+    /// (the machine's [`acked_until`](mcast_proto::Sender::acked_until))
+    /// and drops their entries; None when the machine does not say.
+    pub(super) fn settle_acked(&mut self) -> Option<u64> {
+        let until = self.machine.acked_until()?;
+        while let Some(&(seq, n)) = self.ends.front() {
+            if !seq.before(until) {
+                break;
+            }
+            self.acked_messages += u64::from(n);
+            self.ends.pop_front();
+        }
+        Some(self.acked_messages)
+    }
 }
 
 #[derive(Debug)]
@@ -165,6 +187,8 @@ impl<T: Transport> Engine<T> {
             next_seq: start.seq,
             queue: VecDeque::new(),
             tally: SendTally::default(),
+            ends: VecDeque::new(),
+            acked_messages: 0,
         });
         Ok(())
     }

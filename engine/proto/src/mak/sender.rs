@@ -948,6 +948,12 @@ impl Sender for MakSender {
         self.buffer.is_empty() && self.fresh.is_empty()
     }
 
+    fn acked_until(&self) -> Option<Seq> {
+        // Frames leave the buffer once every member's cumulative ACK
+        // passed them (`release_acknowledged`).
+        Some(self.buffer.base())
+    }
+
     fn set_members(&mut self, now: Instant, members: &[NodeId]) {
         self.install_members(Some(now), members);
         // A departed member no longer holds frames back.
