@@ -317,8 +317,8 @@ pub struct GroupSettings {
     pub mode: GroupMode,
     /// (Total order) a message is delivered only once every member has it.
     pub commit: bool,
-    /// (Total order with commit) views of at least this many members send
-    /// their reports up a tree (0: never; docs/protocol.md §6.4).
+    /// (Total order) views of at least this many members send their claims
+    /// (or reports) up a tree (0: never; docs/protocol.md §6.4).
     pub commit_tree_from: u32,
     /// (Broadcast) the algorithm.
     pub broadcast: Broadcast,
@@ -342,10 +342,10 @@ impl GroupSettings {
             );
         }
         if self.mode == GroupMode::Total {
-            s += &format!(", commit = {}", self.commit);
-            if self.commit {
-                s += &format!(", commit_tree_from = {}", self.commit_tree_from);
-            }
+            s += &format!(
+                ", commit = {}, commit_tree_from = {}",
+                self.commit, self.commit_tree_from
+            );
         }
         s
     }
@@ -462,11 +462,13 @@ pub struct Config {
     /// order is known (TOC-BE).
     #[serde(default)]
     pub commit: bool,
-    /// Total-order groups with `commit = true`: views of at least this many
-    /// members send their barrier reports up a tree (fanout 8, rooted at
-    /// the group's agent) whose root multicasts the least, instead of every
-    /// member multicasting its own to all (docs/protocol.md §6.4, "Commit
-    /// over a tree"). 0: never. At least 2 otherwise; 17 by default.
+    /// Total-order groups: views of at least this many members send their
+    /// claims (each member's commit barrier, from its stream's
+    /// acknowledgments; with `algorithm = "nak"` and `commit = true`, its
+    /// barrier reports) up a tree (fanout 8, rooted at the group's agent)
+    /// whose root multicasts the least, instead of every member
+    /// multicasting its stamps to all (docs/protocol.md §6.4, "Stamps over
+    /// the tree"). 0: never. At least 2 otherwise; 17 by default.
     #[serde(default = "d_commit_tree_from")]
     pub commit_tree_from: u32,
     /// Broadcast groups (`mode = "broadcast"`): the algorithm that spreads a

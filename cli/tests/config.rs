@@ -185,7 +185,7 @@ fn commit_applies_to_total_order_groups_only() {
 }
 
 #[test]
-fn commit_tree_from_is_never_or_at_least_two_and_only_where_a_group_commits() {
+fn commit_tree_from_is_never_or_at_least_two_and_only_in_total_order_groups() {
     let cfg = parse(&with(
         "mode = \"total\"\ncommit = true\ncommit_tree_from = 0",
         "[[group]]\nname = \"log\"\ncommit_tree_from = 3\n",
@@ -201,14 +201,17 @@ fn commit_tree_from_is_never_or_at_least_two_and_only_where_a_group_commits() {
         ),
         "[[group]] \"g\"",
     );
+    parse(&with(
+        "mode = \"total\"",
+        "[[group]]\nname = \"best-effort\"\ncommit_tree_from = 2\n",
+    ))
+    .validate()
+    .expect("the tree carries claims whether the group commits or not");
     let msg = invalid(
-        &with(
-            "mode = \"total\"",
-            "[[group]]\nname = \"fast\"\ncommit_tree_from = 2\n",
-        ),
+        &with("", "[[group]]\nname = \"fast\"\ncommit_tree_from = 2\n"),
         "[[group]] \"fast\"",
     );
-    assert!(msg.contains("commit = true"), "{msg}");
+    assert!(msg.contains("mode = \"total\""), "{msg}");
 }
 
 #[test]

@@ -250,6 +250,9 @@ impl StreamOps for Ops<'_> {
     fn send_idle(&self, _: GroupId) -> bool {
         self.next_seq + self.sent.len() as u64 == self.acked
     }
+    fn acked_messages(&mut self, _: GroupId) -> Option<u64> {
+        Some(self.acked)
+    }
 }
 
 impl Ops<'_> {

@@ -53,7 +53,7 @@ impl Config {
             );
         }
         // `commit_tree_from`: 0 (never) or a view of at least two members,
-        // and per group only where the group commits.
+        // and per group only in total-order groups.
         let trees = std::iter::once((
             "the daemon's default".to_owned(),
             Some(self.commit_tree_from),
@@ -73,15 +73,13 @@ impl Config {
                 );
             }
         }
-        if let Some(g) = self
-            .groups
-            .iter()
-            .find(|g| g.commit_tree_from.is_some() && !self.group_settings(&g.name).commit)
-        {
+        if let Some(g) = self.groups.iter().find(|g| {
+            g.commit_tree_from.is_some() && self.group_settings(&g.name).mode != GroupMode::Total
+        }) {
             return bad(
                 "commit_tree_from",
                 format!(
-                    "commit_tree_from in [[group]] \"{}\" applies to total-order groups with commit = true only: set commit = true there, or drop commit_tree_from",
+                    "commit_tree_from in [[group]] \"{}\" applies to total-order groups only: set mode = \"total\" there, or drop commit_tree_from",
                     g.name
                 ),
             );

@@ -14,6 +14,8 @@ pub struct Fake {
     pub members: Vec<Vec<NodeId>>,
     pub full: bool,
     pub position: Option<StreamStart>,
+    /// The last this many messages published are not acknowledged yet.
+    pub unacked: usize,
 }
 
 impl StreamOps for Fake {
@@ -49,7 +51,10 @@ impl StreamOps for Fake {
         self.position
     }
     fn send_idle(&self, _: GroupId) -> bool {
-        true
+        self.unacked == 0
+    }
+    fn acked_messages(&mut self, _: GroupId) -> Option<u64> {
+        Some(self.published.len().saturating_sub(self.unacked) as u64)
     }
 }
 

@@ -50,6 +50,7 @@
 //!   and forwards; [`GroupMode::members_changed`] re-plans the tree.
 
 pub mod broadcast;
+pub mod claims;
 pub mod commit_tree;
 #[cfg(test)]
 mod fake;
@@ -418,6 +419,9 @@ pub trait StreamOps {
     ) -> Result<StreamStart, EngineError>;
     fn sender_position(&self, group: GroupId) -> Option<StreamStart>;
     fn send_idle(&self, group: GroupId) -> bool;
+    /// How many of the stream's messages, from the first, every member has
+    /// acknowledged (None: no stream, or its algorithm does not say).
+    fn acked_messages(&mut self, group: GroupId) -> Option<u64>;
 }
 
 impl<T: Transport> StreamOps for Engine<T> {
@@ -452,6 +456,9 @@ impl<T: Transport> StreamOps for Engine<T> {
     }
     fn send_idle(&self, group: GroupId) -> bool {
         self.group_send_idle(group)
+    }
+    fn acked_messages(&mut self, group: GroupId) -> Option<u64> {
+        self.group_acked_messages(group)
     }
 }
 
@@ -489,6 +496,7 @@ pub fn for_group(
                 beacon_us.saturating_mul(1_000),
             )
             .committing(commit)
+            .acknowledged(s.algorithm != config::Algorithm::Nak)
             .commit_tree_from(match s.commit_tree_from {
                 0 => usize::MAX,
                 n => n as usize,

@@ -36,6 +36,7 @@ use mcast_ipc::{scatter, ClientId};
 use mcast_wire::{GroupId, NodeId, Seq};
 use serde_json::json;
 
+use super::claims::Claims;
 use super::commit_tree::{self, CommitTree};
 use super::hlc::{Hlc, Wall};
 use super::least::Least;
@@ -241,8 +242,24 @@ pub struct TotalOrder {
     /// The barrier this node put in its last frame (or sent up the
     /// commit tree).
     reported: u64,
-    /// (Commit) the reports' tree, in views large enough for one.
+    /// The commit tree, in views large enough for one: it carries the
+    /// members' claims (`claims_on`), else (a committing group whose
+    /// stream takes no acknowledgments) their barrier reports.
     commit_tree: CommitTree,
+    /// The stream's algorithm acknowledges what every member has: claims
+    /// can be made ([`Claims`]).
+    claims_on: bool,
+    /// This node's claim and the stamps it waits on.
+    claims: Claims,
+    /// When the claim was last refreshed (monotonic ns; it is refreshed
+    /// at most every quarter beacon interval while one is wanted).
+    claim_checked_ns: Option<u64>,
+    /// The largest value this node sent up the tree (or, its root,
+    /// multicast), in any view.
+    claimed: u64,
+    /// The largest `wants` a stuck node's beacon said: the claims must
+    /// reach it, though this node may hold nothing of it.
+    asked: u64,
     /// The largest stamp of this node's own messages.
     own_max: u64,
     scratch: Vec<u8>,
@@ -303,6 +320,11 @@ impl TotalOrder {
             counted: Least::default(),
             reported: 0,
             commit_tree: CommitTree::new(commit_tree::DEFAULT_FROM_NODES),
+            claims_on: true,
+            claims: Claims::default(),
+            claim_checked_ns: None,
+            claimed: 0,
+            asked: 0,
             own_max: 0,
             scratch: Vec::new(),
             counters: Counters::default(),
@@ -315,12 +337,79 @@ impl TotalOrder {
         self
     }
 
-    /// (Commit) views of at least `nodes` members send their reports up a
-    /// tree ([`commit_tree`]; `usize::MAX`: never); the default is
+    /// Views of at least `nodes` members use the commit tree
+    /// ([`commit_tree`]; `usize::MAX`: never); the default is
     /// [`commit_tree::DEFAULT_FROM_NODES`].
     pub fn commit_tree_from(mut self, nodes: usize) -> TotalOrder {
         self.commit_tree = CommitTree::new(nodes);
         self
+    }
+
+    /// Whether the stream's algorithm acknowledges every frame (MAK, ACK,
+    /// iterative; not NAK; the default is yes): then the commit tree
+    /// carries the members' claims ([`Claims`]), for every total-order
+    /// group; otherwise only a committing group uses it, for its reports.
+    pub fn acknowledged(mut self, yes: bool) -> TotalOrder {
+        self.claims_on = yes;
+        self
+    }
+
+    /// The group uses the commit tree in large enough views.
+    fn tree_used(&self) -> bool {
+        self.commit || self.claims_on
+    }
+
+    /// The view's tree carries claims: the stamps climb it, and nobody
+    /// beacons for another's message.
+    fn tree_claims(&self) -> bool {
+        self.claims_on && self.commit_tree.on()
+    }
+
+    /// This node's value up the tree: its claim, or its report.
+    fn own_up(&mut self) -> u64 {
+        if self.claims_on {
+            self.claim_vouched()
+        } else {
+            self.report()
+        }
+    }
+
+    /// [`Self::own_up`] without keeping the clock's reading.
+    fn own_up_peek(&self) -> u64 {
+        if self.claims_on {
+            self.claim_vouched()
+        } else {
+            self.report_peek()
+        }
+    }
+
+    /// The claim, but no further than what is known of the place of a
+    /// pending event of a view that adds a node, as a report
+    /// ([`Self::report_peek`]): should this node fail before its stamps are
+    /// ready for that view, the survivors drop what it stamped above that
+    /// place (`gone_unready`), which no member may have delivered. (The
+    /// total-order sweep's seed 2617 without it: a root delivered its own
+    /// message, committed by the claims, that the survivors then cut.)
+    fn claim_vouched(&self) -> u64 {
+        let claim = self.claims.current();
+        match self.events.iter().find(|e| e.adds) {
+            Some(e) => claim.min(e.at),
+            None => claim,
+        }
+    }
+
+    /// The view's least claim, where the tree carries claims (the root
+    /// settles its own first): below it every member has every message of
+    /// the view's members.
+    fn tree_point(&mut self) -> Option<u64> {
+        if !self.tree_claims() {
+            return None;
+        }
+        if self.commit_tree.is_root() {
+            let own = self.claim_vouched();
+            self.commit_tree.settle_root(own);
+        }
+        self.commit_tree.stable()
     }
 
     /// At or below this, every member of the view has every message: the
@@ -332,7 +421,7 @@ impl TotalOrder {
     fn stable(&mut self) -> Option<u64> {
         let barrier = self.barrier()?;
         if self.commit_tree.is_root() {
-            let own = self.report();
+            let own = self.own_up();
             self.commit_tree.settle_root(own);
         }
         let others = match (self.counted.least(), self.commit_tree.stable()) {
@@ -400,15 +489,39 @@ impl TotalOrder {
     /// something held here waits for the view's stable point, which the
     /// root can only raise with every member's report (nobody else knows
     /// what this node holds until its beacons say it is stuck).
+    /// With claims: this node sent up less than [`Self::claim_wanted`].
     fn up_wanted(&self) -> bool {
-        self.report_wanted() || !self.held.is_empty()
+        let waiting = !self.held.is_empty();
+        if self.claims_on {
+            self.claim_wanted() > self.claimed
+        } else {
+            self.report_wanted() || waiting
+        }
     }
 
-    /// Below or at this, nothing can arrive any more: None while a node of
-    /// the view has sent no stamp yet.
+    /// (Claims) how far the view's least claim must reach: past every
+    /// message held here (every member holds each until it passes, its
+    /// sender too) and what a stuck node asked for.
+    fn claim_wanted(&self) -> u64 {
+        self.held_max().max(self.asked)
+    }
+
+    /// Below or at this, nothing can arrive any more: the least of the
+    /// largest stamps come from each node, or where the tree carries
+    /// claims, the view's least claim if larger (but for departing nodes,
+    /// whose last messages come by their flush: their stamps still bound
+    /// it). None while neither is known.
     fn barrier(&mut self) -> Option<u64> {
-        let least = self.senders.least()?;
-        Some(self.clock.floor().min(least))
+        let floor = self.clock.floor();
+        let direct = self.senders.least();
+        let Some(point) = self.tree_point() else {
+            return Some(floor.min(direct?));
+        };
+        let mut bound = direct.map_or(point, |d| d.max(point));
+        for &d in self.departing.keys() {
+            bound = bound.min(self.senders.get(d).flatten()?);
+        }
+        Some(floor.min(bound))
     }
 
     /// Delivers what the barrier passed, in (stamp, node) order, up to
@@ -703,6 +816,7 @@ impl TotalOrder {
         self.beacon_owed = false;
         self.last_beacon_ns = Some(now_ns);
         if sent {
+            self.claims.published(ts);
             self.reported = self.reported.max(report);
             self.announced = self.ready();
             self.note_first(self.node, self.announced, ts);
@@ -711,6 +825,7 @@ impl TotalOrder {
             self.counters.beacons_sent += 1;
             if let Some(s) = stable.filter(|&s| s > self.commit_tree.last_sent()) {
                 self.commit_tree.sent(s, now_ns);
+                self.claimed = self.claimed.max(s);
             }
         } else {
             self.counters.beacon_errors += 1;
@@ -727,10 +842,12 @@ impl TotalOrder {
         // (A commit tree's root beacons while stuck: its stamps are the
         // evidence of life the members watch, `Self::silent`.)
         let root_stuck = self.commit_tree.is_root() && self.stuck(now_ns);
+        // (Where the tree carries claims, the others' messages wait for
+        // this node's claim up the tree, not for its beacon.)
         self.beacon_owed
             || self.ready() > self.announced
             || waited
-                && (self.demand > self.advertised
+                && (self.demand > self.advertised && !self.tree_claims()
                     || self.wants_more(now_ns)
                     || self.report_due()
                     || root_stuck)
@@ -785,6 +902,7 @@ impl TotalOrder {
             encode(tag, ts, ready, report, msg, &mut self.scratch);
             match self.stream.publish(cx, &self.scratch)? {
                 Published::Sent => {
+                    self.claims.published(ts);
                     self.advertised = ts;
                     self.reported = self.reported.max(report);
                 }
@@ -826,7 +944,14 @@ impl TotalOrder {
         if !self.commit_tree.on() {
             return false;
         }
-        let own = self.report();
+        if self.claims_on {
+            let acked = cx.streams.acked_messages(self.group);
+            let idle = cx.streams.send_idle(self.group);
+            let floor = self.clock.floor();
+            self.claims.refresh(acked, idle, floor);
+            self.claim_checked_ns = Some(now_ns);
+        }
+        let own = self.own_up();
         let wanted = self.up_wanted();
         let Some(parent) = self.commit_tree.parent() else {
             let due = self.commit_tree.due(own, wanted, now_ns, self.beacon_ns);
@@ -835,7 +960,9 @@ impl TotalOrder {
         };
         let value = match self.commit_tree.due(own, wanted, now_ns, self.beacon_ns) {
             Some(value) => {
-                self.reported = self.reported.max(own);
+                if !self.claims_on {
+                    self.reported = self.reported.max(own);
+                }
                 value
             }
             // Stuck: the last report again, as evidence of life.
@@ -855,6 +982,7 @@ impl TotalOrder {
             },
         ));
         self.commit_tree.sent(value, now_ns);
+        self.claimed = self.claimed.max(value);
         false
     }
 
@@ -866,7 +994,11 @@ impl TotalOrder {
             "view": t.epoch(),
             "parent": t.parent(),
             "root": t.is_root(),
+            // What climbs it: each member's claim, or its barrier report.
+            "carries": if self.claims_on { "claims" } else { "reports" },
             "stable_lag_us": t.stable().map(|s| now.saturating_sub(s) / 1_000),
+            "claim_lag_us": self.claims_on.then(|| now.saturating_sub(self.claims.current()) / 1_000),
+            "claim_waits_on": self.claims.unacked(),
             "ups_sent": t.ups_sent,
             "ups_received": t.ups_received,
             "stables_received": t.stables_received,
@@ -929,9 +1061,9 @@ impl GroupMode for TotalOrder {
         out: &mut Out<'_>,
     ) -> Result<(), String> {
         let _ = cx;
-        if !self.commit {
+        if !self.tree_used() {
             return Err(format!(
-                "a total-order group that does not commit takes no mode messages (from node {from})"
+                "a total-order group over NAK that does not commit takes no mode messages (from node {from})"
             ));
         }
         let (epoch, report) = commit_tree::decode_up(body)?;
@@ -951,7 +1083,7 @@ impl GroupMode for TotalOrder {
     ) -> Result<(), EngineError> {
         self.stream.members_changed(cx, added)?;
         self.installed = self.installed.max(cx.view_epoch);
-        if self.commit {
+        if self.tree_used() {
             self.commit_tree
                 .view(cx.view_epoch, cx.root, self.node, cx.remote);
         }
@@ -1021,13 +1153,14 @@ impl GroupMode for TotalOrder {
                     stable,
                 }) => {
                     self.note_report(node, report);
-                    if let Some((view, point)) = stable.filter(|_| self.commit) {
+                    if let Some((view, point)) = stable.filter(|_| self.tree_used()) {
                         self.commit_tree.stable_heard(node, view, point);
                     }
                     self.counters.beacons_received += 1;
                     // A node holds messages up to `wants` waiting: for this
                     // node's stamp too, perhaps.
                     self.demand = self.demand.max(wants);
+                    self.asked = self.asked.max(wants);
                     self.clock.witness(wants);
                     self.arrived(node, ts, epoch, None);
                     None
@@ -1085,12 +1218,17 @@ impl GroupMode for TotalOrder {
         }
         let next_beacon = self.last_beacon_ns.map_or(0, |t| t + self.beacon_ns);
         let tree_on = self.commit_tree.on();
-        let demand = (self.demand > self.advertised || self.report_wanted() && !tree_on)
+        let demand = (self.demand > self.advertised && !self.tree_claims()
+            || self.report_wanted() && !tree_on)
             .then_some(next_beacon);
         // (Commit tree) a report up, or the root's stable point out.
         let up = self
             .commit_tree
-            .due_at(self.report_peek(), self.up_wanted(), self.beacon_ns);
+            .due_at(self.own_up_peek(), self.up_wanted(), self.beacon_ns);
+        // (Claims) while one is wanted, the claim is looked at again every
+        // quarter interval: acknowledgments raise it unseen.
+        let claim = (self.tree_claims() && self.claim_wanted() > self.claims.current())
+            .then(|| self.claim_checked_ns.map_or(0, |t| t + self.beacon_ns / 4));
         // (Commit tree) a stuck member's report again, or its root's beacon.
         let alive = self
             .oldest
@@ -1110,7 +1248,7 @@ impl GroupMode for TotalOrder {
             Some((_, since)) => (since + 2 * self.beacon_ns).max(next_beacon),
         });
         let silence = self.silence.due(self.oldest, self.beacon_ns);
-        [demand, watch, silence, up, alive]
+        [demand, watch, silence, up, alive, claim]
             .into_iter()
             .flatten()
             .min()
@@ -1131,6 +1269,9 @@ impl GroupMode for TotalOrder {
         // watches its children's reports (each repeats its last while stuck)
         // and the root's stamps (it beacons while stuck).
         let commit = self.commit && !tree.on();
+        // Where the tree carries claims, nobody beacons for another's
+        // message: a stamp that does not come says nothing.
+        let by_stamps = !(self.claims_on && tree.on());
         let oldest = self.oldest;
         let waited_on = || {
             let Some(((ts, _, _), _)) = oldest else {
@@ -1138,6 +1279,7 @@ impl GroupMode for TotalOrder {
             };
             let mut waited: Vec<(NodeId, u64)> = senders
                 .iter()
+                .filter(|_| by_stamps)
                 .filter(|(n, _)| !departing.contains_key(n))
                 .filter_map(|(n, largest)| {
                     let largest = largest?;
@@ -1242,7 +1384,7 @@ impl GroupMode for TotalOrder {
                 self.note_first(self.node, self.announced, ts);
             }
         } else {
-            let stable_due = self.commit && self.send_up(cx, now_ns);
+            let stable_due = self.tree_used() && self.send_up(cx, now_ns);
             if stable_due || self.beacon_due(now_ns) {
                 work |= self.beacon(cx, now_ns)?;
             }
@@ -1271,7 +1413,7 @@ impl GroupMode for TotalOrder {
             "mode": self.name(),
             "commit": self.commit,
             "report_lag_us": if self.commit { json!(reports) } else { json!(null) },
-            "commit_tree": if self.commit { self.commit_tree_json(now) } else { json!(null) },
+            "commit_tree": if self.tree_used() { self.commit_tree_json(now) } else { json!(null) },
             "sender_open": self.stream.is_open(),
             "held": self.held.len(),
             "held_bytes": self.held_bytes,

@@ -53,12 +53,33 @@ impl Rig {
     }
 
     /// [`Rig::committing`] with its reports over a tree from `tree_from`
-    /// members.
+    /// members (its stream takes no acknowledgments, as NAK's: the tree
+    /// carries reports).
     fn committing_from(node: NodeId, remote: &[NodeId], tree_from: usize) -> Rig {
+        Rig::built(node, remote, |m| {
+            m.committing(true)
+                .acknowledged(false)
+                .commit_tree_from(tree_from)
+        })
+    }
+
+    /// [`Rig::new`] whose stream acknowledges (the default), with the
+    /// commit tree in every view: the members' claims climb it.
+    fn claiming_over_a_tree(node: NodeId, remote: &[NodeId]) -> Rig {
+        Rig::built(node, remote, |m| m.commit_tree_from(2))
+    }
+
+    /// [`Rig::new`] with its mode built further by `build`.
+    fn built(node: NodeId, remote: &[NodeId], build: impl FnOnce(TotalOrder) -> TotalOrder) -> Rig {
         let mut r = Rig::new(node, remote);
-        r.mode = TotalOrder::new(GROUP, node, Seq(0), Box::new(|| 1_000), 100)
-            .committing(true)
-            .commit_tree_from(tree_from);
+        let w = Rc::clone(&r.wall);
+        r.mode = build(TotalOrder::new(
+            GROUP,
+            node,
+            Seq(0),
+            Box::new(move || w.get()),
+            100,
+        ));
         let added = r.remote.clone();
         r.call(|m, cx, _| m.members_changed(cx, &added).unwrap());
         r
@@ -830,4 +851,97 @@ fn a_stuck_commit_tree_root_beacons_every_interval() {
     }
     assert!(r.got.is_empty());
     assert_eq!(r.sent().len(), before + 4, "{:?}", r.sent());
+}
+
+#[test]
+fn over_the_tree_a_members_claim_waits_for_its_acknowledgments_and_the_roots_point_delivers() {
+    // Root 1, its children 2 (this node) and 3; the claims climb the tree.
+    let mut r = Rig::claiming_over_a_tree(2, &[1, 3]);
+    r.poll(0);
+    r.beacon(1, 1_010, 1);
+    r.beacon(3, 1_020, 1);
+    r.poll(0); // (its stamp owed to the view, past the others')
+    r.wall.set(1_100);
+    r.streams.unacked = 1;
+    let before_x = r.sent().last().unwrap().1;
+    assert_eq!(r.publish(b"x"), Published::Sent);
+    r.data(3, 1_150, b"y");
+    let sent = r.sent().len();
+    r.wall.set(1_200);
+    r.poll(1_000);
+    assert_eq!(
+        ups(&r),
+        [(1, 1, before_x)],
+        "its claim: the stamp of the last it sent that every member has"
+    );
+    assert_eq!(r.sent().len(), sent, "no beacon for node 3's message");
+    r.streams.unacked = 0;
+    r.poll(1_010);
+    assert_eq!(ups(&r).len(), 1, "at most one up a quarter interval");
+    r.poll(1_025);
+    assert_eq!(
+        ups(&r)[1],
+        (1, 1, 1_200),
+        "all acknowledged: the clock's floor"
+    );
+    assert!(r.got.is_empty(), "the view's least claim is not known yet");
+    // The root's stamps alone would not let "x" through (1,050 < 1,100).
+    report_beacon(&mut r, 1, 1_050, 0, Some((1, 1_120)));
+    assert_eq!(r.texts(), ["2:x"], "up to the root's point, not past it");
+    report_beacon(&mut r, 1, 1_060, 0, Some((1, 1_160)));
+    assert_eq!(r.texts(), ["2:x", "3:y"]);
+    let tree = &r.mode.stats_json()["commit_tree"];
+    assert_eq!(tree["carries"], "claims", "{tree}");
+}
+
+#[test]
+fn over_the_tree_the_root_delivers_at_the_least_claim_and_multicasts_it() {
+    let mut r = Rig::claiming_over_a_tree(1, &[2, 3]);
+    r.poll(0);
+    r.data(2, 1_200, b"a");
+    r.release_now();
+    assert!(r.got.is_empty());
+    r.wall.set(1_500);
+    up_from(&mut r, 2, 1_250);
+    assert!(r.got.is_empty(), "node 3 has not claimed");
+    up_from(&mut r, 3, 1_300);
+    assert_eq!(
+        r.texts(),
+        ["2:a"],
+        "its own claim passed 1,200 on seeing it"
+    );
+    r.poll(1_000);
+    let last = r.streams.published.last().unwrap().clone();
+    assert_eq!((last[0], last.len()), (TAG_BEACON, STABLE_BEACON_LEN));
+    let word = |at: usize| u64::from_be_bytes(last[at..at + 8].try_into().unwrap());
+    assert_eq!(
+        (word(BEACON_LEN), word(BEACON_LEN + 8)),
+        (1, 1_250),
+        "view 1's least claim, node 2's"
+    );
+}
+
+#[test]
+fn over_the_tree_a_stuck_member_suspects_no_member_for_its_missing_stamps() {
+    // Node 2 (children 10 and 11) holds node 3's message; nodes 4 to 9
+    // are idle and send nothing: their claims climb other branches.
+    let remote: Vec<NodeId> = [1].into_iter().chain(3..=11).collect();
+    let mut r = Rig::claiming_over_a_tree(2, &remote);
+    for &n in &remote {
+        r.beacon(n, 1_100, 1); // each one's stamp of the view
+    }
+    r.data(3, 1_200, b"m");
+    r.poll(1_000);
+    up_from(&mut r, 10, 1_250);
+    up_from(&mut r, 11, 1_250);
+    report_beacon(&mut r, 1, 1_300, 0, None);
+    assert!(r.mode.silent(1_500).is_empty(), "half-way: noted");
+    up_from(&mut r, 10, 1_260);
+    up_from(&mut r, 11, 1_260);
+    report_beacon(&mut r, 1, 1_400, 0, None);
+    assert!(
+        r.mode.silent(2_000).is_empty(),
+        "children and root live; the others owe no stamp"
+    );
+    assert!(r.got.is_empty(), "still waiting for the root's point");
 }
