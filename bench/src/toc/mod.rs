@@ -45,18 +45,20 @@ pub struct TocConfig {
     pub out: std::path::PathBuf,
 }
 
-const KINDS: [Kind; 5] = [
+const KINDS: [Kind; 6] = [
     Kind::Fifo,
     Kind::Total { commit: false },
+    Kind::TotalDirect,
     Kind::Total { commit: true },
     Kind::CommitDirect,
     Kind::Sequenced,
 ];
 
 /// Figure 1's modes: the others and the seed's token baseline.
-const FIG1_KINDS: [Kind; 6] = [
+const FIG1_KINDS: [Kind; 7] = [
     Kind::Fifo,
     Kind::Total { commit: false },
+    Kind::TotalDirect,
     Kind::Total { commit: true },
     Kind::CommitDirect,
     Kind::Sequenced,
@@ -153,9 +155,9 @@ pub fn run(cfg: &TocConfig) -> Result<(), String> {
     );
     let _ = writeln!(
         text,
-        "{} {:>12}",
+        "{} {:>20}",
         header("procs", 6, &KINDS, 20),
-        "beacons/msg"
+        "beacons/msg (direct)"
     );
     let mut fig1b: Vec<Series> = KINDS
         .iter()
@@ -167,16 +169,19 @@ pub fn run(cfg: &TocConfig) -> Result<(), String> {
         .collect();
     for &n in &cfg.latency_nodes {
         let mut line = format!("{n:>6}");
-        let mut beacons = 0.0;
+        let (mut beacons, mut direct) = (0.0, 0.0);
         for (i, &kind) in KINDS.iter().enumerate() {
             let (a, b, o) = paced(kind, n, 0.0, cfg, 1, &mut json_rows, "1b")?;
             let _ = write!(line, " {a:>9.1} / {b:>8.1}");
             fig1b[i].points.push((f64::from(n), a));
-            if kind == (Kind::Total { commit: false }) {
-                beacons = o.beacon_frames as f64 / o.data_frames.max(1) as f64;
+            let per_msg = o.beacon_frames as f64 / o.data_frames.max(1) as f64;
+            match kind {
+                Kind::Total { commit: false } => beacons = per_msg,
+                Kind::TotalDirect => direct = per_msg,
+                _ => {}
             }
         }
-        let _ = write!(line, " {beacons:>12.2}");
+        let _ = write!(line, " {beacons:>11.2} ({direct:>6.2})");
         let _ = writeln!(text, "{line}");
         eprintln!("{line}");
     }

@@ -69,6 +69,10 @@ pub enum Kind {
     /// whatever the group's size (no commit tree): the baseline of the
     /// tree.
     CommitDirect,
+    /// `commit = false` with every member's stamps multicast to all
+    /// whatever the group's size (no claims over the tree): the baseline
+    /// of the stamps over the tree.
+    TotalDirect,
     /// Every message through the root (`mode = "sequenced"`).
     Sequenced,
     /// One sender at a time, in turns (seed 002's token baseline; the
@@ -83,6 +87,7 @@ impl Kind {
             Kind::Total { commit: false } => "total",
             Kind::Total { commit: true } => "total+commit",
             Kind::CommitDirect => "commit-direct",
+            Kind::TotalDirect => "total-direct",
             Kind::Sequenced => "sequenced",
             Kind::Token => "token",
         }
@@ -218,6 +223,8 @@ struct Ops<'a> {
     sent: &'a mut Vec<Vec<u8>>,
     next_seq: u64,
     acked: u64,
+    /// What the sender knows of `acked` (`Node::acks`).
+    acked_seen: u64,
     window: usize,
 }
 
@@ -251,7 +258,7 @@ impl StreamOps for Ops<'_> {
         self.next_seq + self.sent.len() as u64 == self.acked
     }
     fn acked_messages(&mut self, _: GroupId) -> Option<u64> {
-        Some(self.acked)
+        Some(self.acked_seen)
     }
 }
 
@@ -276,6 +283,13 @@ struct Node {
     /// many members handled it; `acked` frames before are.
     handled: VecDeque<u32>,
     acked: u64,
+    /// (when the sender learns it, `acked` then): every member's ACK of a
+    /// frame comes back one way later, and an idle stream's tail only
+    /// with MAK's ACK round after its idle advertisement (two round
+    /// trips): assumed for every frame, an upper bound.
+    acks: VecDeque<(u64, u64)>,
+    /// `acked` as the sender knows it now.
+    acked_seen: u64,
     published: u64,
     blocked: bool,
     poll_at: u64,
@@ -321,13 +335,13 @@ pub fn run(p: &Params) -> Result<Outcome, String> {
             Kind::Fifo => Box::new(PerSenderFifo::new(Seq(0))),
             Kind::Sequenced => Box::new(Sequenced::new(v, 1, Seq(0))),
             Kind::Token => Box::new(super::token::TokenRing::new(GROUP, v)),
-            Kind::Total { .. } | Kind::CommitDirect => {
+            Kind::Total { .. } | Kind::CommitDirect | Kind::TotalDirect => {
                 let now = Rc::clone(&now);
                 let wall = Box::new(move || now.get() + skew);
-                let mode = TotalOrder::new(GROUP, v, Seq(0), wall, p.beacon_ns)
-                    .committing(p.kind != Kind::Total { commit: false });
+                let commit = matches!(p.kind, Kind::Total { commit: true } | Kind::CommitDirect);
+                let mode = TotalOrder::new(GROUP, v, Seq(0), wall, p.beacon_ns).committing(commit);
                 Box::new(match p.kind {
-                    Kind::CommitDirect => mode.commit_tree_from(usize::MAX),
+                    Kind::CommitDirect | Kind::TotalDirect => mode.commit_tree_from(usize::MAX),
                     _ => mode,
                 })
             }
@@ -341,6 +355,8 @@ pub fn run(p: &Params) -> Result<Outcome, String> {
             link_seq: BTreeMap::new(),
             handled: VecDeque::new(),
             acked: 0,
+            acks: VecDeque::new(),
+            acked_seen: 0,
             published: 0,
             blocked: false,
             poll_at: u64::MAX,
@@ -622,6 +638,7 @@ impl World {
             let latency = self.p.latency_ns;
             let now = self.now.get();
             let seq = self.frames[f].seq;
+            let known = now + self.grtt / 2 + 2 * self.grtt;
             let s = self.node(from);
             let i = (seq - s.acked) as usize;
             s.handled[i] += 1;
@@ -630,6 +647,10 @@ impl World {
                 s.handled.pop_front();
                 s.acked += 1;
                 freed = true;
+            }
+            if freed {
+                let acked = s.acked;
+                s.acks.push_back((known, acked));
             }
             if freed && s.blocked {
                 s.blocked = false;
@@ -694,11 +715,20 @@ impl World {
         let mut sent = Vec::new();
         let mut outbox = Vec::new();
         let mut got = Vec::new();
+        let now = self.now.get();
         let n = &mut self.nodes[v as usize - 1];
+        while let Some(&(at, acked)) = n.acks.front() {
+            if at > now {
+                break;
+            }
+            n.acked_seen = acked;
+            n.acks.pop_front();
+        }
         let mut ops = Ops {
             sent: &mut sent,
             next_seq: n.stream_seq,
             acked: n.acked,
+            acked_seen: n.acked_seen,
             window,
         };
         let mut cx = ModeCx {
@@ -724,7 +754,10 @@ impl World {
         }
         for bytes in sent {
             // (The total-order mode's beacons open with their tag.)
-            let total = matches!(self.p.kind, Kind::Total { .. } | Kind::CommitDirect);
+            let total = matches!(
+                self.p.kind,
+                Kind::Total { .. } | Kind::CommitDirect | Kind::TotalDirect
+            );
             let beacon = total && bytes.first() == Some(&b'B');
             let n = self.node(v);
             let seq = n.stream_seq;

@@ -72,6 +72,9 @@ struct Ops<'a> {
     stream: &'a mut Stream,
     /// Delivered to every member of the ACK set.
     acked: usize,
+    /// The live members of the ACK set short of the whole stream, each
+    /// with how much of it was delivered there.
+    lagging: Vec<(NodeId, u64)>,
     window: usize,
 }
 
@@ -107,6 +110,9 @@ impl StreamOps for Ops<'_> {
     }
     fn acked_messages(&mut self, _: GroupId) -> Option<u64> {
         Some(self.acked as u64)
+    }
+    fn lagging_acks(&mut self, _: GroupId, out: &mut Vec<(NodeId, u64)>) {
+        out.clone_from(&self.lagging);
     }
 }
 
@@ -267,15 +273,24 @@ impl World {
         let Some(s) = self.streams.get(&sender) else {
             return 0;
         };
-        s.members
-            .iter()
-            .filter_map(|m| Some((*m, self.nodes.get(m)?)))
-            .map(|(m, n)| {
-                let start = self.start(sender, m).unwrap_or(0);
-                n.cursor.get(&sender).copied().unwrap_or(start)
-            })
+        self.delivered(sender)
+            .map(|(_, at)| at)
             .min()
             .unwrap_or(s.log.len())
+    }
+
+    /// How much of `sender`'s stream was delivered at each live member of
+    /// its ACK set.
+    fn delivered(&self, sender: NodeId) -> impl Iterator<Item = (NodeId, usize)> + '_ {
+        self.streams
+            .get(&sender)
+            .into_iter()
+            .flat_map(|s| &s.members)
+            .filter_map(move |m| {
+                let n = self.nodes.get(m)?;
+                let start = self.start(sender, *m).unwrap_or(0);
+                Some((*m, n.cursor.get(&sender).copied().unwrap_or(start)))
+            })
     }
 
     /// Runs `f` on `node`'s mode with its view, then sends what it queued
@@ -286,6 +301,12 @@ impl World {
         f: impl FnOnce(&mut dyn GroupMode, &mut ModeCx<'_>, &mut super::Out<'_>) -> R,
     ) -> Option<R> {
         let acked = self.acked(node);
+        let sent = self.streams.get(&node).map_or(0, |s| s.log.len());
+        let lagging = self
+            .delivered(node)
+            .filter(|&(_, at)| at < sent)
+            .map(|(m, at)| (m, at as u64))
+            .collect();
         let window = self.window;
         let epoch = self.incarnation.get(&node).copied().unwrap_or(1);
         let n = self.nodes.get_mut(&node)?;
@@ -295,6 +316,7 @@ impl World {
         let mut ops = Ops {
             stream: self.streams.entry(node).or_default(),
             acked,
+            lagging,
             window,
         };
         let mut cx = ModeCx {

@@ -260,6 +260,10 @@ pub struct TotalOrder {
     /// The largest `wants` a stuck node's beacon said: the claims must
     /// reach it, though this node may hold nothing of it.
     asked: u64,
+    /// The members that had not acknowledged all of this node's stream
+    /// at its last poll, each with its acknowledged position (evidence of
+    /// life for the silence watch while this node's claim waits on them).
+    ack_laggards: Vec<(NodeId, u64)>,
     /// The largest stamp of this node's own messages.
     own_max: u64,
     scratch: Vec<u8>,
@@ -325,6 +329,7 @@ impl TotalOrder {
             claim_checked_ns: None,
             claimed: 0,
             asked: 0,
+            ack_laggards: Vec::new(),
             own_max: 0,
             scratch: Vec::new(),
             counters: Counters::default(),
@@ -950,6 +955,7 @@ impl TotalOrder {
             let floor = self.clock.floor();
             self.claims.refresh(acked, idle, floor);
             self.claim_checked_ns = Some(now_ns);
+            cx.streams.lagging_acks(self.group, &mut self.ack_laggards);
         }
         let own = self.own_up();
         let wanted = self.up_wanted();
@@ -1265,6 +1271,7 @@ impl GroupMode for TotalOrder {
     fn silent(&mut self, now_ns: u64) -> Vec<NodeId> {
         let (senders, departing, reports) = (&self.senders, &self.departing, &self.reports);
         let (tree, me) = (&self.commit_tree, self.node);
+        let (claim, laggards) = (self.claims.current(), &self.ack_laggards);
         // Over a commit tree the others' reports do not come here: a node
         // watches its children's reports (each repeats its last while stuck)
         // and the root's stamps (it beacons while stuck).
@@ -1291,6 +1298,12 @@ impl GroupMode for TotalOrder {
                 waited.extend(tree.lagging(ts));
                 if let Some(root) = tree.root().filter(|&r| r != me) {
                     waited.push((root, senders.get(root).flatten().unwrap_or(0)));
+                }
+                // This node's own claim waits on members that have not
+                // acknowledged its messages: their acknowledgments are
+                // their evidence of life (a dead member's stop).
+                if !by_stamps && claim < ts {
+                    waited.extend(laggards.iter().copied());
                 }
             }
             waited
