@@ -98,9 +98,11 @@ Options:
                  the daemons' unicast links by `broadcast = "auto"`, §8)
   --commit       with --mode total: commit = true (a message delivered only
                  once every member has it, §6.4 "Commit")
-  --commit-tree-from N  with --commit: the reports climb a tree in views of
-                 N members or more (mcastd's commit_tree_from; 2: always;
-                 default: mcastd's, 17, so never in this 4-node cluster)
+  --commit-tree-from N  with --mode total: in views of N members or more
+                 (mcastd's commit_tree_from; 2: always; default: mcastd's,
+                 17, so never in this 4-node cluster) the reports climb a
+                 tree (--commit), else the claims (§6.4 "Stamps over the
+                 tree")
   --broadcast A  with --mode broadcast: the algorithm instead of auto
                  (rsbcast, mst, chain:K, def:K, scatter-collect, ...)
   --sabotage     prove the checker: publisher pub-a-1 breaks the rules on
@@ -166,7 +168,7 @@ case "$MODE" in fifo | sequenced | total | broadcast) ;; *) echo "soak: --mode i
 [ -z "$BROADCAST" ] || [ "$MODE" = broadcast ] || { echo "soak: --broadcast goes with --mode broadcast" >&2; exit 2; }
 [ -z "$COMMIT" ] || [ "$MODE" = total ] || { echo "soak: --commit goes with --mode total" >&2; exit 2; }
 if [ -n "${TREE_FROM:-}" ]; then
-    [ -n "$COMMIT" ] || { echo "soak: --commit-tree-from goes with --commit" >&2; exit 2; }
+    [ "$MODE" = total ] || { echo "soak: --commit-tree-from goes with --mode total" >&2; exit 2; }
     [[ "$TREE_FROM" =~ ^[0-9]+$ ]] && [ "$TREE_FROM" != 1 ] || { echo "soak: --commit-tree-from is 0 (never) or at least 2" >&2; exit 2; }
     COMMIT="$COMMIT
 commit_tree_from = $TREE_FROM"

@@ -462,13 +462,14 @@ pub struct Config {
     /// order is known (TOC-BE).
     #[serde(default)]
     pub commit: bool,
-    /// Total-order groups: views of at least this many members send their
-    /// claims (each member's commit barrier, from its stream's
-    /// acknowledgments; with `algorithm = "nak"` and `commit = true`, its
-    /// barrier reports) up a tree (fanout 8, rooted at the group's agent)
-    /// whose root multicasts the least, instead of every member
-    /// multicasting its stamps to all (docs/protocol.md §6.4, "Stamps over
-    /// the tree"). 0: never. At least 2 otherwise; 17 by default.
+    /// Total-order groups: views of at least this many members send up a
+    /// tree (fanout 8, rooted at the group's agent), whose root multicasts
+    /// the least, their barrier reports where the group commits (instead
+    /// of every member multicasting its own to all: docs/protocol.md §6.4,
+    /// "Commit over a tree"), else their claims and whether they are busy
+    /// (instead of every idle member stamping for every message: "Stamps
+    /// over the tree"; not over `algorithm = "nak"`, which acknowledges
+    /// nothing). 0: never. At least 2 otherwise; 17 by default.
     #[serde(default = "d_commit_tree_from")]
     pub commit_tree_from: u32,
     /// Broadcast groups (`mode = "broadcast"`): the algorithm that spreads a

@@ -410,14 +410,25 @@ fn three_senders_committing(
     group: &str,
     extra: &str,
 ) -> Option<Vec<serde_json::Value>> {
-    let config = format!("{CONFIG}\ncommit = true{extra}");
+    three_senders(cluster, group, true, extra)
+}
+
+/// Three senders to all four nodes in one order, `commit` as given and
+/// `extra` in the configuration; each node's mode at the end.
+fn three_senders(
+    cluster: &str,
+    group: &str,
+    commit: bool,
+    extra: &str,
+) -> Option<Vec<serde_json::Value>> {
+    let config = format!("{CONFIG}\ncommit = {commit}{extra}");
     let cluster = common::start(cluster, &config)?;
     const N: u64 = 2_000;
     let (orders, group, _members) = all_senders_to_all(&cluster, group, &[2, 3, 4], N, true);
     assert_one_order(&orders);
     let modes = (1..=4u32).map(|node| {
         let m = mode(&cluster, node, group);
-        assert_eq!(m["commit"], true, "node {node}: {m:#}");
+        assert_eq!(m["commit"], commit, "node {node}: {m:#}");
         assert_eq!(m["delivered"], N * 3, "node {node}: {m:#}");
         assert_eq!(m["held"], 0, "node {node}: {m:#}");
         m
@@ -450,6 +461,32 @@ fn with_commit_over_a_tree_three_senders_reach_all_four_nodes_in_one_order() {
     for m in modes {
         let t = &m["commit_tree"];
         assert_eq!(t["on"], true, "{m:#}");
+        assert_eq!(t["ups_dropped"], 0, "{m:#}");
+        if t["root"] == true {
+            roots += 1;
+            assert!(t["ups_received"].as_u64() > Some(0), "{m:#}");
+        } else {
+            assert!(t["ups_sent"].as_u64() > Some(0), "{m:#}");
+            assert!(t["stables_received"].as_u64() > Some(0), "{m:#}");
+        }
+    }
+    assert_eq!(roots, 1, "one root");
+}
+
+#[test]
+fn over_a_tree_of_claims_three_senders_reach_all_four_nodes_in_one_order() {
+    // Without commit the tree carries claims: what MAK's acknowledgments
+    // say every member has, up the links; the root's least claim and busy
+    // members down in its beacons.
+    let tree = "\ncommit_tree_from = 2";
+    let Some(modes) = three_senders("tot-claims", "totcl", false, tree) else {
+        return;
+    };
+    let mut roots = 0;
+    for m in modes {
+        let t = &m["commit_tree"];
+        assert_eq!(t["on"], true, "{m:#}");
+        assert_eq!(t["carries"], "claims", "{m:#}");
         assert_eq!(t["ups_dropped"], 0, "{m:#}");
         if t["root"] == true {
             roots += 1;

@@ -205,9 +205,6 @@ impl Sender for AnySender {
     fn acked_until(&self) -> Option<Seq> {
         delegate!(self, e => e.acked_until())
     }
-    fn lagging_acks(&self, out: &mut Vec<(NodeId, Seq)>) {
-        delegate!(self, e => e.lagging_acks(out))
-    }
 }
 
 #[cfg(test)]

@@ -329,13 +329,7 @@ pub trait Sender: Endpoint {
     fn acked_until(&self) -> Option<Seq> {
         None
     }
-    /// Appends each member that has not acknowledged every frame sent,
-    /// with the first frame it has not acknowledged: a position that
-    /// moves while the member lives. Algorithms that take no
-    /// acknowledgments append none.
-    fn lagging_acks(&self, out: &mut Vec<(NodeId, Seq)>) {
-        let _ = out;
-    }
+
     /// Installs a new view: the receivers whose acknowledgments count from now on.
     fn set_members(&mut self, now: Instant, members: &[NodeId]);
     /// Appends the members that left at least `after` of this sender's

@@ -5,11 +5,12 @@
 //! 002's commit barrier of one sender (TOC-Re, §2.1: "once every member
 //! has acknowledged everything up to T"), known from the stream's
 //! acknowledgments (`Engine::group_acked_messages`): below the least claim
-//! of a view's members, nothing can arrive at any member any more, and
-//! every member has it all. So in views large enough for the commit tree,
-//! the claims climb it instead of every member beaconing its stamp to
-//! every other (N² frames), and the least claim the root multicasts is
-//! both a barrier and a stable point for every member.
+//! of a view's members, nothing of theirs can arrive at any member any
+//! more. So in views large enough for the commit tree, the claims of the
+//! members with nothing unacknowledged climb it instead of every member
+//! beaconing its stamp to every other (N² frames); a member with messages
+//! still unacknowledged is *busy* (`unacked` > 0), and its own stamps
+//! bound it instead.
 //!
 //! Owns: the stamps of this node's messages that some member may still
 //! lack, and the claim. May not touch: the stream (the mode says what it

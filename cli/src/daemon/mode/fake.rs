@@ -16,8 +16,6 @@ pub struct Fake {
     pub position: Option<StreamStart>,
     /// The last this many messages published are not acknowledged yet.
     pub unacked: usize,
-    /// What `lagging_acks` says.
-    pub lagging: Vec<(NodeId, u64)>,
 }
 
 impl StreamOps for Fake {
@@ -57,9 +55,6 @@ impl StreamOps for Fake {
     }
     fn acked_messages(&mut self, _: GroupId) -> Option<u64> {
         Some(self.published.len().saturating_sub(self.unacked) as u64)
-    }
-    fn lagging_acks(&mut self, _: GroupId, out: &mut Vec<(NodeId, u64)>) {
-        out.clone_from(&self.lagging);
     }
 }
 

@@ -422,9 +422,6 @@ pub trait StreamOps {
     /// How many of the stream's messages, from the first, every member has
     /// acknowledged (None: no stream, or its algorithm does not say).
     fn acked_messages(&mut self, group: GroupId) -> Option<u64>;
-    /// Replaces `out` with the members that have not acknowledged all the
-    /// stream sent, each with a position that moves while it lives.
-    fn lagging_acks(&mut self, group: GroupId, out: &mut Vec<(NodeId, u64)>);
 }
 
 impl<T: Transport> StreamOps for Engine<T> {
@@ -462,12 +459,6 @@ impl<T: Transport> StreamOps for Engine<T> {
     }
     fn acked_messages(&mut self, group: GroupId) -> Option<u64> {
         self.group_acked_messages(group)
-    }
-    fn lagging_acks(&mut self, group: GroupId, out: &mut Vec<(NodeId, u64)>) {
-        let mut seqs = Vec::new();
-        self.group_lagging_acks(group, &mut seqs);
-        out.clear();
-        out.extend(seqs.into_iter().map(|(n, s)| (n, u64::from(s.0))));
     }
 }
 

@@ -16,8 +16,7 @@
 //! and (total order) wall clocks that disagree by up to a second; half the
 //! total-order runs commit, and half (drawn apart) use the commit tree
 //! (`mode::commit_tree`) in every view: the members' claims climb it
-//! (`mode::claims`), or in half of the committing runs over it their
-//! reports, as over a stream without acknowledgments. The order of every event is
+//! (`mode::claims`), or where the group commits their reports. The order of every event is
 //! drawn from the seed.
 //!
 //! Checked once everything is delivered: every survivor's subscriber
@@ -72,9 +71,6 @@ struct Ops<'a> {
     stream: &'a mut Stream,
     /// Delivered to every member of the ACK set.
     acked: usize,
-    /// The live members of the ACK set short of the whole stream, each
-    /// with how much of it was delivered there.
-    lagging: Vec<(NodeId, u64)>,
     window: usize,
 }
 
@@ -110,9 +106,6 @@ impl StreamOps for Ops<'_> {
     }
     fn acked_messages(&mut self, _: GroupId) -> Option<u64> {
         Some(self.acked as u64)
-    }
-    fn lagging_acks(&mut self, _: GroupId, out: &mut Vec<(NodeId, u64)>) {
-        out.clone_from(&self.lagging);
     }
 }
 
@@ -301,12 +294,6 @@ impl World {
         f: impl FnOnce(&mut dyn GroupMode, &mut ModeCx<'_>, &mut super::Out<'_>) -> R,
     ) -> Option<R> {
         let acked = self.acked(node);
-        let sent = self.streams.get(&node).map_or(0, |s| s.log.len());
-        let lagging = self
-            .delivered(node)
-            .filter(|&(_, at)| at < sent)
-            .map(|(m, at)| (m, at as u64))
-            .collect();
         let window = self.window;
         let epoch = self.incarnation.get(&node).copied().unwrap_or(1);
         let n = self.nodes.get_mut(&node)?;
@@ -316,7 +303,6 @@ impl World {
         let mut ops = Ops {
             stream: self.streams.entry(node).or_default(),
             acked,
-            lagging,
             window,
         };
         let mut cx = ModeCx {
@@ -797,12 +783,10 @@ enum Kind {
     Sequenced,
     /// (`commit`: delivering only what every member has, seed 002's TOC-Re;
     /// `tree`: the commit tree in every view, which carries the claims, or
-    /// with `reports` the reports, as over a stream without
-    /// acknowledgments.)
+    /// where the group commits the reports.)
     Total {
         commit: bool,
         tree: bool,
-        reports: bool,
     },
 }
 
@@ -819,16 +803,11 @@ impl Kind {
     ) -> Box<dyn GroupMode> {
         match self {
             Kind::Sequenced => Box::new(Sequenced::new(v, incarnation, Seq(0))),
-            Kind::Total {
-                commit,
-                tree,
-                reports,
-            } => {
+            Kind::Total { commit, tree } => {
                 let now = Rc::clone(now);
                 Box::new(
                     TotalOrder::new(GROUP, v, Seq(0), Box::new(move || now.get() + skew), 100)
                         .committing(commit)
-                        .acknowledged(!reports)
                         .commit_tree_from(if tree { 2 } else { usize::MAX }),
                 )
             }
@@ -854,20 +833,13 @@ fn run(kind: Kind, seed: u64) -> Result<(), String> {
     // Up to two pauses past the failure detector, one at a time.
     let pauses = rng.range(0, 2) as u32;
     // Half the total-order runs deliver only what every member has; half
-    // of all over a commit tree, half of the committing ones over it with
-    // reports, not claims (drawn apart, so that each seed's events stay
-    // what they were before the tree).
+    // of all over a commit tree (drawn apart, so that each seed's events
+    // stay what they were before the tree).
     let kind = match kind {
         Kind::Total { .. } => {
             let commit = rng.range(0, 1) == 1;
-            let mut apart = Rng::new(seed ^ 0x7ee0_c0de);
-            let tree = apart.range(0, 1) == 1;
-            let reports = commit && tree && apart.range(0, 1) == 1;
-            Kind::Total {
-                commit,
-                tree,
-                reports,
-            }
+            let tree = Rng::new(seed ^ 0x7ee0_c0de).range(0, 1) == 1;
+            Kind::Total { commit, tree }
         }
         k => k,
     };
@@ -1004,7 +976,6 @@ fn mode_sweep_regressions() {
             Kind::Total {
                 commit: false,
                 tree: false,
-                reports: false,
             },
             seed,
         )
@@ -1020,7 +991,6 @@ fn total_sweep() {
             Kind::Total {
                 commit: false,
                 tree: false,
-                reports: false,
             },
             s,
         )

@@ -43,7 +43,9 @@ use super::least::Least;
 use super::send_stream::SendStream;
 use super::silence::Silence;
 pub use super::total_wire::HEADER_LEN;
-use super::total_wire::{decode, encode, encode_beacon, Opening, TAG_DATA, TAG_SCATTER};
+use super::total_wire::{
+    busy_ids, decode, encode, encode_beacon, Opening, MAX_BUSY, TAG_DATA, TAG_SCATTER,
+};
 #[cfg(test)]
 use super::total_wire::{BEACON_LEN, STABLE_BEACON_LEN, TAG_BEACON};
 use super::{GroupMode, ModeCx, Out, Published, To};
@@ -254,16 +256,14 @@ pub struct TotalOrder {
     /// When the claim was last refreshed (monotonic ns; it is refreshed
     /// at most every quarter beacon interval while one is wanted).
     claim_checked_ns: Option<u64>,
-    /// The largest value this node sent up the tree (or, its root,
-    /// multicast), in any view.
+    /// The largest claim this node sent up the tree (or, its root,
+    /// multicast) while not busy, in any view.
     claimed: u64,
+    /// The last value it sent up said it was busy.
+    sent_busy: bool,
     /// The largest `wants` a stuck node's beacon said: the claims must
     /// reach it, though this node may hold nothing of it.
     asked: u64,
-    /// The members that had not acknowledged all of this node's stream
-    /// at its last poll, each with its acknowledged position (evidence of
-    /// life for the silence watch while this node's claim waits on them).
-    ack_laggards: Vec<(NodeId, u64)>,
     /// The largest stamp of this node's own messages.
     own_max: u64,
     scratch: Vec<u8>,
@@ -328,8 +328,8 @@ impl TotalOrder {
             claims: Claims::default(),
             claim_checked_ns: None,
             claimed: 0,
+            sent_busy: false,
             asked: 0,
-            ack_laggards: Vec::new(),
             own_max: 0,
             scratch: Vec::new(),
             counters: Counters::default(),
@@ -359,21 +359,47 @@ impl TotalOrder {
         self
     }
 
+    /// The tree carries claims: a group that does not commit, over a
+    /// stream that acknowledges (a committing group's tree carries its
+    /// reports, which need no acknowledgment round).
+    fn claims_mode(&self) -> bool {
+        self.claims_on && !self.commit
+    }
+
     /// The group uses the commit tree in large enough views.
     fn tree_used(&self) -> bool {
-        self.commit || self.claims_on
+        self.commit || self.claims_mode()
     }
 
-    /// The view's tree carries claims: the stamps climb it, and nobody
-    /// beacons for another's message.
+    /// The view's tree carries claims.
     fn tree_claims(&self) -> bool {
-        self.claims_on && self.commit_tree.on()
+        self.claims_mode() && self.commit_tree.on()
     }
 
-    /// This node's value up the tree: its claim, or its report.
+    /// The root's least claim is known in this view: nobody beacons for
+    /// another's message, nor is watched for its stamps, but the busy.
+    fn claims_cover(&self) -> bool {
+        self.tree_claims() && self.commit_tree.stable().is_some()
+    }
+
+    /// Others' messages may wait on this node's stamps: the root's least
+    /// claim does not cover the view, or this node is busy (its stamps
+    /// bound it).
+    fn stamps_wanted(&self) -> bool {
+        !self.claims_cover() || self.own_busy().is_some()
+    }
+
+    /// This node, where it is busy: it has messages some member may lack,
+    /// and says so up the tree instead of a claim that waits for them.
+    fn own_busy(&self) -> Option<NodeId> {
+        (self.claims_mode() && self.claims.unacked() > 0).then_some(self.node)
+    }
+
+    /// This node's value up the tree: its report; or its claim (none,
+    /// `u64::MAX`, while it is busy).
     fn own_up(&mut self) -> u64 {
-        if self.claims_on {
-            self.claim_vouched()
+        if self.claims_mode() {
+            self.own_up_peek()
         } else {
             self.report()
         }
@@ -381,10 +407,12 @@ impl TotalOrder {
 
     /// [`Self::own_up`] without keeping the clock's reading.
     fn own_up_peek(&self) -> u64 {
-        if self.claims_on {
-            self.claim_vouched()
-        } else {
+        if !self.claims_mode() {
             self.report_peek()
+        } else if self.own_busy().is_some() {
+            u64::MAX
+        } else {
+            self.claim_vouched()
         }
     }
 
@@ -411,10 +439,20 @@ impl TotalOrder {
             return None;
         }
         if self.commit_tree.is_root() {
-            let own = self.claim_vouched();
-            self.commit_tree.settle_root(own);
+            let own = self.own_up_peek();
+            self.commit_tree.settle_root(own, Some(self.own_busy()));
         }
-        self.commit_tree.stable()
+        let point = self.commit_tree.stable()?;
+        // The busy members are bounded by their own stamps.
+        let mut bound = point;
+        for &q in self.commit_tree.stable_busy() {
+            if q != self.node {
+                if let Some(largest) = self.senders.get(q) {
+                    bound = bound.min(largest?);
+                }
+            }
+        }
+        Some(bound)
     }
 
     /// At or below this, every member of the view has every message: the
@@ -427,7 +465,7 @@ impl TotalOrder {
         let barrier = self.barrier()?;
         if self.commit_tree.is_root() {
             let own = self.own_up();
-            self.commit_tree.settle_root(own);
+            self.commit_tree.settle_root(own, None);
         }
         let others = match (self.counted.least(), self.commit_tree.stable()) {
             (Some(direct), Some(tree)) => Some(direct.max(tree)),
@@ -494,11 +532,13 @@ impl TotalOrder {
     /// something held here waits for the view's stable point, which the
     /// root can only raise with every member's report (nobody else knows
     /// what this node holds until its beacons say it is stuck).
-    /// With claims: this node sent up less than [`Self::claim_wanted`].
+    /// With claims: this node's busy state is not what it last sent up, or
+    /// (not busy) it sent up a claim short of [`Self::claim_wanted`].
     fn up_wanted(&self) -> bool {
         let waiting = !self.held.is_empty();
-        if self.claims_on {
-            self.claim_wanted() > self.claimed
+        if self.claims_mode() {
+            let busy = self.own_busy().is_some();
+            busy != self.sent_busy || !busy && self.claim_wanted() > self.claimed
         } else {
             self.report_wanted() || waiting
         }
@@ -513,9 +553,10 @@ impl TotalOrder {
 
     /// Below or at this, nothing can arrive any more: the least of the
     /// largest stamps come from each node, or where the tree carries
-    /// claims, the view's least claim if larger (but for departing nodes,
-    /// whose last messages come by their flush: their stamps still bound
-    /// it). None while neither is known.
+    /// claims, the view's least claim bounded by its busy members' stamps
+    /// if larger (but for departing nodes, whose last messages come by
+    /// their flush: their stamps still bound it). None while neither is
+    /// known.
     fn barrier(&mut self) -> Option<u64> {
         let floor = self.clock.floor();
         let direct = self.senders.least();
@@ -803,12 +844,20 @@ impl TotalOrder {
             .then(|| self.commit_tree.stable())
             .flatten();
         let view = self.commit_tree.epoch();
+        let busy: Vec<NodeId> = if self.claims_mode() {
+            self.commit_tree.stable_busy().to_vec()
+        } else {
+            Vec::new()
+        };
+        // Too many busy members for a frame: no point (the members stamp
+        // for each other meanwhile).
+        let stable = stable.filter(|_| busy.len() <= MAX_BUSY);
         encode_beacon(
             ts,
             self.ready(),
             report,
             wants,
-            stable.map(|s| (view, s)),
+            stable.map(|s| (view, s, &busy[..])),
             &mut self.scratch,
         );
         let sent = match self.stream.publish(cx, &self.scratch)? {
@@ -828,9 +877,8 @@ impl TotalOrder {
             self.advertised = ts;
             self.wanted = self.wanted.max(wants);
             self.counters.beacons_sent += 1;
-            if let Some(s) = stable.filter(|&s| s > self.commit_tree.last_sent()) {
-                self.commit_tree.sent(s, now_ns);
-                self.claimed = self.claimed.max(s);
+            if let Some(s) = stable {
+                self.note_sent(s, busy, now_ns);
             }
         } else {
             self.counters.beacon_errors += 1;
@@ -852,7 +900,7 @@ impl TotalOrder {
         self.beacon_owed
             || self.ready() > self.announced
             || waited
-                && (self.demand > self.advertised && !self.tree_claims()
+                && (self.demand > self.advertised && self.stamps_wanted()
                     || self.wants_more(now_ns)
                     || self.report_due()
                     || root_stuck)
@@ -949,37 +997,52 @@ impl TotalOrder {
         if !self.commit_tree.on() {
             return false;
         }
-        if self.claims_on {
+        if self.claims_mode() {
             let acked = cx.streams.acked_messages(self.group);
             let idle = cx.streams.send_idle(self.group);
             let floor = self.clock.floor();
             self.claims.refresh(acked, idle, floor);
             self.claim_checked_ns = Some(now_ns);
-            cx.streams.lagging_acks(self.group, &mut self.ack_laggards);
         }
         let own = self.own_up();
+        let own_busy = self.own_busy();
         let wanted = self.up_wanted();
+        let claims = self.claims_mode().then_some(own_busy);
         let Some(parent) = self.commit_tree.parent() else {
-            let due = self.commit_tree.due(own, wanted, now_ns, self.beacon_ns);
-            self.commit_tree.settle_root(own);
+            let due = self
+                .commit_tree
+                .due(own, own_busy, wanted, now_ns, self.beacon_ns);
+            self.commit_tree.settle_root(own, claims);
             return due.is_some();
         };
-        let value = match self.commit_tree.due(own, wanted, now_ns, self.beacon_ns) {
-            Some(value) => {
-                if !self.claims_on {
-                    self.reported = self.reported.max(own);
-                }
-                value
-            }
-            // Stuck: the last report again, as evidence of life.
-            None if self.stuck(now_ns)
-                && self.commit_tree.keepalive_due(now_ns, self.beacon_ns) =>
+        let (value, busy) =
+            match self
+                .commit_tree
+                .due(own, own_busy, wanted, now_ns, self.beacon_ns)
             {
-                self.commit_tree.last_sent()
-            }
-            None => return false,
-        };
-        let body = commit_tree::encode_up(self.commit_tree.epoch(), value);
+                Some(value) => {
+                    if !self.claims_mode() {
+                        self.reported = self.reported.max(own);
+                    }
+                    let busy = if self.claims_mode() {
+                        self.commit_tree.aggregate_busy(own_busy)
+                    } else {
+                        Vec::new()
+                    };
+                    (value, busy)
+                }
+                // Stuck: the last report again, as evidence of life.
+                None if self.stuck(now_ns)
+                    && self.commit_tree.keepalive_due(now_ns, self.beacon_ns) =>
+                {
+                    (
+                        self.commit_tree.last_sent(),
+                        self.commit_tree.last_sent_busy().to_vec(),
+                    )
+                }
+                None => return false,
+            };
+        let body = commit_tree::encode_up(self.commit_tree.epoch(), value, &busy);
         cx.outbox.push((
             parent,
             LinkMessage::Mode {
@@ -987,9 +1050,17 @@ impl TotalOrder {
                 body,
             },
         ));
-        self.commit_tree.sent(value, now_ns);
-        self.claimed = self.claimed.max(value);
+        self.note_sent(value, busy, now_ns);
         false
+    }
+
+    /// `value` and `busy` went up the tree (or, its root, out) at `now_ns`.
+    fn note_sent(&mut self, value: u64, busy: Vec<NodeId>, now_ns: u64) {
+        self.sent_busy = busy.contains(&self.node);
+        if !self.sent_busy && value != u64::MAX {
+            self.claimed = self.claimed.max(value);
+        }
+        self.commit_tree.sent(value, busy, now_ns);
     }
 
     /// (Commit) the tree's part of `mcast stat`, `now` this node's clock.
@@ -1001,9 +1072,10 @@ impl TotalOrder {
             "parent": t.parent(),
             "root": t.is_root(),
             // What climbs it: each member's claim, or its barrier report.
-            "carries": if self.claims_on { "claims" } else { "reports" },
+            "carries": if self.claims_mode() { "claims" } else { "reports" },
+            "busy": t.stable_busy().len(),
             "stable_lag_us": t.stable().map(|s| now.saturating_sub(s) / 1_000),
-            "claim_lag_us": self.claims_on.then(|| now.saturating_sub(self.claims.current()) / 1_000),
+            "claim_lag_us": self.claims_mode().then(|| now.saturating_sub(self.claims.current()) / 1_000),
             "claim_waits_on": self.claims.unacked(),
             "ups_sent": t.ups_sent,
             "ups_received": t.ups_received,
@@ -1072,8 +1144,8 @@ impl GroupMode for TotalOrder {
                 "a total-order group over NAK that does not commit takes no mode messages (from node {from})"
             ));
         }
-        let (epoch, report) = commit_tree::decode_up(body)?;
-        self.commit_tree.up_received(from, epoch, report)?;
+        let (epoch, report, busy) = commit_tree::decode_up(body)?;
+        self.commit_tree.up_received(from, epoch, report, busy)?;
         self.release(out);
         Ok(())
     }
@@ -1157,10 +1229,14 @@ impl GroupMode for TotalOrder {
                     report,
                     wants,
                     stable,
+                    busy,
                 }) => {
                     self.note_report(node, report);
                     if let Some((view, point)) = stable.filter(|_| self.tree_used()) {
-                        self.commit_tree.stable_heard(node, view, point);
+                        let busy = self
+                            .claims_mode()
+                            .then(|| busy_ids(busy).collect::<Vec<NodeId>>());
+                        self.commit_tree.stable_heard(node, view, point, busy);
                     }
                     self.counters.beacons_received += 1;
                     // A node holds messages up to `wants` waiting: for this
@@ -1224,16 +1300,21 @@ impl GroupMode for TotalOrder {
         }
         let next_beacon = self.last_beacon_ns.map_or(0, |t| t + self.beacon_ns);
         let tree_on = self.commit_tree.on();
-        let demand = (self.demand > self.advertised && !self.tree_claims()
+        let demand = (self.demand > self.advertised && self.stamps_wanted()
             || self.report_wanted() && !tree_on)
             .then_some(next_beacon);
         // (Commit tree) a report up, or the root's stable point out.
-        let up = self
-            .commit_tree
-            .due_at(self.own_up_peek(), self.up_wanted(), self.beacon_ns);
-        // (Claims) while one is wanted, the claim is looked at again every
-        // quarter interval: acknowledgments raise it unseen.
-        let claim = (self.tree_claims() && self.claim_wanted() > self.claims.current())
+        let up = self.commit_tree.due_at(
+            self.own_up_peek(),
+            self.own_busy(),
+            self.up_wanted(),
+            self.beacon_ns,
+        );
+        // (Claims) while busy, or while a claim is wanted, the claim is
+        // looked at again every quarter interval: acknowledgments raise it
+        // unseen.
+        let looked = self.own_busy().is_some() || self.claim_wanted() > self.claims.current();
+        let claim = (self.tree_claims() && looked)
             .then(|| self.claim_checked_ns.map_or(0, |t| t + self.beacon_ns / 4));
         // (Commit tree) a stuck member's report again, or its root's beacon.
         let alive = self
@@ -1271,14 +1352,13 @@ impl GroupMode for TotalOrder {
     fn silent(&mut self, now_ns: u64) -> Vec<NodeId> {
         let (senders, departing, reports) = (&self.senders, &self.departing, &self.reports);
         let (tree, me) = (&self.commit_tree, self.node);
-        let (claim, laggards) = (self.claims.current(), &self.ack_laggards);
         // Over a commit tree the others' reports do not come here: a node
         // watches its children's reports (each repeats its last while stuck)
         // and the root's stamps (it beacons while stuck).
         let commit = self.commit && !tree.on();
         // Where the tree carries claims, nobody beacons for another's
         // message: a stamp that does not come says nothing.
-        let by_stamps = !(self.claims_on && tree.on());
+        let by_stamps = !self.claims_cover();
         let oldest = self.oldest;
         let waited_on = || {
             let Some(((ts, _, _), _)) = oldest else {
@@ -1299,11 +1379,16 @@ impl GroupMode for TotalOrder {
                 if let Some(root) = tree.root().filter(|&r| r != me) {
                     waited.push((root, senders.get(root).flatten().unwrap_or(0)));
                 }
-                // This node's own claim waits on members that have not
-                // acknowledged its messages: their acknowledgments are
-                // their evidence of life (a dead member's stop).
-                if !by_stamps && claim < ts {
-                    waited.extend(laggards.iter().copied());
+            }
+            if !by_stamps {
+                // The busy members bound the point with their stamps (each
+                // beacons while others wait on it).
+                for &q in tree.stable_busy() {
+                    if let Some(Some(largest)) = senders.get(q) {
+                        if q != me && largest < ts && !departing.contains_key(&q) {
+                            waited.push((q, largest));
+                        }
+                    }
                 }
             }
             waited

@@ -702,8 +702,27 @@ fn a_skipped_notice_comes_after_the_senders_held_messages_from_before_the_jump()
 /// A beacon from `from` at `ts` reporting barrier `report`, and (from a
 /// commit tree's root) the stable point `stable` of view `view`.
 fn report_beacon(r: &mut Rig, from: NodeId, ts: u64, report: u64, stable: Option<(u64, u64)>) {
+    root_beacon(r, from, ts, report, stable, &[]);
+}
+
+/// [`report_beacon`] whose stable point goes with the busy members `busy`.
+fn root_beacon(
+    r: &mut Rig,
+    from: NodeId,
+    ts: u64,
+    report: u64,
+    stable: Option<(u64, u64)>,
+    busy: &[NodeId],
+) {
     let mut buf = Vec::new();
-    encode_beacon(ts, 1, report, 0, stable, &mut buf);
+    encode_beacon(
+        ts,
+        1,
+        report,
+        0,
+        stable.map(|(v, p)| (v, p, busy)),
+        &mut buf,
+    );
     r.fragment(from, true, true, &buf);
 }
 
@@ -717,7 +736,7 @@ fn over_a_commit_tree_the_root_delivers_once_every_subtree_reported_and_says_so(
     r.release_now();
     assert!(r.got.is_empty(), "ordered, but no member said it has it");
     let up = |r: &mut Rig, from, view, report| {
-        let body = commit_tree::encode_up(view, report);
+        let body = commit_tree::encode_up(view, report, &[]);
         r.call(|m, cx, out| m.on_link(cx, from, &body, out))
     };
     up(&mut r, 2, 1, 1_250).unwrap();
@@ -770,7 +789,7 @@ fn ups(r: &Rig) -> Vec<(NodeId, u64, u64)> {
         .iter()
         .filter_map(|(to, m)| match m {
             LinkMessage::Mode { body, .. } => {
-                let (view, report) = commit_tree::decode_up(body).ok()?;
+                let (view, report, _) = commit_tree::decode_up(body).ok()?;
                 Some((*to, view, report))
             }
             _ => None,
@@ -797,7 +816,7 @@ fn a_member_waiting_for_the_stable_point() -> Rig {
 
 /// Child `from`'s report for view 1 to `r`.
 fn up_from(r: &mut Rig, from: NodeId, report: u64) {
-    let body = commit_tree::encode_up(1, report);
+    let body = commit_tree::encode_up(1, report, &[]);
     r.call(|m, cx, out| m.on_link(cx, from, &body, out))
         .unwrap();
 }
@@ -854,16 +873,17 @@ fn a_stuck_commit_tree_root_beacons_every_interval() {
 }
 
 #[test]
-fn over_the_tree_a_members_claim_waits_for_its_acknowledgments_and_the_roots_point_delivers() {
+fn over_the_tree_a_busy_member_says_so_and_its_claim_follows_once_all_is_acknowledged() {
     // Root 1, its children 2 (this node) and 3; the claims climb the tree.
     let mut r = Rig::claiming_over_a_tree(2, &[1, 3]);
     r.poll(0);
     r.beacon(1, 1_010, 1);
     r.beacon(3, 1_020, 1);
     r.poll(0); // (its stamp owed to the view, past the others')
+               // The root's first point: from here the claims cover the view.
+    root_beacon(&mut r, 1, 1_030, 0, Some((1, 1_025)), &[]);
     r.wall.set(1_100);
     r.streams.unacked = 1;
-    let before_x = r.sent().last().unwrap().1;
     assert_eq!(r.publish(b"x"), Published::Sent);
     r.data(3, 1_150, b"y");
     let sent = r.sent().len();
@@ -871,27 +891,62 @@ fn over_the_tree_a_members_claim_waits_for_its_acknowledgments_and_the_roots_poi
     r.poll(1_000);
     assert_eq!(
         ups(&r),
-        [(1, 1, before_x)],
-        "its claim: the stamp of the last it sent that every member has"
+        [(1, 1, u64::MAX)],
+        "busy: no claim that would wait for the acknowledgments"
     );
-    assert_eq!(r.sent().len(), sent, "no beacon for node 3's message");
+    assert_eq!(last_up_busy(&r), [2], "its own stamps bound it");
+    assert_eq!(
+        r.sent().len(),
+        sent + 1,
+        "busy, it stamps for node 3's message: its own stamps bound it"
+    );
     r.streams.unacked = 0;
     r.poll(1_010);
     assert_eq!(ups(&r).len(), 1, "at most one up a quarter interval");
     r.poll(1_025);
     assert_eq!(
         ups(&r)[1],
-        (1, 1, 1_200),
-        "all acknowledged: the clock's floor"
+        (1, 1, 1_201),
+        "all acknowledged: the clock's floor (past its beacon's stamp)"
     );
+    assert!(last_up_busy(&r).is_empty());
     assert!(r.got.is_empty(), "the view's least claim is not known yet");
-    // The root's stamps alone would not let "x" through (1,050 < 1,100).
-    report_beacon(&mut r, 1, 1_050, 0, Some((1, 1_120)));
-    assert_eq!(r.texts(), ["2:x"], "up to the root's point, not past it");
-    report_beacon(&mut r, 1, 1_060, 0, Some((1, 1_160)));
-    assert_eq!(r.texts(), ["2:x", "3:y"]);
+    // The root's point, node 3 busy: its stamps (1,150) bound it, and the
+    // root's own (1,040) would not let "x" through. ("z" is stamped past
+    // the clock's floor, 1,201.)
+    assert_eq!(r.publish(b"z"), Published::Sent);
+    root_beacon(&mut r, 1, 1_040, 0, Some((1, 1_250)), &[3]);
+    assert_eq!(
+        r.texts(),
+        ["2:x", "3:y"],
+        "not \"z\": node 3 may still send below it"
+    );
+    r.beacon(3, 1_210, 1);
+    assert_eq!(r.texts(), ["2:x", "3:y", "2:z"]);
+    // Idle (all acknowledged) and covered by the root's point: a message
+    // of node 3's waits on its claim, not on its stamps.
+    r.poll(1_100);
+    let sent = r.sent().len();
+    r.data(3, 1_300, b"w");
+    r.poll(1_300);
+    assert_eq!(r.sent().len(), sent, "no beacon for node 3's message");
     let tree = &r.mode.stats_json()["commit_tree"];
-    assert_eq!(tree["carries"], "claims", "{tree}");
+    assert_eq!(
+        (&tree["carries"], &tree["busy"]),
+        (&json!("claims"), &json!(1))
+    );
+}
+
+/// The busy members of the last report `r`'s mode sent up the tree.
+fn last_up_busy(r: &Rig) -> Vec<NodeId> {
+    r.outbox
+        .iter()
+        .rev()
+        .find_map(|(_, m)| match m {
+            LinkMessage::Mode { body, .. } => commit_tree::decode_up(body).ok().map(|u| u.2),
+            _ => None,
+        })
+        .unwrap_or_default()
 }
 
 #[test]
@@ -934,11 +989,11 @@ fn over_the_tree_a_stuck_member_suspects_no_member_for_its_missing_stamps() {
     r.poll(1_000);
     up_from(&mut r, 10, 1_250);
     up_from(&mut r, 11, 1_250);
-    report_beacon(&mut r, 1, 1_300, 0, None);
+    report_beacon(&mut r, 1, 1_300, 0, Some((1, 1_150)));
     assert!(r.mode.silent(1_500).is_empty(), "half-way: noted");
     up_from(&mut r, 10, 1_260);
     up_from(&mut r, 11, 1_260);
-    report_beacon(&mut r, 1, 1_400, 0, None);
+    report_beacon(&mut r, 1, 1_400, 0, Some((1, 1_150)));
     assert!(
         r.mode.silent(2_000).is_empty(),
         "children and root live; the others owe no stamp"

@@ -21,8 +21,12 @@ pub(super) const TAG_SCATTER: u8 = b'S';
 pub(super) const TAG_BEACON: u8 = b'B';
 /// Bytes of a beacon.
 pub(super) const BEACON_LEN: usize = HEADER_LEN + 8;
-/// Bytes of a beacon that carries a stable point.
+/// Bytes of a beacon that carries a stable point (then, where the tree
+/// carries claims, the busy members' ids, u32 each).
 pub(super) const STABLE_BEACON_LEN: usize = BEACON_LEN + 16;
+/// Busy members a root's beacon names at most (it fits one frame); with
+/// more, the root sends no point and the members stamp for each other.
+pub(super) const MAX_BUSY: usize = 256;
 /// What a fragment that opens a message says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Opening<'a> {
@@ -40,7 +44,16 @@ pub(super) enum Opening<'a> {
         wants: u64,
         /// (view epoch, stable point) from a commit tree's root.
         stable: Option<(u64, u64)>,
+        /// With a stable point over claims: the busy members' ids (u32
+        /// each, [`busy_ids`]).
+        busy: &'a [u8],
     },
+}
+
+/// The ids in a beacon's busy list.
+pub(super) fn busy_ids(busy: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    busy.chunks_exact(4)
+        .map(|c| u32::from_be_bytes(c.try_into().expect("4 bytes")))
 }
 
 /// `msg` with its header (stamp, ready epoch, barrier report), into `out`
@@ -69,14 +82,20 @@ pub(super) fn decode(buf: &[u8]) -> Option<Opening<'_>> {
             msg: &buf[HEADER_LEN..],
             scatter: buf[0] == TAG_SCATTER,
         }),
-        TAG_BEACON if buf.len() == BEACON_LEN || buf.len() == STABLE_BEACON_LEN => {
+        TAG_BEACON
+            if buf.len() == BEACON_LEN
+                || buf.len() >= STABLE_BEACON_LEN
+                    && (buf.len() - STABLE_BEACON_LEN) % 4 == 0
+                    && (buf.len() - STABLE_BEACON_LEN) / 4 <= MAX_BUSY =>
+        {
             Some(Opening::Beacon {
                 ts,
                 epoch,
                 report,
                 wants: word(HEADER_LEN),
-                stable: (buf.len() == STABLE_BEACON_LEN)
+                stable: (buf.len() >= STABLE_BEACON_LEN)
                     .then(|| (word(BEACON_LEN), word(BEACON_LEN + 8))),
+                busy: buf.get(STABLE_BEACON_LEN..).unwrap_or(&[]),
             })
         }
         _ => None,
@@ -84,25 +103,25 @@ pub(super) fn decode(buf: &[u8]) -> Option<Opening<'_>> {
 }
 
 /// A beacon into `out` (cleared): stamp `ts`, ready epoch `epoch`, barrier
-/// report `report`, `wants`, and (a commit tree's root) the view's epoch
-/// and stable point.
+/// report `report`, `wants`, and (a commit tree's root) the view's epoch,
+/// stable point and busy members (at most [`MAX_BUSY`]).
 pub(super) fn encode_beacon(
     ts: u64,
     epoch: u64,
     report: u64,
     wants: u64,
-    stable: Option<(u64, u64)>,
+    stable: Option<(u64, u64, &[u32])>,
     out: &mut Vec<u8>,
 ) {
-    let mut trailer = [0u8; 24];
-    trailer[..8].copy_from_slice(&wants.to_be_bytes());
-    let len = match stable {
-        Some((view, point)) => {
-            trailer[8..16].copy_from_slice(&view.to_be_bytes());
-            trailer[16..].copy_from_slice(&point.to_be_bytes());
-            24
+    let mut trailer = Vec::with_capacity(24);
+    trailer.extend_from_slice(&wants.to_be_bytes());
+    if let Some((view, point, busy)) = stable {
+        debug_assert!(busy.len() <= MAX_BUSY);
+        trailer.extend_from_slice(&view.to_be_bytes());
+        trailer.extend_from_slice(&point.to_be_bytes());
+        for id in busy {
+            trailer.extend_from_slice(&id.to_be_bytes());
         }
-        None => 8,
-    };
-    encode(TAG_BEACON, ts, epoch, report, &trailer[..len], out);
+    }
+    encode(TAG_BEACON, ts, epoch, report, &trailer, out);
 }

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use mcast_proto::{BufId, GroupId, NodeId, OutFrame, Sender, Seq};
+use mcast_proto::{BufId, GroupId, OutFrame, Sender};
 use mcast_wire::{batch, Flags, Frame};
 
 use super::frames::{FrameTable, Place};
@@ -184,23 +184,10 @@ impl<T: Transport> Engine<T> {
     /// the first, every member has acknowledged whole (every frame of
     /// theirs): the stream's commit point in messages. None without a send
     /// stream, or when its algorithm takes no acknowledgments
-    /// ([`Sender::acked_until`](mcast_proto::Sender::acked_until)).
+    /// ([`Sender::acked_until`]).
     pub fn group_acked_messages(&mut self, group: GroupId) -> Option<u64> {
         let gi = self.group_index(group)?;
         self.groups[gi].sender.as_mut()?.settle_acked()
-    }
-
-    /// The members of `group`'s send stream that have not acknowledged
-    /// every frame sent, each with the first frame it has not (a position
-    /// that moves while it lives): replaces `out`'s contents.
-    pub fn group_lagging_acks(&self, group: GroupId, out: &mut Vec<(NodeId, Seq)>) {
-        out.clear();
-        if let Some(s) = self
-            .group_index(group)
-            .and_then(|gi| self.groups[gi].sender.as_ref())
-        {
-            s.machine.lagging_acks(out);
-        }
     }
 
     /// Fragments queued ahead of `group`'s send window.

@@ -972,15 +972,6 @@ impl Sender for MakSender {
         Some(self.buffer.base())
     }
 
-    fn lagging_acks(&self, out: &mut Vec<(NodeId, Seq)>) {
-        out.extend(
-            self.members
-                .iter()
-                .filter(|m| m.acked != self.next_seq)
-                .map(|m| (m.node, m.acked)),
-        );
-    }
-
     fn unresponsive(&self, after: u32, out: &mut Vec<NodeId>) {
         out.extend(
             self.members
