@@ -379,7 +379,7 @@ impl TotalOrder {
     /// The root's least claim is known in this view: nobody beacons for
     /// another's message, nor is watched for its stamps, but the busy.
     fn claims_cover(&self) -> bool {
-        self.tree_claims() && self.commit_tree.stable().is_some()
+        self.tree_claims() && self.commit_tree.stable().is_some_and(|p| p > 0)
     }
 
     /// Others' messages may wait on this node's stamps: the root's least
@@ -849,9 +849,15 @@ impl TotalOrder {
         } else {
             Vec::new()
         };
-        // Too many busy members for a frame: no point (the members stamp
-        // for each other meanwhile).
-        let stable = stable.filter(|_| busy.len() <= MAX_BUSY);
+        // Most members busy (or too many for a frame): the point 0, and
+        // the members stamp for each other meanwhile, as without the tree
+        // (busy members do anyway, and the claims would save little).
+        let crowded = busy.len() > MAX_BUSY || 2 * busy.len() > cx.remote.len() + 1;
+        let (stable, busy) = if crowded && self.claims_mode() {
+            (stable.map(|_| 0), Vec::new())
+        } else {
+            (stable, busy)
+        };
         encode_beacon(
             ts,
             self.ready(),
