@@ -36,6 +36,12 @@ impl Claims {
         self.published += 1;
     }
 
+    /// A beacon that orders nothing went into the stream: it counts in
+    /// the stream's messages, but the claim does not wait for it.
+    pub fn published_bare(&mut self) {
+        self.published += 1;
+    }
+
     /// The claim now. `acked`: how many of the stream's messages, from the
     /// first, every member has (None: the stream does not say); `idle`: the
     /// stream has nothing queued or unacknowledged; `floor`: a bound every
@@ -97,6 +103,17 @@ mod tests {
         c.published(150);
         assert_eq!(c.refresh(Some(3), false, 160), 140);
         assert_eq!(c.current(), 140);
+    }
+
+    #[test]
+    fn a_bare_beacon_counts_in_the_stream_but_the_claim_does_not_wait_for_it() {
+        let mut c = Claims::default();
+        c.published(100);
+        c.published_bare();
+        assert_eq!(c.refresh(Some(1), false, 130), 130, "only the beacon is out");
+        c.published(140);
+        assert_eq!(c.refresh(Some(2), false, 150), 130, "message 3 is out");
+        assert_eq!(c.refresh(Some(3), false, 160), 160);
     }
 
     #[test]

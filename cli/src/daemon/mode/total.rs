@@ -866,6 +866,12 @@ impl TotalOrder {
             stable.map(|s| (view, s, &busy[..])),
             &mut self.scratch,
         );
+        // A beacon that places nothing (this node's first stamp of its view
+        // went out before, and no event waits for its place) carries no
+        // message, so its late arrival orders nothing: the claim need not
+        // wait for its acknowledgment, or a busy node's beacons would keep
+        // it busy.
+        let bare = self.events.is_empty() && self.first_since(self.node, self.ready()).is_some();
         let sent = match self.stream.publish(cx, &self.scratch)? {
             Published::Sent => true,
             Published::WouldBlock => return Ok(false),
@@ -876,7 +882,11 @@ impl TotalOrder {
         self.beacon_owed = false;
         self.last_beacon_ns = Some(now_ns);
         if sent {
-            self.claims.published(ts);
+            if bare {
+                self.claims.published_bare();
+            } else {
+                self.claims.published(ts);
+            }
             self.reported = self.reported.max(report);
             self.announced = self.ready();
             self.note_first(self.node, self.announced, ts);
