@@ -110,7 +110,11 @@ mod tests {
         let mut c = Claims::default();
         c.published(100);
         c.published_bare();
-        assert_eq!(c.refresh(Some(1), false, 130), 130, "only the beacon is out");
+        assert_eq!(
+            c.refresh(Some(1), false, 130),
+            130,
+            "only the beacon is out"
+        );
         c.published(140);
         assert_eq!(c.refresh(Some(2), false, 150), 130, "message 3 is out");
         assert_eq!(c.refresh(Some(3), false, 160), 160);
