@@ -657,6 +657,12 @@ fn the_settings_every_node_must_share_name_what_changes_the_protocol_only() {
         "mode = \"fifo\", algorithm = \"mak\", tree_fanout = 0"
     );
     assert_eq!(cfg.group_settings("b").shared(), "mode = \"broadcast\"");
+    // Without commit, the tree carries the claims: its size is shared too.
+    let mut claims = log;
+    claims.commit = false;
+    let mut other = claims;
+    other.commit_tree_from = 0;
+    assert_ne!(other.shared(), claims.shared());
     // Each node's own choices leave the description alike.
     let mut own = log;
     own.window_frames /= 2;
