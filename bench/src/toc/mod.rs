@@ -40,6 +40,8 @@ pub struct TocConfig {
     pub messages: u64,
     /// Messages/s each process sends in Figure 2.
     pub rate: u64,
+    /// Messages each process sends in a paced run (Figures 1b and 2).
+    pub paced_messages: u64,
     /// Seeds per point (medians, min and max reported).
     pub seeds: u64,
     pub out: std::path::PathBuf,
@@ -149,9 +151,9 @@ pub fn run(cfg: &TocConfig) -> Result<(), String> {
     // Figure 1b: latency as the processes grow, paced.
     let _ = writeln!(
         text,
-        "\nFigure 1b: every process sends {} messages/s; latency p50 / p99 (µs) as the \
-         processes grow",
-        cfg.rate
+        "\nFigure 1b: every process sends {} messages/s, {} each; latency p50 / p99 (µs) as \
+         the processes grow",
+        cfg.rate, cfg.paced_messages
     );
     let _ = writeln!(
         text,
@@ -189,9 +191,9 @@ pub fn run(cfg: &TocConfig) -> Result<(), String> {
     // Figure 2: latency as loss grows, paced.
     let _ = writeln!(
         text,
-        "\nFigure 2: {} processes each sending {} messages/s; latency p50 / p99 (µs) against \
-         the loss of every copy",
-        cfg.loss_nodes, cfg.rate
+        "\nFigure 2: {} processes each sending {} messages/s, {} each; latency p50 / p99 (µs) \
+         against the loss of every copy",
+        cfg.loss_nodes, cfg.rate, cfg.paced_messages
     );
     let _ = writeln!(text, "{}", header("loss", 8, &KINDS, 20));
     let mut fig2: Vec<Series> = Vec::new();
@@ -368,7 +370,7 @@ fn paced(
     let mut p = Params::new(kind, nodes);
     p.beacon_ns = cfg.beacon_us * 1_000;
     p.rate = Some(cfg.rate);
-    p.messages = 20;
+    p.messages = cfg.paced_messages;
     p.loss = loss;
     p.seed = seed;
     let o = world::run(&p).map_err(|e| format!("figure {figure}, {}: {e}", kind.name()))?;
