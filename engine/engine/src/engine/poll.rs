@@ -245,7 +245,14 @@ impl<T: Transport> Engine<T> {
                 if self.auth.is_none() {
                     keep_payload_crc(&self.transport, &mut self.frames, &of);
                 }
-                let ends = messages_ending(&self.transport, &of);
+                // Counted only where the machine says what every member
+                // acknowledged: elsewhere nothing would ever settle the
+                // entries (and the batch need not be read).
+                let ends = if s.machine.acked_until().is_some() {
+                    messages_ending(&self.transport, &of)
+                } else {
+                    0
+                };
                 match s.machine.send(now, of) {
                     Ok(seq) => {
                         self.frames.place[of.buf.0 as usize] = Place::Machine;
