@@ -73,6 +73,10 @@ pub(super) struct FrameTable {
     /// while the payload was in cache; a transmission adds only the header's
     /// (`Frame::emit_with_payload_crc`).
     pub(super) payload_crc: Vec<u32>,
+    /// Messages that end in a queued or sent frame a publish wrote: 1 for a
+    /// whole message or a last fragment, one more per message packed beside
+    /// it, 0 for other fragments (counted as packed, never read back).
+    pub(super) ends: Vec<u16>,
 }
 
 impl FrameTable {
@@ -82,6 +86,7 @@ impl FrameTable {
             place: vec![Place::Transport; n],
             rx_offset: vec![0; n],
             payload_crc: vec![0; n],
+            ends: vec![0; n],
         }
     }
 }

@@ -16,7 +16,7 @@ use mcast_proto::{Endpoint, Instant, SendError, Sender};
 
 use super::delivery::Deliver;
 use super::frames::Place;
-use super::publish::{keep_payload_crc, messages_ending};
+use super::publish::keep_payload_crc;
 use super::{nanos, Engine};
 use crate::sys;
 use crate::transport::Transport;
@@ -247,9 +247,9 @@ impl<T: Transport> Engine<T> {
                 }
                 // Counted only where the machine says what every member
                 // acknowledged: elsewhere nothing would ever settle the
-                // entries (and the batch need not be read).
+                // entries.
                 let ends = if s.machine.acked_until().is_some() {
-                    messages_ending(&self.transport, &of)
+                    u32::from(self.frames.ends[of.buf.0 as usize])
                 } else {
                     0
                 };

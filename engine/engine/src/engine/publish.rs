@@ -92,6 +92,7 @@ impl<T: Transport> Engine<T> {
                 .expect("MTU checked against the frame size");
             area.copy_from_slice(&msg[offset..offset + len]);
             self.frames.place[f as usize] = Place::Queued;
+            self.frames.ends[f as usize] = u16::from(frag.contains(Flags::FRAG_LAST));
             if let Some(t) = self.trace.as_deref_mut() {
                 t.queued(f);
             }
@@ -135,6 +136,7 @@ impl<T: Transport> Engine<T> {
             back.frag = back.frag.with(Flags::BATCH);
         }
         back.len = batch::append(area, at, msg) as u16;
+        self.frames.ends[back.buf.0 as usize] += 1;
         s.tally.messages += 1;
         s.tally.batched += 1;
         s.tally.payload_bytes += msg.len() as u64;
@@ -215,18 +217,6 @@ impl<T: Transport> Engine<T> {
 /// message can join it. The payload was written moments ago and is still in
 /// cache. Unsealed frames only: a sealed frame's tag covers its payload at
 /// each transmission, and its CRC field is 0.
-/// How many messages end in frame `of`: its batch's records, one for the
-/// last (or only) fragment of a message, none for another fragment.
-pub(super) fn messages_ending<T: Transport>(transport: &T, of: &OutFrame) -> u32 {
-    if of.frag.contains(Flags::BATCH) {
-        let start = mcast_wire::FRAME_OVERHEAD;
-        let payload = &transport.frame(of.buf.0)[start..start + usize::from(of.len)];
-        batch::records(payload).count() as u32
-    } else {
-        u32::from(of.frag.contains(Flags::FRAG_LAST))
-    }
-}
-
 pub(super) fn keep_payload_crc<T: Transport>(
     transport: &T,
     frames: &mut FrameTable,
