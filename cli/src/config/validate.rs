@@ -73,29 +73,12 @@ impl Config {
                 );
             }
         }
-        if let Some(g) = self.groups.iter().find(|g| {
-            g.commit_tree_from.is_some() && self.group_settings(&g.name).mode != GroupMode::Total
-        }) {
-            return bad(
-                "commit_tree_from",
-                format!(
-                    "commit_tree_from in [[group]] \"{}\" applies to total-order groups only: set mode = \"total\" there, or drop commit_tree_from",
-                    g.name
-                ),
-            );
-        }
-        // `broadcast` means something to broadcast groups only.
-        if let Some(g) = self.groups.iter().find(|g| {
-            g.broadcast.is_some() && self.group_settings(&g.name).mode != GroupMode::Broadcast
-        }) {
-            return bad(
-                "broadcast",
-                format!(
-                    "broadcast in [[group]] \"{}\" applies to groups with mode = \"broadcast\": set it there, or drop broadcast",
-                    g.name
-                ),
-            );
-        }
+        // Per group, `commit_tree_from` means something to total-order
+        // groups only, `broadcast` to broadcast groups only.
+        self.only_in_mode("commit_tree_from", GroupMode::Total, |g| {
+            g.commit_tree_from.is_some()
+        })?;
+        self.only_in_mode("broadcast", GroupMode::Broadcast, |g| g.broadcast.is_some())?;
         if self.interface.is_empty()
             || self.interface.len() > 15
             || self.interface.contains(['/', ' '])
@@ -352,5 +335,31 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// A `[[group]]` that sets `key` (`set`) where the group's mode is not
+    /// `mode`: an error that says to set the mode or drop the key.
+    fn only_in_mode(
+        &self,
+        key: &str,
+        mode: GroupMode,
+        set: impl Fn(&GroupConfig) -> bool,
+    ) -> Result<(), ConfigError> {
+        match self
+            .groups
+            .iter()
+            .find(|g| set(g) && self.group_settings(&g.name).mode != mode)
+        {
+            Some(g) => Err(ConfigError::invalid(
+                self.origin.as_str(),
+                key,
+                format!(
+                    "{key} in [[group]] \"{}\" applies to groups with mode = \"{}\" only: set the mode there, or drop {key}",
+                    g.name,
+                    mode.name()
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 }
