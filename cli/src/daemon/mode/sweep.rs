@@ -970,7 +970,7 @@ fn mode_sweep_regressions() {
         run(Kind::Sequenced, seed).unwrap_or_else(|e| panic!("{e}"));
     }
     for seed in [
-        1, 3, 130, 162, 176, 182, 241, 313, 919, 2617, 3846, 9548, 83551,
+        1, 3, 130, 162, 176, 182, 241, 313, 919, 2617, 3846, 9548, 83551, 3175507,
     ] {
         run(
             Kind::Total {

@@ -385,24 +385,26 @@ impl TotalOrder {
         if self.held.is_empty() {
             return; // (no clock to read)
         }
-        let bound = if self.commit {
+        let passed = if self.commit {
             self.stable()
         } else {
             self.barrier()
         };
-        let Some(mut bound) = bound else {
+        let Some(passed) = passed else {
             return;
         };
+        let mut bound = passed;
         if let Some(e) = self.events.front() {
             // Its place is at or above this; it sorts after every message
             // stamped there.
             bound = bound.min(e.at);
         }
-        while let Some(entry) = self.held.first_entry() {
-            if entry.key().0 > bound {
+        while let Some((&key, _)) = self.held.first_key_value() {
+            if key.0 > bound || self.commit && self.fate_place(key).is_some_and(|p| p > passed) {
                 break;
             }
-            let ((_, node, epoch), h) = entry.remove_entry();
+            let h = self.held.remove(&key).expect("the first entry");
+            let (_, node, epoch) = key;
             match h {
                 Held::Message { msg, from } => {
                     self.held_bytes -= msg.bytes.len();
@@ -435,6 +437,40 @@ impl TotalOrder {
                     out(event_record(self.group), &notice, To::AllBut(None));
                 }
             }
+        }
+    }
+
+    /// The place that decides whether the held message `key` is kept, when
+    /// its node is gone: its event's (known, or as far as known). In a group
+    /// that commits the message waits until the stable point has passed that
+    /// place too, so that every member has the first stamps that put the
+    /// place there: a member that fails or is evicted may have raised the
+    /// place with its own first stamp of the view, which no survivor ever
+    /// receives; had it delivered the message on that place, the survivors,
+    /// placing the event lower, would drop it (uniform agreement broken:
+    /// the total-order sweep, seed 3175507).
+    fn fate_place(&self, key: Key) -> Option<u64> {
+        let (_, node, tag) = key;
+        if tag != 0 || node == EVENT_NODE || node == self.node {
+            return None;
+        }
+        if let Some(&cut) = self.cuts.get(&node) {
+            return Some(cut);
+        }
+        self.events
+            .iter()
+            .find(|e| e.gone.contains(&node) || e.gone_keys.contains(&key))
+            .map(|e| e.at)
+    }
+
+    /// The highest stamp this node waits for the others to pass: the
+    /// highest held, and in a group that commits the place the first held
+    /// message's fate waits on ([`Self::fate_place`]).
+    fn wait_target(&self) -> u64 {
+        let held = self.held_max();
+        match self.held.first_key_value() {
+            Some((&k, _)) if self.commit => held.max(self.fate_place(k).unwrap_or(0)),
+            _ => held,
         }
     }
 
@@ -641,7 +677,7 @@ impl TotalOrder {
     fn beacon(&mut self, cx: &mut ModeCx<'_>, now_ns: u64) -> Result<bool, EngineError> {
         let ts = self.clock.stamp();
         let wants = if self.stuck(now_ns) {
-            self.held_max()
+            self.wait_target()
         } else {
             0
         };
@@ -745,9 +781,10 @@ impl TotalOrder {
             .is_some_and(|(_, since)| now_ns >= since + 2 * self.beacon_ns)
     }
 
-    /// Stuck, with more held than this node's beacons have asked for.
+    /// Stuck, with more to wait for ([`Self::wait_target`]) than this
+    /// node's beacons have asked for.
     fn wants_more(&self, now_ns: u64) -> bool {
-        self.held_max() > self.wanted && self.stuck(now_ns)
+        self.wait_target() > self.wanted && self.stuck(now_ns)
     }
 
     /// A local client's message (a scattering's parts when `scatter`),
@@ -1061,7 +1098,7 @@ impl GroupMode for TotalOrder {
             });
         // Held messages are watched until they pass or this node has said
         // what it waits for.
-        let watch = (self.held_max() > self.wanted).then(|| match self.oldest {
+        let watch = (self.wait_target() > self.wanted).then(|| match self.oldest {
             None => 0,
             Some((_, since)) => (since + 2 * self.beacon_ns).max(next_beacon),
         });
