@@ -20,6 +20,7 @@ use mcast_wire::ETHERTYPE_DEFAULT;
 use serde_json::{json, Value};
 
 use crate::auth::paced;
+use crate::host::{CpuTimes, Idle, Split};
 use crate::path::{self, median, micros, spread};
 
 /// What to run.
@@ -89,6 +90,8 @@ struct Cell {
     loss: f64,
     plain: Vec<Start>,
     traced: Vec<Start>,
+    /// How the host's CPUs spent the cell's time.
+    host: Option<Split>,
 }
 
 pub fn run(cfg: &HopsConfig, json_out: Option<&str>) -> Result<(), String> {
@@ -110,6 +113,8 @@ pub fn run(cfg: &HopsConfig, json_out: Option<&str>) -> Result<(), String> {
         );
     }
     let mcastd = path::mcastd_binary()?;
+    let idle = Idle::read();
+    println!("host: {}", idle.describe());
     let mut cells = Vec::new();
     for &r in &cfg.receivers {
         for &loss in &cfg.loss {
@@ -118,6 +123,7 @@ pub fn run(cfg: &HopsConfig, json_out: Option<&str>) -> Result<(), String> {
                 loss,
                 ..Cell::default()
             };
+            let before = CpuTimes::read();
             for i in 0..cfg.repeat {
                 for traced in [false, true] {
                     eprintln!(
@@ -134,12 +140,15 @@ pub fn run(cfg: &HopsConfig, json_out: Option<&str>) -> Result<(), String> {
                     }
                 }
             }
+            cell.host = CpuTimes::read()
+                .zip(before)
+                .and_then(|(now, then)| now.split_since(&then));
             print_cell(cfg, &cell);
             cells.push(cell);
         }
     }
     if let Some(p) = json_out {
-        path::write_json(p, &to_json(cfg, &cells))?;
+        path::write_json(p, &to_json(cfg, &idle, &cells))?;
     }
     Ok(())
 }
@@ -266,6 +275,9 @@ fn print_cell(cfg: &HopsConfig, c: &Cell) {
         cfg.rate,
         cfg.repeat
     );
+    if let Some(h) = &c.host {
+        println!("host over the cell: {}", h.describe());
+    }
     println!("{:<18} {:>22} {:>22}", "hop", "p50 µs", "p99 µs");
     let mut sum = 0.0;
     for (k, (name, _, _)) in HOPS.iter().enumerate() {
@@ -319,7 +331,7 @@ fn print_cell(cfg: &HopsConfig, c: &Cell) {
     );
 }
 
-fn to_json(cfg: &HopsConfig, cells: &[Cell]) -> Value {
+fn to_json(cfg: &HopsConfig, idle: &Idle, cells: &[Cell]) -> Value {
     let start = |s: &Start| {
         json!({
             "p50_us": s.p50, "p99_us": s.p99, "goodput": s.goodput,
@@ -331,6 +343,7 @@ fn to_json(cfg: &HopsConfig, cells: &[Cell]) -> Value {
     };
     json!({
         "bench": "hops",
+        "host": idle.to_json(),
         "size": cfg.size,
         "rate": cfg.rate,
         "paced_messages": cfg.paced_messages,
@@ -338,6 +351,7 @@ fn to_json(cfg: &HopsConfig, cells: &[Cell]) -> Value {
         "repeat": cfg.repeat,
         "cells": cells.iter().map(|c| json!({
             "receivers": c.receivers, "loss": c.loss,
+            "host_cpus": c.host.map(|h| h.to_json()),
             "plain": c.plain.iter().map(start).collect::<Vec<_>>(),
             "traced": c.traced.iter().map(start).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),

@@ -21,6 +21,7 @@ mod bcast;
 mod bcast_xdp;
 mod demo;
 mod hops;
+mod host;
 mod order;
 mod paper;
 mod path;
