@@ -21,6 +21,8 @@ use mcast_netns::Topology;
 use mcast_wire::ETHERTYPE_DEFAULT;
 use serde_json::{json, Value};
 
+use crate::host::{CpuTimes, Idle};
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct PathConfig {
@@ -86,6 +88,7 @@ pub fn run(cfg: &PathConfig, json_out: Option<&str>) -> Result<(), String> {
         cfg.repeat,
         mcastd.display()
     );
+    let (idle, before) = (Idle::read(), CpuTimes::read());
     let mut cells = Vec::new();
     for &r in &cfg.receivers {
         let mut row: Vec<Cell> = cfg
@@ -103,9 +106,19 @@ pub fn run(cfg: &PathConfig, json_out: Option<&str>) -> Result<(), String> {
         through_daemons(cfg, &mcastd, r, &mut row)?;
         cells.extend(row);
     }
+    let split = CpuTimes::read()
+        .zip(before)
+        .and_then(|(now, then)| now.split_since(&then));
     print(cfg, &cells);
+    match &split {
+        Some(h) => println!("host: {}; over the run: {}", idle.describe(), h.describe()),
+        None => println!("host: {}", idle.describe()),
+    }
     if let Some(path) = json_out {
-        write_json(path, &to_json(cfg, &cells))?;
+        let mut v = to_json(cfg, &cells);
+        v["host"] = idle.to_json();
+        v["host_cpus"] = split.map(|h| h.to_json()).into();
+        write_json(path, &v)?;
     }
     Ok(())
 }
