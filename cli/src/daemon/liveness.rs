@@ -438,6 +438,7 @@ impl<T: Transport> Daemon<T> {
                 &[("failed", &n), ("registry", &self.groups.registry())],
             );
         }
+        self.streams.forget_starts_from(n);
         let mut out = Vec::new();
         self.flush.flushes.node_failed(n, &mut out);
         self.send_flush(out);

@@ -60,6 +60,21 @@ pub(super) struct Streams {
 }
 
 impl Streams {
+    /// Node `n` was declared failed here: the starts it sent for groups
+    /// this node does not carry yet go. While the link is down it may start
+    /// its stream for this node again further on (a view that dropped and
+    /// re-added this node there); opened at the old start when the view
+    /// comes, the stream would sit behind the sender's window, every frame
+    /// outside the receiver's, and never acknowledge, so the sender's
+    /// window would stop for good (the data-path simulation, seed 20894).
+    /// Without it, the view's start request asks for the current start.
+    pub(super) fn forget_starts_from(&mut self, n: NodeId) {
+        for q in self.pending_starts.values_mut() {
+            q.retain(|&(from, _)| from != n);
+        }
+        self.pending_starts.retain(|_, q| !q.is_empty());
+    }
+
     pub(super) fn new(cfg: &Config) -> Streams {
         Streams {
             pending_starts: HashMap::new(),

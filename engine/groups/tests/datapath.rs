@@ -601,6 +601,10 @@ struct Sim {
     /// The record a flush kept goes on in the stream opened again where it
     /// ended (`MCAST_DATAPATH_DAEMON_RESUME=1` lets it go, as before).
     daemon_resume: bool,
+    /// A peer declared failed takes its starts for groups this node does
+    /// not carry yet with it (`MCAST_DATAPATH_STALE_STARTS=1` keeps them,
+    /// as before: seed 20894).
+    drop_stale_starts: bool,
     /// The groups' feedback tree fanout (0: none, every ACK to the sender):
     /// 0 in a quarter of the seeds, else 1 to 3, from the seed but not its
     /// random stream (the other draws of a seed stay as they were).
@@ -688,6 +692,7 @@ impl Sim {
             daemon_epoch: std::env::var("MCAST_DATAPATH_DAEMON_EPOCH").is_ok(),
             restart_departs: std::env::var("MCAST_DATAPATH_DAEMON_RESTART").is_err(),
             daemon_resume: std::env::var("MCAST_DATAPATH_DAEMON_RESUME").is_err(),
+            drop_stale_starts: std::env::var("MCAST_DATAPATH_STALE_STARTS").is_err(),
             tree_fanout: match std::env::var("MCAST_DATAPATH_TREE_FANOUT") {
                 Ok(v) => v.parse().expect("MCAST_DATAPATH_TREE_FANOUT: a number"),
                 Err(_) => (seed.wrapping_mul(0xD1B5_4A32_D192_ED03) >> 62) as u16,
@@ -1858,6 +1863,12 @@ impl Sim {
                 LiveEvent::Failed(n) => {
                     self.trace(|| format!("node {id}: {n} failed (link reset)"));
                     self.n(id).svc.node_failed(n);
+                    if self.drop_stale_starts {
+                        // As the daemon's `node_failed`.
+                        for q in self.n(id).pending_starts.values_mut() {
+                            q.retain(|&(from, _, _)| from != n);
+                        }
+                    }
                     let mut out = Vec::new();
                     self.n(id).flushes.node_failed(n, &mut out);
                     self.links.remove(&(id, n)); // the link is reset
@@ -2442,6 +2453,36 @@ fn a_member_that_flushes_late_is_served_from_the_record_its_peers_kept() {
             "seed {seed} no longer loses messages without the resumed record: find another seed"
         );
     }
+}
+
+/// A start that came for a group this node did not carry yet, from a
+/// sender this node then declared failed, is forgotten: while the link was
+/// down the sender may have started its stream for this node again further
+/// on, and when the view came the old start opened the stream behind the
+/// sender's window, where every frame fell outside the receiver's. That
+/// node never acknowledged, the sender's window never moved again, and its
+/// last message never reached anyone (seed 20894: node 1 opened node 4's
+/// stream at #656, where node 4 had started it again at #688). Without the
+/// old start the view's start request gets the current one. Run both ways,
+/// as the test above.
+#[test]
+fn a_start_from_a_sender_declared_failed_since_is_not_used() {
+    let every = Faults {
+        crashes: true,
+        pauses: true,
+        partitions: true,
+    };
+    let seed = 20894;
+    play_with(Sim::new(seed, every, None)).check();
+    let without = std::panic::catch_unwind(|| {
+        let mut old = Sim::new(seed, every, None);
+        old.drop_stale_starts = false;
+        play_with(old).check();
+    });
+    assert!(
+        without.is_err(),
+        "seed {seed} no longer stalls with the stale start: find another seed"
+    );
 }
 
 /// A cluster up and settled, node 5 the only publisher, no loss, no faults.
