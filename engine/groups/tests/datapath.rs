@@ -120,6 +120,18 @@
 //! ended is served from that record until the stream opens again
 //! (`served_after_end`).
 //!
+//! Fixed on 2026-11-29 (seeds 20000..22000 of the run with every fault):
+//! seed 20894, a stream that never acknowledged. Node 1 held node 4's start
+//! (#656) for a group it did not carry yet, declared node 4 failed, heard
+//! it again; meanwhile node 4 had started its stream for node 1 again at
+//! #688. When node 1's view came, the held start opened the stream behind
+//! node 4's window, every frame fell outside node 1's window, and node 4's
+//! window stopped for good. A sender declared failed now takes its held
+//! starts with it, so the view's start request gets the current one
+//! (`MCAST_DATAPATH_STALE_STARTS=1` keeps them;
+//! `a_start_from_a_sender_declared_failed_since_is_not_used` runs the seed
+//! both ways).
+//!
 //! Fixed this way since the earlier findings below: seed 129 and 467 (a
 //! start moved a survivor's stream forward past frames it had not received,
 //! and its record began afresh there) no longer occur since a new member
