@@ -110,7 +110,7 @@ impl Split {
         )
     }
 
-    pub fn to_json(&self) -> Value {
+    pub fn to_json(self) -> Value {
         json!({ "busy": self.busy, "idle": self.idle, "stolen": self.stolen })
     }
 }
