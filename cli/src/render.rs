@@ -410,10 +410,11 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
         d["nodes_recovered"]
     );
     s += &format!(
-        "clients {}  published {}  delivered {}  overflowed {}  cut off {}  link msgs {}/{}  link errors {}\n",
+        "clients {}  published {}  delivered {} ({} in batch records)  overflowed {}  cut off {}  link msgs {}/{}  link errors {}\n",
         v["clients"].as_array().map_or(0, |a| a.len()),
         d["messages_published"],
         d["fragments_delivered"],
+        d["batch_records"].as_u64().unwrap_or(0),
         d["fragments_overflowed"],
         d["clients_cut_off"],
         d["link_messages_sent"],

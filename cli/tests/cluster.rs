@@ -256,6 +256,14 @@ fn small_and_mixed_messages_share_frames_and_arrive_byte_for_byte() {
                 if let Err(e) = small {
                     panic!("node {node}, 64 B: {e}\n{}", dump(cluster));
                 }
+                // Batched frames reached this subscriber's ring as one
+                // record each (the client library lends their messages).
+                let Response::Json(stats) = c.request(Request::Stats).unwrap() else {
+                    panic!("stats")
+                };
+                let d = &stats["daemon"];
+                let records = d["batch_records"].as_u64().unwrap();
+                assert!(records > 0, "node {node}: no batch records: {d}");
                 if let Err(e) = receive_exactly(&mut c, m.group, MIXED, mixed) {
                     panic!(
                         "node {node}, mixed sizes at 1 % loss: {e}\n{}",

@@ -3,8 +3,9 @@
 //! in [`peers`](super::peers)) or, for group data, through the group's mode
 //! into each local member's subscription ring, overflowing into the
 //! client's queue when the ring is full. A batched frame of a mode that
-//! delivers verbatim (FIFO) goes into each member's ring in one pass, with
-//! the group, the member and its ring looked up once per frame.
+//! delivers verbatim (FIFO) goes into each member's ring as one record of
+//! all its messages (one copy; the client library lends them one by one),
+//! with the group, the member and its ring looked up once per frame.
 //!
 //! Owns: the [`Sink`] the engine delivers into, the ring record headers,
 //! [`deliver_to`] (ring or overflow) and the commit that publishes what it
@@ -13,7 +14,7 @@
 //! policy ([`clients`](super::clients) applies it), views.
 
 use mcast_engine::{Batch, Deliver, Fragment, RawFrame};
-use mcast_ipc::ring::{FIRST as FLAG_FIRST, LAST as FLAG_LAST};
+use mcast_ipc::ring::{BATCH, FIRST as FLAG_FIRST, LAST as FLAG_LAST};
 use mcast_ipc::{ClientId, Notice, PushError, RecordHeader, Server};
 use mcast_wire::{Flags, GroupId, NodeId};
 
@@ -125,17 +126,11 @@ impl Deliver for Sink<'_> {
             stamp,
             ..data_record(b.group, b.stream, true, true)
         };
+        let count = b.messages().count() as u64;
         let clients = &mut *self.clients;
         for &c in members {
             if let Some(state) = clients.by_id.get_mut(&c) {
-                deliver_to(
-                    &mut clients.server,
-                    c,
-                    state,
-                    hdr,
-                    b.messages(),
-                    self.counters,
-                );
+                deliver_batch_to(&mut clients.server, c, state, hdr, &b, count, self.counters);
             }
         }
     }
@@ -212,6 +207,45 @@ pub(super) fn deliver_to<'d>(
         state.overflow_bytes += data.len() + RECORD_COST;
         state.overflow.push_back((hdr, data.to_vec()));
     }
+}
+
+/// A batched frame's `count` messages into the client's ring as one
+/// [`BATCH`](mcast_ipc::ring::BATCH) record (`mcast_ipc::batch`: the
+/// frame's payload as it came, one copy), when the ring has room for it and
+/// nothing older waits; otherwise one by one as [`deliver_to`] does, as far
+/// as the ring takes them, then into the overflow queue.
+fn deliver_batch_to(
+    server: &mut Server,
+    c: ClientId,
+    state: &mut ClientState,
+    hdr: RecordHeader,
+    b: &Batch<'_>,
+    count: u64,
+    counters: &mut DaemonCounters,
+) {
+    if state.ring_corrupt.is_some() {
+        return;
+    }
+    if let (true, Some(p)) = (state.overflow.is_empty(), server.subscription(c)) {
+        let whole = RecordHeader {
+            flags: hdr.flags | BATCH,
+            ..hdr
+        };
+        match p.try_push_deferred(whole, &[b.payload]) {
+            Ok(()) => {
+                counters.fragments_delivered += count;
+                counters.batch_records += 1;
+                state.delivered += count;
+                return;
+            }
+            Err(PushError::Corrupt(e)) => {
+                state.ring_corrupt = Some(e.to_string());
+                return;
+            }
+            Err(PushError::Full | PushError::TooLarge { .. }) => {}
+        }
+    }
+    deliver_to(server, c, state, hdr, b.messages(), counters);
 }
 
 /// Publishes every record [`deliver_to`] wrote since the last call, one

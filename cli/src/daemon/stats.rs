@@ -44,6 +44,9 @@ pub struct DaemonCounters {
     pub messages_published: u64,
     pub publish_errors: u64,
     pub fragments_delivered: u64,
+    /// Batched frames written into a subscriber's ring as one record of
+    /// all their messages (counted in `fragments_delivered` each).
+    pub batch_records: u64,
     pub fragments_overflowed: u64,
     pub local_loopback: u64,
     pub link_messages_sent: u64,
@@ -238,7 +241,8 @@ impl<T: Transport> Daemon<T> {
             "clients_connected": c.clients_connected, "clients_disconnected": c.clients_disconnected,
             "clients_cut_off": c.clients_cut_off, "requests": c.requests,
             "messages_published": c.messages_published, "publish_errors": c.publish_errors,
-            "fragments_delivered": c.fragments_delivered, "fragments_overflowed": c.fragments_overflowed,
+            "fragments_delivered": c.fragments_delivered, "batch_records": c.batch_records,
+            "fragments_overflowed": c.fragments_overflowed,
             "local_loopback": c.local_loopback, "link_messages_sent": c.link_messages_sent,
             "link_messages_received": c.link_messages_received, "link_errors": c.link_errors,
             "link_messages_from_failed": c.link_messages_from_failed,

@@ -31,12 +31,12 @@ use crate::proto::{
     MAX_CONTROL_MESSAGE, MAX_REPLY, PROTOCOL_VERSION,
 };
 use crate::ring::{
-    self, Consumer, Producer, PushError, Record, RecordHeader, EVENT, FIRST, LAST, SCATTER,
+    self, Consumer, Producer, PushError, Record, RecordHeader, BATCH, EVENT, FIRST, LAST, SCATTER,
 };
-use crate::scatter;
 use crate::shm::Mapping;
 use crate::sys::{self, EventFd};
 use crate::trace::{monotonic_ns, Hop, HopSummary};
+use crate::{batch, scatter};
 
 /// How long a control request waits for its response.
 pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -218,6 +218,10 @@ pub struct Client {
     notices: VecDeque<Notice>,
     closed: Option<Closed>,
     partial: HashMap<(u32, u32), Vec<u8>>,
+    /// Where the next message of the [`BATCH`] record at the ring's tail
+    /// starts (0: at its first): a call whose `max` ends inside such a
+    /// record leaves it in the ring and the next call goes on from here.
+    batch_at: usize,
     buf: Vec<u8>,
     /// The shared memory both rings live in, and where each is in it.
     map: Arc<Mapping>,
@@ -398,6 +402,7 @@ impl Client {
             notices: VecDeque::new(),
             closed: None,
             partial: HashMap::new(),
+            batch_at: 0,
             buf,
             map,
             layout,
@@ -791,7 +796,12 @@ impl Client {
                     break;
                 }
             };
-            if let (Some(hop), stamp @ 1..) = (self.read_hop.as_deref_mut(), rec.header.stamp) {
+            // (A batch record's stamp is read once, not again when a call
+            // goes on inside it.)
+            let fresh = self.batch_at == 0;
+            if let (true, Some(hop), stamp @ 1..) =
+                (fresh, self.read_hop.as_deref_mut(), rec.header.stamp)
+            {
                 if read_at == 0 {
                     read_at = monotonic_ns();
                 }
@@ -803,7 +813,40 @@ impl Client {
                 flags,
                 ..
             } = rec.header;
-            if let Some(done) = reassemble(&mut self.partial, rec) {
+            if flags & BATCH != 0 {
+                // A batched frame's messages, lent one by one from the
+                // record; it leaves the ring once the last has been.
+                let kind = MessageKind::Data;
+                let mut end = false;
+                while delivered < max {
+                    match batch::next(rec.payload, self.batch_at) {
+                        Ok(Some((data, next))) => {
+                            f(MessageRef {
+                                kind,
+                                group,
+                                source,
+                                data,
+                            });
+                            delivered += 1;
+                            self.batch_at = next;
+                        }
+                        Ok(None) => {
+                            end = true;
+                            break;
+                        }
+                        Err(c) => {
+                            failure = Some(c);
+                            break;
+                        }
+                    }
+                }
+                // `max` reached: the record stays for the next call,
+                // unless its last message was just lent.
+                if failure.is_some() || !(end || self.batch_at == rec.payload.len()) {
+                    break;
+                }
+                self.batch_at = 0;
+            } else if let Some(done) = reassemble(&mut self.partial, rec) {
                 let data = done.bytes();
                 let kind = if flags & EVENT != 0 {
                     drop_broken_partials(&mut self.partial, group, data);

@@ -10,12 +10,14 @@
 //!   by the daemon's poll loop.
 //! - [`client`]: what applications link: connect, join, publish, receive,
 //!   one message or a batch per call.
+//! - [`batch`]: a batched frame's messages in one subscription record.
 //! - [`scatter`]: a scattering's parts in one record (total-order groups).
 //! - [`trace`]: per-hop latencies, with tracing on.
 //! - [`shm`] and [`sys`]: memfd/mmap and the syscalls. The only modules with
 //!   unsafe code; everything else denies it.
 #![deny(unsafe_code)]
 
+pub mod batch;
 pub mod client;
 pub mod proto;
 pub mod ring;

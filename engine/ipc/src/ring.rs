@@ -79,8 +79,9 @@ use crate::sys::EventFd;
 
 /// "MCRG".
 pub const MAGIC: u32 = 0x4752_434d;
-/// Layout version.
-pub const VERSION: u32 = 1;
+/// Layout version: 2 since records may be [`BATCH`] (a client of version
+/// 1 would take one for a single message).
+pub const VERSION: u32 = 2;
 /// Bytes before the data area.
 pub const HEADER_BYTES: usize = 256;
 /// Bytes of the fixed record header (len, group, source, flags).
@@ -115,6 +116,10 @@ pub const EVENT: u32 = 4;
 /// A scattering ([`crate::scatter`]): published by a client to a
 /// total-order group, each part for one member.
 pub const SCATTER: u32 = 16;
+/// Several whole messages in one record ([`crate::batch`]): a batched
+/// frame's messages handed to a subscriber as they came. With
+/// `FIRST | LAST`.
+pub const BATCH: u32 = 32;
 /// The record carries a time stamp (8 bytes between header and payload).
 /// Set and cleared by the ring from [`RecordHeader::stamp`]; callers never
 /// see it in `flags`.

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{small_sizes, TempDir};
-use mcast_ipc::ring::{RecordHeader, EVENT, FIRST, LAST, OFF_HEAD, OFF_TAIL};
+use mcast_ipc::ring::{RecordHeader, BATCH, EVENT, FIRST, LAST, OFF_HEAD, OFF_TAIL};
 use mcast_ipc::{sys, Access, Client, ClientId, Error, Message, MessageKind, Server};
 
 /// A client connected to a server this thread drives.
@@ -354,6 +354,84 @@ fn a_corrupt_record_after_delivered_ones_ends_the_batch_then_is_reported() {
         1
     );
     assert_eq!(got, [b"fine".to_vec()]);
+    match h.client.recv_batch(8, |_| panic!("corrupt")) {
+        Err(Error::Protocol(m)) => assert!(m.contains("corrupt"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(h.client.try_recv(), Err(Error::Protocol(_))));
+}
+
+#[test]
+fn a_batch_record_is_lent_message_by_message_and_a_call_goes_on_inside_it() {
+    let mut h = connected("batch-record");
+    let frame = mcast_ipc::batch::encode([&b"a"[..], b"bb", b"", b"ccc"]);
+    let second = mcast_ipc::batch::encode([&b"x"[..], b"yz"]);
+    h.deliver(&[
+        (G, 1, FIRST | LAST, b"before"),
+        (G, 2, FIRST | LAST | BATCH, &frame),
+        (G, 1, FIRST | LAST, b"after"),
+        (G, 3, FIRST | LAST | BATCH, &second),
+    ]);
+    let (mut calls, mut places) = (Vec::new(), Vec::new());
+    for max in [2, 2] {
+        let mut got = Vec::new();
+        let n = h
+            .client
+            .recv_batch(max, |m| {
+                places.push(m.data.as_ptr());
+                got.push((m.source, m.data.to_vec()));
+            })
+            .unwrap();
+        assert_eq!(n, got.len());
+        calls.push(got);
+    }
+    // Lent in place, from the ring (the empty message has no place).
+    assert!([0, 1, 2].iter().all(|&i| in_ring(&h.client, places[i])));
+    let one = h.client.try_recv().unwrap().expect("the batch's last");
+    let rest = h.client.try_recv().unwrap().expect("the record after it");
+    let mut last = Vec::new();
+    let n = h
+        .client
+        .recv_batch(8, |m| last.push((m.source, m.data.to_vec())));
+    assert_eq!(n.unwrap(), 2, "the second batch record, from its first");
+    assert_eq!(last, [(3, b"x".to_vec()), (3, b"yz".to_vec())]);
+    assert!(h.client.try_recv().unwrap().is_none());
+    let v = |s: &[u8]| s.to_vec();
+    assert_eq!(
+        calls,
+        [
+            vec![(1, v(b"before")), (2, v(b"a"))],
+            vec![(2, v(b"bb")), (2, v(b""))]
+        ]
+    );
+    assert_eq!(
+        (one.source, one.kind, one.data),
+        (2, MessageKind::Data, v(b"ccc"))
+    );
+    assert_eq!((rest.source, rest.data), (1, v(b"after")));
+    // The batch record left the ring once its last message was lent.
+    let (map, layout) = h.client.shared_rings();
+    let base = layout.subscription_offset();
+    let head = map.atomic_u64(base + OFF_HEAD).load(Ordering::Acquire);
+    let tail = map.atomic_u64(base + OFF_TAIL).load(Ordering::Acquire);
+    assert_eq!(head, tail);
+}
+
+#[test]
+fn a_batch_record_whose_lengths_run_past_it_is_corrupt() {
+    let mut h = connected("batch-record-corrupt");
+    h.deliver(&[
+        (G, 1, FIRST | LAST | BATCH, &[0, 2, b'o', b'k', 0, 9, 1]),
+        (G, 1, FIRST | LAST, b"never"),
+    ]);
+    let mut got = Vec::new();
+    assert_eq!(
+        h.client
+            .recv_batch(8, |m| got.push(m.data.to_vec()))
+            .unwrap(),
+        1
+    );
+    assert_eq!(got, [b"ok".to_vec()]);
     match h.client.recv_batch(8, |_| panic!("corrupt")) {
         Err(Error::Protocol(m)) => assert!(m.contains("corrupt"), "{m}"),
         other => panic!("{other:?}"),
