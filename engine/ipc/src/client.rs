@@ -816,11 +816,10 @@ impl Client {
             if flags & BATCH != 0 {
                 // A batched frame's messages, lent one by one from the
                 // record; it leaves the ring once the last has been.
-                let kind = MessageKind::Data;
-                let mut end = false;
                 while delivered < max {
                     match batch::next(rec.payload, self.batch_at) {
                         Ok(Some((data, next))) => {
+                            let kind = MessageKind::Data;
                             f(MessageRef {
                                 kind,
                                 group,
@@ -830,19 +829,16 @@ impl Client {
                             delivered += 1;
                             self.batch_at = next;
                         }
-                        Ok(None) => {
-                            end = true;
-                            break;
-                        }
+                        Ok(None) => break,
                         Err(c) => {
                             failure = Some(c);
                             break;
                         }
                     }
                 }
-                // `max` reached: the record stays for the next call,
-                // unless its last message was just lent.
-                if failure.is_some() || !(end || self.batch_at == rec.payload.len()) {
+                // `max` reached before its last message: the record stays
+                // for the next call.
+                if failure.is_some() || self.batch_at < rec.payload.len() {
                     break;
                 }
                 self.batch_at = 0;

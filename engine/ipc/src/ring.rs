@@ -27,7 +27,10 @@
 //! the end, the producer writes a wrap marker (`len == u32::MAX`, only that
 //! word) and the record starts at offset 0. So the largest payload that can
 //! always be pushed into an empty ring is `capacity / 2 - 16`
-//! ([`Producer::max_record`]).
+//! ([`Producer::max_record`]). What a payload holds is the flags' business,
+//! not the ring's: one message or fragment, a membership event ([`EVENT`]),
+//! a scattering ([`SCATTER`]), or a batched frame's messages ([`BATCH`],
+//! [`crate::batch`]).
 //!
 //! A record whose `flags` has [`STAMPED`] carries a `u64` after the fixed
 //! header and before the payload: a CLOCK_MONOTONIC time in nanoseconds
