@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TARGETS="frame nak_ranges group_message link_message ipc_request ipc_reply ring_reader auth_trailer"
+TARGETS="frame nak_ranges group_message link_message ipc_request ipc_reply ring_reader auth_trailer batch_record"
 
 usage() {
     cat <<EOF

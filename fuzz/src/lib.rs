@@ -14,12 +14,14 @@
 //! | [`ipc_request`] | `mcast_ipc::proto::decode_request` (the daemon) | what decodes re-encodes no longer than it came and decodes to the same request; an error keeps only an id the bytes really hold |
 //! | [`ipc_reply`] | `ServerMessage` decoding (the client library) | what decodes re-encodes to the same message |
 //! | [`auth_trailer`] | `mcast_auth::open` and `ReplayWindow` | no panic; a frame that opens seals again (same key, session, counter) to the same bytes; the window agrees with a model of every (session, counter) accepted |
+//! | [`batch_record`] | `mcast_ipc::batch::next` (the client library) | no panic; each message lies in the record right after its length; the record reads whole exactly when its messages, written out again, rebuild it |
 //! | [`ring_reader`] | `mcast_ipc::ring::Consumer` (and `Producer`) | a scripted producer and a hostile peer scribbling on indices, record headers and lengths: never a panic or a read outside the data area, records intact while nobody scribbles, corruption reported as a sticky error |
 //!
 //! [`seeds`] makes each target's starting corpus from the real encoders;
 //! [`mutate`] is the seeded mutator of the smoke test.
 
 mod auth;
+mod batch;
 mod ipc;
 mod messages;
 pub mod mutate;
@@ -28,6 +30,7 @@ pub mod seeds;
 mod wire;
 
 pub use auth::auth_trailer;
+pub use batch::batch_record;
 pub use ipc::{ipc_reply, ipc_request};
 pub use messages::{group_message, link_message};
 pub use ring::ring_reader;
@@ -47,4 +50,5 @@ pub const TARGETS: &[Target] = &[
     ("ipc_reply", ipc_reply),
     ("ring_reader", ring_reader),
     ("auth_trailer", auth_trailer),
+    ("batch_record", batch_record),
 ];

@@ -25,6 +25,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "ipc_reply" => replies(),
         "ring_reader" => ring_scripts(),
         "auth_trailer" => sealed_frames(),
+        "batch_record" => batch_records(),
         _ => Vec::new(),
     }
 }
@@ -384,6 +385,17 @@ fn link_messages() -> Vec<LinkMessage> {
 }
 
 // ---------------------------------------------------------------- IPC
+
+/// `batch_record` inputs: batched frames' payloads, as a subscriber's ring
+/// holds them.
+fn batch_records() -> Vec<Vec<u8>> {
+    let long = [7u8; 300];
+    vec![
+        mcast_ipc::batch::encode([&b"one"[..]]),
+        mcast_ipc::batch::encode([&b"a"[..], b"", b"third", &long]),
+        mcast_ipc::batch::encode((0..21).map(|_| &long[..64])),
+    ]
+}
 
 fn requests() -> Vec<Vec<u8>> {
     let group = || "prices".to_string();
