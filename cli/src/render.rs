@@ -410,7 +410,7 @@ pub fn render_stats(v: &Value, prev: Option<(&Value, f64)>) -> String {
         d["nodes_recovered"]
     );
     s += &format!(
-        "clients {}  published {}  delivered {} ({} in batch records)  overflowed {}  cut off {}  link msgs {}/{}  link errors {}\n",
+        "clients {}  published {}  delivered {} (batch records {})  overflowed {}  cut off {}  link msgs {}/{}  link errors {}\n",
         v["clients"].as_array().map_or(0, |a| a.len()),
         d["messages_published"],
         d["fragments_delivered"],
