@@ -642,6 +642,12 @@ fn a_held_group_waits_for_its_slow_subscriber_and_loses_nothing() {
     };
     assert_eq!(stats["daemon"]["clients_cut_off"], 0, "{stats:#}");
     assert!(stats["daemon"]["group_pauses"].as_u64().unwrap() >= 1);
+    // The order held across both ways into the ring: batched frames as
+    // one record while it had room, message by message into the overflow
+    // queue once it had not.
+    let d = &stats["daemon"];
+    assert!(d["batch_records"].as_u64().unwrap() > 0, "{d}");
+    assert!(d["fragments_overflowed"].as_u64().unwrap() > 0, "{d}");
 }
 
 #[test]
