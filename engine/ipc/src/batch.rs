@@ -2,7 +2,7 @@
 //! [`BATCH`](crate::ring::BATCH)): the daemon hands a batched data frame's
 //! payload (docs/protocol.md §1.10) to a subscriber's ring as it came, one
 //! record and one copy for all its messages, and the client library lends
-//! them one by one (docs/mcastd.md, "What each message costs").
+//! them one by one (docs/mcastd.md, "Batch records").
 //!
 //! Owns: the layout of such a record's payload and reading it with every
 //! bound checked. Does not touch: the ring (a record is a record to it) or
