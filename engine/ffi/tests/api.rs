@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use common::{Loopback, TempDir, GROUP};
 use mcast::*;
-use mcast_ipc::ring::{EVENT, FIRST, LAST};
+use mcast_ipc::ring::{BATCH, EVENT, FIRST, LAST};
 use mcast_ipc::{
     sys, Access, Member, Notice, RecordHeader, Request, Response, Server, ServerEvent, View,
 };
@@ -339,6 +339,9 @@ const SCRIPT: [(u32, u32, &str); 4] = [
     (2, FIRST | LAST, "after"),
     (0, FIRST | LAST | EVENT, EVICTED_EVENT),
 ];
+/// What a Join of "batched" finds in its ring: the first three as one batch
+/// record (a batched frame), then the fourth alone, all from node 5.
+const BATCHED: [&[u8]; 4] = [b"one", b"two", b"three", b"four"];
 /// The error notice the scripted daemon sends with every join.
 const ERROR_NOTICE: &str = "a message for group 9, which this client has not joined, was dropped";
 
@@ -373,6 +376,38 @@ impl Scripted {
                     {
                         if group == "cut-me-off" {
                             server.disconnect(client, "too slow: 1 MiB waiting");
+                            continue;
+                        }
+                        if group == "batched" {
+                            // A batched frame as mcastd hands it over, then
+                            // a lone message.
+                            let sub = server.subscription(client).unwrap();
+                            let frame = mcast_ipc::batch::encode(BATCHED[..3].iter().copied());
+                            let mut hdr = RecordHeader {
+                                group: GROUP,
+                                source: 5,
+                                flags: FIRST | LAST | BATCH,
+                                stamp: 0,
+                            };
+                            sub.try_push(hdr, &[&frame]).unwrap();
+                            hdr.flags = FIRST | LAST;
+                            sub.try_push(hdr, &[BATCHED[3]]).unwrap();
+                            let member = Member {
+                                rank: 0,
+                                node: 1,
+                                member: client.0,
+                            };
+                            let view = View {
+                                epoch: 5,
+                                members: vec![member],
+                            };
+                            let joined = Response::Joined {
+                                group: GROUP,
+                                name: group,
+                                rank: 0,
+                                view,
+                            };
+                            server.reply(client, req, joined);
                             continue;
                         }
                         let members = vec![Member {
@@ -982,6 +1017,36 @@ fn publish_batch_takes_what_fits_and_refuses_bad_batches_whole() {
     assert_eq!(rc, MCAST_OK, "{}", last_error(a));
     assert!((1..=5).contains(&taken), "{taken}");
     unsafe { mcast_close(a) };
+}
+
+#[test]
+fn a_batch_record_reaches_c_one_message_at_a_time() {
+    let d = Scripted::start("ffi-batch-record");
+    let c = connect(&d.path, "c");
+    let (mut group, mut rank) = (0, 0);
+    let rc = unsafe { mcast_join(c, c"batched".as_ptr(), &mut group, &mut rank) };
+    assert_eq!(rc, MCAST_OK, "{}", last_error(c));
+    // One message per mcast_recv_ex, from inside the record...
+    let mut buf = [0u8; 64];
+    let (rc, len, group, source, kind) = recv_ex(c, &mut buf, 5000);
+    assert_eq!(
+        (rc, group, source, kind),
+        (MCAST_OK, GROUP, 5, MCAST_MSG_DATA)
+    );
+    assert_eq!(&buf[..len], b"one");
+    // ...a buffer too small keeps the next one...
+    let (rc, len, _, _, _) = recv_ex(c, &mut [0u8; 2], 0);
+    assert_eq!((rc, len), (MCAST_ETOOSMALL, 3));
+    // ...which comes first in a batch, then the record's last, then the
+    // lone message after it.
+    let (rc, count, seen) = recv_batch(c, 10, 0);
+    assert_eq!((rc, count), (MCAST_OK, 3), "{}", last_error(c));
+    let got: Vec<(u32, &[u8])> = seen.iter().map(|s| (s.source, &s.data[..])).collect();
+    assert_eq!(got, [(5, BATCHED[1]), (5, BATCHED[2]), (5, BATCHED[3])]);
+    let lent: Vec<bool> = seen.iter().map(|s| in_ring(c, s.at)).collect();
+    assert_eq!(lent, [false, true, true], "the kept one is a copy");
+    assert_eq!(recv_batch(c, 10, 0), (MCAST_EAGAIN, 0, vec![]));
+    unsafe { mcast_close(c) };
 }
 
 #[test]
