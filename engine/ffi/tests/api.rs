@@ -378,6 +378,11 @@ impl Scripted {
                             server.disconnect(client, "too slow: 1 MiB waiting");
                             continue;
                         }
+                        let members = vec![Member {
+                            rank: 0,
+                            node: 1,
+                            member: client.0,
+                        }];
                         if group == "batched" {
                             // A batched frame as mcastd hands it over, then
                             // a lone message.
@@ -392,52 +397,31 @@ impl Scripted {
                             sub.try_push(hdr, &[&frame]).unwrap();
                             hdr.flags = FIRST | LAST;
                             sub.try_push(hdr, &[BATCHED[3]]).unwrap();
-                            let member = Member {
-                                rank: 0,
-                                node: 1,
-                                member: client.0,
-                            };
-                            let view = View {
-                                epoch: 5,
-                                members: vec![member],
-                            };
-                            let joined = Response::Joined {
-                                group: GROUP,
-                                name: group,
-                                rank: 0,
-                                view,
-                            };
-                            server.reply(client, req, joined);
-                            continue;
-                        }
-                        let members = vec![Member {
-                            rank: 0,
-                            node: 1,
-                            member: client.0,
-                        }];
-                        server.notify(
-                            client,
-                            Notice::ViewChanged {
-                                group: GROUP,
-                                epoch: 5,
-                                members: members.clone(),
-                            },
-                        );
-                        server.notify(
-                            client,
-                            Notice::Error {
-                                message: ERROR_NOTICE.into(),
-                            },
-                        );
-                        let sub = server.subscription(client).unwrap();
-                        for (source, flags, bytes) in SCRIPT {
-                            let hdr = RecordHeader {
-                                group: GROUP,
-                                source,
-                                flags,
-                                stamp: 0,
-                            };
-                            sub.try_push(hdr, &[bytes.as_bytes()]).unwrap();
+                        } else {
+                            server.notify(
+                                client,
+                                Notice::ViewChanged {
+                                    group: GROUP,
+                                    epoch: 5,
+                                    members: members.clone(),
+                                },
+                            );
+                            server.notify(
+                                client,
+                                Notice::Error {
+                                    message: ERROR_NOTICE.into(),
+                                },
+                            );
+                            let sub = server.subscription(client).unwrap();
+                            for (source, flags, bytes) in SCRIPT {
+                                let hdr = RecordHeader {
+                                    group: GROUP,
+                                    source,
+                                    flags,
+                                    stamp: 0,
+                                };
+                                sub.try_push(hdr, &[bytes.as_bytes()]).unwrap();
+                            }
                         }
                         let view = View { epoch: 5, members };
                         let joined = Response::Joined {
