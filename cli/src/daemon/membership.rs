@@ -12,13 +12,15 @@ use std::collections::VecDeque;
 
 use mcast_engine::{Accept, EngineError, GroupOptions, ProtocolConfig, Transport};
 use mcast_groups::detector::PeerState;
+use mcast_groups::flush::FlushKey;
 use mcast_groups::{GroupEvent, GroupService, Limits, SettingsOf, View};
 use mcast_ipc::{ClientId, ErrorCode, Notice, Response};
-use mcast_wire::{GroupId, NodeId, Seq};
+use mcast_wire::{GroupId, NodeId};
 use serde_json::json;
 
 use super::clients::Pending;
 use super::deliver::event_record;
+use super::flush::Kept;
 use super::mode::join_gate::JoinGate;
 use super::mode::{self, GroupMode};
 use super::stats::info_json;
@@ -482,17 +484,31 @@ impl<T: Transport> Daemon<T> {
             self.retired.push(v);
         }
         self.local.remove(&group);
-        let closed: Vec<(NodeId, u32, Option<Seq>)> = self
+        let senders: Vec<NodeId> = self
             .flush
             .kept
-            .iter()
-            .filter(|((g, _), _)| *g == group)
-            .map(|(&(_, n), k)| (n, k.epoch, k.frames.next()))
+            .keys()
+            .filter(|(g, _)| *g == group)
+            .map(|&(_, n)| n)
             .collect();
-        for (n, epoch, next) in closed {
-            self.note_stopped(group, n, epoch, next);
+        let closed: Vec<(NodeId, Kept)> = senders
+            .into_iter()
+            .filter_map(|n| self.flush.kept.remove(&(group, n)).map(|k| (n, k)))
+            .collect();
+        for (n, k) in &closed {
+            self.note_stopped(group, *n, k.epoch, k.frames.next());
         }
         self.flush.forget_group(group);
+        // What was delivered stays for a flush, and for the stream opened
+        // again where it stopped (`Flushes::keep_record`).
+        for (sender, k) in closed {
+            let key = FlushKey {
+                group,
+                sender,
+                epoch: k.epoch,
+            };
+            self.flush.flushes.keep_record(key, k.frames);
+        }
         self.engine.remove_group(group)
     }
 }

@@ -132,6 +132,18 @@
 //! `a_start_from_a_sender_declared_failed_since_is_not_used` runs the seed
 //! both ways).
 //!
+//! Fixed on 2026-11-29 (seeds 29000..31000 of the run with every fault):
+//! seed 30585, messages one member delivered and another never did. Node 5
+//! delivered node 3's frames #1409 to #1440, was taken out of group 1's
+//! view and back (its receive stream closed without a flush, its record
+//! dropped with the group) and opened the stream again at #1441; node 1,
+//! a member throughout, still had those frames to get when node 3 died,
+//! and in the flush node 5 had nothing left to serve. A node that stops
+//! carrying a group now keeps each receive stream's record as an ended
+//! flush's (`Flushes::keep_record`; `MCAST_DATAPATH_DROP_RECORDS=1` lets
+//! them go; `a_node_taken_out_of_the_view_and_back_still_serves_what_it_delivered`
+//! runs the seed both ways).
+//!
 //! Fixed this way since the earlier findings below: seed 129 and 467 (a
 //! start moved a survivor's stream forward past frames it had not received,
 //! and its record began afresh there) no longer occur since a new member
@@ -617,6 +629,10 @@ struct Sim {
     /// not carry yet with it (`MCAST_DATAPATH_STALE_STARTS=1` keeps them,
     /// as before: seed 20894).
     drop_stale_starts: bool,
+    /// A node that stops carrying a group keeps each receive stream's
+    /// record for a flush (`MCAST_DATAPATH_DROP_RECORDS=1` lets them go, as
+    /// before: seed 30585).
+    keep_records: bool,
     /// The groups' feedback tree fanout (0: none, every ACK to the sender):
     /// 0 in a quarter of the seeds, else 1 to 3, from the seed but not its
     /// random stream (the other draws of a seed stay as they were).
@@ -705,6 +721,7 @@ impl Sim {
             restart_departs: std::env::var("MCAST_DATAPATH_DAEMON_RESTART").is_err(),
             daemon_resume: std::env::var("MCAST_DATAPATH_DAEMON_RESUME").is_err(),
             drop_stale_starts: std::env::var("MCAST_DATAPATH_STALE_STARTS").is_err(),
+            keep_records: std::env::var("MCAST_DATAPATH_DROP_RECORDS").is_err(),
             tree_fanout: match std::env::var("MCAST_DATAPATH_TREE_FANOUT") {
                 Ok(v) => v.parse().expect("MCAST_DATAPATH_TREE_FANOUT: a number"),
                 Err(_) => (seed.wrapping_mul(0xD1B5_4A32_D192_ED03) >> 62) as u16,
@@ -1409,6 +1426,16 @@ impl Sim {
             if let Some(c) = node.carried.remove(&g) {
                 for (&x, r) in &c.receivers {
                     self.stopped_at(id, g, x, r.epoch, r.kept.next());
+                    // As the daemon: what it delivered stays for a flush,
+                    // and for the stream opened again where it stopped.
+                    if self.keep_records {
+                        let key = FlushKey {
+                            group: g,
+                            sender: x,
+                            epoch: r.epoch,
+                        };
+                        self.n(id).flushes.keep_record(key, r.kept.clone());
+                    }
                 }
                 let (now, inc) = (self.now, self.nodes[id as usize - 1].incarnation);
                 for &p in &c.members {
@@ -2494,6 +2521,34 @@ fn a_start_from_a_sender_declared_failed_since_is_not_used() {
     assert!(
         without.is_err(),
         "seed {seed} no longer stalls with the stale start: find another seed"
+    );
+}
+
+/// A node taken out of a group's view and back keeps what it delivered for
+/// a flush. Seed 30585: node 5 delivered node 3's frames #1409 to #1440,
+/// was taken out of group 1's view (its stream closed without a flush) and
+/// came back, opening the stream at #1441; node 1, a member all along, had
+/// them still to get when node 3 died. In the flush node 5 had nothing to
+/// serve, and node 1 never delivered messages node 5's clients had. Now the
+/// closed stream's record stays ([`Flushes::keep_record`]) and goes on when
+/// the stream opens again there. Run both ways, as the tests above.
+#[test]
+fn a_node_taken_out_of_the_view_and_back_still_serves_what_it_delivered() {
+    let every = Faults {
+        crashes: true,
+        pauses: true,
+        partitions: true,
+    };
+    let seed = 30585;
+    play_with(Sim::new(seed, every, None)).check();
+    let without = std::panic::catch_unwind(|| {
+        let mut old = Sim::new(seed, every, None);
+        old.keep_records = false;
+        play_with(old).check();
+    });
+    assert!(
+        without.is_err(),
+        "seed {seed} no longer loses the frames without the record: find another seed"
     );
 }
 

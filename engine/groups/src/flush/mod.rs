@@ -486,6 +486,22 @@ impl Flushes {
         }
     }
 
+    /// Keeps the record of `key`'s receive stream, closed here without a
+    /// flush because this node stopped carrying the group (it was taken
+    /// out of the view, or its last member left), as an ended flush's
+    /// record is kept: if the node carries the group again and the stream
+    /// opens where it stopped, [`Flushes::resume`] goes on with it, and
+    /// meanwhile a survivor behind it is served from it. The frames it
+    /// delivered were delivered to its clients: a member that was owed
+    /// them too must be able to get them in a flush, though this node's
+    /// stream closed (data-path seed 30585: taken out of the view and back,
+    /// the node had let the last frames it delivered go, the sender died,
+    /// and another member never got them). Call after
+    /// [`Flushes::forget_group`].
+    pub fn keep_record(&mut self, key: FlushKey, kept: Retained) {
+        self.keep_ended(key, kept);
+    }
+
     /// The records of ended flushes kept ([`Flushes::resume`]): how many,
     /// and their payload bytes.
     pub fn ended_records(&self) -> (usize, usize) {
