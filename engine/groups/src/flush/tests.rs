@@ -880,6 +880,31 @@ fn a_stream_opened_again_where_its_flush_ended_keeps_its_record() {
 }
 
 #[test]
+fn a_stream_closed_without_a_flush_keeps_its_record_for_a_member_behind_and_a_reopening() {
+    // Seed 30585: this node stopped carrying the group (taken out of its
+    // view) having delivered up to 6; a member still at 2 flushes the
+    // sender's departure before this node opens the stream again.
+    let mut a = Flushes::new();
+    a.forget_group(KEY.group);
+    a.keep_record(KEY, kept(0, 6, 64));
+    let mut out = Vec::new();
+    let taken = a.on_state(2, KEY, (Some(Seq(2)), Some(Seq(0))), false, &mut out);
+    assert_eq!(taken, StateTaken::Served);
+    let sent: Vec<Seq> = out[1..]
+        .iter()
+        .map(|(_, m)| match m {
+            FlushMsg::Data { frame, .. } => frame.seq,
+            m => panic!("unexpected {m:?}"),
+        })
+        .collect();
+    assert_eq!(sent, seqs(2, 6), "what the member lacks");
+    // Back in the view, the stream opens where it stopped: the record
+    // goes on.
+    let r = a.resume(KEY, Seq(6), 64);
+    assert_eq!((r.next(), r.serves_from()), (Some(Seq(6)), Some(Seq(0))));
+}
+
+#[test]
 fn the_records_of_ended_flushes_are_bounded_and_forgotten_with_their_group() {
     let mut f = Flushes::new();
     for sender in 0..=MAX_ENDED_RECORDS as NodeId {
