@@ -785,7 +785,7 @@ impl Client {
     ) -> Result<usize, Error> {
         let mut delivered = 0;
         let mut failure = None;
-        // Read once per call, at the first stamped record.
+        // Read once per call, at the first stamped message.
         let mut read_at = 0;
         while delivered < max {
             let rec = match self.sub.peek() {
@@ -796,29 +796,21 @@ impl Client {
                     break;
                 }
             };
-            // (A batch record's stamp is read once, not again when a call
-            // goes on inside it.)
-            let fresh = self.batch_at == 0;
-            if let (true, Some(hop), stamp @ 1..) =
-                (fresh, self.read_hop.as_deref_mut(), rec.header.stamp)
-            {
-                if read_at == 0 {
-                    read_at = monotonic_ns();
-                }
-                hop.record(stamp, read_at);
-            }
             let RecordHeader {
                 group,
                 source,
                 flags,
-                ..
+                stamp,
             } = rec.header;
+            let mut hop = self.read_hop.as_deref_mut();
             if flags & BATCH != 0 {
                 // A batched frame's messages, lent one by one from the
-                // record; it leaves the ring once the last has been.
+                // record (each timed as read); it leaves the ring once the
+                // last has been.
                 while delivered < max {
                     match batch::next(rec.payload, self.batch_at) {
                         Ok(Some((data, next))) => {
+                            time_read(hop.as_deref_mut(), stamp, &mut read_at);
                             let kind = MessageKind::Data;
                             f(MessageRef {
                                 kind,
@@ -842,21 +834,24 @@ impl Client {
                     break;
                 }
                 self.batch_at = 0;
-            } else if let Some(done) = reassemble(&mut self.partial, rec) {
-                let data = done.bytes();
-                let kind = if flags & EVENT != 0 {
-                    drop_broken_partials(&mut self.partial, group, data);
-                    MessageKind::Membership
-                } else {
-                    MessageKind::Data
-                };
-                f(MessageRef {
-                    kind,
-                    group,
-                    source,
-                    data,
-                });
-                delivered += 1;
+            } else {
+                time_read(hop, stamp, &mut read_at);
+                if let Some(done) = reassemble(&mut self.partial, rec) {
+                    let data = done.bytes();
+                    let kind = if flags & EVENT != 0 {
+                        drop_broken_partials(&mut self.partial, group, data);
+                        MessageKind::Membership
+                    } else {
+                        MessageKind::Data
+                    };
+                    f(MessageRef {
+                        kind,
+                        group,
+                        source,
+                        data,
+                    });
+                    delivered += 1;
+                }
             }
             // Peeked just above, so this consumes that record.
             if let Err(c) = self.sub.pop_deferred() {
@@ -1090,6 +1085,18 @@ impl Completed<'_> {
 /// `partial` (replacing an unfinished one), a middle one extends it, a last
 /// one completes it. A middle or last fragment without a first one is
 /// dropped, and so is a message that would grow past [`MAX_REASSEMBLY`].
+/// Times the last hop of a message read now (`read_at`: the clock, read
+/// once per call at the first stamped message) from its record's `stamp`
+/// (0: not stamped), with tracing on.
+fn time_read(hop: Option<&mut Hop>, stamp: u64, read_at: &mut u64) {
+    if let (Some(hop), 1..) = (hop, stamp) {
+        if *read_at == 0 {
+            *read_at = monotonic_ns();
+        }
+        hop.record(stamp, *read_at);
+    }
+}
+
 fn reassemble<'a>(
     partial: &mut HashMap<(u32, u32), Vec<u8>>,
     rec: Record<'a>,
