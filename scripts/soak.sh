@@ -53,7 +53,14 @@ the end (the order and timing are drawn from --seed):
   loss        set the segment's random loss to one of --loss (an nftables
               rule on the bridge dropping that fraction of the cluster's
               frames, every kind, both directions); the first value is set
-              at the start.
+              at the start;
+  partition   cut a random node off the segment for 0.4-2 s while its
+              daemon and clients keep running (an nftables rule on the
+              bridge dropping every frame into or out of its port): the
+              others evict it, it sees them all fail but, alone, takes no
+              role over; when the cut heals it hears it was evicted and
+              rejoins (--no-partitions: none; --overlap: 0.4-4 s, and
+              the other faults go on meanwhile).
 
 What is checked (docs/testing.md "Soak" and docs/mcastd.md "Late join",
 "Membership events in the stream", "When a sender leaves"), per client
@@ -105,6 +112,11 @@ Options:
                  tree")
   --broadcast A  with --mode broadcast: the algorithm instead of auto
                  (rsbcast, mst, chain:K, def:K, scatter-collect, ...)
+  --no-partitions  no partition faults (the schedule before 2026-11-29)
+  --overlap      two faults at once: a partition lasts 0.4-4 s and the
+                 kills, pauses and loss changes go on while it lasts, so
+                 at times only two nodes are up on the majority's side
+                 (no strict majority: no role moves until one heals)
   --sabotage     prove the checker: publisher pub-a-1 breaks the rules on
                  purpose every 500 messages (alternately skips a counter
                  and repeats one); the run must then FAIL with violations
@@ -132,6 +144,9 @@ BIN=""
 MINUTES=""
 KILL_NODES="2,3,4"
 SABOTAGE=()
+PARTITIONS=1
+OVERLAP=0
+CUT_PID=""
 TREE_FANOUT=0
 MODE=fifo
 BROADCAST=""
@@ -150,6 +165,8 @@ while [ $# -gt 0 ]; do
         --commit-tree-from) TREE_FROM="$2"; shift 2 ;;
         --kill-nodes) KILL_NODES="$2"; shift 2 ;;
         --sabotage) SABOTAGE=(--sabotage 500); shift ;;
+        --no-partitions) PARTITIONS=0; shift ;;
+        --overlap) OVERLAP=1; shift ;;
         --keep) KEEP=1; shift ;;
         --no-build) BUILD=0; shift ;;
         --bin) BIN="$2"; BUILD=0; shift 2 ;;
@@ -165,6 +182,7 @@ TOTAL=$(awk -v m="$MINUTES" 'BEGIN { if (m + 0 > 0) printf "%d", m * 60; else pr
 [[ "$CALM" =~ ^[0-9]+$ ]] && [ "$CALM" -ge 5 ] && [ "$CALM" -lt "$TOTAL" ] \
     || { echo "soak: --calm must be an integer from 5 to less than the run" >&2; exit 2; }
 case "$MODE" in fifo | sequenced | total | broadcast) ;; *) echo "soak: --mode is fifo, sequenced, total or broadcast" >&2; exit 2 ;; esac
+[ "$OVERLAP" = 0 ] || [ "$PARTITIONS" = 1 ] || { echo "soak: --overlap needs partitions (drop --no-partitions)" >&2; exit 2; }
 [ -z "$BROADCAST" ] || [ "$MODE" = broadcast ] || { echo "soak: --broadcast goes with --mode broadcast" >&2; exit 2; }
 [ -z "$COMMIT" ] || [ "$MODE" = total ] || { echo "soak: --commit goes with --mode total" >&2; exit 2; }
 if [ -n "${TREE_FROM:-}" ]; then
@@ -218,6 +236,7 @@ cleanup() {
     CLEANED=1
     trap '' INT TERM
     local pid
+    [ -z "$CUT_PID" ] || kill -TERM "$CUT_PID" 2>/dev/null || true
     for pid in "${CHPIDS[@]}" "${CPIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     for _ in $(seq 1 100); do
         local alive=0
@@ -239,7 +258,7 @@ cleanup() {
         ip netns del "$ns" 2>/dev/null || true
     done
     if [ "$KEEP" = 1 ] || [ "$STATUS" = 1 ]; then
-        echo "soak: work directory kept: $WORK (logs/, clients/, events.log, samples)" >&2
+        echo "soak: work directory kept: $WORK (logs/, clients/, events.log, samples, stat-n*.json)" >&2
     else
         rm -rf "$WORK"
     fi
@@ -287,6 +306,29 @@ table bridge soakloss {
   }
 }
 EOF
+}
+
+# Partition: node N's port cut off the bridge, every frame into or out of
+# it dropped (another table, so the loss rule is untouched); each heal
+# appends the frames it dropped to WORK/cut_dropped (a heal may run in the
+# background, --overlap).
+cut_node() {
+    ip netns exec "$P-br" nft -f - <<EOF
+table bridge soakcut {
+  chain forward {
+    type filter hook forward priority -1; policy accept;
+    iifname "p$1" counter drop
+    oifname "p$1" counter drop
+  }
+}
+EOF
+}
+heal_cut() {
+    local n
+    n=$({ ip netns exec "$P-br" nft list table bridge soakcut 2>/dev/null || true; } \
+        | awk '/packets/ { for (i = 1; i < NF; i++) if ($i == "packets") s += $(i + 1) } END { print s + 0 }')
+    echo "$n" >> "$WORK/cut_dropped"
+    ip netns exec "$P-br" nft delete table bridge soakcut 2>/dev/null || true
 }
 
 # ---- the daemons ----
@@ -365,7 +407,7 @@ sample 0
 NEXT_SAMPLE=60
 
 # ---- faults and churn ----
-KILLS=0 RESTARTS=0 SHORT=0 LONG=0 CHURN=0 CHURN_PUB=0
+KILLS=0 RESTARTS=0 SHORT=0 LONG=0 CUTS=0 CHURN=0 CHURN_PUB=0
 START=$SECONDS
 FAULT_END=$((START + TOTAL - CALM))
 END=$((START + TOTAL))
@@ -432,8 +474,28 @@ while [ "$SECONDS" -lt "$FAULT_END" ]; do
         set_loss "$l"
         LOSS_CHANGES=$((LOSS_CHANGES + 1))
         event "loss $l"
+    elif [ "$r" -lt 80 ] && [ "$PARTITIONS" = 1 ] && [ "$OVERLAP" = 0 ]; then
+        d=$(rand_s 400 2000)
+        event "partition: node $n cut off the segment for ${d}s"
+        cut_node "$n"; nap "$d"; heal_cut
+        event "partition of node $n healed"
+        CUTS=$((CUTS + 1))
+    elif [ "$r" -lt 80 ] && [ "$OVERLAP" = 1 ]; then
+        # One partition at a time, healed in the background while the
+        # loop goes on to the next faults.
+        if [ -z "$CUT_PID" ] || ! kill -0 "$CUT_PID" 2>/dev/null; then
+            [ -z "$CUT_PID" ] || wait "$CUT_PID" 2>/dev/null || true
+            d=$(rand_s 400 4000)
+            event "partition: node $n cut off the segment for ${d}s (overlapping)"
+            cut_node "$n"
+            ( nap "$d"; heal_cut; event "partition of node $n healed" ) &
+            CUT_PID=$!
+            CUTS=$((CUTS + 1))
+        fi
     fi
 done
+[ -z "$CUT_PID" ] || wait "$CUT_PID" 2>/dev/null || true
+CUT_PID=""
 event "calm: no more faults or churn"
 echo "soak: calm for the last $CALM s"
 while [ "$SECONDS" -lt "$END" ]; do
@@ -441,6 +503,11 @@ while [ "$SECONDS" -lt "$END" ]; do
     nap 1
 done
 sample end
+# Each daemon's counters at the end, kept in the work directory (a stalled
+# stream's sender shows there why: its window, ACK waits, stalls).
+for i in 1 2 3 4; do
+    timeout 5 "$BIN/mcast" --socket "$WORK/n$i.sock" stat --json > "$WORK/stat-n$i.json" 2>&1 || true
+done
 n=$(loss_count)
 DROPPED=$((DROPPED + ${n:-0}))
 
@@ -459,7 +526,7 @@ echo "=== soak: $MINUTES min, seed $SEED, mode $MODE${BROADCAST:+ ($BROADCAST)}$
 CHECK=0
 "$BIN/mcast-bench" soak check "$WORK" > "$WORK/check.txt" || CHECK=$?
 cat "$WORK/check.txt"
-echo "faults: $KILLS node kills, $RESTARTS restarts, $SHORT short pauses (30-150 ms), $LONG long pauses (0.4-2.5 s), $LOSS_CHANGES loss changes; $DROPPED frames dropped by the loss rule"
+echo "faults: $KILLS node kills, $RESTARTS restarts, $SHORT short pauses (30-150 ms), $LONG long pauses (0.4-2.5 s), $LOSS_CHANGES loss changes; $DROPPED frames dropped by the loss rule; $CUTS partitions ($([ "$OVERLAP" = 1 ] && echo '0.4-4 s, overlapping' || echo '0.4-2 s'), $(awk '{ s += $1 } END { print s + 0 }' "$WORK/cut_dropped" 2>/dev/null || echo 0) frames dropped)"
 RECONNECTS=$(cat "$WORK"/clients/pub-*.jsonl "$WORK"/clients/sub-*.jsonl 2>/dev/null | grep -c '"t":"session"' || true)
 echo "churn:  $CHURN short-lived clients joined and left ($CHURN_PUB of them publishing); the 15 long-lived clients started $((RECONNECTS - 15)) new sessions (after their daemon died or cut them off)"
 echo "daemons (VmRSS, open fds, clients connected; sampled every minute; first and last 5 minutes):"
