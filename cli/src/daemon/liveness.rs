@@ -181,6 +181,9 @@ impl<T: Transport> Daemon<T> {
         self.live
             .tracker
             .poll(now, self.groups.registry_epoch(), &mut events);
+        // Before the verdicts: a peer falling silent with others is not
+        // counted live when this node weighs taking a role.
+        self.weigh_doubts(now);
         let mut work = false;
         for ev in events.drain(..) {
             match ev {
@@ -404,6 +407,49 @@ impl<T: Transport> Daemon<T> {
         }
     }
 
+    /// Hands the group service the detector's doubts at `now`: a role left
+    /// on a failed node for want of a majority is taken once they clear
+    /// (`GroupService::set_doubted`).
+    fn weigh_doubts(&mut self, now: u64) {
+        let (takeovers, registry) = (self.groups.takeovers(), self.groups.registry());
+        self.groups.set_doubted(self.live.tracker.doubted(now));
+        let taken = self.groups.takeovers() - takeovers;
+        let moved = self.groups.registry() != registry;
+        if taken > 0 || moved {
+            self.counters.role_moves += taken + u64::from(moved);
+            self.log.warn(
+                "a majority is heard again: roles left on failed nodes move",
+                &[
+                    ("agent_roles_taken", &taken),
+                    ("registry", &self.groups.registry()),
+                ],
+            );
+        }
+    }
+
+    /// Counts and logs the roles this node took since `before` (agent roles
+    /// taken, the registry's node) on the failure of node `failed`.
+    fn note_role_moves(&mut self, before: (u64, NodeId), failed: NodeId) {
+        let (takeovers, registry) = before;
+        if self.groups.takeovers() > takeovers {
+            self.counters.role_moves += self.groups.takeovers() - takeovers;
+            self.log.warn(
+                "took over the agent role of the failed node's groups",
+                &[
+                    ("failed", &failed),
+                    ("groups", &(self.groups.takeovers() - takeovers)),
+                ],
+            );
+        }
+        if self.groups.registry() != registry {
+            self.counters.role_moves += 1;
+            self.log.warn(
+                "registry role moved",
+                &[("failed", &failed), ("registry", &self.groups.registry())],
+            );
+        }
+    }
+
     /// Node `n` is declared failed: it leaves every view this node is the
     /// agent of, and the link to it starts afresh (what was queued for it
     /// is dropped; if it comes back it gets a new link epoch).
@@ -414,30 +460,17 @@ impl<T: Transport> Daemon<T> {
             "peer failed: no beat or probe answer",
             &[("node", &n), ("detection_bound_ms", &bound_ms)],
         );
-        let (takeovers, registry) = (self.groups.takeovers(), self.groups.registry());
+        // Doubts as of now: the verdict may come from a beat read before
+        // this round's liveness poll (a restart seen after a pause here).
+        self.weigh_doubts(mcast_engine::sys::monotonic_ns());
+        let before = (self.groups.takeovers(), self.groups.registry());
         let changed = self.groups.node_failed(n);
         for g in &changed {
             self.counters.evictions += 1;
             self.log
                 .warn("evicted from group", &[("node", &n), ("group", g)]);
         }
-        if self.groups.takeovers() > takeovers {
-            self.counters.role_moves += self.groups.takeovers() - takeovers;
-            self.log.warn(
-                "took over the agent role of the failed node's groups",
-                &[
-                    ("failed", &n),
-                    ("groups", &(self.groups.takeovers() - takeovers)),
-                ],
-            );
-        }
-        if self.groups.registry() != registry {
-            self.counters.role_moves += 1;
-            self.log.warn(
-                "registry role moved",
-                &[("failed", &n), ("registry", &self.groups.registry())],
-            );
-        }
+        self.note_role_moves(before, n);
         self.streams.forget_starts_from(n);
         let mut out = Vec::new();
         self.flush.flushes.node_failed(n, &mut out);

@@ -60,7 +60,12 @@ impl Default for DetectorConfig {
 impl DetectorConfig {
     /// The longest a silent node stays undetected, ns.
     pub fn detection_bound(&self) -> u64 {
-        u64::from(self.suspect_after) * self.interval + u64::from(self.probes) * self.probe_interval
+        self.silence() + u64::from(self.probes) * self.probe_interval
+    }
+
+    /// The silence after which an alive peer becomes suspect, ns.
+    pub fn silence(&self) -> u64 {
+        u64::from(self.suspect_after) * self.interval
     }
 
     /// Checks the values make sense; the error says which.
@@ -239,7 +244,7 @@ impl Detector {
             // Skip missed beats rather than bursting them.
             self.next_beat = now + self.cfg.interval;
         }
-        let silence = u64::from(self.cfg.suspect_after) * self.cfg.interval;
+        let silence = self.cfg.silence();
         for p in &mut self.peers {
             match p.state {
                 PeerState::Alive if p.seen && now.saturating_sub(p.last_heard) >= silence => {
@@ -269,7 +274,7 @@ impl Detector {
 
     /// When [`Detector::poll`] must next run.
     pub fn next_deadline(&self) -> u64 {
-        let silence = u64::from(self.cfg.suspect_after) * self.cfg.interval;
+        let silence = self.cfg.silence();
         self.peers
             .iter()
             .map(|p| match p.state {

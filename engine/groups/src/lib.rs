@@ -177,6 +177,13 @@ pub struct GroupService {
     registry_node: NodeId,
     /// Nodes declared failed (and not heard again).
     failed: std::collections::BTreeSet<NodeId>,
+    /// Peers the failure detector doubts (`set_doubted`): not counted as
+    /// live when this node weighs a majority to take a role.
+    doubted: std::collections::BTreeSet<NodeId>,
+    /// The failed set changed since roles left on failed nodes were last
+    /// weighed (`set_doubted` weighs them again then, or when the doubts
+    /// change).
+    reweigh: bool,
     takeovers: u64,
     /// Every node of the cluster, sorted (for moving the registry role).
     cluster: Vec<NodeId>,
@@ -227,6 +234,8 @@ impl GroupService {
             outbox: VecDeque::new(),
             events: VecDeque::new(),
             failed: Default::default(),
+            doubted: Default::default(),
+            reweigh: false,
             takeovers: 0,
             cluster: Vec::new(),
             registry_moves: 0,

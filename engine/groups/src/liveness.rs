@@ -113,6 +113,21 @@ impl Liveness {
         &self.detector
     }
 
+    /// The peers in doubt at `now`, for [`crate::GroupService::set_doubted`]:
+    /// suspect (being probed), failed (its verdict perhaps not yet handed
+    /// to the group service: one poll declares several), or silent past
+    /// the suspicion bound though no poll has said so yet (a daemon that
+    /// was itself stopped hears beats before its next poll).
+    pub fn doubted(&self, now: u64) -> impl Iterator<Item = NodeId> + '_ {
+        let silence = self.detector.config().silence();
+        self.detector
+            .peers()
+            .filter(move |&(_, s, heard)| {
+                s != PeerState::Alive || now.saturating_sub(heard) >= silence
+            })
+            .map(|(n, _, _)| n)
+    }
+
     /// When [`Liveness::poll`] must next run.
     pub fn next_deadline(&self) -> u64 {
         self.detector.next_deadline()

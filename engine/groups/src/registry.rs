@@ -290,15 +290,10 @@ impl GroupService {
         self.send(from, Message::LookupReply { token, result });
     }
 
-    /// Whether the nodes not declared failed are a majority of the cluster
-    /// (always, without a cluster).
+    /// Whether the nodes neither failed nor doubted are a majority of the
+    /// cluster (always, without a cluster).
     fn live_majority(&self) -> bool {
-        let live = self
-            .cluster
-            .iter()
-            .filter(|n| !self.failed.contains(n))
-            .count();
-        self.cluster.is_empty() || live * 2 > self.cluster.len()
+        self.cluster.is_empty() || self.live_count() * 2 > self.cluster.len()
     }
 
     pub(crate) fn registry_count(

@@ -3,9 +3,9 @@
 //! only), the adoption of a registry a peer names, and the confirmation
 //! that this node knows the registry (requests to it are held until then).
 //!
-//! Owns the cluster, the failed set, the registry's node and epoch, and the
-//! held registry requests. It decides who plays a role; what a role does
-//! is in `registry`, `agent` and `operating`.
+//! Owns the cluster, the failed and doubted sets, the registry's node and
+//! epoch, and the held registry requests. It decides who plays a role;
+//! what a role does is in `registry`, `agent` and `operating`.
 
 use crate::agent::AgentGroup;
 use crate::key::{key, Key};
@@ -59,6 +59,7 @@ impl GroupService {
     /// (and the registry role moves too if `node` held it: protocol.md §7).
     pub fn node_failed(&mut self, node: NodeId) -> Vec<GroupId> {
         self.failed.insert(node);
+        self.reweigh = true;
         self.release_deferred();
         if node == self.registry_node {
             self.move_registry();
@@ -99,6 +100,58 @@ impl GroupService {
     /// A node declared failed is alive again (its restarted daemon joins as new).
     pub fn node_recovered(&mut self, node: NodeId) {
         self.failed.remove(&node);
+        self.reweigh = true;
+    }
+
+    /// The peers the failure detector doubts now
+    /// ([`crate::liveness::Liveness::doubted`]): to be called after every
+    /// liveness poll and before every [`GroupService::node_failed`]. A
+    /// majority that lets this node take a role counts only nodes neither
+    /// failed nor doubted: a node cut off the segment sees every peer fall
+    /// silent at once but hands their verdicts over one by one, and
+    /// counting the others live until their turn let it take roles alone.
+    /// A role left on a failed node for want of a majority is taken here
+    /// once the doubts clear.
+    pub fn set_doubted(&mut self, nodes: impl IntoIterator<Item = NodeId>) {
+        let before = std::mem::take(&mut self.doubted);
+        self.doubted.extend(nodes);
+        if (self.reweigh || self.doubted != before) && !self.failed.is_empty() {
+            self.retake_roles();
+        }
+        self.reweigh = false;
+    }
+
+    /// How many nodes of the cluster this node counts as live when it
+    /// weighs a majority: itself, and those neither failed nor doubted.
+    pub(crate) fn live_count(&self) -> usize {
+        self.cluster
+            .iter()
+            .filter(|&&n| {
+                n == self.node || !(self.failed.contains(&n) || self.doubted.contains(&n))
+            })
+            .count()
+    }
+
+    /// A role left on a failed node because this node did not hear a
+    /// majority when the verdict came (some peers doubted): taken now if
+    /// it does.
+    fn retake_roles(&mut self) {
+        if self.failed.contains(&self.registry_node) {
+            self.move_registry();
+        }
+        let agents: std::collections::BTreeSet<NodeId> = self
+            .views
+            .values()
+            .map(|v| v.agent)
+            .filter(|a| self.failed.contains(a))
+            .collect();
+        let mut changed = false;
+        for a in agents {
+            changed |= !self.take_over_from(a).is_empty();
+        }
+        if changed {
+            self.pump();
+        }
     }
 
     /// The registry's node failed: the lowest live node of the cluster takes
@@ -116,7 +169,7 @@ impl GroupService {
         let Some(&next) = live.first() else {
             return;
         };
-        if live.len() * 2 <= self.cluster.len() {
+        if self.live_count() * 2 <= self.cluster.len() {
             return;
         }
         self.registry_node = next;
@@ -246,7 +299,8 @@ impl GroupService {
     /// the failed node's members, one epoch later, goes to every member and
     /// the registry (whose entry follows the newer epoch). Otherwise it
     /// waits for that view from whoever takes over; a minority side of a
-    /// partition never takes over, so two sides never both hold the role.
+    /// partition never takes over, so two sides never both hold the role
+    /// (doubted peers do not count as live: [`GroupService::set_doubted`]).
     fn take_over_from(&mut self, failed: NodeId) -> Vec<GroupId> {
         let orphaned: Vec<View> = self
             .views
@@ -262,21 +316,19 @@ impl GroupService {
                 .copied()
                 .filter(|n| !self.failed.contains(n))
                 .collect();
-            if live.first() != Some(&self.node) || live.len() * 2 <= nodes.len() {
+            // Live for the majority: neither failed nor doubted.
+            let heard = live
+                .iter()
+                .filter(|&&n| n == self.node || !self.doubted.contains(&n))
+                .count();
+            if live.first() != Some(&self.node) || heard * 2 <= nodes.len() {
                 continue;
             }
             // And a majority of the whole cluster: a partition's minority side
             // may hold a majority of one group's members, and must still not
             // take its agent role (the other side may keep the agent).
-            if !self.cluster.is_empty() {
-                let live_cluster = self
-                    .cluster
-                    .iter()
-                    .filter(|n| !self.failed.contains(n))
-                    .count();
-                if live_cluster * 2 <= self.cluster.len() {
-                    continue;
-                }
+            if !self.cluster.is_empty() && self.live_count() * 2 <= self.cluster.len() {
+                continue;
             }
             let mut view = old.clone();
             view.members.retain(|m| !self.failed.contains(&m.node));

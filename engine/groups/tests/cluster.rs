@@ -1177,6 +1177,40 @@ fn the_lowest_live_member_takes_over_a_failed_agents_group_with_a_majority_only(
     }
 }
 
+/// A node whose peers fall silent together, but whose verdicts come one by
+/// one, must not count the ones still doubted as live: node 3, cut off,
+/// declares node 2 (agent of "a") failed while 4 is suspect. Once the
+/// doubt clears (it was only node 2 that died), it takes the role.
+#[test]
+fn a_doubted_peer_is_not_counted_for_a_majority_and_the_role_waits_for_the_doubt_to_clear() {
+    let mut c = Cluster::new(4, 1, Limits::default(), 7);
+    let (a, _) = c.joined(2, 1, "a");
+    c.joined(3, 1, "a");
+    c.joined(4, 1, "a");
+    c.settle();
+    c.svc(3).set_doubted([1, 4]);
+    c.svc(3).node_failed(2);
+    c.settle();
+    assert_eq!(
+        c.get(3).takeovers(),
+        0,
+        "took the role with 1 and 4 in doubt"
+    );
+    assert!(c.get(3).agent_view(a).is_none());
+    // Node 4 answers its probe: {3, 4} is a majority of the view's
+    // {2, 3, 4} (these services know no cluster, so the view's is the only
+    // majority weighed).
+    c.svc(3).set_doubted([1]);
+    c.settle();
+    assert_eq!(
+        c.get(3).takeovers(),
+        1,
+        "the doubt cleared: node 3 takes over"
+    );
+    assert_eq!(c.get(3).agent_view(a).unwrap().nodes(), vec![3, 4]);
+    assert_eq!(c.get(4).view(a).unwrap().agent, 3);
+}
+
 #[test]
 fn the_registry_role_moves_to_the_lowest_live_node_which_rebuilds_the_names() {
     for seed in 0..20 {

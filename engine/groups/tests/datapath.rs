@@ -633,6 +633,10 @@ struct Sim {
     /// record for a flush (`MCAST_DATAPATH_DROP_RECORDS=1` lets them go, as
     /// before: seed 30585).
     keep_records: bool,
+    /// The group services learn the detectors' doubts, so a node that does
+    /// not hear a majority takes no role (mcastd since 2026-11-29). Off:
+    /// the seeds found before replay as they were.
+    doubts: bool,
     /// The groups' feedback tree fanout (0: none, every ACK to the sender):
     /// 0 in a quarter of the seeds, else 1 to 3, from the seed but not its
     /// random stream (the other draws of a seed stay as they were).
@@ -722,6 +726,7 @@ impl Sim {
             daemon_resume: std::env::var("MCAST_DATAPATH_DAEMON_RESUME").is_err(),
             drop_stale_starts: std::env::var("MCAST_DATAPATH_STALE_STARTS").is_err(),
             keep_records: std::env::var("MCAST_DATAPATH_DROP_RECORDS").is_err(),
+            doubts: true,
             tree_fanout: match std::env::var("MCAST_DATAPATH_TREE_FANOUT") {
                 Ok(v) => v.parse().expect("MCAST_DATAPATH_TREE_FANOUT: a number"),
                 Err(_) => (seed.wrapping_mul(0xD1B5_4A32_D192_ED03) >> 62) as u16,
@@ -839,6 +844,7 @@ impl Sim {
             node.svc.tick(now);
             let reg = node.svc.registry_epoch();
             node.live.poll(now, reg, &mut ev);
+            self.doubts(id);
             self.live_events(id, ev);
             self.close_dead_streams(id);
             self.pump(id);
@@ -1884,6 +1890,18 @@ impl Sim {
 
     // ---- membership (as failures.rs) -----------------------------------
 
+    /// As mcastd: the group service learns the detector's doubts after
+    /// each liveness poll and before each verdict.
+    fn doubts(&mut self, id: NodeId) {
+        if !self.doubts {
+            return;
+        }
+        let now = self.now;
+        let node = self.n(id);
+        let doubted: Vec<NodeId> = node.live.doubted(now).collect();
+        node.svc.set_doubted(doubted);
+    }
+
     fn live_events(&mut self, id: NodeId, events: Vec<LiveEvent>) {
         for e in events {
             match e {
@@ -1901,6 +1919,7 @@ impl Sim {
                 LiveEvent::Suspect(_) => {}
                 LiveEvent::Failed(n) => {
                     self.trace(|| format!("node {id}: {n} failed (link reset)"));
+                    self.doubts(id);
                     self.n(id).svc.node_failed(n);
                     if self.drop_stale_starts {
                         // As the daemon's `node_failed`.
@@ -1915,6 +1934,7 @@ impl Sim {
                 }
                 LiveEvent::Restarted(n) => {
                     self.trace(|| format!("node {id}: {n} restarted (link reset)"));
+                    self.doubts(id);
                     let node = self.n(id);
                     node.svc.node_failed(n);
                     node.svc.node_recovered(n);
@@ -2466,7 +2486,9 @@ fn random_crashes_restarts_pauses_and_partitions_keep_delivery_in_order_and_agre
 /// --release -p mcast-groups --test datapath random_crashes_restarts_pauses`).
 /// The seeds were found before local recovery over the trees (protocol.md
 /// §3.5), which moved every tree seed's course (4,800 seeds, none shows the
-/// case with it), so they run with it off, as they were found.
+/// case with it), and before the group services weighed the detectors'
+/// doubts (`doubts`), so they run with both off, as they were found; so do
+/// the two tests below.
 #[test]
 fn a_member_that_flushes_late_is_served_from_the_record_its_peers_kept() {
     let every = Faults {
@@ -2477,6 +2499,7 @@ fn a_member_that_flushes_late_is_served_from_the_record_its_peers_kept() {
     let as_found = |seed| {
         let mut sim = Sim::new(seed, every, None);
         sim.protocol.mak.near_repairs = false;
+        sim.doubts = false;
         sim
     };
     for seed in [2179, 2403] {
@@ -2512,9 +2535,14 @@ fn a_start_from_a_sender_declared_failed_since_is_not_used() {
         partitions: true,
     };
     let seed = 20894;
-    play_with(Sim::new(seed, every, None)).check();
+    let as_found = || {
+        let mut sim = Sim::new(seed, every, None);
+        sim.doubts = false;
+        sim
+    };
+    play_with(as_found()).check();
     let without = std::panic::catch_unwind(|| {
-        let mut old = Sim::new(seed, every, None);
+        let mut old = as_found();
         old.drop_stale_starts = false;
         play_with(old).check();
     });
@@ -2540,9 +2568,14 @@ fn a_node_taken_out_of_the_view_and_back_still_serves_what_it_delivered() {
         partitions: true,
     };
     let seed = 30585;
-    play_with(Sim::new(seed, every, None)).check();
+    let as_found = || {
+        let mut sim = Sim::new(seed, every, None);
+        sim.doubts = false;
+        sim
+    };
+    play_with(as_found()).check();
     let without = std::panic::catch_unwind(|| {
-        let mut old = Sim::new(seed, every, None);
+        let mut old = as_found();
         old.keep_records = false;
         play_with(old).check();
     });

@@ -6,7 +6,10 @@
 //! holding the agent's view, every client that wants to be a member being
 //! one, the registry naming that number and agent, no node holding a view
 //! or a populated agent role of a name under another number, and a fresh
-//! join completing within a bound.
+//! join completing within a bound. Throughout, a node that takes a role on
+//! a verdict (an agent's or the registry's) must hear a strict majority of
+//! the cluster: a node cut off alone once took roles while it declared its
+//! silent peers failed one by one.
 
 mod common;
 
@@ -16,6 +19,7 @@ use common::{
     env_u64, fresh, panic_text, pick_fault, rejoined_service, Churn, ClientHost, Clients, Fault,
     Faults, Rng, MS, N,
 };
+use mcast_groups::detector::DetectorConfig;
 use mcast_groups::liveness::{LiveEvent, Liveness};
 use mcast_groups::{GroupService, MemberId, NodeId};
 
@@ -35,6 +39,7 @@ struct Node {
 type Link = VecDeque<(u64, Vec<u8>)>;
 
 struct Sim {
+    seed: u64,
     faults: Faults,
     rng: Rng,
     now: u64,
@@ -46,6 +51,9 @@ struct Sim {
     churn: Churn,
     /// No new client joins or leaves (before the check).
     quiet: bool,
+    /// When each node last got anything (a beat or a link message) from
+    /// each peer: (to, from) → ns. None since (re)start: not seen yet.
+    heard: BTreeMap<(NodeId, NodeId), u64>,
 }
 
 impl Sim {
@@ -64,6 +72,7 @@ impl Sim {
             })
             .collect();
         Sim {
+            seed,
             faults,
             rng: Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1),
             now: 0,
@@ -72,6 +81,7 @@ impl Sim {
             side: None,
             churn: Churn::new(&NAMES, 20, 300),
             quiet: false,
+            heard: BTreeMap::new(),
         }
     }
 
@@ -111,6 +121,7 @@ impl Sim {
                 }
                 let (_, bytes) = q.pop_front().expect("peeked");
                 let now = self.now;
+                self.heard.insert((to, from), now);
                 let node = self.n(to);
                 // A link message shows an alive or suspect peer alive; a
                 // failed one recovers only by its beat.
@@ -128,6 +139,11 @@ impl Sim {
             node.svc.tick(now);
             let reg = node.svc.registry_epoch();
             node.live.poll(now, reg, &mut ev);
+            // As mcastd: the doubts after each poll (a role left on a
+            // failed node may be taken here) and before each verdict.
+            let before = self.roles(id);
+            self.doubts(id);
+            self.alone(id, before, "once its doubts cleared");
             self.live_events(id, ev);
             self.pump(id);
         }
@@ -140,6 +156,7 @@ impl Sim {
                     // Beats are unreliable and immediate (a LAN).
                     if self.active(to) && self.connected(id, to) {
                         let now = self.now;
+                        self.heard.insert((to, id), now);
                         let mut ev = Vec::new();
                         let target = self.n(to);
                         let reg = target.svc.registry_epoch();
@@ -149,13 +166,19 @@ impl Sim {
                 }
                 LiveEvent::Suspect(_) => {}
                 LiveEvent::Failed(n) => {
+                    self.doubts(id);
+                    let before = self.roles(id);
                     self.n(id).svc.node_failed(n);
+                    self.alone(id, before, &format!("declaring node {n} failed"));
                     self.links.remove(&(id, n)); // the link is reset
                 }
                 LiveEvent::Restarted(n) => {
+                    self.doubts(id);
+                    let before = self.roles(id);
                     let node = self.n(id);
                     node.svc.node_failed(n);
                     node.svc.node_recovered(n);
+                    self.alone(id, before, &format!("seeing node {n} restarted"));
                     self.links.remove(&(id, n));
                 }
                 LiveEvent::Recovered(n) => self.n(id).svc.node_recovered(n),
@@ -165,6 +188,55 @@ impl Sim {
             }
             self.pump(id);
         }
+    }
+
+    /// Hands node `id`'s group service its detector's doubts now.
+    fn doubts(&mut self, id: NodeId) {
+        let now = self.now;
+        let node = self.n(id);
+        let doubted: Vec<NodeId> = node.live.doubted(now).collect();
+        node.svc.set_doubted(doubted);
+    }
+
+    /// The role moves node `id` has made: agent roles taken, registry moves.
+    fn roles(&self, id: NodeId) -> (u64, u64) {
+        let svc = &self.nodes[id as usize - 1].svc;
+        (svc.takeovers(), svc.registry_moves())
+    }
+
+    /// Checker: if node `id` took a role since `before`, it heard a strict
+    /// majority of the cluster (itself, and each peer it got something from
+    /// within the detector's silence bound, or has not seen since its
+    /// start: such a peer is never suspected).
+    fn alone(&self, id: NodeId, before: (u64, u64), when: &str) {
+        let after = self.roles(id);
+        if after.0 <= before.0 && after.1 <= before.1 {
+            return;
+        }
+        let cfg = DetectorConfig::default();
+        // Plus a step's slack: the doubts are those of the last poll.
+        let silence = u64::from(cfg.suspect_after) * cfg.interval + 2 * MS;
+        let heard = (1..=N)
+            .filter(|&j| {
+                j == id
+                    || self
+                        .heard
+                        .get(&(id, j))
+                        .is_none_or(|&t| self.now - t < silence)
+            })
+            .count();
+        let seed = self.seed;
+        assert!(
+            heard as u64 * 2 > N as u64,
+            "seed {seed}: node {id} took a role {when} at {} ms hearing only {heard} of {N} nodes \
+             (agent roles {} -> {}, registry moves {} -> {}); replay: \
+             MCAST_FAILURE_FIRST_SEED={seed} MCAST_FAILURE_SEEDS=1 cargo test --release -p mcast-groups --test failures",
+            self.now / MS,
+            before.0,
+            after.0,
+            before.1,
+            after.1
+        );
     }
 
     /// As mcastd does when told it was declared failed.
@@ -209,6 +281,7 @@ impl Sim {
         node.live = live;
         node.up = true;
         node.paused_until = 0;
+        self.heard.retain(|&(to, _), _| to != id);
     }
 
     /// Heals everything and runs quietly for `ms`.
