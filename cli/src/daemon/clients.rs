@@ -35,6 +35,12 @@ enum Gate {
     Wait,
     /// Drop it and tell the client: it has not joined the group.
     NotJoined,
+    /// Drop it and tell the client: it had joined the group, but its
+    /// membership of that number ended here without a leave (the name
+    /// moved to another number, or its join after this node's rejoin
+    /// failed). Waiting, as for a rejoin, would hold every later record of
+    /// the client's ring behind this one for good.
+    Gone,
     /// Publish it; give it to the other local members too when the group's
     /// mode has the daemon loop publications back.
     Open { loops_back: bool },
@@ -384,9 +390,22 @@ impl<T: Transport> Daemon<T> {
                     // record waits in the ring.
                     Gate::Wait => break,
                     Gate::NotJoined => false,
+                    Gate::Gone => {
+                        // From now on as any group it has not joined.
+                        if let Some(s) = self.clients.by_id.get_mut(&c) {
+                            s.groups.remove(&group);
+                        }
+                        self.counters.memberships_ended += 1;
+                        self.log.warn(
+                            "a client publishes to a group number its membership of ended without a leave: dropped",
+                            &[("client", &c.0), ("group", &group)],
+                        );
+                        gate = Some((group, Gate::NotJoined));
+                        false
+                    }
                     Gate::Open { loops_back } => loops_back,
                 };
-                if g == Gate::NotJoined {
+                if matches!(g, Gate::NotJoined | Gate::Gone) {
                     self.clients
                         .server
                         .publications(c)
@@ -457,9 +476,14 @@ impl<T: Transport> Daemon<T> {
         match lg {
             _ if !joined => Gate::NotJoined,
             // Joined, but the group is not carried here at this moment
-            // (this node is between an eviction and its rejoin): the record
-            // waits for the rejoin, as it would for a full window.
-            None => Gate::Wait,
+            // (this node is between an eviction and its rejoin, or was
+            // taken out of the view while its member stays): the record
+            // waits for the rejoin or the view, as it would for a full
+            // window.
+            None if self.live.rejoins.under_way() || self.groups.is_member(group, c.0) => {
+                Gate::Wait
+            }
+            None => Gate::Gone,
             Some(lg) => Gate::Open {
                 loops_back: lg.mode.loops_back(),
             },

@@ -43,6 +43,11 @@ pub struct DaemonCounters {
     pub requests: u64,
     pub messages_published: u64,
     pub publish_errors: u64,
+    /// A client's membership of a group number that ended here without a
+    /// leave (its name moved to another number, or its join after this
+    /// node's rejoin failed), seen when it published there: what it
+    /// publishes there is dropped (and counted in `publish_errors`).
+    pub memberships_ended: u64,
     pub fragments_delivered: u64,
     /// Batched frames written into a subscriber's ring as one record of
     /// all their messages (counted in `fragments_delivered` each).
@@ -241,6 +246,7 @@ impl<T: Transport> Daemon<T> {
             "clients_connected": c.clients_connected, "clients_disconnected": c.clients_disconnected,
             "clients_cut_off": c.clients_cut_off, "requests": c.requests,
             "messages_published": c.messages_published, "publish_errors": c.publish_errors,
+            "memberships_ended": c.memberships_ended,
             "fragments_delivered": c.fragments_delivered, "batch_records": c.batch_records,
             "fragments_overflowed": c.fragments_overflowed,
             "local_loopback": c.local_loopback, "link_messages_sent": c.link_messages_sent,

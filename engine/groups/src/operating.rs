@@ -274,6 +274,18 @@ impl GroupService {
         self.views.keys().map(|(g, name)| (*g, name.as_str()))
     }
 
+    /// Whether this node's member `member` is in the group numbered
+    /// `group`: joined and not left, or its join on its way. False once
+    /// its name moved to another number (RESIGN): it is a member there.
+    pub fn is_member(&self, group: GroupId, member: MemberId) -> bool {
+        self.joined
+            .keys()
+            .any(|&(g, _, m)| g == group && m == member)
+            || self.pending.values().any(|p| {
+                matches!(p, Pending::JoinRegister { group: g, member: m, cancelled: false, .. } if *g == group && *m == member)
+            })
+    }
+
     pub(crate) fn fail(&mut self, req: ReqId, error: GroupError) {
         self.events.push_back(GroupEvent::Failed { req, error });
     }

@@ -172,6 +172,7 @@ fn two_names_under_one_number_stay_apart_and_only_the_renumbered_one_moves() {
     );
     assert_eq!(p.svc.named_view(7, "red"), Some(&red));
     assert_eq!(p.svc.named_view(7, "green"), Some(&green));
+    assert!(p.svc.is_member(7, 10) && p.svc.is_member(7, 20));
 
     p.sync_round();
     let sent = p.sent();
@@ -197,6 +198,9 @@ fn two_names_under_one_number_stay_apart_and_only_the_renumbered_one_moves() {
     assert_eq!(syncs(&sent), vec![(4, 8, "green".to_owned(), vec![20])]);
     assert_eq!(p.svc.named_view(7, "red"), Some(&red));
     assert_eq!(p.svc.named_view(7, "green"), None);
+    // Green's member is no longer one of number 7 (mcastd drops what its
+    // client still publishes there instead of holding it for a rejoin).
+    assert!(p.svc.is_member(7, 10) && !p.svc.is_member(7, 20));
     // The daemon hears green's old view without its member, nothing of red.
     let events = p.events();
     assert!(events.iter().all(|e| match e {
@@ -227,6 +231,7 @@ fn two_names_under_one_number_stay_apart_and_only_the_renumbered_one_moves() {
     };
     p.deliver(4, Message::View(moved.clone()));
     assert_eq!(p.svc.named_view(8, "green"), Some(&moved));
+    assert!(p.svc.is_member(8, 20));
     assert!(p.events().iter().any(|e| matches!(
         e,
         GroupEvent::Joined {
