@@ -296,6 +296,7 @@ impl<T: Transport> Daemon<T> {
         let mut groups = super::membership::fresh_service(&self.cfg);
         groups.adopt_registry(registry, epoch);
         groups.confirm_registry();
+        groups.rejoined();
         self.groups = groups;
         let peers: Vec<NodeId> = self.cfg.peers.iter().map(|p| p.node).collect();
         for p in peers {

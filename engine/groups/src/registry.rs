@@ -78,6 +78,7 @@ impl GroupService {
         !self.registry.sync_needed
             || self.cluster.iter().all(|n| {
                 self.failed.contains(n)
+                    || self.doubted.contains(n)
                     || self
                         .registry
                         .synced

@@ -216,6 +216,22 @@ impl GroupService {
         self.pump();
     }
 
+    /// This service replaces the one of this node's previous incarnation
+    /// (declared failed, it rejoins), after [`GroupService::adopt_registry`]
+    /// and [`GroupService::confirm_registry`]. If the registry is still this
+    /// node, its name table went with the old service: it creates names
+    /// only once every node neither failed nor doubted has told it what it
+    /// serves (SYNCED after its ANNOUNCEs), as a registry the role moved to
+    /// does. With a majority only, its own clients' joins again created
+    /// names the groups' agents had not announced yet under new numbers
+    /// (`scripts/soak.sh --overlap`, 2026-11-29).
+    pub fn rejoined(&mut self) {
+        if self.is_registry() {
+            self.registry.sync_needed = true;
+            self.registry.sync_majority = false;
+        }
+    }
+
     /// This node has heard from a majority of the cluster, so it knows the
     /// registry: the registry requests held until now go out.
     pub fn confirm_registry(&mut self) {

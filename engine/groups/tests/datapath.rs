@@ -637,6 +637,11 @@ struct Sim {
     /// not hear a majority takes no role (mcastd since 2026-11-29). Off:
     /// the seeds found before replay as they were.
     doubts: bool,
+    /// A registry that rejoins creates names only once every node neither
+    /// failed nor doubted has synced with it (`GroupService::rejoined`,
+    /// mcastd since 2026-11-29; `MCAST_DATAPATH_REGISTRY_MAJORITY=1`: a
+    /// majority, as before: seed 35190).
+    registry_rejoin_waits: bool,
     /// The groups' feedback tree fanout (0: none, every ACK to the sender):
     /// 0 in a quarter of the seeds, else 1 to 3, from the seed but not its
     /// random stream (the other draws of a seed stay as they were).
@@ -727,6 +732,7 @@ impl Sim {
             drop_stale_starts: std::env::var("MCAST_DATAPATH_STALE_STARTS").is_err(),
             keep_records: std::env::var("MCAST_DATAPATH_DROP_RECORDS").is_err(),
             doubts: true,
+            registry_rejoin_waits: std::env::var("MCAST_DATAPATH_REGISTRY_MAJORITY").is_err(),
             tree_fanout: match std::env::var("MCAST_DATAPATH_TREE_FANOUT") {
                 Ok(v) => v.parse().expect("MCAST_DATAPATH_TREE_FANOUT: a number"),
                 Err(_) => (seed.wrapping_mul(0xD1B5_4A32_D192_ED03) >> 62) as u16,
@@ -1971,8 +1977,9 @@ impl Sim {
         let inc = node.incarnation;
         let now = self.now;
         self.born.insert((id, inc), now);
+        let told = self.doubts && self.registry_rejoin_waits;
         let node = self.n(id);
-        node.svc = rejoined_service(id, node.svc.registry_epoch());
+        node.svc = rejoined_service(id, node.svc.registry_epoch(), told);
         for c in node.drop_data() {
             self.release(c);
         }
@@ -2549,6 +2556,34 @@ fn a_start_from_a_sender_declared_failed_since_is_not_used() {
     assert!(
         without.is_err(),
         "seed {seed} no longer stalls with the stale start: find another seed"
+    );
+}
+
+/// A registry that rejoins (declared failed, a fresh group service, still
+/// the registry) creates names only once every node it does not doubt has
+/// synced with it. Seed 35190: node 2 rejoined as the registry and created
+/// the group names again under new numbers before their agents had
+/// announced them; a start node 4 sent meanwhile was held while node 2
+/// carried the group under neither number, and when node 2 was back in it
+/// the held start opened node 4's stream behind node 4's window, where
+/// node 2 never delivered again. Run both ways, as the tests above.
+#[test]
+fn a_registry_that_rejoins_waits_for_every_node_before_it_creates_names() {
+    let every = Faults {
+        crashes: true,
+        pauses: true,
+        partitions: true,
+    };
+    let seed = 35190;
+    play_with(Sim::new(seed, every, None)).check();
+    let without = std::panic::catch_unwind(|| {
+        let mut old = Sim::new(seed, every, None);
+        old.registry_rejoin_waits = false;
+        play_with(old).check();
+    });
+    assert!(
+        without.is_err(),
+        "seed {seed} no longer stalls with the registry creating on a majority: find another seed"
     );
 }
 

@@ -279,11 +279,15 @@ pub fn pick_fault(
 }
 
 /// The group service of a node that was declared failed and rejoins: new,
-/// following the registry it followed.
-pub fn rejoined_service(node: NodeId, registry: (NodeId, u32)) -> GroupService {
+/// following the registry it followed; told it replaces the old one
+/// (`GroupService::rejoined`, as mcastd since 2026-11-29) if `told`.
+pub fn rejoined_service(node: NodeId, registry: (NodeId, u32), told: bool) -> GroupService {
     let mut svc = GroupService::new(node, 1, Limits::default());
     svc.set_cluster(&cluster());
     svc.adopt_registry(registry.0, registry.1);
     svc.confirm_registry();
+    if told {
+        svc.rejoined();
+    }
     svc
 }
