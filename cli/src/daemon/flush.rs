@@ -256,10 +256,16 @@ impl<T: Transport> Daemon<T> {
                 continue;
             };
             let held = std::mem::take(&mut lg.held_events);
+            let starts = std::mem::take(&mut lg.held_starts);
             let members = lg.members.clone();
             let hdr = event_record(key.group);
             for e in held {
                 self.event_to(&members, hdr, &e);
+            }
+            // Then the streams that waited for them, each through the
+            // whole start as it stands now.
+            for (from, start) in starts {
+                self.stream_start(from, key.group, start)?;
             }
         }
         Ok(work)

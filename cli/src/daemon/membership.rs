@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 
-use mcast_engine::{Accept, EngineError, GroupOptions, ProtocolConfig, Transport};
+use mcast_engine::{Accept, EngineError, GroupOptions, ProtocolConfig, StreamStart, Transport};
 use mcast_groups::detector::PeerState;
 use mcast_groups::flush::FlushKey;
 use mcast_groups::{GroupEvent, GroupService, Limits, SettingsOf, View};
@@ -53,6 +53,9 @@ pub(super) struct LocalGroup {
     pub(super) window_frames: u32,
     /// Membership events waiting for the group's flushes to end, in order.
     pub(super) held_events: VecDeque<Vec<u8>>,
+    /// Stream starts waiting, like the events, for the group's flushes to
+    /// end: at most one per sender, the latest (`stream_start`).
+    pub(super) held_starts: Vec<(NodeId, StreamStart)>,
     /// The fanout of the group's feedback tree (0: none).
     pub(super) tree_fanout: u16,
     /// The group's barrier at this node.
@@ -304,6 +307,7 @@ impl<T: Transport> Daemon<T> {
                 closed: Vec::new(),
                 window_frames: s.window_frames,
                 held_events: VecDeque::new(),
+                held_starts: Vec::new(),
                 tree_fanout: s.tree_fanout,
                 barrier: Default::default(),
                 gate: JoinGate::default(),
@@ -401,6 +405,11 @@ impl<T: Transport> Daemon<T> {
             self.flush.flushes.peer_gone(group, n, &mut out);
         }
         self.send_flush(out);
+        // A start held for the flushes, from a sender gone now: closed with
+        // the stream it would have opened (below).
+        let lg = self.local.get_mut(&group).expect("ensured");
+        lg.held_starts
+            .retain(|(n, _)| remote.contains(n) || !before.contains(n));
         for n in self.engine.receivers_in(group) {
             // A stream whose start overtook the view that adds its sender is
             // kept: only a sender that was in the view and is not now left.

@@ -104,7 +104,8 @@ pub struct DaemonCounters {
     /// those frames: the clients got a `skipped` event.
     pub starts_passed_over: u64,
     pub frames_passed_over: u64,
-    /// Starts held until the flush of the same stream ended.
+    /// Starts held until the flush of the same stream ended, or until the
+    /// group's flushes ended and their held events were written.
     pub starts_deferred: u64,
 }
 

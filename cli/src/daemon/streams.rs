@@ -179,6 +179,29 @@ impl<T: Transport> Daemon<T> {
             // The flush still delivers this stream's last frames: opening it
             // now would deliver them twice. It opens when the flush ends.
             self.flush.deferred_starts.insert(key, start);
+            // Links keep order: the start last heard is the newest, and a
+            // held one of an earlier stream must not open after it.
+            self.local
+                .get_mut(&group)
+                .expect("checked above")
+                .held_starts
+                .retain(|(n, _)| *n != from);
+            self.counters.starts_deferred += 1;
+            return Ok(());
+        }
+        let pending = self.flush.flushes.pending_in(group);
+        let lg = self.local.get_mut(&group).expect("checked above");
+        if pending || !lg.held_events.is_empty() {
+            // Its messages would overtake what the group's flushes still
+            // deliver and the membership events held behind them (a sender
+            // gone and back: its new messages before the event saying it
+            // left, soak seed 905167957). It opens once they are out, and
+            // replaces any earlier start of the sender, held or deferred.
+            lg.held_starts.retain(|(n, _)| *n != from);
+            lg.held_starts.push((from, start));
+            self.flush
+                .deferred_starts
+                .retain(|k, _| !(k.group == group && k.sender == from));
             self.counters.starts_deferred += 1;
             return Ok(());
         }
