@@ -17,6 +17,7 @@
 //! | `liveness` | failure detection, eviction and rejoin |
 //! | `membership` | group events and views: the groups this node carries and their local members |
 //! | `streams` | receive streams: stream starts, start requests, stopped positions |
+//! | `stuck` | receive streams stuck behind their sender's window, and asking their start again |
 //! | `tree` | each MAK group's feedback tree: computed from the view, rooted at the agent, installed in the engine |
 //! | `flush` | what the survivors of a departed sender agree on, and the frames kept for it |
 //! | [`mode`] | the seam for group modes: how a group sends, acknowledges and delivers |
@@ -53,6 +54,7 @@ mod rekey;
 mod seeds;
 mod stats;
 mod streams;
+mod stuck;
 mod trace;
 mod tree;
 
@@ -100,6 +102,7 @@ pub struct Daemon<T: Transport> {
     /// Looked up per message published and delivered: hashed fast.
     local: FastMap<GroupId, LocalGroup>,
     streams: Streams,
+    stuck: stuck::StuckWatch,
     flush: FlushGlue,
     /// Final counters of groups no longer carried, newest last.
     retired: stats::Retired,
@@ -144,6 +147,7 @@ impl<T: Transport> Daemon<T> {
             live: Live::new(&cfg, incarnation),
             local: FastMap::default(),
             streams: Streams::new(&cfg),
+            stuck: stuck::StuckWatch::default(),
             flush: FlushGlue::default(),
             retired: stats::Retired::default(),
             counters: DaemonCounters::default(),
@@ -222,6 +226,7 @@ impl<T: Transport> Daemon<T> {
         work |= self.handle_links()?;
         work |= self.poll_modes()?;
         work |= self.finish_flushes()?;
+        work |= self.ask_stuck_streams()?;
         work |= self.liveness()?;
         work |= self.handle_group_events()?;
         work |= self.flush_links()?;

@@ -92,8 +92,11 @@ pub struct DaemonCounters {
     /// Peers made suspect because a total-order group waited ten beacon
     /// intervals on them without a stamp.
     pub beacon_suspicions: u64,
-    /// Stream starts asked of senders (a view added them, no stream yet).
+    /// Stream starts asked of senders (a view added them, no stream yet,
+    /// or the stream is stuck behind the sender's window).
     pub start_requests_sent: u64,
+    /// Receive streams found stuck behind their sender's window (`stuck`).
+    pub stuck_streams: u64,
     /// Starts sent to members that asked for one.
     pub start_requests_answered: u64,
     /// Starts moved forward to where a closed stream had stopped, so nothing
@@ -243,7 +246,7 @@ impl<T: Transport> Daemon<T> {
         // Built apart: inside the whole it would pass the json! macro's
         // recursion limit.
         let passed_over = json!({"starts": c.starts_passed_over, "frames": c.frames_passed_over});
-        let daemon = json!({
+        let mut daemon = json!({
             "clients_connected": c.clients_connected, "clients_disconnected": c.clients_disconnected,
             "clients_cut_off": c.clients_cut_off, "requests": c.requests,
             "messages_published": c.messages_published, "publish_errors": c.publish_errors,
@@ -278,6 +281,8 @@ impl<T: Transport> Daemon<T> {
             // Departed senders' streams agreed on by the survivors.
             "flush": flush,
         });
+        // Past the macro's recursion limit too.
+        daemon["stuck_streams"] = json!(c.stuck_streams);
         json!({
             "schema": crate::render::JSON_SCHEMA,
             "version": env!("CARGO_PKG_VERSION"),

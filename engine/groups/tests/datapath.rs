@@ -501,6 +501,9 @@ struct Node {
     /// Per group: the starts held with those events (`held_starts`), at
     /// most one per sender.
     held_starts: BTreeMap<GroupId, Vec<(NodeId, u32, Seq)>>,
+    /// Per receive stream, at the last check of stuck streams (the
+    /// daemon's `stuck.rs`): delivered, dropped beyond the window, strikes.
+    stuck: BTreeMap<(GroupId, NodeId), (u64, u64, u32)>,
     /// The next counter per group, this incarnation.
     published: BTreeMap<GroupId, u64>,
     /// Send streams opened per group, this incarnation.
@@ -518,6 +521,7 @@ impl Node {
         self.deferred_starts.clear();
         self.held_gone.clear();
         self.held_starts.clear();
+        self.stuck.clear();
         self.published.clear();
         self.opens.clear();
         std::mem::take(&mut self.carried).into_values().collect()
@@ -543,6 +547,8 @@ struct Stats {
     /// ACK frames sent to a tree neighbour rather than to the data's sender
     /// (reports and polls): the trees are in use.
     tree_acks: u64,
+    /// Receive streams found stuck behind their sender's window.
+    stuck: u64,
     /// Repairs a receiver sent a tree neighbour from its copy, and those it
     /// asked for whose copy was gone (docs/protocol.md §3.5).
     relays: u64,
@@ -566,6 +572,7 @@ impl Stats {
         self.relays_missed += o.relays_missed;
         self.resumed += o.resumed;
         self.served_after_end += o.served_after_end;
+        self.stuck += o.stuck;
     }
 }
 
@@ -666,6 +673,11 @@ struct Sim {
     /// Checker 2 runs (off only to replay seeds found before it, as they
     /// failed).
     check_event_order: bool,
+    /// A receive stream that drops frames beyond its window and delivers
+    /// nothing two checks (500 ms apart) in a row asks its sender for its
+    /// start again (mcastd's `stuck.rs`, since 2026-11-29;
+    /// `MCAST_DATAPATH_NO_STUCK=1`: it never does, as before).
+    ask_stuck: bool,
     /// The groups' feedback tree fanout (0: none, every ACK to the sender):
     /// 0 in a quarter of the seeds, else 1 to 3, from the seed but not its
     /// random stream (the other draws of a seed stay as they were).
@@ -711,6 +723,7 @@ impl Sim {
                     deferred_starts: BTreeMap::new(),
                     held_gone: BTreeMap::new(),
                     held_starts: BTreeMap::new(),
+                    stuck: BTreeMap::new(),
                     published: BTreeMap::new(),
                     opens: BTreeMap::new(),
                 }
@@ -761,6 +774,7 @@ impl Sim {
             registry_rejoin_waits: std::env::var("MCAST_DATAPATH_REGISTRY_MAJORITY").is_err(),
             hold_starts: std::env::var("MCAST_DATAPATH_OPEN_UNDER_FLUSH").is_err(),
             check_event_order: true,
+            ask_stuck: std::env::var("MCAST_DATAPATH_NO_STUCK").is_err(),
             tree_fanout: match std::env::var("MCAST_DATAPATH_TREE_FANOUT") {
                 Ok(v) => v.parse().expect("MCAST_DATAPATH_TREE_FANOUT: a number"),
                 Err(_) => (seed.wrapping_mul(0xD1B5_4A32_D192_ED03) >> 62) as u16,
@@ -883,6 +897,48 @@ impl Sim {
             self.close_dead_streams(id);
             self.pump(id);
             self.flushes_done(id);
+            if self.ask_stuck && self.now % (500 * MS) == 0 {
+                self.ask_stuck_streams(id);
+            }
+        }
+    }
+
+    /// As the daemon's `ask_stuck_streams`: a stream whose drops beyond
+    /// its window grew with nothing delivered, two checks in a row, asks
+    /// its sender where it starts.
+    fn ask_stuck_streams(&mut self, id: NodeId) {
+        let report: Vec<(GroupId, NodeId, u64, u64)> = self.nodes[id as usize - 1]
+            .carried
+            .iter()
+            .flat_map(|(&g, c)| {
+                c.receivers.iter().map(move |(&x, r)| {
+                    let k = r.machine.counters();
+                    (g, x, k.delivered, k.out_of_window_dropped)
+                })
+            })
+            .collect();
+        let mut next = BTreeMap::new();
+        let mut stuck = Vec::new();
+        for (g, x, delivered, beyond) in report {
+            let mut strikes = 0;
+            if let Some(&(d, b, s)) = self.nodes[id as usize - 1].stuck.get(&(g, x)) {
+                if delivered == d && beyond > b {
+                    strikes = s + 1;
+                }
+            }
+            if strikes >= 2 {
+                stuck.push((g, x));
+                strikes = 0;
+            }
+            next.insert((g, x), (delivered, beyond, strikes));
+        }
+        self.n(id).stuck = next;
+        for (g, x) in stuck {
+            self.stats.stuck += 1;
+            self.trace(|| {
+                format!("node {id}: stream of {x} in {g} stuck behind its window: asks its start")
+            });
+            self.send_link(id, x, LinkMsg::StartRequest { group: g });
         }
     }
 
@@ -2662,6 +2718,7 @@ fn a_registry_that_rejoins_waits_for_every_node_before_it_creates_names() {
         old.registry_rejoin_waits = false;
         old.hold_starts = false;
         old.check_event_order = false;
+        old.ask_stuck = false;
         play_with(old).check();
     });
     let text = without.as_ref().err().map(|e| panic_text(&**e));
@@ -2669,6 +2726,15 @@ fn a_registry_that_rejoins_waits_for_every_node_before_it_creates_names() {
         text.as_deref().is_some_and(|t| t.contains("did not reach every node")),
         "seed {seed} no longer stalls with the registry creating on a majority: find another seed ({text:?})"
     );
+    // The stream it left stuck behind its sender's window asks its start
+    // again, and goes on past the frames that were never its own.
+    let mut healed = Sim::new(seed, every, None);
+    healed.registry_rejoin_waits = false;
+    healed.hold_starts = false;
+    healed.check_event_order = false;
+    let mut healed = play_with(healed);
+    healed.check();
+    assert!(healed.stats.stuck > 0, "no stream was found stuck");
 }
 
 /// A stream that opens while the group's flushes run delivers its sender's

@@ -385,6 +385,21 @@ impl<T: Transport> Engine<T> {
         }
     }
 
+    /// Every receive stream's progress, in every group, as `(group, sender,
+    /// delivered, dropped beyond its window)` from its machine's counters. A
+    /// stream whose drops beyond the window grow while it delivers nothing
+    /// sits behind its sender's window: the caller asks the sender where to
+    /// start again (its frames before that are not this node's).
+    pub fn receive_progress(&self, out: &mut Vec<(GroupId, NodeId, u64, u64)>) {
+        out.clear();
+        for g in &self.groups {
+            for r in &g.receivers {
+                let c = r.machine.counters();
+                out.push((g.id, r.sender, c.delivered, c.out_of_window_dropped));
+            }
+        }
+    }
+
     /// Pauses (or resumes) `group`'s delivery: while paused, its data frames
     /// are dropped on arrival (and counted), so nothing more is delivered
     /// and its senders, missing this node's acknowledgments, hold back. On
