@@ -257,6 +257,7 @@ impl<T: Transport> Daemon<T> {
             };
             let held = std::mem::take(&mut lg.held_events);
             let starts = std::mem::take(&mut lg.held_starts);
+            lg.held_gone.clear();
             let members = lg.members.clone();
             let hdr = event_record(key.group);
             for e in held {

@@ -53,8 +53,11 @@ pub(super) struct LocalGroup {
     pub(super) window_frames: u32,
     /// Membership events waiting for the group's flushes to end, in order.
     pub(super) held_events: VecDeque<Vec<u8>>,
-    /// Stream starts waiting, like the events, for the group's flushes to
-    /// end: at most one per sender, the latest (`stream_start`).
+    /// The nodes that the held events name gone.
+    pub(super) held_gone: Vec<NodeId>,
+    /// Stream starts of those nodes, or of nodes whose flush runs here,
+    /// waiting with the events for the group's flushes to end: at most one
+    /// per sender, the latest (`stream_start`).
     pub(super) held_starts: Vec<(NodeId, StreamStart)>,
     /// The fanout of the group's feedback tree (0: none).
     pub(super) tree_fanout: u16,
@@ -307,6 +310,7 @@ impl<T: Transport> Daemon<T> {
                 closed: Vec::new(),
                 window_frames: s.window_frames,
                 held_events: VecDeque::new(),
+                held_gone: Vec::new(),
                 held_starts: Vec::new(),
                 tree_fanout: s.tree_fanout,
                 barrier: Default::default(),
@@ -439,6 +443,11 @@ impl<T: Transport> Daemon<T> {
             // After the departed senders' last messages, which the flush
             // may still bring.
             lg.held_events.push_back(event.into_bytes());
+            for &n in before.iter().filter(|n| !remote.contains(n)) {
+                if !lg.held_gone.contains(&n) {
+                    lg.held_gone.push(n);
+                }
+            }
             self.counters.events_held += 1;
         } else {
             self.event_to(&members, hdr, event.as_bytes());

@@ -189,14 +189,17 @@ impl<T: Transport> Daemon<T> {
             self.counters.starts_deferred += 1;
             return Ok(());
         }
-        let pending = self.flush.flushes.pending_in(group);
+        let flushed = self.flush.flushes.running_from(group, from);
         let lg = self.local.get_mut(&group).expect("checked above");
-        if pending || !lg.held_events.is_empty() {
-            // Its messages would overtake what the group's flushes still
-            // deliver and the membership events held behind them (a sender
-            // gone and back: its new messages before the event saying it
-            // left, soak seed 905167957). It opens once they are out, and
-            // replaces any earlier start of the sender, held or deferred.
+        if flushed || lg.held_gone.contains(&from) {
+            // Its messages would overtake what the flush of its earlier
+            // stream still delivers, or the membership event held for the
+            // group's flushes that says it left (a sender gone and back:
+            // soak seed 905167957). It opens once the group's flushes are
+            // over and their events out, and replaces any earlier start of
+            // the sender, held or deferred. Other senders' starts open at
+            // once: held behind a flush that waits out its deadline, their
+            // streams stalled (data-path seed 1027).
             lg.held_starts.retain(|(n, _)| *n != from);
             lg.held_starts.push((from, start));
             self.flush

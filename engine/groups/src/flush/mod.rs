@@ -589,6 +589,12 @@ impl Flushes {
         });
     }
 
+    /// True while this node flushes a stream of `sender` in `group`, of
+    /// any epoch.
+    pub fn running_from(&self, group: GroupId, sender: NodeId) -> bool {
+        self.active.contains_key(&(group, sender))
+    }
+
     /// True while this node's flush of exactly `key` is under way.
     pub fn running(&self, key: FlushKey) -> bool {
         self.active
