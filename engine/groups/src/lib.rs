@@ -184,6 +184,9 @@ pub struct GroupService {
     /// weighed (`set_doubted` weighs them again then, or when the doubts
     /// change).
     reweigh: bool,
+    /// The registry's takeover as before 2026-11-29 (replays only:
+    /// [`GroupService::registry_takeover_as_before`]).
+    takeover_as_before: bool,
     takeovers: u64,
     /// Every node of the cluster, sorted (for moving the registry role).
     cluster: Vec<NodeId>,
@@ -236,6 +239,7 @@ impl GroupService {
             failed: Default::default(),
             doubted: Default::default(),
             reweigh: false,
+            takeover_as_before: false,
             takeovers: 0,
             cluster: Vec::new(),
             registry_moves: 0,

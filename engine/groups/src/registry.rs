@@ -38,6 +38,13 @@ pub(crate) struct Registry {
     deferred: VecDeque<(NodeId, u64, String)>,
 }
 
+impl Registry {
+    /// Forgets which nodes have synced (the role just moved here).
+    pub(crate) fn forget_synced(&mut self) {
+        self.synced.clear();
+    }
+}
+
 #[derive(Debug)]
 struct RegEntry {
     name: String,

@@ -175,22 +175,50 @@ impl GroupService {
         self.registry_node = next;
         self.registry_moves += 1;
         self.registry_epoch += 1;
-        self.registry.sync_needed = next == self.node;
+        self.registry.sync_needed = false;
         self.registry.sync_majority = false;
         if next == self.node {
-            // Never hand out a number this node already knows to be taken.
-            let known = self
-                .views
-                .keys()
-                .chain(self.agent_of.keys())
-                .map(|k| k.0)
-                .max();
-            self.registry.last_group = self.registry.last_group.max(known.unwrap_or(0));
+            self.take_registry_role();
         }
         // Tell it what this node serves (to itself: through the loopback).
         self.announce_all();
         self.reask_registry();
         self.pump();
+    }
+
+    /// This node becomes the registry (the role moved here): its name table
+    /// may lack names the role's last holder created, so it creates names
+    /// only once every node neither failed nor doubted has told it what it
+    /// serves. SYNCEDs heard before are forgotten: they followed ANNOUNCEs
+    /// this node dropped, not being the registry then, and counting them
+    /// let a registry that a peer's beat made so create existing names
+    /// again under new numbers (`scripts/soak.sh --overlap`, seeds
+    /// 820101695 and its total-order run, 2026-11-29). The next sync round
+    /// (at most [`crate::SYNC_PERIOD`]) brings both again.
+    fn take_registry_role(&mut self) {
+        self.registry.sync_needed = true;
+        self.registry.sync_majority = false;
+        if !self.takeover_as_before {
+            self.registry.forget_synced();
+        }
+        // Never hand out a number this node already knows to be taken.
+        let known = self
+            .views
+            .keys()
+            .chain(self.agent_of.keys())
+            .map(|k| k.0)
+            .max();
+        self.registry.last_group = self.registry.last_group.max(known.unwrap_or(0));
+    }
+
+    /// Brings back the registry's takeover as it was before 2026-11-29
+    /// (SYNCEDs heard before the move counted; a node that a peer's beat
+    /// made the registry did not wait for them), so that simulator seeds
+    /// found before replay the course they failed on. Not for use
+    /// otherwise.
+    #[doc(hidden)]
+    pub fn registry_takeover_as_before(&mut self) {
+        self.takeover_as_before = true;
     }
 
     /// A peer says the registry is `node` after `epoch` moves: a node that
@@ -211,6 +239,12 @@ impl GroupService {
         }
         self.registry_node = node;
         self.registry_epoch = epoch;
+        if node == self.node && !self.takeover_as_before {
+            // The peers moved the role here before this node did (it was
+            // paused, cut off, or had just rejoined with a fresh service):
+            // as after its own move, its table may lack names.
+            self.take_registry_role();
+        }
         self.announce_all();
         self.reask_registry();
         self.pump();

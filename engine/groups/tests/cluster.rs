@@ -1305,6 +1305,54 @@ fn a_restarted_node_holds_its_registry_requests_until_it_learns_where_the_role_w
     }
 }
 
+/// The peers move the registry to a node whose fresh service (it restarted
+/// or rejoined) does not know it yet: their ANNOUNCEs reach it before it is
+/// the registry and are dropped, their SYNCEDs are kept. When a beat then
+/// tells it the role is its own, it must not count those SYNCEDs: with them
+/// it created an existing name again under a new number (soak seed
+/// 820101695). It waits for the next sync round, which announces again.
+#[test]
+fn a_node_told_by_its_peers_that_it_is_the_registry_waits_for_their_names() {
+    for seed in 0..20 {
+        let mut c = Cluster::new(4, 1, Limits::default(), seed);
+        for n in 1..=4 {
+            c.svc(n).set_cluster(&[1, 2, 3, 4]);
+            c.svc(n).confirm_registry();
+        }
+        let (a, _) = c.joined(3, 1, "a");
+        c.settle();
+        // Node 2 restarts: a fresh service, no names.
+        c.nodes[1] = GroupService::new(2, 1, Limits::default());
+        c.svc(2).set_cluster(&[1, 2, 3, 4]);
+        // Node 1 (the registry) dies; 3 and 4 move the role to node 2 and
+        // tell it what they serve before node 2 knows.
+        for n in [3, 4] {
+            c.svc(n).node_failed(1);
+        }
+        c.settle();
+        assert_eq!(c.get(3).registry_epoch(), (2, 1), "seed {seed}");
+        // Node 2 learns it from their beats, hears a majority, and its
+        // detector declares node 1 failed.
+        c.svc(2).adopt_registry(2, 1);
+        c.svc(2).confirm_registry();
+        c.svc(2).node_failed(1);
+        let r = c.join(2, 9, "a");
+        c.settle();
+        assert!(
+            c.answers(2, r).is_empty(),
+            "seed {seed}: the join of an existing name was answered before the registry heard its agent"
+        );
+        // The next sync round announces "a" to the new registry.
+        c.settle_synced(1);
+        match c.answer(2, r) {
+            GroupEvent::Joined { group, .. } => {
+                assert_eq!(group, a, "seed {seed}: \"a\" created again")
+            }
+            other => panic!("seed {seed}: {other:?}"),
+        }
+    }
+}
+
 /// The places of the feedback tree (seed 004 §2.2) as the agent hands
 /// them out: the agent's node at the root's place 0, a joining node at the
 /// lowest vacant place, a node's later members at its place, and the root's

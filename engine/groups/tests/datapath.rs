@@ -678,6 +678,10 @@ struct Sim {
     /// start again (mcastd's `stuck.rs`, since 2026-11-29;
     /// `MCAST_DATAPATH_NO_STUCK=1`: it never does, as before).
     ask_stuck: bool,
+    /// Every group service takes the registry over as before 2026-11-29
+    /// (`GroupService::registry_takeover_as_before`; set with
+    /// [`Sim::takeover_as_before`]): replays of seeds found before.
+    takeover_as_before: bool,
     /// The groups' feedback tree fanout (0: none, every ACK to the sender):
     /// 0 in a quarter of the seeds, else 1 to 3, from the seed but not its
     /// random stream (the other draws of a seed stay as they were).
@@ -775,6 +779,7 @@ impl Sim {
             hold_starts: std::env::var("MCAST_DATAPATH_OPEN_UNDER_FLUSH").is_err(),
             check_event_order: true,
             ask_stuck: std::env::var("MCAST_DATAPATH_NO_STUCK").is_err(),
+            takeover_as_before: false,
             tree_fanout: match std::env::var("MCAST_DATAPATH_TREE_FANOUT") {
                 Ok(v) => v.parse().expect("MCAST_DATAPATH_TREE_FANOUT: a number"),
                 Err(_) => (seed.wrapping_mul(0xD1B5_4A32_D192_ED03) >> 62) as u16,
@@ -786,6 +791,15 @@ impl Sim {
             sim.join_permanent(id);
         }
         sim
+    }
+
+    /// Every group service, from now on, takes the registry over as
+    /// before 2026-11-29.
+    fn takeover_as_before(&mut self) {
+        self.takeover_as_before = true;
+        for node in &mut self.nodes {
+            node.svc.registry_takeover_as_before();
+        }
     }
 
     /// `MCAST_DATAPATH_TRACE=1`: what the glue does, for replaying a seed.
@@ -2114,8 +2128,9 @@ impl Sim {
         let now = self.now;
         self.born.insert((id, inc), now);
         let told = self.doubts && self.registry_rejoin_waits;
+        let before = self.takeover_as_before;
         let node = self.n(id);
-        node.svc = rejoined_service(id, node.svc.registry_epoch(), told);
+        node.svc = rejoined_service(id, node.svc.registry_epoch(), told, before);
         for c in node.drop_data() {
             self.release(c);
         }
@@ -2177,9 +2192,13 @@ impl Sim {
         node.incarnation += 10;
         let inc = node.incarnation;
         self.born.insert((id, inc), now);
+        let before = self.takeover_as_before;
         let node = self.n(id);
         let (svc, live) = fresh(id, node.incarnation, now);
         node.svc = svc;
+        if before {
+            node.svc.registry_takeover_as_before();
+        }
         node.live = live;
         node.up = true;
         node.paused_until = 0;
@@ -2645,6 +2664,7 @@ fn a_member_that_flushes_late_is_served_from_the_record_its_peers_kept() {
         sim.doubts = false;
         sim.hold_starts = false;
         sim.check_event_order = false;
+        sim.takeover_as_before();
         sim
     };
     for seed in [2179, 2403] {
@@ -2687,6 +2707,7 @@ fn a_start_from_a_sender_declared_failed_since_is_not_used() {
         sim.hold_starts = false;
         sim.check_event_order = false;
         sim.ask_stuck = false;
+        sim.takeover_as_before();
         sim
     };
     play_with(as_found()).check();
@@ -2724,6 +2745,7 @@ fn a_registry_that_rejoins_waits_for_every_node_before_it_creates_names() {
         old.hold_starts = false;
         old.check_event_order = false;
         old.ask_stuck = false;
+        old.takeover_as_before();
         play_with(old).check();
     });
     let text = without.as_ref().err().map(|e| panic_text(&**e));
@@ -2737,6 +2759,7 @@ fn a_registry_that_rejoins_waits_for_every_node_before_it_creates_names() {
     healed.registry_rejoin_waits = false;
     healed.hold_starts = false;
     healed.check_event_order = false;
+    healed.takeover_as_before();
     let mut healed = play_with(healed);
     healed.check();
     assert!(healed.stats.stuck > 0, "no stream was found stuck");

@@ -244,7 +244,7 @@ impl Sim {
         let node = self.n(id);
         node.live.rejoined();
         node.incarnation = node.live.incarnation();
-        node.svc = rejoined_service(id, node.svc.registry_epoch(), true);
+        node.svc = rejoined_service(id, node.svc.registry_epoch(), true, false);
         self.join_all_again(id);
         for peer in 1..=N {
             self.links.remove(&(id, peer));

@@ -281,9 +281,19 @@ pub fn pick_fault(
 /// The group service of a node that was declared failed and rejoins: new,
 /// following the registry it followed; told it replaces the old one
 /// (`GroupService::rejoined`, as mcastd since 2026-11-29) if `told`.
-pub fn rejoined_service(node: NodeId, registry: (NodeId, u32), told: bool) -> GroupService {
+/// `as_before`: it takes the registry over as before 2026-11-29
+/// (`GroupService::registry_takeover_as_before`), for replays.
+pub fn rejoined_service(
+    node: NodeId,
+    registry: (NodeId, u32),
+    told: bool,
+    as_before: bool,
+) -> GroupService {
     let mut svc = GroupService::new(node, 1, Limits::default());
     svc.set_cluster(&cluster());
+    if as_before {
+        svc.registry_takeover_as_before();
+    }
     svc.adopt_registry(registry.0, registry.1);
     svc.confirm_registry();
     if told {
