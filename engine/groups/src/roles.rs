@@ -261,8 +261,7 @@ impl GroupService {
     /// (`scripts/soak.sh --overlap`, 2026-11-29).
     pub fn rejoined(&mut self) {
         if self.is_registry() {
-            self.registry.sync_needed = true;
-            self.registry.sync_majority = false;
+            self.take_registry_role();
         }
     }
 

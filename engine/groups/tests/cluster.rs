@@ -54,6 +54,17 @@ impl Cluster {
         self
     }
 
+    /// Four nodes, registry node 1, each told the cluster and the registry
+    /// confirmed (a majority heard).
+    fn confirmed_four(seed: u64) -> Cluster {
+        let mut c = Cluster::new(4, 1, Limits::default(), seed);
+        for n in 1..=4 {
+            c.svc(n).set_cluster(&[1, 2, 3, 4]);
+            c.svc(n).confirm_registry();
+        }
+        c
+    }
+
     fn next_rand(&mut self) -> u64 {
         // splitmix64
         self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -1214,11 +1225,7 @@ fn a_doubted_peer_is_not_counted_for_a_majority_and_the_role_waits_for_the_doubt
 #[test]
 fn the_registry_role_moves_to_the_lowest_live_node_which_rebuilds_the_names() {
     for seed in 0..20 {
-        let mut c = Cluster::new(4, 1, Limits::default(), seed);
-        for n in 1..=4 {
-            c.svc(n).set_cluster(&[1, 2, 3, 4]);
-            c.svc(n).confirm_registry();
-        }
+        let mut c = Cluster::confirmed_four(seed);
         // "a": agent 1 (the registry's node), members on 1, 2, 3. "b": agent 3, on 3 and 4.
         let (a, _) = c.joined(1, 1, "a");
         c.joined(2, 1, "a");
@@ -1270,11 +1277,7 @@ fn the_registry_role_moves_to_the_lowest_live_node_which_rebuilds_the_names() {
 #[test]
 fn a_restarted_node_holds_its_registry_requests_until_it_learns_where_the_role_went() {
     for seed in 0..20 {
-        let mut c = Cluster::new(4, 1, Limits::default(), seed);
-        for n in 1..=4 {
-            c.svc(n).set_cluster(&[1, 2, 3, 4]);
-            c.svc(n).confirm_registry();
-        }
+        let mut c = Cluster::confirmed_four(seed);
         let (a, _) = c.joined(2, 1, "a");
         c.settle();
         // Node 1 (the registry) dies; the role moves to 2.
@@ -1314,11 +1317,7 @@ fn a_restarted_node_holds_its_registry_requests_until_it_learns_where_the_role_w
 #[test]
 fn a_node_told_by_its_peers_that_it_is_the_registry_waits_for_their_names() {
     for seed in 0..20 {
-        let mut c = Cluster::new(4, 1, Limits::default(), seed);
-        for n in 1..=4 {
-            c.svc(n).set_cluster(&[1, 2, 3, 4]);
-            c.svc(n).confirm_registry();
-        }
+        let mut c = Cluster::confirmed_four(seed);
         let (a, _) = c.joined(3, 1, "a");
         c.settle();
         // Node 2 restarts: a fresh service, no names.

@@ -255,7 +255,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use common::{
     env_u64, fresh, panic_text, pick_fault, rejoined_service, Churn, ClientHost, Clients, Fault,
-    Faults, Rng, MS, N,
+    Faults, Rng, EVERY_FAULT, MS, N,
 };
 use mcast_groups::detector::PeerState;
 use mcast_groups::flush::{FlushKey, FlushMsg, Flushes, Outcome, Retained, StateTaken};
@@ -2626,11 +2626,7 @@ fn random_crashes_and_restarts_keep_delivery_in_order_and_agreed() {
 fn random_crashes_restarts_pauses_and_partitions_keep_delivery_in_order_and_agreed() {
     run(
         "random_crashes_restarts_pauses_and_partitions_keep_delivery_in_order_and_agreed",
-        Faults {
-            crashes: true,
-            pauses: true,
-            partitions: true,
-        },
+        EVERY_FAULT,
         16,
     );
 }
@@ -2653,13 +2649,8 @@ fn random_crashes_restarts_pauses_and_partitions_keep_delivery_in_order_and_agre
 /// the two tests below.
 #[test]
 fn a_member_that_flushes_late_is_served_from_the_record_its_peers_kept() {
-    let every = Faults {
-        crashes: true,
-        pauses: true,
-        partitions: true,
-    };
     let as_found = |seed| {
-        let mut sim = Sim::new(seed, every, None);
+        let mut sim = Sim::new(seed, EVERY_FAULT, None);
         sim.protocol.mak.near_repairs = false;
         sim.doubts = false;
         sim.hold_starts = false;
@@ -2694,15 +2685,10 @@ fn a_member_that_flushes_late_is_served_from_the_record_its_peers_kept() {
 /// as the test above.
 #[test]
 fn a_start_from_a_sender_declared_failed_since_is_not_used() {
-    let every = Faults {
-        crashes: true,
-        pauses: true,
-        partitions: true,
-    };
     let seed = 20894;
     // With the rules mcastd gained after it: the course it was found on.
     let as_found = || {
-        let mut sim = Sim::new(seed, every, None);
+        let mut sim = Sim::new(seed, EVERY_FAULT, None);
         sim.doubts = false;
         sim.hold_starts = false;
         sim.check_event_order = false;
@@ -2732,15 +2718,10 @@ fn a_start_from_a_sender_declared_failed_since_is_not_used() {
 /// node 2 never delivered again. Run both ways, as the tests above.
 #[test]
 fn a_registry_that_rejoins_waits_for_every_node_before_it_creates_names() {
-    let every = Faults {
-        crashes: true,
-        pauses: true,
-        partitions: true,
-    };
     let seed = 35190;
-    play_with(Sim::new(seed, every, None)).check();
+    play_with(Sim::new(seed, EVERY_FAULT, None)).check();
     let without = std::panic::catch_unwind(|| {
-        let mut old = Sim::new(seed, every, None);
+        let mut old = Sim::new(seed, EVERY_FAULT, None);
         old.registry_rejoin_waits = false;
         old.hold_starts = false;
         old.check_event_order = false;
@@ -2755,7 +2736,7 @@ fn a_registry_that_rejoins_waits_for_every_node_before_it_creates_names() {
     );
     // The stream it left stuck behind its sender's window asks its start
     // again, and goes on past the frames that were never its own.
-    let mut healed = Sim::new(seed, every, None);
+    let mut healed = Sim::new(seed, EVERY_FAULT, None);
     healed.registry_rejoin_waits = false;
     healed.hold_starts = false;
     healed.check_event_order = false;
@@ -2772,15 +2753,10 @@ fn a_registry_that_rejoins_waits_for_every_node_before_it_creates_names() {
 /// starts with the events passes.
 #[test]
 fn a_stream_opens_only_after_the_events_held_for_the_flushes() {
-    let every = Faults {
-        crashes: true,
-        pauses: true,
-        partitions: true,
-    };
     let seed = 3;
-    play_with(Sim::new(seed, every, None)).check();
+    play_with(Sim::new(seed, EVERY_FAULT, None)).check();
     let without = std::panic::catch_unwind(|| {
-        let mut old = Sim::new(seed, every, None);
+        let mut old = Sim::new(seed, EVERY_FAULT, None);
         old.hold_starts = false;
         play_with(old).check();
     });
@@ -2802,14 +2778,9 @@ fn a_stream_opens_only_after_the_events_held_for_the_flushes() {
 /// the stream opens again there. Run both ways, as the tests above.
 #[test]
 fn a_node_taken_out_of_the_view_and_back_still_serves_what_it_delivered() {
-    let every = Faults {
-        crashes: true,
-        pauses: true,
-        partitions: true,
-    };
     let seed = 30585;
     let as_found = || {
-        let mut sim = Sim::new(seed, every, None);
+        let mut sim = Sim::new(seed, EVERY_FAULT, None);
         sim.doubts = false;
         sim
     };

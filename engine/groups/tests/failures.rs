@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use common::{
     env_u64, fresh, panic_text, pick_fault, rejoined_service, Churn, ClientHost, Clients, Fault,
-    Faults, Rng, MS, N,
+    Faults, Rng, EVERY_FAULT, MS, N,
 };
 use mcast_groups::detector::DetectorConfig;
 use mcast_groups::liveness::{LiveEvent, Liveness};
@@ -537,14 +537,7 @@ fn random_pauses_end_with_one_agent_and_agreeing_views() {
 /// Every fault at once.
 #[test]
 fn random_crashes_restarts_pauses_and_partitions_end_with_one_agent_and_agreeing_views() {
-    run(
-        Faults {
-            crashes: true,
-            pauses: true,
-            partitions: true,
-        },
-        100,
-    );
+    run(EVERY_FAULT, 100);
 }
 
 /// Prints the end state of one seed (MCAST_FAILURE_FIRST_SEED, all faults).

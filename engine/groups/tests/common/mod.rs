@@ -42,6 +42,13 @@ pub struct Faults {
     pub partitions: bool,
 }
 
+/// Every fault: crashes and restarts, pauses, partitions.
+pub const EVERY_FAULT: Faults = Faults {
+    crashes: true,
+    pauses: true,
+    partitions: true,
+};
+
 pub fn cluster() -> Vec<NodeId> {
     (1..=N).collect()
 }
